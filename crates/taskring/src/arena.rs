@@ -1,0 +1,213 @@
+//! Arenas (all memory one ring sizing needs) and the per-chip arena cache.
+//!
+//! An [`Arena`] holds, per ring, the slot table, payload table, dependency-node and
+//! fanin-spill pools, the heap, and the orchestrator's private per-slot records, plus
+//! the tensormap. Every table is an anonymous mapping ([`crate::mem::ZeroedArray`]):
+//! building an arena reserves address space and touches nothing, so the default sizing
+//! (4 × 256 MiB heaps, 4 × 16384 slots) builds in microseconds and costs RSS only for
+//! what a run touches. Reset between runs is O(rings): counters go back to zero; slots
+//! are re-initialised lazily when the orchestrator prepares them, and the tensormap and
+//! the fanin dedup marks use epochs.
+//!
+//! [`ArenaCache`] keeps up to `slots` arenas keyed by [`RingSizing::key`] in LRU order;
+//! evicting one unmaps its memory. `slots = 1` is upstream's single slot: every change
+//! of sizing rebuilds.
+
+use crate::config::RingSizing;
+use crate::engine::shared::{ArenaShared, RingShared};
+use crate::engine::OrchState;
+use crate::mem::{ReserveError, ZeroedArray};
+use std::time::Instant;
+
+/// All memory one ring sizing needs. See the module doc.
+pub struct Arena {
+    sizing: RingSizing,
+    pub(crate) shared: ArenaShared,
+    pub(crate) orch: OrchState,
+    heaps: [ZeroedArray<u8>; 4],
+    build_s: f64,
+}
+
+impl Arena {
+    /// Reserve everything for `sizing`.
+    pub fn build(sizing: &RingSizing) -> Result<Arena, ReserveError> {
+        let t0 = Instant::now();
+        let heap = |r: usize| ZeroedArray::<u8>::new(sizing.heap[r] as usize);
+        let heaps = [heap(0)?, heap(1)?, heap(2)?, heap(3)?];
+        let ring = |r: usize| RingShared::new(sizing.task_window[r], sizing.dep_pool[r]);
+        let shared = ArenaShared { rings: [ring(0)?, ring(1)?, ring(2)?, ring(3)?] };
+        let bases = [0, 1, 2, 3].map(|r| heaps[r].as_ptr() as u64);
+        let orch = OrchState::new(sizing, bases)?;
+        Ok(Arena { sizing: *sizing, shared, orch, heaps, build_s: t0.elapsed().as_secs_f64() })
+    }
+
+    pub fn sizing(&self) -> &RingSizing {
+        &self.sizing
+    }
+
+    /// Seconds the build took.
+    pub fn build_s(&self) -> f64 {
+        self.build_s
+    }
+
+    /// Prepare for a new run (O(rings)).
+    pub fn reset(&mut self) {
+        for r in &self.shared.rings {
+            r.reset();
+        }
+        self.orch.reset();
+    }
+
+    /// Bytes of address space reserved by the heaps.
+    pub fn heap_reserved_bytes(&self) -> u64 {
+        self.heaps.iter().map(|h| h.reserved_bytes() as u64).sum()
+    }
+}
+
+/// Counters of an [`ArenaCache`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ArenaStats {
+    pub builds: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Keys of the resident arenas, most recently used first.
+    pub resident: Vec<[u64; 12]>,
+    /// Total seconds spent building.
+    pub build_s: f64,
+}
+
+/// LRU cache of arenas. See the module doc.
+pub struct ArenaCache {
+    slots: usize,
+    /// Most recently used first.
+    arenas: Vec<Box<Arena>>,
+    stats: ArenaStats,
+}
+
+/// What [`ArenaCache::acquire`] did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Acquired {
+    pub hit: bool,
+    pub build_s: f64,
+}
+
+impl ArenaCache {
+    /// A cache of `slots` arenas (at least 1).
+    pub fn new(slots: usize) -> ArenaCache {
+        ArenaCache { slots: slots.max(1), arenas: Vec::new(), stats: ArenaStats::default() }
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Is an arena for `sizing` resident?
+    pub fn contains(&self, sizing: &RingSizing) -> bool {
+        let k = sizing.key();
+        self.arenas.iter().any(|a| a.sizing.key() == k)
+    }
+
+    /// Build `sizing`'s arena into the cache unless resident (prewarm). Counts as a
+    /// build, not as a hit or miss.
+    pub fn prewarm(&mut self, sizing: &RingSizing) -> Result<(), ReserveError> {
+        if self.contains(sizing) {
+            return Ok(());
+        }
+        self.insert_new(sizing)?;
+        Ok(())
+    }
+
+    fn insert_new(&mut self, sizing: &RingSizing) -> Result<f64, ReserveError> {
+        if self.arenas.len() >= self.slots {
+            // Drop the least recently used first so its memory is returned before the
+            // new reservation.
+            self.arenas.pop();
+            self.stats.evictions += 1;
+        }
+        let a = Arena::build(sizing)?;
+        let s = a.build_s;
+        self.stats.builds += 1;
+        self.stats.build_s += s;
+        self.arenas.insert(0, Box::new(a));
+        Ok(s)
+    }
+
+    /// The arena for `sizing`, most recently used now; built if absent.
+    pub fn acquire(&mut self, sizing: &RingSizing) -> Result<(&mut Arena, Acquired), ReserveError> {
+        let k = sizing.key();
+        if let Some(i) = self.arenas.iter().position(|a| a.sizing.key() == k) {
+            self.stats.hits += 1;
+            let a = self.arenas.remove(i);
+            self.arenas.insert(0, a);
+            return Ok((&mut self.arenas[0], Acquired { hit: true, build_s: 0.0 }));
+        }
+        self.stats.misses += 1;
+        let s = self.insert_new(sizing)?;
+        Ok((&mut self.arenas[0], Acquired { hit: false, build_s: s }))
+    }
+
+    pub fn stats(&self) -> ArenaStats {
+        let mut s = self.stats.clone();
+        s.resident = self.arenas.iter().map(|a| a.sizing.key()).collect();
+        s
+    }
+
+    /// Drop every arena.
+    pub fn clear(&mut self) {
+        self.stats.evictions += self.arenas.len() as u64;
+        self.arenas.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::rss_bytes;
+
+    fn sz(w: u64) -> RingSizing {
+        RingSizing::uniform(w, 1 << 20, 64).unwrap()
+    }
+
+    #[test]
+    fn default_build_is_cheap() {
+        let before = rss_bytes();
+        let a = Arena::build(&RingSizing::default()).unwrap();
+        let grown = rss_bytes().saturating_sub(before);
+        assert!(grown < 16 << 20, "default arena build grew RSS by {grown} bytes");
+        assert_eq!(a.heap_reserved_bytes(), 4 << 28);
+    }
+
+    #[test]
+    fn lru_and_counters() {
+        let mut c = ArenaCache::new(2);
+        c.prewarm(&sz(4)).unwrap();
+        assert_eq!(c.stats().builds, 1);
+        let (_, h) = c.acquire(&sz(4)).unwrap();
+        assert!(h.hit);
+        let (_, h) = c.acquire(&sz(8)).unwrap();
+        assert!(!h.hit);
+        let (_, h) = c.acquire(&sz(16)).unwrap(); // evicts 4 (LRU)
+        assert!(!h.hit);
+        let s = c.stats();
+        assert_eq!((s.builds, s.hits, s.misses, s.evictions), (3, 1, 2, 1));
+        assert_eq!(s.resident, vec![sz(16).key(), sz(8).key()]);
+        assert!(!c.contains(&sz(4)));
+    }
+
+    #[test]
+    fn single_slot_rebuilds_on_every_switch() {
+        let mut c = ArenaCache::new(1);
+        for i in 0..6 {
+            let w = if i % 2 == 0 { 4 } else { 8 };
+            c.acquire(&sz(w)).unwrap();
+        }
+        assert_eq!(c.stats().builds, 6);
+        let mut c = ArenaCache::new(2);
+        for i in 0..6 {
+            let w = if i % 2 == 0 { 4 } else { 8 };
+            c.acquire(&sz(w)).unwrap();
+        }
+        assert_eq!(c.stats().builds, 2);
+    }
+}

@@ -1,0 +1,201 @@
+//! Runtime failures: status codes, names, descriptions and hints.
+//!
+//! Codes, names, descriptions and hints follow upstream's `error_names.h` (reference
+//! §12.1) so users can triage with upstream's documentation. Two codes are ours:
+//! 200 TASK_FAILED (a kernel raised or panicked) and 201 RUNTIME_SETUP (an arena could
+//! not be reserved, or the chip is not usable). A failure's `description` is the fixed
+//! description of its code followed by the specifics of this failure (`; ...`).
+
+use std::fmt;
+
+/// Status codes (reference §12.1 plus ours).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum StatusCode {
+    ScopeDeadlock = 1,
+    HeapRingDeadlock = 2,
+    FlowControlDeadlock = 3,
+    DepPoolOverflow = 4,
+    InvalidArgs = 5,
+    TensorWaitTimeout = 8,
+    ExplicitOrchFatal = 9,
+    TensormapOverflow = 11,
+    SchedulerTimeout = 100,
+    TaskFailed = 200,
+    RuntimeSetup = 201,
+}
+
+impl StatusCode {
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StatusCode::ScopeDeadlock => "SCOPE_DEADLOCK",
+            StatusCode::HeapRingDeadlock => "HEAP_RING_DEADLOCK",
+            StatusCode::FlowControlDeadlock => "FLOW_CONTROL_DEADLOCK",
+            StatusCode::DepPoolOverflow => "DEP_POOL_OVERFLOW",
+            StatusCode::InvalidArgs => "INVALID_ARGS",
+            StatusCode::TensorWaitTimeout => "TENSOR_WAIT_TIMEOUT",
+            StatusCode::ExplicitOrchFatal => "EXPLICIT_ORCH_FATAL",
+            StatusCode::TensormapOverflow => "TENSORMAP_OVERFLOW",
+            StatusCode::SchedulerTimeout => "SCHEDULER_TIMEOUT",
+            StatusCode::TaskFailed => "TASK_FAILED",
+            StatusCode::RuntimeSetup => "RUNTIME_SETUP",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            StatusCode::ScopeDeadlock => "tasks submitted in one scope reached the ring task-window cap; their fanout references are only released at scope_end, so no slot can be reclaimed",
+            StatusCode::HeapRingDeadlock => "the task allocator could not reserve the heap bytes required for another task",
+            StatusCode::FlowControlDeadlock => "the task allocator could not admit another task because the configured task window had no available slot",
+            StatusCode::DepPoolOverflow => "a task's producer dependencies exceeded the runtime's available fanin representation capacity",
+            StatusCode::InvalidArgs => "an orchestration API rejected its arguments (bad alloc_tensors info, illegal nested scope, unknown task id in set_dependencies, or an CoreTaskArgs carrying an error flag)",
+            StatusCode::TensorWaitTimeout => "waiting for tensor data timed out: the producing task never completed, or a consumer never released its fanout reference",
+            StatusCode::ExplicitOrchFatal => "the orchestration code called rt_report_fatal() itself; every later orchestration API call short-circuits to a no-op",
+            StatusCode::TensormapOverflow => "the tensormap could not reserve the entries required to register another task's outputs",
+            StatusCode::SchedulerTimeout => "the scheduler saw no forward progress within its timeout; the sub_class= line below carries the device-classified reason and locators",
+            StatusCode::TaskFailed => "a task's kernel raised an error or panicked; its dependants were not run",
+            StatusCode::RuntimeSetup => "the runtime could not set up the chip or the arena for this dispatch",
+        }
+    }
+
+    pub fn hint(self) -> &'static str {
+        match self {
+            StatusCode::ScopeDeadlock => "raise ring_task_window (PTO2_RING_TASK_WINDOW) or split the scope so slots are reclaimed sooner; enable CallConfig.enable_scope_stats to see which scope peaked",
+            StatusCode::HeapRingDeadlock => "raise ring_heap (PTO2_RING_HEAP) or shrink per-task args / intermediate tensors; the 'Ring buffer sizes:' line above reports the configured capacities",
+            StatusCode::FlowControlDeadlock => "raise ring_task_window (PTO2_RING_TASK_WINDOW) or shrink the graph; in a reclaiming runtime also check for nested submission or a stalled consumer",
+            StatusCode::DepPoolOverflow => "follow the preceding resource diagnostic: HBG has no spill pool, so reduce fanin to PTO2_MAX_FANIN or less; for a reclaiming runtime raise PTO2_RING_DEP_POOL or cut fanin",
+            StatusCode::InvalidArgs => "an orchestration bug, not a capacity problem -- resizing the rings will not help; recheck the arguments of the orchestration API calls listed above",
+            StatusCode::TensorWaitTimeout => "find the producing kernel and check it for a hang (see SCHEDULER_TIMEOUT sub_class S1); verify the consumer declares the dependency and exits; raise PTO2_TENSOR_DATA_TIMEOUT_MS to tell a slow kernel apart from a stuck one",
+            StatusCode::ExplicitOrchFatal => "self-inflicted -- follow the message passed to the rt_report_fatal() call site",
+            StatusCode::TensormapOverflow => "follow the preceding resource diagnostic: in HBG increase PTO2_TENSORMAP_POOL_SIZE or shrink the graph; in a reclaiming runtime also inspect entry-reclaim progress",
+            StatusCode::SchedulerTimeout => "read the sub_class= line below first, then follow the S1-S5 table in the doc; raise PTO2_SCHEDULER_TIMEOUT_MS to tell a true deadlock apart from a merely slow kernel",
+            StatusCode::TaskFailed => "fix the kernel named above; the chip is intact and the next run proceeds normally",
+            StatusCode::RuntimeSetup => "check the sizing (address space for the heaps) and the chip's state",
+        }
+    }
+}
+
+/// Which ring resource a capacity failure is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Resource {
+    TaskWindow,
+    Heap,
+    DepPool,
+    Tensormap,
+}
+
+impl Resource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::TaskWindow => "ring_task_window",
+            Resource::Heap => "ring_heap",
+            Resource::DepPool => "ring_dep_pool",
+            Resource::Tensormap => "tensormap",
+        }
+    }
+}
+
+/// A failed run (or a failed submit inside one). See the module doc.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeFailure {
+    pub code: StatusCode,
+    pub ring: Option<usize>,
+    /// The specifics: which call, which task, which kernel, which sizes.
+    pub detail: String,
+    /// For capacity failures: the resource, the configured size and the size that
+    /// would have been needed (when known).
+    pub resource: Option<Resource>,
+    pub configured: Option<u64>,
+    pub needed: Option<u64>,
+}
+
+impl RuntimeFailure {
+    pub fn new(code: StatusCode, ring: Option<usize>, detail: impl Into<String>) -> RuntimeFailure {
+        RuntimeFailure { code, ring, detail: detail.into(), resource: None, configured: None, needed: None }
+    }
+
+    /// An INVALID_ARGS failure.
+    pub fn invalid_args(ring: Option<usize>, detail: impl Into<String>) -> RuntimeFailure {
+        RuntimeFailure::new(StatusCode::InvalidArgs, ring, detail)
+    }
+
+    /// A capacity failure with the sizes.
+    pub fn capacity(
+        code: StatusCode,
+        ring: usize,
+        resource: Resource,
+        configured: u64,
+        needed: Option<u64>,
+        detail: impl Into<String>,
+    ) -> RuntimeFailure {
+        RuntimeFailure {
+            code,
+            ring: Some(ring),
+            detail: detail.into(),
+            resource: Some(resource),
+            configured: Some(configured),
+            needed,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.code.name()
+    }
+    pub fn hint(&self) -> &'static str {
+        self.code.hint()
+    }
+    /// The fixed description of the code followed by this failure's specifics.
+    pub fn description(&self) -> String {
+        if self.detail.is_empty() {
+            self.code.description().to_string()
+        } else {
+            format!("{}; {}", self.code.description(), self.detail)
+        }
+    }
+}
+
+impl fmt::Display for RuntimeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ring = match self.ring {
+            Some(r) => r.to_string(),
+            None => "None".to_string(),
+        };
+        write!(
+            f,
+            "{} (code {}) on ring {}: {}. Hint: {}",
+            self.code.name(),
+            self.code.code(),
+            ring,
+            self.description(),
+            self.code.hint()
+        )
+    }
+}
+
+impl std::error::Error for RuntimeFailure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_format() {
+        let e = RuntimeFailure::capacity(
+            StatusCode::ScopeDeadlock,
+            1,
+            Resource::TaskWindow,
+            4,
+            Some(9),
+            "scope at depth 1 holds 3 tasks",
+        );
+        let s = e.to_string();
+        assert!(s.starts_with("SCOPE_DEADLOCK (code 1) on ring 1: tasks submitted in one scope"));
+        assert!(s.contains("; scope at depth 1 holds 3 tasks. Hint: raise ring_task_window"));
+        let n = RuntimeFailure::invalid_args(None, "x");
+        assert!(n.to_string().starts_with("INVALID_ARGS (code 5) on ring None: "));
+    }
+}

@@ -1,0 +1,256 @@
+//! The task engine: rings, tensormap, scopes, submission and completion.
+//!
+//! One engine serves both levels (ARCHITECTURE.md §1): what differs between an L2 chip
+//! and an L3 node is only what runs a ready task, which is a [`Kernel`](crate::kernel::Kernel)
+//! either way (a compute kernel on a core thread, or a chip dispatch on an endpoint).
+//!
+//! - [`ring`]: the orchestrator-side allocators (task window, heap ring, pools);
+//! - [`shared`]: slot states, completion protocol, ready queues, parking;
+//! - [`tensormap`]: dependency inference over buffer regions;
+//! - [`orch`]: the [`Orchestrator`] (submit, scopes, alloc) and its per-arena state;
+//! - [`error`]: [`RuntimeFailure`] and status codes.
+//!
+//! What is not tracked: write-after-read. A task that overwrites a buffer an earlier task
+//! only reads (INPUT) does not wait for that reader. Make the reader INOUT, or add an
+//! explicit dependency on it (reference §5.5).
+
+pub mod error;
+pub mod orch;
+pub mod ring;
+pub mod shared;
+pub mod tensormap;
+
+pub use error::{Resource, RuntimeFailure, StatusCode};
+pub use orch::{Orchestrator, OrchState, PeakUse, TaskOutputs};
+
+use crate::kernel::{CoreKind, KernelRef};
+use crate::tensor::{DType, TaskId, Tensor, TensorError, MAX_DIMS};
+use std::fmt;
+
+/// Most tensors one task may take.
+pub const MAX_TASK_TENSORS: usize = 16;
+/// Most scalars one task may take.
+pub const MAX_TASK_SCALARS: usize = 16;
+/// Most explicit dependencies one task may declare.
+pub const MAX_TASK_DEPS: usize = 16;
+/// Fanin edges stored in the payload; the rest spill into the ring's spill pool.
+pub const FANIN_INLINE: usize = 16;
+/// Deepest scope nesting.
+pub const MAX_SCOPE_DEPTH: usize = 64;
+
+/// How a task uses a tensor argument (reference §5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArgTag {
+    /// Read; depends on the creator and on overlapping writers.
+    Input,
+    /// Written into a buffer the runtime allocates from the current ring's heap.
+    Output,
+    /// Read and written; depends on overlapping writers and becomes the new writer.
+    Inout,
+    /// Written into an existing buffer; becomes the writer, does not wait for earlier
+    /// writers (only for the buffer's creator).
+    OutputExisting,
+    /// Passed through without dependency tracking (only the creator edge).
+    NoDep,
+}
+
+impl ArgTag {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArgTag::Input => "INPUT",
+            ArgTag::Output => "OUTPUT",
+            ArgTag::Inout => "INOUT",
+            ArgTag::OutputExisting => "OUTPUT_EXISTING",
+            ArgTag::NoDep => "NO_DEP",
+        }
+    }
+}
+
+/// A scalar argument, bit-cast to `u64`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    F64(f64),
+    I64(i64),
+}
+
+impl Scalar {
+    pub fn bits(self) -> u64 {
+        match self {
+            Scalar::F64(v) => v.to_bits(),
+            Scalar::I64(v) => v as u64,
+        }
+    }
+}
+
+/// A runtime-allocated output: shape and dtype (tag OUTPUT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub shape: [u32; MAX_DIMS],
+    pub ndims: u8,
+    pub dtype: DType,
+}
+
+impl TensorSpec {
+    pub fn new(shape: &[u32], dtype: DType) -> Result<TensorSpec, TensorError> {
+        if shape.is_empty() || shape.len() > MAX_DIMS {
+            return Err(TensorError::Rank(shape.len()));
+        }
+        if shape.iter().any(|&d| d == 0) {
+            return Err(TensorError::EmptyDim(shape.to_vec()));
+        }
+        let mut s = [1u32; MAX_DIMS];
+        s[..shape.len()].copy_from_slice(shape);
+        Ok(TensorSpec { shape: s, ndims: shape.len() as u8, dtype })
+    }
+    pub fn nbytes(&self) -> u64 {
+        self.shape[..self.ndims as usize].iter().map(|&d| d as u64).product::<u64>() * self.dtype.size_bytes() as u64
+    }
+    /// The tensor this spec becomes at `addr`, owned by `owner`.
+    pub fn materialize(&self, addr: u64, owner: TaskId) -> Tensor {
+        let mut t = Tensor::from_raw(addr, &self.shape[..self.ndims as usize], self.dtype);
+        t.owner = owner;
+        t
+    }
+}
+
+/// A misuse recorded while building [`TaskArgs`]; it fails the submit (INVALID_ARGS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgError {
+    TooManyTensors,
+    TooManyScalars,
+    TooManyDeps,
+    TensorAfterScalar,
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::TooManyTensors => write!(f, "a task takes at most {MAX_TASK_TENSORS} tensors"),
+            ArgError::TooManyScalars => write!(f, "a task takes at most {MAX_TASK_SCALARS} scalars"),
+            ArgError::TooManyDeps => write!(f, "a task takes at most {MAX_TASK_DEPS} explicit dependencies"),
+            ArgError::TensorAfterScalar => f.write_str("all tensors must be added before any scalar"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ArgTensor {
+    Existing(ArgTag, Tensor),
+    Spec(TensorSpec),
+}
+
+/// The arguments of one task, built without heap allocation. Misuse is recorded and
+/// reported by the submit (INVALID_ARGS), as upstream's `Arg` builder does.
+#[derive(Clone)]
+pub struct TaskArgs {
+    pub(crate) tensors: [ArgTensor; MAX_TASK_TENSORS],
+    pub(crate) n_tensors: usize,
+    pub(crate) scalars: [u64; MAX_TASK_SCALARS],
+    pub(crate) n_scalars: usize,
+    pub(crate) deps: [(TaskId, u64); MAX_TASK_DEPS],
+    pub(crate) n_deps: usize,
+    pub(crate) error: Option<ArgError>,
+}
+
+impl Default for TaskArgs {
+    fn default() -> Self {
+        TaskArgs {
+            tensors: [ArgTensor::Spec(TensorSpec { shape: [1; MAX_DIMS], ndims: 1, dtype: DType::U8 }); MAX_TASK_TENSORS],
+            n_tensors: 0,
+            scalars: [0; MAX_TASK_SCALARS],
+            n_scalars: 0,
+            deps: [(TaskId::INVALID, 0); MAX_TASK_DEPS],
+            n_deps: 0,
+            error: None,
+        }
+    }
+}
+
+impl TaskArgs {
+    pub fn new() -> TaskArgs {
+        TaskArgs::default()
+    }
+    fn record(&mut self, e: ArgError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+    fn push_tensor(&mut self, t: ArgTensor) -> &mut Self {
+        if self.n_scalars > 0 {
+            self.record(ArgError::TensorAfterScalar);
+        } else if self.n_tensors == MAX_TASK_TENSORS {
+            self.record(ArgError::TooManyTensors);
+        } else {
+            self.tensors[self.n_tensors] = t;
+            self.n_tensors += 1;
+        }
+        self
+    }
+    pub fn tensor(&mut self, tag: ArgTag, t: Tensor) -> &mut Self {
+        self.push_tensor(ArgTensor::Existing(tag, t))
+    }
+    pub fn input(&mut self, t: Tensor) -> &mut Self {
+        self.tensor(ArgTag::Input, t)
+    }
+    pub fn inout(&mut self, t: Tensor) -> &mut Self {
+        self.tensor(ArgTag::Inout, t)
+    }
+    pub fn output_existing(&mut self, t: Tensor) -> &mut Self {
+        self.tensor(ArgTag::OutputExisting, t)
+    }
+    pub fn no_dep(&mut self, t: Tensor) -> &mut Self {
+        self.tensor(ArgTag::NoDep, t)
+    }
+    /// A runtime-allocated output (tag OUTPUT).
+    pub fn output(&mut self, spec: TensorSpec) -> &mut Self {
+        self.push_tensor(ArgTensor::Spec(spec))
+    }
+    pub fn scalar(&mut self, s: Scalar) -> &mut Self {
+        self.scalar_bits(s.bits())
+    }
+    pub fn scalar_bits(&mut self, bits: u64) -> &mut Self {
+        if self.n_scalars == MAX_TASK_SCALARS {
+            self.record(ArgError::TooManyScalars);
+        } else {
+            self.scalars[self.n_scalars] = bits;
+            self.n_scalars += 1;
+        }
+        self
+    }
+    /// Explicit dependency: wait for `id` and keep its outputs alive until this task
+    /// is released (WAIT | RETAIN).
+    pub fn dep(&mut self, id: TaskId) -> &mut Self {
+        self.dep_flags(id, shared::DEP_WAIT | shared::DEP_RETAIN)
+    }
+    /// Explicit ordering-only dependency (WAIT).
+    pub fn dep_wait(&mut self, id: TaskId) -> &mut Self {
+        self.dep_flags(id, shared::DEP_WAIT)
+    }
+    fn dep_flags(&mut self, id: TaskId, flags: u64) -> &mut Self {
+        if self.n_deps == MAX_TASK_DEPS {
+            self.record(ArgError::TooManyDeps);
+        } else {
+            self.deps[self.n_deps] = (id, flags);
+            self.n_deps += 1;
+        }
+        self
+    }
+    pub fn tensor_count(&self) -> usize {
+        self.n_tensors
+    }
+}
+
+/// What a task runs with; written by the orchestrator before publication.
+pub struct Payload {
+    pub kernel: Option<KernelRef>,
+    pub kind: CoreKind,
+    pub id: TaskId,
+    pub n_tensors: u8,
+    pub n_inputs: u8,
+    pub n_scalars: u8,
+    pub n_fanin: u32,
+    pub fanin_spill_start: u64,
+    pub tensors: [Tensor; MAX_TASK_TENSORS],
+    pub scalars: [u64; MAX_TASK_SCALARS],
+    pub fanin_inline: [u64; FANIN_INLINE],
+}

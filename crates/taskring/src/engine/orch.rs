@@ -1,0 +1,921 @@
+//! The orchestrator: submission, scopes and output-only allocations, on the caller's
+//! thread; and [`OrchState`], its private per-arena state.
+//!
+//! Submit, in order (reference §6.2), each step able to fail the run with a precise
+//! [`RuntimeFailure`]:
+//! 1. validate the arguments (counts, views, the kernel's own check, explicit deps, and
+//!    that no tensor outlives the scope of the task that produced it) — INVALID_ARGS;
+//! 2. scope admission: the innermost scope may own at most `window - 1` tasks —
+//!    SCOPE_DEADLOCK at once;
+//! 3. a slot and the packed output bytes from the current ring (`min(depth, 3)`), waiting
+//!    while completions will free space (back-pressure); failing at once when the ring's
+//!    head task is pinned by an open scope (structural deadlock: no scope can end while
+//!    the orchestrator waits), or after the backstop without progress;
+//! 4. the fanin: explicit deps, then (outside manual scopes) creator edges and
+//!    tensormap lookups; duplicates merged; each producer claimed under its lock
+//!    (skipped when it already completed and only ordering was asked);
+//! 5. tensormap inserts for INOUT and OUTPUT_EXISTING (outside manual scopes);
+//! 6. fanin record (inline, then spill pool) and dependency nodes, each reserved with the
+//!    same wait / structural / backstop rules (DEP_POOL_OVERFLOW);
+//! 7. wiring under each producer's lock, then the `+1` release that publishes the task.
+//!
+//! After any failure the run is fatal: every later call returns the latched failure.
+
+use super::ring::{align_output, window_admits, HeapAlloc, HeapRing, LinearPool};
+use super::shared::{ArenaShared, DepNode, EngineShared, COMPLETED, DEP_RETAIN, DEP_WAIT, SCOPE_BIT};
+use super::tensormap::TensorMap;
+use super::*;
+use crate::config::RingSizing;
+use crate::mem::{ReserveError, ZeroValid, ZeroedArray};
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+/// Orchestrator-private record per slot.
+#[derive(Clone, Copy)]
+struct OrchSlot {
+    heap_end: u64,
+    dep_mark: u64,
+    spill_mark: u64,
+    seen_epoch: u32,
+    seen_idx: u32,
+}
+// safety: integers.
+unsafe impl ZeroValid for OrchSlot {}
+
+/// Orchestrator-private state of one ring.
+struct OrchRing {
+    heap: HeapRing,
+    heap_base: u64,
+    deps: LinearPool,
+    spill: LinearPool,
+    next: u32,
+    seen_la: u32,
+    slots: ZeroedArray<OrchSlot>,
+    mask: u32,
+    peak_slots: u64,
+    peak_heap: u64,
+    peak_deps: u64,
+}
+
+/// Highest simultaneous use seen per ring during a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeakUse {
+    pub task_window: [u64; 4],
+    pub heap: [u64; 4],
+    pub dep_pool: [u64; 4],
+}
+
+#[derive(Clone, Copy)]
+struct ScopeFrame {
+    begin: usize,
+    manual: bool,
+}
+
+#[derive(Clone, Copy)]
+struct FaninEdge {
+    producer: TaskId,
+    flags: u64,
+    /// Claimed (a reference taken on the producer).
+    claimed: bool,
+    /// WAIT edge whose producer had not completed at claim time.
+    pending: bool,
+}
+
+/// The orchestrator's private part of an arena. Reset per run in O(rings).
+pub struct OrchState {
+    rings: [OrchRing; 4],
+    tensormap: TensorMap,
+    scope_tasks: Vec<TaskId>,
+    scopes: Vec<ScopeFrame>,
+    fanin: Vec<FaninEdge>,
+    epoch: u32,
+    tasks: u64,
+}
+
+impl OrchState {
+    /// Build for `sizing`; `heap_bases[r]` is the address of ring `r`'s heap.
+    pub fn new(sizing: &RingSizing, heap_bases: [u64; 4]) -> Result<OrchState, ReserveError> {
+        let mk = |r: usize| -> Result<OrchRing, ReserveError> {
+            Ok(OrchRing {
+                heap: HeapRing::new(sizing.heap[r]),
+                heap_base: heap_bases[r],
+                deps: LinearPool::new(sizing.dep_pool[r]),
+                spill: LinearPool::new(sizing.dep_pool[r]),
+                next: 0,
+                seen_la: 0,
+                slots: ZeroedArray::new(sizing.task_window[r] as usize)?,
+                mask: (sizing.task_window[r] - 1) as u32,
+                peak_slots: 0,
+                peak_heap: 0,
+                peak_deps: 0,
+            })
+        };
+        Ok(OrchState {
+            rings: [mk(0)?, mk(1)?, mk(2)?, mk(3)?],
+            tensormap: TensorMap::new()?,
+            scope_tasks: Vec::with_capacity(1024),
+            scopes: Vec::with_capacity(MAX_SCOPE_DEPTH),
+            fanin: Vec::with_capacity(64),
+            epoch: 0,
+            tasks: 0,
+        })
+    }
+
+    /// Forget the previous run (O(rings)).
+    pub fn reset(&mut self) {
+        for r in &mut self.rings {
+            r.heap.reset();
+            r.deps.reset();
+            r.spill.reset();
+            r.next = 0;
+            r.seen_la = 0;
+            r.peak_slots = 0;
+            r.peak_heap = 0;
+            r.peak_deps = 0;
+        }
+        self.tensormap.reset();
+        self.scope_tasks.clear();
+        self.scopes.clear();
+        self.fanin.clear();
+        self.tasks = 0;
+    }
+
+    pub fn peaks(&self) -> PeakUse {
+        let mut p = PeakUse::default();
+        for (i, r) in self.rings.iter().enumerate() {
+            p.task_window[i] = r.peak_slots;
+            p.heap[i] = r.peak_heap;
+            p.dep_pool[i] = r.peak_deps;
+        }
+        p
+    }
+
+    /// Tasks submitted in the current run (including alloc and dummy tasks).
+    pub fn tasks(&self) -> u64 {
+        self.tasks
+    }
+
+    /// Next local id per ring (tasks submitted per ring this run).
+    pub fn submitted_per_ring(&self) -> [u32; 4] {
+        [self.rings[0].next, self.rings[1].next, self.rings[2].next, self.rings[3].next]
+    }
+
+    /// Peak tensormap entries this run.
+    pub fn tensormap_peak(&self) -> u32 {
+        self.tensormap.peak()
+    }
+}
+
+/// The tensors a submit produced.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskOutputs {
+    pub id: TaskId,
+    outputs: [Tensor; MAX_TASK_TENSORS],
+    n: u8,
+}
+
+impl TaskOutputs {
+    /// Runtime-allocated outputs (tag OUTPUT), in argument order. Valid for submits in
+    /// the same scope or inner scopes.
+    pub fn outputs(&self) -> &[Tensor] {
+        &self.outputs[..self.n as usize]
+    }
+    pub fn output(&self, i: usize) -> Tensor {
+        self.outputs()[i]
+    }
+}
+
+/// Timeouts the orchestrator applies while it waits for space.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitPolicy {
+    /// Fail after this long without any progress (backstop).
+    pub backstop: Duration,
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        WaitPolicy { backstop: Duration::from_millis(500) }
+    }
+}
+
+/// The orchestration API for one run. See the module doc.
+pub struct Orchestrator<'r> {
+    eng: &'r EngineShared,
+    sh: &'r ArenaShared,
+    st: &'r mut OrchState,
+    sizing: RingSizing,
+    policy: WaitPolicy,
+    /// Called around blocking waits (e.g. to release Python's GIL): `true` before
+    /// waiting, `false` after.
+    pub(crate) blocking_hook: Option<&'r dyn Fn(bool)>,
+}
+
+enum Blocked {
+    Window,
+    Heap,
+    Deps,
+    Spill,
+    Tensormap,
+}
+
+impl<'r> Orchestrator<'r> {
+    pub(crate) fn new(
+        eng: &'r EngineShared,
+        sh: &'r ArenaShared,
+        st: &'r mut OrchState,
+        sizing: RingSizing,
+        policy: WaitPolicy,
+    ) -> Orchestrator<'r> {
+        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None }
+    }
+
+    /// The sizing this run uses.
+    pub fn sizing(&self) -> &RingSizing {
+        &self.sizing
+    }
+
+    /// Current scope depth (the run's root scope is depth 0).
+    pub fn depth(&self) -> usize {
+        self.st.scopes.len().saturating_sub(1)
+    }
+
+    /// Ring new tasks go to: `min(depth, 3)`.
+    pub fn current_ring(&self) -> usize {
+        self.depth().min(3)
+    }
+
+    fn in_manual_scope(&self) -> bool {
+        self.st.scopes.iter().any(|s| s.manual)
+    }
+
+    /// A runtime-allocated output spec (tag OUTPUT).
+    pub fn spec(shape: &[u32], dtype: DType) -> Result<TensorSpec, RuntimeFailure> {
+        TensorSpec::new(shape, dtype).map_err(|e| RuntimeFailure::invalid_args(None, format!("spec: {e}")))
+    }
+
+    fn check_fatal(&self) -> Result<(), RuntimeFailure> {
+        if self.eng.fatal.load(Acquire) {
+            let f = self.eng.failure.lock().clone();
+            return Err(f.unwrap_or_else(|| RuntimeFailure::new(StatusCode::TaskFailed, None, "the run already failed")));
+        }
+        Ok(())
+    }
+
+    /// Latch `f` as the run's failure (first wins) and return it.
+    fn fail(&self, f: RuntimeFailure) -> RuntimeFailure {
+        self.eng.fail(f.clone());
+        self.eng.failure.lock().clone().unwrap_or(f)
+    }
+
+    // ----- scopes -------------------------------------------------------------------
+
+    /// Open a scope. `manual` scopes infer no dependencies (only explicit ones).
+    pub fn begin_scope(&mut self, manual: bool) -> Result<(), RuntimeFailure> {
+        self.check_fatal()?;
+        if !manual && self.in_manual_scope() {
+            return Err(self.fail(RuntimeFailure::invalid_args(
+                Some(self.current_ring()),
+                "scope(): auto scope nested inside manual scope is not supported",
+            )));
+        }
+        if self.st.scopes.len() >= MAX_SCOPE_DEPTH {
+            return Err(self.fail(RuntimeFailure::invalid_args(
+                Some(self.current_ring()),
+                format!("scope(): scopes nest at most {MAX_SCOPE_DEPTH} deep"),
+            )));
+        }
+        let begin = self.st.scope_tasks.len();
+        self.st.scopes.push(ScopeFrame { begin, manual });
+        Ok(())
+    }
+
+    /// Close the innermost scope: drop its reference on each of its tasks (non-blocking).
+    pub fn end_scope(&mut self) -> Result<(), RuntimeFailure> {
+        if self.st.scopes.len() <= 1 {
+            return Err(self.fail(RuntimeFailure::invalid_args(
+                Some(0),
+                "end_scope(): no scope is open (the root scope ends with the run)",
+            )));
+        }
+        self.close_scope();
+        self.check_fatal()
+    }
+
+    pub(crate) fn close_scope(&mut self) {
+        let Some(frame) = self.st.scopes.pop() else { return };
+        for i in frame.begin..self.st.scope_tasks.len() {
+            let id = self.st.scope_tasks[i];
+            self.sh.release_ref(id, SCOPE_BIT, self.eng);
+        }
+        self.st.scope_tasks.truncate(frame.begin);
+    }
+
+    /// Close every open scope, the root included (end of the orchestration).
+    pub(crate) fn close_all_scopes(&mut self) {
+        while !self.st.scopes.is_empty() {
+            self.close_scope();
+        }
+    }
+
+    /// Run `f` inside an automatic scope.
+    pub fn scope<R>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<R, RuntimeFailure>,
+    ) -> Result<R, RuntimeFailure> {
+        self.begin_scope(false)?;
+        let r = f(self);
+        let e = self.end_scope();
+        let v = r?;
+        e?;
+        Ok(v)
+    }
+
+    /// Run `f` inside a manual scope (no inferred dependencies).
+    pub fn manual_scope<R>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<R, RuntimeFailure>,
+    ) -> Result<R, RuntimeFailure> {
+        self.begin_scope(true)?;
+        let r = f(self);
+        let e = self.end_scope();
+        let v = r?;
+        e?;
+        Ok(v)
+    }
+
+    // ----- submission ---------------------------------------------------------------
+
+    /// Submit a task running `kernel`.
+    pub fn submit(&mut self, kernel: KernelRef, args: &TaskArgs) -> Result<TaskOutputs, RuntimeFailure> {
+        self.submit_impl(Some(kernel), args, false)
+    }
+
+    /// Submit a dummy task: dependencies and outputs as given, runs nothing (a barrier).
+    pub fn submit_dummy(&mut self, args: &TaskArgs) -> Result<TaskOutputs, RuntimeFailure> {
+        self.submit_impl(None, args, false)
+    }
+
+    /// An output-only allocation: the buffers live until this scope ends (and until
+    /// every RETAIN consumer released them). Completes at once.
+    pub fn alloc(&mut self, specs: &[TensorSpec]) -> Result<TaskOutputs, RuntimeFailure> {
+        let mut a = TaskArgs::new();
+        if specs.is_empty() {
+            return Err(self.fail(RuntimeFailure::invalid_args(Some(self.current_ring()), "alloc(): needs at least one tensor")));
+        }
+        for s in specs {
+            a.output(*s);
+        }
+        self.submit_impl(None, &a, true)
+    }
+
+    fn submit_impl(&mut self, kernel: Option<KernelRef>, args: &TaskArgs, inline_complete: bool) -> Result<TaskOutputs, RuntimeFailure> {
+        self.check_fatal()?;
+        self.st.fanin.clear();
+        let ring = self.current_ring();
+        let what = match kernel {
+            Some(k) => format!("submit of kernel '{}'", k.name()),
+            None if inline_complete => "alloc()".to_string(),
+            None => "submit of a dummy task".to_string(),
+        };
+        if let Some(e) = args.error {
+            return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: {e}"))));
+        }
+
+        // 1. canonical order: inputs, inouts, outputs (OUTPUT and OUTPUT_EXISTING in
+        //    argument order), no_dep; validate views; output layout.
+        let mut tensors = [Tensor::from_raw(0, &[1], DType::U8); MAX_TASK_TENSORS];
+        let mut tags = [ArgTag::Input; MAX_TASK_TENSORS];
+        let mut out_size = [0u64; MAX_TASK_TENSORS];
+        let mut n = 0usize;
+        let mut n_inputs = 0usize;
+        let mut heap_bytes = 0u64;
+        for group in 0..4 {
+            for a in &args.tensors[..args.n_tensors] {
+                let (tag, t) = match *a {
+                    ArgTensor::Existing(tag, t) => (tag, t),
+                    ArgTensor::Spec(s) => (ArgTag::Output, s.materialize(0, TaskId::INVALID)),
+                };
+                let g = match tag {
+                    ArgTag::Input => 0,
+                    ArgTag::Inout => 1,
+                    ArgTag::Output | ArgTag::OutputExisting => 2,
+                    ArgTag::NoDep => 3,
+                };
+                if g != group {
+                    continue;
+                }
+                if inline_complete && tag != ArgTag::Output {
+                    return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
+                }
+                if let Err(e) = t.validate() {
+                    return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {e}", tag.name()))));
+                }
+                if tag == ArgTag::Output {
+                    out_size[n] = align_output(t.nbytes());
+                    heap_bytes += out_size[n];
+                } else if t.owner.is_valid() {
+                    if let Err(msg) = self.check_owner_live(t.owner) {
+                        return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {msg}", tag.name()))));
+                    }
+                }
+                if tag == ArgTag::Input {
+                    n_inputs += 1;
+                }
+                tensors[n] = t;
+                tags[n] = tag;
+                n += 1;
+            }
+        }
+        let scalars = &args.scalars[..args.n_scalars];
+        if let Some(k) = kernel {
+            if let Err(msg) = k.0.check(&tensors[..n], n_inputs, scalars) {
+                return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: {msg}"))));
+            }
+        }
+        for &(d, _) in &args.deps[..args.n_deps] {
+            if !d.is_valid() || d.ring() > 3 || d.local() >= self.st.rings[d.ring()].next {
+                return Err(self.fail(RuntimeFailure::invalid_args(
+                    Some(ring),
+                    format!("{what}: explicit dependency {d:?} is not a task of this run"),
+                )));
+            }
+        }
+
+        // 2. scope admission.
+        let window = self.sizing.task_window[ring];
+        let frame = *self.st.scopes.last().expect("root scope is open during a run");
+        let owned = (self.st.scope_tasks.len() - frame.begin) as u64;
+        if owned + 1 >= window {
+            return Err(self.fail(RuntimeFailure::capacity(
+                StatusCode::ScopeDeadlock,
+                ring,
+                Resource::TaskWindow,
+                window,
+                Some((owned + 2).next_power_of_two()),
+                format!(
+                    "{what}: the scope at depth {} already owns {owned} tasks and ring {ring}'s ring_task_window={window} holds at most {} live tasks; a window of at least {} is needed",
+                    self.depth(),
+                    window - 1,
+                    (owned + 2).next_power_of_two()
+                ),
+            )));
+        }
+
+        // 3. slot + heap.
+        let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, &what)?;
+        let id = TaskId::new(ring as u8, local);
+        let rs = &self.sh.rings[ring];
+        rs.slot(local).prepare(local);
+        rs.current.store(local + 1, Release);
+        self.st.scope_tasks.push(id);
+        self.st.tasks += 1;
+        {
+            let r = &mut self.st.rings[ring];
+            let os = &mut r.slots[(local & r.mask) as usize];
+            os.heap_end = heap_end;
+            os.dep_mark = r.deps.top;
+            os.spill_mark = r.spill.top;
+        }
+
+        // Materialize outputs.
+        let mut outputs = TaskOutputs { id, outputs: [tensors[0]; MAX_TASK_TENSORS], n: 0 };
+        let base = self.st.rings[ring].heap_base + heap_off;
+        let mut off = 0u64;
+        for i in 0..n {
+            if tags[i] == ArgTag::Output {
+                let mut t = tensors[i];
+                t.addr = base + off;
+                t.owner = id;
+                off += out_size[i];
+                tensors[i] = t;
+                outputs.outputs[outputs.n as usize] = t;
+                outputs.n += 1;
+            }
+        }
+
+        // 4. fanin.
+        let la = self.watermarks();
+        self.begin_fanin();
+        for &(d, flags) in &args.deps[..args.n_deps] {
+            if d.local() >= la[d.ring()] {
+                self.add_fanin(d, flags);
+            }
+        }
+        let manual = frame.manual || self.in_manual_scope();
+        if !manual {
+            for i in 0..n {
+                let t = tensors[i];
+                if tags[i] != ArgTag::Output && t.owner.is_valid() && t.owner.local() >= la[t.owner.ring()] {
+                    self.add_fanin(t.owner, DEP_WAIT | DEP_RETAIN);
+                }
+                if (tags[i] == ArgTag::Input || tags[i] == ArgTag::Inout) && !t.manual_dep {
+                    let remove = tags[i] == ArgTag::Inout;
+                    let st = &mut *self.st;
+                    let (tm, fanin, rings, epoch) = (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
+                    tm.lookup(&t, remove, &la, |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT));
+                }
+            }
+        }
+
+        // 5. tensormap inserts.
+        if !manual {
+            let need = (0..n)
+                .filter(|&i| matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !tensors[i].manual_dep)
+                .count() as u32;
+            if need > 0 {
+                self.reserve_tensormap(need, ring, &what)?;
+                for i in 0..n {
+                    if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !tensors[i].manual_dep {
+                        let ok = self.st.tensormap.insert(&tensors[i], id);
+                        debug_assert!(ok);
+                    }
+                }
+            }
+        }
+
+        // Claim producers.
+        let mut waits = 0u32;
+        let mut pending = 0u64;
+        for e in self.st.fanin.iter_mut() {
+            let s = self.sh.slot(e.producer);
+            s.lock();
+            let state = s.state.load(Acquire);
+            let gone = s.local.load(Relaxed) != e.producer.local() || state > COMPLETED;
+            let completed = state == COMPLETED;
+            if !gone && (e.flags & DEP_RETAIN != 0 || !completed) {
+                s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
+                e.claimed = true;
+                if e.flags & DEP_WAIT != 0 {
+                    waits += 1;
+                    e.pending = !completed;
+                    pending += e.pending as u64;
+                }
+            }
+            s.unlock();
+        }
+        self.st.fanin.retain(|e| e.claimed);
+        let n_fanin = self.st.fanin.len();
+
+        // 6. fanin record + dependency nodes.
+        let spill_need = n_fanin.saturating_sub(FANIN_INLINE) as u64;
+        let spill_start = if spill_need > 0 { self.reserve_pool(ring, spill_need, Blocked::Spill, &what)? } else { 0 };
+        let dep_start = if pending > 0 { self.reserve_pool(ring, pending, Blocked::Deps, &what)? } else { 0 };
+
+        // Payload.
+        {
+            // safety: the slot was just prepared and is not yet published; payload memory
+            // is zero-initialised at arena build (every field is valid at zero) or holds
+            // a previous task's payload, so it may be referenced.
+            let p = unsafe { rs.payload_mut(local) }.as_mut_ptr();
+            let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
+            unsafe {
+                (*p).kernel = kernel;
+                (*p).kind = kind;
+                (*p).id = id;
+                (*p).n_tensors = n as u8;
+                (*p).n_inputs = n_inputs as u8;
+                (*p).n_scalars = scalars.len() as u8;
+                (*p).n_fanin = n_fanin as u32;
+                (*p).fanin_spill_start = spill_start;
+                (&mut (*p).tensors)[..n].copy_from_slice(&tensors[..n]);
+                (&mut (*p).scalars)[..scalars.len()].copy_from_slice(scalars);
+                for (i, e) in self.st.fanin.iter().enumerate() {
+                    let rec = e.producer.0 | e.flags;
+                    if i < FANIN_INLINE {
+                        (*p).fanin_inline[i] = rec;
+                    } else {
+                        let sp = &rs.spill;
+                        *sp[((spill_start + (i - FANIN_INLINE) as u64) % sp.len() as u64) as usize].get() = rec;
+                    }
+                }
+            }
+        }
+
+        if inline_complete {
+            let s = rs.slot(local);
+            s.lock();
+            s.state.store(COMPLETED, Release);
+            s.unlock();
+            self.eng.completed.fetch_add(1, Relaxed);
+            self.record_marks(ring, local);
+            return Ok(outputs);
+        }
+
+        // 7. wiring and publication.
+        let me = rs.slot(local);
+        me.fanin_count.store(waits + 1, Release);
+        let mut done = 0u32;
+        let mut node_i = dep_start;
+        for e in self.st.fanin.iter() {
+            if e.flags & DEP_WAIT == 0 {
+                continue;
+            }
+            let s = self.sh.slot(e.producer);
+            s.lock();
+            if s.state.load(Acquire) >= COMPLETED {
+                done += 1;
+            } else {
+                let nodes = &rs.dep_nodes;
+                let phys = (node_i % nodes.len() as u64) as usize;
+                node_i += 1;
+                // safety: the node is reserved for this submit; linked under the lock.
+                unsafe {
+                    *nodes[phys].get() = DepNode { consumer: id.0, next: s.fanout_head.load(Relaxed) };
+                }
+                s.fanout_head.store(((ring as u64) << 32) | (phys as u64 + 1), Release);
+            }
+            s.unlock();
+        }
+        for i in 0..self.st.fanin.len() {
+            let e = self.st.fanin[i];
+            if e.flags & DEP_RETAIN == 0 {
+                self.sh.release_ref(e.producer, 1, self.eng);
+            }
+        }
+        self.record_marks(ring, local);
+        let prev = me.fanin_refcount.fetch_add(done + 1, AcqRel);
+        if prev + done + 1 == waits + 1 {
+            let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
+            self.eng.push_ready(id, kind);
+        }
+        Ok(outputs)
+    }
+
+    fn record_marks(&mut self, ring: usize, local: u32) {
+        let r = &mut self.st.rings[ring];
+        let os = &mut r.slots[(local & r.mask) as usize];
+        os.dep_mark = r.deps.top;
+        os.spill_mark = r.spill.top;
+    }
+
+    fn check_owner_live(&self, owner: TaskId) -> Result<(), String> {
+        let r = owner.ring();
+        if r > 3 || owner.local() >= self.st.rings[r].next {
+            return Err(format!("its producer {owner:?} is not a task of this run"));
+        }
+        let s = self.sh.slot(owner);
+        let la = self.sh.rings[r].last_alive.load(Acquire);
+        if owner.local() < la || s.local.load(Relaxed) != owner.local() || s.scope_released() {
+            return Err(format!(
+                "it was produced by {owner:?}, whose scope has ended; runtime outputs are valid only in the scope that made them and its inner scopes"
+            ));
+        }
+        Ok(())
+    }
+
+    fn watermarks(&self) -> [u32; 4] {
+        [0, 1, 2, 3].map(|r| self.sh.rings[r].last_alive.load(Acquire))
+    }
+
+    fn begin_fanin(&mut self) {
+        self.st.fanin.clear();
+        self.st.epoch = self.st.epoch.wrapping_add(1);
+        if self.st.epoch == 0 {
+            for r in &mut self.st.rings {
+                r.slots.discard();
+            }
+            self.st.epoch = 1;
+        }
+    }
+
+    fn add_fanin(&mut self, p: TaskId, flags: u64) {
+        let st = &mut *self.st;
+        add_fanin_to(&mut st.fanin, &mut st.rings, st.epoch, p, flags);
+    }
+
+    // ----- capacity -----------------------------------------------------------------
+
+    /// Catch up with the ring's watermark: free slots, heap bytes and pool entries.
+    fn observe(&mut self, ring: usize) {
+        let la = self.sh.rings[ring].last_alive.load(Acquire);
+        let r = &mut self.st.rings[ring];
+        if la != r.seen_la {
+            let last = r.slots[((la - 1) & r.mask) as usize];
+            r.heap.retire_to(la, last.heap_end);
+            r.deps.retire_to(last.dep_mark);
+            r.spill.retire_to(last.spill_mark);
+            r.seen_la = la;
+        }
+    }
+
+    /// Is the ring's head task pinned so that it can never retire while we wait?
+    fn head_pinned(&self, ring: usize) -> Option<TaskId> {
+        let r = &self.st.rings[ring];
+        if r.seen_la == r.next {
+            return None;
+        }
+        let head = TaskId::new(ring as u8, r.seen_la);
+        let s = self.sh.slot(head);
+        if !s.scope_released() || self.st.fanin.iter().any(|e| e.claimed && e.producer == head) {
+            Some(head)
+        } else {
+            None
+        }
+    }
+
+    fn alloc_slot(&mut self, ring: usize, heap_bytes: u64, what: &str) -> Result<(u32, u64, u64), RuntimeFailure> {
+        let heap_size = self.sizing.heap[ring];
+        let window = self.sizing.task_window[ring];
+        if heap_bytes > heap_size {
+            return Err(self.fail(RuntimeFailure::capacity(
+                StatusCode::HeapRingDeadlock,
+                ring,
+                Resource::Heap,
+                heap_size,
+                Some(heap_bytes.next_power_of_two()),
+                format!("{what}: its outputs need {heap_bytes} bytes (each output rounded up to 1 KiB) but ring {ring}'s ring_heap={heap_size}; a heap of at least {} is needed", heap_bytes.next_power_of_two()),
+            )));
+        }
+        let mut clock = Backstop::new(self);
+        loop {
+            self.observe(ring);
+            let r = &mut self.st.rings[ring];
+            let local = r.next;
+            let win_ok = window_admits(local, r.seen_la, window);
+            if win_ok {
+                if let HeapAlloc::At { offset, end } = r.heap.try_alloc(heap_bytes, local) {
+                    r.next += 1;
+                    r.peak_slots = r.peak_slots.max((r.next - r.seen_la) as u64);
+                    r.peak_heap = r.peak_heap.max(r.heap.used());
+                    return Ok((local, offset, end));
+                }
+            }
+            let blocked = if win_ok { Blocked::Heap } else { Blocked::Window };
+            self.wait_or_fail(ring, blocked, heap_bytes, what, &mut clock)?;
+        }
+    }
+
+    fn reserve_pool(&mut self, ring: usize, need: u64, which: Blocked, what: &str) -> Result<u64, RuntimeFailure> {
+        let cap = self.sizing.dep_pool[ring];
+        if need > cap {
+            let (noun, extra) = match which {
+                Blocked::Spill => ("fanin edges beyond the 16 held inline", ""),
+                _ => ("dependency-list entries", " for producers still running"),
+            };
+            return Err(self.fail(RuntimeFailure::capacity(
+                StatusCode::DepPoolOverflow,
+                ring,
+                Resource::DepPool,
+                cap,
+                Some(need),
+                format!("{what}: the task needs {need} {noun}{extra} but ring {ring}'s ring_dep_pool={cap}; a pool of at least {need} is needed"),
+            )));
+        }
+        let mut clock = Backstop::new(self);
+        loop {
+            self.observe(ring);
+            let r = &mut self.st.rings[ring];
+            let pool = match which {
+                Blocked::Spill => &mut r.spill,
+                _ => &mut r.deps,
+            };
+            if let Some(start) = pool.try_alloc(need) {
+                let used = pool.used();
+                r.peak_deps = r.peak_deps.max(used.max(r.deps.used()));
+                return Ok(start);
+            }
+            self.wait_or_fail(ring, which_copy(&which), need, what, &mut clock)?;
+        }
+    }
+
+    fn reserve_tensormap(&mut self, need: u32, ring: usize, what: &str) -> Result<(), RuntimeFailure> {
+        let cap = self.st.tensormap.capacity();
+        if need > cap {
+            return Err(self.fail(RuntimeFailure::capacity(StatusCode::TensormapOverflow, ring, Resource::Tensormap, cap as u64, Some(need as u64), format!("{what}: needs {need} tensormap entries"))));
+        }
+        let mut clock = Backstop::new(self);
+        loop {
+            if self.st.tensormap.free() >= need {
+                return Ok(());
+            }
+            let la = self.watermarks();
+            self.st.tensormap.sweep(&la);
+            if self.st.tensormap.free() >= need {
+                return Ok(());
+            }
+            self.wait_or_fail(ring, Blocked::Tensormap, need as u64, what, &mut clock)?;
+        }
+    }
+
+    /// Either prove a deadlock, time out, or wait for progress.
+    fn wait_or_fail(&mut self, ring: usize, blocked: Blocked, need: u64, what: &str, clock: &mut Backstop) -> Result<(), RuntimeFailure> {
+        self.check_fatal()?;
+        let (code, resource, configured) = match blocked {
+            Blocked::Window => (StatusCode::FlowControlDeadlock, Resource::TaskWindow, self.sizing.task_window[ring]),
+            Blocked::Heap => (StatusCode::HeapRingDeadlock, Resource::Heap, self.sizing.heap[ring]),
+            Blocked::Deps | Blocked::Spill => (StatusCode::DepPoolOverflow, Resource::DepPool, self.sizing.dep_pool[ring]),
+            Blocked::Tensormap => (StatusCode::TensormapOverflow, Resource::Tensormap, self.st.tensormap.capacity() as u64),
+        };
+        let r = &self.st.rings[ring];
+        let live = (r.next - r.seen_la) as u64;
+        let (in_use, needed) = match blocked {
+            Blocked::Window => (live, (live + 2).next_power_of_two()),
+            Blocked::Heap => (r.heap.used(), (r.heap.used() + need).next_power_of_two()),
+            Blocked::Deps => (r.deps.used(), r.deps.used() + need),
+            Blocked::Spill => (r.spill.used(), r.spill.used() + need),
+            Blocked::Tensormap => (self.st.tensormap.used() as u64, self.st.tensormap.used() as u64 + need),
+        };
+        let usage = format!(
+            "ring {ring}: {live} live tasks of window {}, heap {} of {} bytes in use, {resource_name} {in_use} of {configured} in use, {need} more needed",
+            self.sizing.task_window[ring],
+            r.heap.used(),
+            self.sizing.heap[ring],
+            resource_name = resource.name(),
+        );
+        if !matches!(blocked, Blocked::Tensormap) {
+            if let Some(head) = self.head_pinned(ring) {
+                return Err(self.fail(RuntimeFailure::capacity(
+                    code,
+                    ring,
+                    resource,
+                    configured,
+                    Some(needed),
+                    format!(
+                        "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({usage}); {} of at least {needed} would be needed",
+                        resource.name()
+                    ),
+                )));
+            }
+        }
+        if clock.expired(self) {
+            return Err(self.fail(RuntimeFailure::capacity(
+                code,
+                ring,
+                resource,
+                configured,
+                None,
+                format!("{what}: no reclaim progress for ~{} ms ({usage})", self.policy.backstop.as_millis()),
+            )));
+        }
+        // Wait for the watermark to move (or anything to fail).
+        let seen = self.st.rings[ring].seen_la;
+        let lar = &self.sh.rings[ring].last_alive;
+        let eng = self.eng;
+        let moved = || lar.load(Acquire) != seen || eng.fatal.load(Acquire);
+        for i in 0..64 {
+            if moved() {
+                return Ok(());
+            }
+            if i < 48 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if let Some(h) = self.blocking_hook {
+            h(true);
+        }
+        self.eng.progress.wait(moved, Duration::from_millis(20).min(self.policy.backstop));
+        if let Some(h) = self.blocking_hook {
+            h(false);
+        }
+        Ok(())
+    }
+}
+
+fn which_copy(b: &Blocked) -> Blocked {
+    match b {
+        Blocked::Window => Blocked::Window,
+        Blocked::Heap => Blocked::Heap,
+        Blocked::Deps => Blocked::Deps,
+        Blocked::Spill => Blocked::Spill,
+        Blocked::Tensormap => Blocked::Tensormap,
+    }
+}
+
+/// Add `p` to the fanin being built, merging flags of duplicates (per-submit epoch).
+fn add_fanin_to(fanin: &mut Vec<FaninEdge>, rings: &mut [OrchRing; 4], epoch: u32, p: TaskId, flags: u64) {
+    let r = &mut rings[p.ring()];
+    let os = &mut r.slots[(p.local() & r.mask) as usize];
+    if os.seen_epoch == epoch {
+        let e = &mut fanin[os.seen_idx as usize];
+        if e.producer == p {
+            e.flags |= flags;
+            return;
+        }
+    }
+    os.seen_epoch = epoch;
+    os.seen_idx = fanin.len() as u32;
+    fanin.push(FaninEdge { producer: p, flags, claimed: false, pending: false });
+}
+
+/// The no-progress clock: progress is any task completing anywhere.
+struct Backstop {
+    since: Instant,
+    completed: u64,
+}
+
+impl Backstop {
+    fn new(o: &Orchestrator<'_>) -> Backstop {
+        Backstop { since: Instant::now(), completed: o.eng.completed.load(Relaxed) }
+    }
+    fn expired(&mut self, o: &Orchestrator<'_>) -> bool {
+        let c = o.eng.completed.load(Relaxed);
+        if c != self.completed {
+            self.completed = c;
+            self.since = Instant::now();
+            return false;
+        }
+        self.since.elapsed() >= o.policy.backstop
+    }
+}

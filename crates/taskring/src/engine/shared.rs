@@ -1,0 +1,468 @@
+//! The state shared between the orchestrator thread and the core threads, and the
+//! completion protocol that runs on the core threads.
+//!
+//! Per ring ([`RingShared`]): the slot table (one [`SlotState`] cache line per window
+//! entry), the payload table (what a task runs with), the dependency-node pool and the
+//! fanin spill pool, and two counters: `current` (next local id, published by the
+//! orchestrator) and `last_alive` (the in-order retirement watermark).
+//!
+//! Reference accounting of a task T (reference §6.4):
+//! - `fanout_count` = `SCOPE_BIT` (the owning scope's reference, set when T's slot is
+//!   prepared) + one per consumer claim (orchestrator, under T's lock);
+//! - `fanout_refcount` += `SCOPE_BIT` at scope end, += 1 per released claim (a WAIT-only
+//!   claim at the end of its consumer's wiring, a RETAIN claim when the consumer is
+//!   released after completing);
+//! - T is CONSUMED when COMPLETED and `fanout_refcount == fanout_count`, decided under
+//!   T's lock — the same lock the orchestrator's claim takes, so "claim vs consume"
+//!   cannot race: a claim either sees CONSUMED (and drops the edge) or happens before.
+//!
+//! Readiness: `fanin_count` = WAIT edges + 1; the `+1` is released by the orchestrator
+//! after wiring, so a task cannot become ready while it is still being linked. Whoever's
+//! `fetch_add` brings `fanin_refcount` to `fanin_count` pushes the task — exactly once.
+//!
+//! Completion of T (core thread), in order:
+//! 1. under T's lock: state = COMPLETED, snapshot `fanout_head` (no node is prepended
+//!    after this: the orchestrator wires under the same lock and checks the state);
+//! 2. walk the fanout list, releasing one fanin reference of each consumer;
+//! 3. release T's RETAIN claims on its producers; then check T itself for CONSUMED.
+//!
+//! Retirement: a thread that turns a slot CONSUMED advances the ring's watermark over the
+//! consumed prefix under the ring's `advance` mutex (blocking, so no advance is lost) and
+//! wakes the orchestrator if it is waiting for space. A slot is only reused after the
+//! watermark passed it, and the orchestrator resets it before publishing the new id.
+//!
+//! Memory ordering: payloads, fanin records and dependency nodes are plain memory written
+//! by the orchestrator before the task is published; publication is a release RMW on
+//! `fanin_refcount` (or a push onto a ready queue), and readers acquire it.
+
+use crate::engine::Payload;
+use crate::kernel::CoreKind;
+use crate::mem::{ReserveError, ZeroValid, ZeroedArray};
+use crate::tensor::TaskId;
+use crossbeam_queue::SegQueue;
+use crossbeam_utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::time::Duration;
+
+pub const PENDING: u32 = 0;
+pub const COMPLETED: u32 = 1;
+pub const CONSUMED: u32 = 2;
+/// The owning scope's reference in `fanout_count` / `fanout_refcount`.
+pub const SCOPE_BIT: u32 = 1 << 31;
+
+/// Fanin edge flags, stored in the top bits of a recorded producer id.
+pub const DEP_WAIT: u64 = 1 << 62;
+pub const DEP_RETAIN: u64 = 1 << 63;
+pub const DEP_FLAGS: u64 = DEP_WAIT | DEP_RETAIN;
+
+/// One slot's synchronisation state: one cache line; all-zero is a valid (PENDING) value.
+#[repr(C, align(64))]
+pub struct SlotState {
+    /// Spin lock guarding state transitions, claims and the fanout list.
+    lock: AtomicU32,
+    pub state: AtomicU32,
+    pub fanout_count: AtomicU32,
+    pub fanout_refcount: AtomicU32,
+    pub fanin_count: AtomicU32,
+    pub fanin_refcount: AtomicU32,
+    /// Local id of the task occupying this slot (generation check for claims).
+    pub local: AtomicU32,
+    /// Fanout list head: `(ring << 32) | (index + 1)` into that ring's node pool; 0 = empty.
+    pub fanout_head: AtomicU64,
+}
+
+// safety: atomics only.
+unsafe impl ZeroValid for SlotState {}
+
+impl SlotState {
+    #[inline]
+    pub fn lock(&self) {
+        let mut spins = 0u32;
+        while self.lock.compare_exchange_weak(0, 1, Acquire, Relaxed).is_err() {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+    #[inline]
+    pub fn unlock(&self) {
+        self.lock.store(0, Release);
+    }
+
+    /// Prepare the slot for local id `local` (orchestrator; the slot is retired).
+    #[inline]
+    pub fn prepare(&self, local: u32) {
+        self.state.store(PENDING, Relaxed);
+        self.fanout_count.store(SCOPE_BIT, Relaxed);
+        self.fanout_refcount.store(0, Relaxed);
+        self.fanin_count.store(0, Relaxed);
+        self.fanin_refcount.store(0, Relaxed);
+        self.fanout_head.store(0, Relaxed);
+        self.local.store(local, Relaxed);
+        self.lock.store(0, Relaxed);
+    }
+
+    /// Has the owning scope released its reference?
+    #[inline]
+    pub fn scope_released(&self) -> bool {
+        self.fanout_refcount.load(Acquire) & SCOPE_BIT != 0
+    }
+
+    /// Under the lock: COMPLETED and every reference released -> CONSUMED.
+    #[inline]
+    fn try_consume_locked(&self) -> bool {
+        if self.state.load(Relaxed) == COMPLETED
+            && self.fanout_refcount.load(Acquire) == self.fanout_count.load(Relaxed)
+        {
+            self.state.store(CONSUMED, Release);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// A fanout list node: `consumer` task id and the next node (same encoding as heads).
+#[derive(Clone, Copy)]
+pub struct DepNode {
+    pub consumer: u64,
+    pub next: u64,
+}
+// safety: plain integers.
+unsafe impl ZeroValid for DepNode {}
+
+pub type PayloadCell = UnsafeCell<MaybeUninit<Payload>>;
+
+/// One ring's shared tables and counters. See the module doc.
+pub struct RingShared {
+    pub window: u64,
+    pub mask: u32,
+    pub slots: ZeroedArray<SlotState>,
+    pub payloads: ZeroedArray<PayloadCell>,
+    pub dep_nodes: ZeroedArray<UnsafeCell<DepNode>>,
+    pub spill: ZeroedArray<UnsafeCell<u64>>,
+    /// Next local id (published by the orchestrator after preparing the slot).
+    pub current: CachePadded<AtomicU32>,
+    /// Every local id below this has retired.
+    pub last_alive: CachePadded<AtomicU32>,
+    advance: Mutex<()>,
+}
+
+// safety: the UnsafeCell tables are written only by the orchestrator before publication
+// and read by core threads after acquiring the publication (see the module doc).
+unsafe impl Sync for RingShared {}
+unsafe impl Send for RingShared {}
+
+impl RingShared {
+    pub fn new(window: u64, dep_pool: u64) -> Result<RingShared, ReserveError> {
+        Ok(RingShared {
+            window,
+            mask: (window - 1) as u32,
+            slots: ZeroedArray::new(window as usize)?,
+            payloads: ZeroedArray::new(window as usize)?,
+            dep_nodes: ZeroedArray::new(dep_pool as usize)?,
+            spill: ZeroedArray::new(dep_pool as usize)?,
+            current: CachePadded::new(AtomicU32::new(0)),
+            last_alive: CachePadded::new(AtomicU32::new(0)),
+            advance: Mutex::new(()),
+        })
+    }
+
+    #[inline]
+    pub fn slot(&self, local: u32) -> &SlotState {
+        &self.slots[(local & self.mask) as usize]
+    }
+
+    /// # Safety
+    /// The caller must hold publication of `local` (see the module doc) and no `&mut`.
+    #[inline]
+    pub unsafe fn payload(&self, local: u32) -> &Payload {
+        (*self.payloads[(local & self.mask) as usize].get()).assume_init_ref()
+    }
+
+    /// # Safety
+    /// Only the orchestrator, for a slot it prepared and has not yet published.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn payload_mut(&self, local: u32) -> &mut MaybeUninit<Payload> {
+        &mut *self.payloads[(local & self.mask) as usize].get()
+    }
+
+    pub fn reset(&self) {
+        self.current.store(0, Relaxed);
+        self.last_alive.store(0, Relaxed);
+    }
+
+    /// Advance `last_alive` over the consumed prefix. Returns true if it moved.
+    pub fn advance(&self) -> bool {
+        let _g = self.advance.lock();
+        let start = self.last_alive.load(Relaxed);
+        let cur = self.current.load(Acquire);
+        let mut la = start;
+        while la < cur && self.slot(la).state.load(Acquire) == CONSUMED {
+            la += 1;
+        }
+        if la != start {
+            self.last_alive.store(la, Release);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The four rings of one arena.
+pub struct ArenaShared {
+    pub rings: [RingShared; 4],
+}
+
+impl ArenaShared {
+    #[inline]
+    pub fn slot(&self, id: TaskId) -> &SlotState {
+        self.rings[id.ring()].slot(id.local())
+    }
+
+    /// Release one reference on `p` and retire it if that was the last.
+    #[inline]
+    pub fn release_ref(&self, p: TaskId, amount: u32, eng: &EngineShared) {
+        let s = self.slot(p);
+        s.fanout_refcount.fetch_add(amount, AcqRel);
+        self.check_consumed(p, eng);
+    }
+
+    /// CONSUMED check (under the slot lock) and watermark advance.
+    #[inline]
+    pub fn check_consumed(&self, id: TaskId, eng: &EngineShared) {
+        let s = self.slot(id);
+        s.lock();
+        let consumed = s.try_consume_locked();
+        s.unlock();
+        if consumed && self.rings[id.ring()].advance() {
+            eng.progress.notify();
+        }
+    }
+
+    /// Run the completion protocol of `id` (module doc, steps 1–3). Consumers that
+    /// become ready are handed to `ready`.
+    ///
+    /// # Safety
+    /// `id` must be a published task of this arena that finished running, completed once.
+    pub unsafe fn complete(&self, id: TaskId, eng: &EngineShared, mut ready: impl FnMut(TaskId)) {
+        let ring = &self.rings[id.ring()];
+        let s = ring.slot(id.local());
+        s.lock();
+        s.state.store(COMPLETED, Release);
+        let mut node = s.fanout_head.load(Relaxed);
+        s.unlock();
+        while node != 0 {
+            let r = (node >> 32) as usize;
+            let idx = (node as u32 - 1) as usize;
+            // safety: the node was written under our lock before we snapshotted the head,
+            // and cannot be reclaimed before its consumer retires, which needs this release.
+            let n = *self.rings[r].dep_nodes[idx].get();
+            node = n.next;
+            let c = TaskId(n.consumer);
+            let cs = self.slot(c);
+            let prev = cs.fanin_refcount.fetch_add(1, AcqRel);
+            if prev + 1 == cs.fanin_count.load(Acquire) {
+                ready(c);
+            }
+        }
+        eng.completed.fetch_add(1, Relaxed);
+        // Release RETAIN claims on producers.
+        let p = ring.payload(id.local());
+        let n_inline = (p.n_fanin as usize).min(crate::engine::FANIN_INLINE);
+        for i in 0..p.n_fanin as usize {
+            let e = if i < n_inline {
+                p.fanin_inline[i]
+            } else {
+                let sp = &ring.spill;
+                *sp[((p.fanin_spill_start + (i - n_inline) as u64) % sp.len() as u64) as usize].get()
+            };
+            if e & DEP_RETAIN != 0 {
+                self.release_ref(TaskId(e & !DEP_FLAGS), 1, eng);
+            }
+        }
+        self.check_consumed(id, eng);
+    }
+}
+
+/// Ready queues (per core kind), the idle-core parking lot, and the orchestrator's
+/// progress notification. Lives as long as the chip.
+pub struct EngineShared {
+    queues: [SegQueue<u64>; 3],
+    sleep: Sleep,
+    pub progress: Progress,
+    /// A run failed: core threads stop running kernels and discard tasks.
+    pub fatal: AtomicBool,
+    pub shutdown: AtomicBool,
+    /// Tasks completed (all runs); any change is progress for the backstop.
+    pub completed: CachePadded<AtomicU64>,
+    /// The first failure of the current run.
+    pub failure: Mutex<Option<crate::engine::RuntimeFailure>>,
+}
+
+#[inline]
+fn queue_index(kind: CoreKind) -> usize {
+    match kind {
+        CoreKind::Aic => 0,
+        CoreKind::Aiv => 1,
+        CoreKind::Any => 2,
+    }
+}
+
+impl Default for EngineShared {
+    fn default() -> Self {
+        EngineShared {
+            queues: [SegQueue::new(), SegQueue::new(), SegQueue::new()],
+            sleep: Sleep::default(),
+            progress: Progress::default(),
+            fatal: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            completed: CachePadded::new(AtomicU64::new(0)),
+            failure: Mutex::new(None),
+        }
+    }
+}
+
+impl EngineShared {
+    /// Make `id` available to a core of `kind`.
+    #[inline]
+    pub fn push_ready(&self, id: TaskId, kind: CoreKind) {
+        self.queues[queue_index(kind)].push(id.0);
+        self.sleep.wake();
+    }
+
+    /// Take a ready task for a core of `kind`: its own queue first, then `Any`.
+    #[inline]
+    pub fn pop_ready(&self, kind: CoreKind) -> Option<TaskId> {
+        let own = queue_index(kind);
+        if own != 2 {
+            if let Some(t) = self.queues[own].pop() {
+                return Some(TaskId(t));
+            }
+        }
+        self.queues[2].pop().map(TaskId)
+    }
+
+    /// Any task a core of `kind` could take?
+    #[inline]
+    pub fn has_ready(&self, kind: CoreKind) -> bool {
+        let own = queue_index(kind);
+        !self.queues[2].is_empty() || (own != 2 && !self.queues[own].is_empty())
+    }
+
+    /// Drop every queued task (abort).
+    pub fn drain_queues(&self) {
+        for q in &self.queues {
+            while q.pop().is_some() {}
+        }
+    }
+
+    pub fn queues_empty(&self) -> bool {
+        self.queues.iter().all(|q| q.is_empty())
+    }
+
+    /// Park the calling core until work may be there (or `timeout`).
+    pub fn park_core(&self, kind: CoreKind, timeout: Duration) {
+        self.sleep.park(|| self.has_ready(kind) || self.shutdown.load(SeqCst), timeout)
+    }
+
+    /// Wake every parked core (shutdown).
+    pub fn wake_all_cores(&self) {
+        self.sleep.wake_all();
+    }
+
+    /// Latch `f` as the run's failure if it is the first, and stop the run.
+    pub fn fail(&self, f: crate::engine::RuntimeFailure) {
+        {
+            let mut slot = self.failure.lock();
+            if slot.is_none() {
+                *slot = Some(f);
+            }
+        }
+        self.fatal.store(true, SeqCst);
+        self.progress.notify();
+        self.sleep.wake_all();
+    }
+}
+
+/// Parking for idle cores. A waker that pushed work checks `sleepers` after a SeqCst
+/// fence; a sleeper registers, fences, re-checks for work under the mutex, then waits.
+/// Either the waker sees the sleeper, or the sleeper sees the work.
+#[derive(Default)]
+pub struct Sleep {
+    sleepers: AtomicUsize,
+    m: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Sleep {
+    #[inline]
+    pub fn wake(&self) {
+        fence(SeqCst);
+        if self.sleepers.load(Relaxed) > 0 {
+            let _g = self.m.lock();
+            self.cv.notify_one();
+        }
+    }
+    pub fn wake_all(&self) {
+        fence(SeqCst);
+        if self.sleepers.load(Relaxed) > 0 {
+            let _g = self.m.lock();
+            self.cv.notify_all();
+        }
+    }
+    pub fn park(&self, has_work: impl Fn() -> bool, timeout: Duration) {
+        self.sleepers.fetch_add(1, SeqCst);
+        fence(SeqCst);
+        let mut g = self.m.lock();
+        if !has_work() {
+            self.cv.wait_for(&mut g, timeout);
+        }
+        drop(g);
+        self.sleepers.fetch_sub(1, SeqCst);
+    }
+}
+
+/// The orchestrator's "something moved" signal (same protocol as [`Sleep`]).
+#[derive(Default)]
+pub struct Progress {
+    waiting: AtomicBool,
+    m: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Progress {
+    #[inline]
+    pub fn notify(&self) {
+        fence(SeqCst);
+        if self.waiting.load(Relaxed) {
+            let _g = self.m.lock();
+            self.cv.notify_all();
+        }
+    }
+    /// Wait until `done()` or `timeout`. Returns `done()`'s last value.
+    pub fn wait(&self, done: impl Fn() -> bool, timeout: Duration) -> bool {
+        if done() {
+            return true;
+        }
+        self.waiting.store(true, SeqCst);
+        fence(SeqCst);
+        let mut g = self.m.lock();
+        let mut ok = done();
+        if !ok {
+            self.cv.wait_for(&mut g, timeout);
+            ok = done();
+        }
+        drop(g);
+        self.waiting.store(false, SeqCst);
+        ok
+    }
+}

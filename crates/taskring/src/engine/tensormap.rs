@@ -1,0 +1,363 @@
+//! The tensormap: which live task last wrote which region of which buffer.
+//!
+//! Owned by the orchestrator thread (no sharing). Keyed on the buffer base address, so
+//! all views of one buffer share a bucket; a bucket is a singly linked chain, newest
+//! entry first. An entry is *live* while its producer has not retired
+//! (`producer.local >= last_alive[producer.ring]`); dead entries are unlinked lazily by
+//! the lookups that meet them, or by [`TensorMap::sweep`] when the pool runs dry.
+//!
+//! Reset for a new run is O(1): buckets carry an epoch stamp; a stale stamp reads as an
+//! empty bucket.
+//!
+//! Overlap (reference §5.3): a newer probe version is conservatively overlapping; disjoint
+//! element ranges do not overlap; views of identical stride structure are compared per
+//! dimension (disjoint / covered / partial); anything else is conservatively overlapping.
+
+use crate::mem::{ReserveError, ZeroValid, ZeroedArray};
+use crate::tensor::{TaskId, Tensor};
+
+/// Entries in the pool (global across rings, not tunable; upstream uses the same size).
+pub const TENSORMAP_POOL_ENTRIES: usize = 65536;
+/// Hash buckets (power of two).
+pub const TENSORMAP_BUCKETS: usize = 4096;
+const NIL: u32 = u32::MAX;
+
+/// Result of the overlap test between a probe and an entry of the same buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overlap {
+    None,
+    /// The probe contains the entry entirely.
+    Covered,
+    /// Overlapping (or not provably disjoint).
+    Other,
+}
+
+/// The overlap test of the module doc.
+pub fn check_overlap(probe: &Tensor, e: &Tensor) -> Overlap {
+    if probe.version > e.version {
+        return Overlap::Other;
+    }
+    let (p0, p1) = (probe.offset, probe.offset + probe.extent());
+    let (e0, e1) = (e.offset, e.offset + e.extent());
+    if p1 <= e0 || e1 <= p0 {
+        return Overlap::None;
+    }
+    match structured_overlap(probe, e) {
+        Some(o) => o,
+        None => Overlap::Other,
+    }
+}
+
+/// Per-dimension comparison when both views share one stride structure.
+fn structured_overlap(p: &Tensor, e: &Tensor) -> Option<Overlap> {
+    let n = p.ndims as usize;
+    if p.dtype != e.dtype || n == 0 || n != e.ndims as usize || p.strides() != e.strides() {
+        return None;
+    }
+    let st = p.strides();
+    if st[n - 1] != 1 {
+        return None;
+    }
+    // Reference shape A: A[i] = st[i-1] / st[i]; A[0] = elems / st[0].
+    let mut a = [0u64; crate::tensor::MAX_DIMS];
+    for i in 1..n {
+        if st[i - 1] % st[i] != 0 {
+            return None;
+        }
+        a[i] = (st[i - 1] / st[i]) as u64;
+    }
+    let elems = p.capacity_elems().max(e.capacity_elems());
+    if elems % st[0] as u64 != 0 {
+        return None;
+    }
+    a[0] = elems / st[0] as u64;
+    let coords = |off: u64| -> Option<[u64; crate::tensor::MAX_DIMS]> {
+        let mut c = [0u64; crate::tensor::MAX_DIMS];
+        let mut rem = off;
+        for i in 0..n {
+            c[i] = rem / st[i] as u64;
+            rem %= st[i] as u64;
+            if i > 0 && c[i] >= a[i] {
+                return None;
+            }
+        }
+        (rem == 0).then_some(c)
+    };
+    let pc = coords(p.offset)?;
+    let ec = coords(e.offset)?;
+    let mut covered = true;
+    for i in 0..n {
+        let (ps, pe) = (pc[i], pc[i] + p.shape[i] as u64);
+        let (es, ee) = (ec[i], ec[i] + e.shape[i] as u64);
+        if pe > a[i] || ee > a[i] {
+            return None;
+        }
+        if pe <= es || ee <= ps {
+            return Some(Overlap::None);
+        }
+        if !(ps <= es && ee <= pe) {
+            covered = false;
+        }
+    }
+    Some(if covered { Overlap::Covered } else { Overlap::Other })
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    tensor: Tensor,
+    producer: TaskId,
+    next: u32,
+}
+
+// safety: Tensor and TaskId are plain data whose zero pattern is valid (DType 0 = F32).
+unsafe impl ZeroValid for Entry {}
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    epoch: u32,
+    head: u32,
+}
+// safety: two integers.
+unsafe impl ZeroValid for Bucket {}
+
+/// See the module doc.
+pub struct TensorMap {
+    buckets: ZeroedArray<Bucket>,
+    pool: ZeroedArray<Entry>,
+    epoch: u32,
+    bump: u32,
+    free_head: u32,
+    live: u32,
+    peak: u32,
+}
+
+/// Is `producer` still alive given the per-ring watermarks?
+#[inline]
+fn alive(producer: TaskId, last_alive: &[u32; 4]) -> bool {
+    producer.local() >= last_alive[producer.ring()]
+}
+
+impl TensorMap {
+    pub fn new() -> Result<TensorMap, ReserveError> {
+        Ok(TensorMap {
+            buckets: ZeroedArray::new(TENSORMAP_BUCKETS)?,
+            pool: ZeroedArray::new(TENSORMAP_POOL_ENTRIES)?,
+            epoch: 1,
+            bump: 0,
+            free_head: NIL,
+            live: 0,
+            peak: 0,
+        })
+    }
+
+    /// Forget everything (O(1)).
+    pub fn reset(&mut self) {
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        self.bump = 0;
+        self.free_head = NIL;
+        self.live = 0;
+        self.peak = 0;
+    }
+
+    /// Entries in use (live or not yet unlinked).
+    pub fn used(&self) -> u32 {
+        self.live
+    }
+    pub fn peak(&self) -> u32 {
+        self.peak
+    }
+    pub fn capacity(&self) -> u32 {
+        TENSORMAP_POOL_ENTRIES as u32
+    }
+    /// Entries that can be inserted without a sweep.
+    pub fn free(&self) -> u32 {
+        self.capacity() - self.live
+    }
+
+    #[inline]
+    fn bucket_of(addr: u64) -> usize {
+        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TENSORMAP_BUCKETS.trailing_zeros())) as usize
+    }
+
+    #[inline]
+    fn head(&self, b: usize) -> u32 {
+        let bk = self.buckets[b];
+        if bk.epoch == self.epoch {
+            bk.head
+        } else {
+            NIL
+        }
+    }
+
+    #[inline]
+    fn free_entry(&mut self, i: u32) {
+        self.pool[i as usize].next = self.free_head;
+        self.free_head = i;
+        self.live -= 1;
+    }
+
+    /// Call `f(producer)` for every live entry of `probe`'s buffer that overlaps it; when
+    /// `remove_covered`, entries the probe covers are removed (an INOUT supersedes them).
+    pub fn lookup(&mut self, probe: &Tensor, remove_covered: bool, last_alive: &[u32; 4], mut f: impl FnMut(TaskId)) {
+        let b = Self::bucket_of(probe.addr);
+        let mut prev = NIL;
+        let mut cur = self.head(b);
+        while cur != NIL {
+            let e = self.pool[cur as usize];
+            let next = e.next;
+            let mut unlink = false;
+            if e.tensor.addr == probe.addr {
+                if !alive(e.producer, last_alive) {
+                    unlink = true;
+                } else {
+                    match check_overlap(probe, &e.tensor) {
+                        Overlap::None => {}
+                        Overlap::Covered => {
+                            f(e.producer);
+                            unlink = remove_covered;
+                        }
+                        Overlap::Other => f(e.producer),
+                    }
+                }
+            } else if !alive(e.producer, last_alive) {
+                unlink = true;
+            }
+            if unlink {
+                if prev == NIL {
+                    self.buckets[b] = Bucket { epoch: self.epoch, head: next };
+                } else {
+                    self.pool[prev as usize].next = next;
+                }
+                self.free_entry(cur);
+            } else {
+                prev = cur;
+            }
+            cur = next;
+        }
+    }
+
+    /// Record that `producer` writes `t`. Returns false when the pool is full (call
+    /// [`TensorMap::sweep`] or wait for retirement first).
+    pub fn insert(&mut self, t: &Tensor, producer: TaskId) -> bool {
+        let idx = if self.free_head != NIL {
+            let i = self.free_head;
+            self.free_head = self.pool[i as usize].next;
+            i
+        } else if (self.bump as usize) < self.pool.len() {
+            self.bump += 1;
+            self.bump - 1
+        } else {
+            return false;
+        };
+        let b = Self::bucket_of(t.addr);
+        let head = self.head(b);
+        self.pool[idx as usize] = Entry { tensor: *t, producer, next: head };
+        self.buckets[b] = Bucket { epoch: self.epoch, head: idx };
+        self.live += 1;
+        self.peak = self.peak.max(self.live);
+        true
+    }
+
+    /// Unlink every entry whose producer retired. Returns how many were freed.
+    pub fn sweep(&mut self, last_alive: &[u32; 4]) -> u32 {
+        let before = self.live;
+        for b in 0..TENSORMAP_BUCKETS {
+            let mut prev = NIL;
+            let mut cur = self.head(b);
+            while cur != NIL {
+                let e = self.pool[cur as usize];
+                if !alive(e.producer, last_alive) {
+                    if prev == NIL {
+                        self.buckets[b] = Bucket { epoch: self.epoch, head: e.next };
+                    } else {
+                        self.pool[prev as usize].next = e.next;
+                    }
+                    self.free_entry(cur);
+                } else {
+                    prev = cur;
+                }
+                cur = e.next;
+            }
+        }
+        before - self.live
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::DType;
+
+    fn buf() -> Tensor {
+        Tensor::from_raw(0x10000, &[8, 8], DType::F32)
+    }
+
+    #[test]
+    fn overlap_disjoint_covered_partial() {
+        let t = buf();
+        let top = t.rows_slice(0, 4).unwrap();
+        let bottom = t.rows_slice(4, 8).unwrap();
+        assert_eq!(check_overlap(&top, &bottom), Overlap::None);
+        assert_eq!(check_overlap(&t, &top), Overlap::Covered);
+        assert_eq!(check_overlap(&top, &t), Overlap::Other);
+        let mid = t.rows_slice(2, 6).unwrap();
+        assert_eq!(check_overlap(&top, &mid), Overlap::Other);
+        assert_eq!(check_overlap(&t, &t), Overlap::Covered);
+    }
+
+    #[test]
+    fn overlap_strided_column_blocks() {
+        let t = buf();
+        let left = t.view(&[8, 4], 0, Some(&[8, 1])).unwrap();
+        let right = t.view(&[8, 4], 4, Some(&[8, 1])).unwrap();
+        // Element ranges interleave, but the per-dim test proves them disjoint.
+        assert_eq!(check_overlap(&left, &right), Overlap::None);
+        let inner = t.view(&[2, 2], 8 * 3 + 1, Some(&[8, 1])).unwrap();
+        assert_eq!(check_overlap(&left, &inner), Overlap::Covered);
+        assert_eq!(check_overlap(&right, &inner), Overlap::None);
+        // Different stride structure: conservatively overlapping.
+        let every_other = t.view(&[8, 4], 0, Some(&[8, 2])).unwrap();
+        assert_eq!(check_overlap(&every_other, &right), Overlap::Other);
+    }
+
+    #[test]
+    fn overlap_versions() {
+        let t = buf();
+        let top = t.rows_slice(0, 4).unwrap();
+        let mut bottom = t.rows_slice(4, 8).unwrap();
+        bottom.version = 1;
+        assert_eq!(check_overlap(&bottom, &top), Overlap::Other);
+        assert_eq!(check_overlap(&top, &bottom), Overlap::None);
+    }
+
+    #[test]
+    fn insert_lookup_remove_and_retire() {
+        let mut m = TensorMap::new().unwrap();
+        let t = buf();
+        let la = [0u32; 4];
+        assert!(m.insert(&t.rows_slice(0, 4).unwrap(), TaskId::new(1, 0)));
+        assert!(m.insert(&t.rows_slice(4, 8).unwrap(), TaskId::new(1, 1)));
+        let mut seen = vec![];
+        m.lookup(&t.rows_slice(0, 2).unwrap(), false, &la, |p| seen.push(p));
+        assert_eq!(seen, vec![TaskId::new(1, 0)]);
+        seen.clear();
+        // An INOUT over the whole buffer covers both and removes them.
+        m.lookup(&t, true, &la, |p| seen.push(p));
+        assert_eq!(seen.len(), 2);
+        assert_eq!(m.used(), 0);
+        // Retirement hides entries and frees them lazily.
+        assert!(m.insert(&t, TaskId::new(2, 5)));
+        seen.clear();
+        m.lookup(&t, false, &[0, 0, 6, 0], |p| seen.push(p));
+        assert!(seen.is_empty());
+        assert_eq!(m.used(), 0);
+        // Sweep and reset.
+        assert!(m.insert(&t, TaskId::new(0, 3)));
+        assert_eq!(m.sweep(&[4, 0, 0, 0]), 1);
+        assert!(m.insert(&t, TaskId::new(0, 9)));
+        m.reset();
+        seen.clear();
+        m.lookup(&t, false, &la, |p| seen.push(p));
+        assert!(seen.is_empty());
+    }
+}

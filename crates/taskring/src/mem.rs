@@ -1,0 +1,162 @@
+//! Lazily committed memory: anonymous mappings that cost address space, not RSS.
+//!
+//! [`ZeroedArray<T>`] maps `len * size_of::<T>()` bytes of zero-filled anonymous memory
+//! (`MAP_NORESERVE`): building one is O(1) whatever its length, and the OS commits a
+//! page only when it is first touched. Dropping it unmaps the memory, returning it to the
+//! OS. `T` must be valid when all-zero bytes ([`ZeroValid`]).
+//!
+//! Who uses it: the arena (slot tables, heaps, dependency pools, tensormap pool).
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+/// Types for which the all-zero bit pattern is a valid value.
+///
+/// # Safety
+/// Implementors guarantee that `mem::zeroed::<Self>()` is a valid, initialised value.
+pub unsafe trait ZeroValid {}
+
+// safety: integers and atomics are valid at zero.
+unsafe impl ZeroValid for u8 {}
+unsafe impl ZeroValid for u32 {}
+unsafe impl ZeroValid for u64 {}
+unsafe impl ZeroValid for std::sync::atomic::AtomicU32 {}
+unsafe impl ZeroValid for std::sync::atomic::AtomicU64 {}
+unsafe impl<T> ZeroValid for std::mem::MaybeUninit<T> {}
+unsafe impl<T: ZeroValid> ZeroValid for std::cell::UnsafeCell<T> {}
+unsafe impl<T: ZeroValid, const N: usize> ZeroValid for [T; N] {}
+
+/// Failure to reserve memory.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("could not reserve {bytes} bytes of address space: {reason}")]
+pub struct ReserveError {
+    pub bytes: u64,
+    pub reason: String,
+}
+
+/// A fixed-length array of `T` in its own anonymous mapping. See the module doc.
+pub struct ZeroedArray<T: ZeroValid> {
+    ptr: NonNull<T>,
+    len: usize,
+    map_bytes: usize,
+    _own: PhantomData<T>,
+}
+
+// safety: the array owns its memory like a Box<[T]>.
+unsafe impl<T: ZeroValid + Send> Send for ZeroedArray<T> {}
+unsafe impl<T: ZeroValid + Sync> Sync for ZeroedArray<T> {}
+
+impl<T: ZeroValid> ZeroedArray<T> {
+    /// Reserve `len` zeroed elements.
+    pub fn new(len: usize) -> Result<Self, ReserveError> {
+        let bytes = (len as u128) * (std::mem::size_of::<T>() as u128);
+        if bytes > isize::MAX as u128 {
+            return Err(ReserveError { bytes: u64::MAX, reason: "size overflows the address space".into() });
+        }
+        let map_bytes = (bytes as usize).max(1);
+        // safety: anonymous private mapping; no file, no fixed address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ReserveError {
+                bytes: map_bytes as u64,
+                reason: std::io::Error::last_os_error().to_string(),
+            });
+        }
+        debug_assert_eq!(p as usize % std::mem::align_of::<T>().min(4096), 0);
+        Ok(ZeroedArray {
+            ptr: NonNull::new(p as *mut T).expect("mmap returned null"),
+            len,
+            map_bytes,
+            _own: PhantomData,
+        })
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    #[inline]
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+    /// Bytes of address space reserved.
+    pub fn reserved_bytes(&self) -> usize {
+        self.map_bytes
+    }
+
+    /// Give the pages back to the OS while keeping the mapping (contents become zero).
+    pub fn discard(&mut self) {
+        // safety: the range is our own mapping; MADV_DONTNEED on private anonymous
+        // memory zero-fills on next touch, which is a valid state for T: ZeroValid.
+        unsafe {
+            libc::madvise(self.ptr.as_ptr() as *mut libc::c_void, self.map_bytes, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+impl<T: ZeroValid> std::ops::Deref for ZeroedArray<T> {
+    type Target = [T];
+    #[inline]
+    fn deref(&self) -> &[T] {
+        // safety: `len` elements are mapped and zero-valid (or written since).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: ZeroValid> std::ops::DerefMut for ZeroedArray<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // safety: as in Deref, and we hold the unique borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: ZeroValid> Drop for ZeroedArray<T> {
+    fn drop(&mut self) {
+        // safety: unmapping exactly the region we mapped; T needs no destructor beyond
+        // what zero-valid plain data has (types stored here hold no owned resources).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.map_bytes);
+        }
+    }
+}
+
+/// Resident set size of this process in bytes (Linux `/proc/self/statm`), or 0.
+pub fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // safety: sysconf is always safe to call.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_reservation_is_cheap_and_zeroed() {
+        let before = rss_bytes();
+        let mut a: ZeroedArray<u64> = ZeroedArray::new(1 << 27).unwrap(); // 1 GiB virtual
+        let after = rss_bytes();
+        assert!(after.saturating_sub(before) < 16 << 20, "reservation committed memory");
+        assert_eq!(a[12345], 0);
+        a[7] = 9;
+        assert_eq!(a[7], 9);
+        a.discard();
+        assert_eq!(a[7], 0);
+    }
+}

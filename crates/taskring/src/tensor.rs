@@ -1,0 +1,375 @@
+//! Tensor descriptors: what a task argument looks like to the engine and to kernels.
+//!
+//! A [`Tensor`] is a *view* over a buffer: the buffer's base address and byte size, an
+//! element offset, a shape and element strides (up to [`MAX_DIMS`] dimensions), a dtype,
+//! the id of the task that created the buffer (for runtime outputs), and a `version`
+//! used by the overlap test. It is `Copy` and 96 bytes; it never owns memory.
+//!
+//! Invariants (checked by [`Tensor::validate`] at submit):
+//! - `1 <= ndims <= MAX_DIMS`, every shape entry `>= 1`, every stride `>= 1`;
+//! - the view stays inside its buffer: `(offset + extent) * elem_size <= buf_bytes`.
+//!
+//! Who uses it: the orchestrator (dependency inference, §5 of the reference), the
+//! tensormap (overlap test), kernels (element access through [`Tensor::rows`]).
+
+use std::fmt;
+
+/// Most dimensions a view may have (upstream: 5).
+pub const MAX_DIMS: usize = 5;
+
+/// Element types a tensor can hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DType {
+    F32 = 0,
+    F16 = 1,
+    BF16 = 2,
+    I32 = 3,
+    I64 = 4,
+    I8 = 5,
+    U8 = 6,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub const fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::I64 => 8,
+            DType::I8 | DType::U8 => 1,
+        }
+    }
+
+    /// Lower-case name as numpy spells it (`bfloat16` for BF16).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::I8 => "int8",
+            DType::U8 => "uint8",
+        }
+    }
+
+    /// All dtypes, in enum order.
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::I8,
+        DType::U8,
+    ];
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A task id: `(ring << 32) | local`. `TaskId::INVALID` is `u64::MAX`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u64);
+
+impl TaskId {
+    pub const INVALID: TaskId = TaskId(u64::MAX);
+
+    #[inline]
+    pub const fn new(ring: u8, local: u32) -> TaskId {
+        TaskId(((ring as u64) << 32) | local as u64)
+    }
+    #[inline]
+    pub const fn ring(self) -> usize {
+        (self.0 >> 32) as u8 as usize
+    }
+    #[inline]
+    pub const fn local(self) -> u32 {
+        self.0 as u32
+    }
+    #[inline]
+    pub const fn is_valid(self) -> bool {
+        self.0 != u64::MAX
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_valid() {
+            write!(f, "task(ring={}, local={})", self.ring(), self.local())
+        } else {
+            f.write_str("task(invalid)")
+        }
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A view over a buffer. See the module doc for the invariants.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Tensor {
+    /// Base address of the underlying buffer (the tensormap key).
+    pub addr: u64,
+    /// Size of the underlying buffer in bytes.
+    pub buf_bytes: u64,
+    /// Offset of element `[0, 0, ...]` of this view, in elements from `addr`.
+    pub offset: u64,
+    /// Task that allocated the buffer (runtime outputs), else `TaskId::INVALID`.
+    pub owner: TaskId,
+    pub shape: [u32; MAX_DIMS],
+    /// Element strides (not bytes); only the first `ndims` are meaningful.
+    pub strides: [u32; MAX_DIMS],
+    pub ndims: u8,
+    pub dtype: DType,
+    /// Overlap-test version (a newer version is conservatively overlapping).
+    pub version: u8,
+    /// Skip tensormap lookup/insert for this tensor (creator edges still apply).
+    pub manual_dep: bool,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({} {:?} strides={:?} offset={} addr={:#x}",
+            self.dtype,
+            self.shape(),
+            self.strides(),
+            self.offset,
+            self.addr
+        )?;
+        if self.owner.is_valid() {
+            write!(f, " owner={}", self.owner)?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// Why a tensor view is malformed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TensorError {
+    #[error("tensor must have between 1 and {MAX_DIMS} dimensions, got {0}")]
+    Rank(usize),
+    #[error("tensor shape entries must be >= 1, got {0:?}")]
+    EmptyDim(Vec<u32>),
+    #[error("tensor strides must be >= 1, got {0:?}")]
+    Stride(Vec<u32>),
+    #[error("view {shape:?} at offset {offset} with strides {strides:?} reaches element {end} but the buffer holds {capacity} elements")]
+    OutOfBounds {
+        shape: Vec<u32>,
+        strides: Vec<u32>,
+        offset: u64,
+        end: u64,
+        capacity: u64,
+    },
+    #[error("row slice {start}..{end} is out of range for {rows} rows")]
+    RowSlice { start: u64, end: u64, rows: u64 },
+}
+
+/// Row-major strides for `shape`.
+pub fn contiguous_strides(shape: &[u32]) -> [u32; MAX_DIMS] {
+    let mut strides = [0u32; MAX_DIMS];
+    let mut acc: u64 = 1;
+    for i in (0..shape.len()).rev() {
+        strides[i] = acc.min(u32::MAX as u64) as u32;
+        acc = acc.saturating_mul(shape[i] as u64);
+    }
+    strides
+}
+
+impl Tensor {
+    /// A contiguous tensor covering a whole buffer at `addr` (owner: none).
+    ///
+    /// Panics if `shape` has more than `MAX_DIMS` entries; use [`Tensor::validate`] for
+    /// user input.
+    pub fn from_raw(addr: u64, shape: &[u32], dtype: DType) -> Tensor {
+        assert!(shape.len() <= MAX_DIMS, "at most {MAX_DIMS} dims");
+        let mut s = [1u32; MAX_DIMS];
+        s[..shape.len()].copy_from_slice(shape);
+        let numel: u64 = shape.iter().map(|&d| d as u64).product();
+        Tensor {
+            addr,
+            buf_bytes: numel * dtype.size_bytes() as u64,
+            offset: 0,
+            owner: TaskId::INVALID,
+            shape: s,
+            strides: contiguous_strides(shape),
+            ndims: shape.len() as u8,
+            dtype,
+            version: 0,
+            manual_dep: false,
+        }
+    }
+
+    #[inline]
+    pub fn shape(&self) -> &[u32] {
+        &self.shape[..self.ndims as usize]
+    }
+    #[inline]
+    pub fn strides(&self) -> &[u32] {
+        &self.strides[..self.ndims as usize]
+    }
+    #[inline]
+    pub fn numel(&self) -> u64 {
+        self.shape().iter().map(|&d| d as u64).product()
+    }
+    #[inline]
+    pub fn nbytes(&self) -> u64 {
+        self.numel() * self.dtype.size_bytes() as u64
+    }
+    /// True when the view's elements are dense and in row-major order.
+    pub fn is_contiguous(&self) -> bool {
+        self.strides() == &contiguous_strides(self.shape())[..self.ndims as usize]
+    }
+    /// Elements spanned by the view: `1 + Σ (shape_i − 1) · stride_i`.
+    #[inline]
+    pub fn extent(&self) -> u64 {
+        1 + self
+            .shape()
+            .iter()
+            .zip(self.strides())
+            .map(|(&d, &s)| (d as u64 - 1) * s as u64)
+            .sum::<u64>()
+    }
+    /// Elements the buffer holds.
+    #[inline]
+    pub fn capacity_elems(&self) -> u64 {
+        self.buf_bytes / self.dtype.size_bytes() as u64
+    }
+
+    /// Check the invariants of the module doc.
+    pub fn validate(&self) -> Result<(), TensorError> {
+        let n = self.ndims as usize;
+        if n == 0 || n > MAX_DIMS {
+            return Err(TensorError::Rank(n));
+        }
+        if self.shape().iter().any(|&d| d == 0) {
+            return Err(TensorError::EmptyDim(self.shape().to_vec()));
+        }
+        if self.strides().iter().any(|&s| s == 0) {
+            return Err(TensorError::Stride(self.strides().to_vec()));
+        }
+        let end = self.offset + self.extent();
+        if end > self.capacity_elems() {
+            return Err(TensorError::OutOfBounds {
+                shape: self.shape().to_vec(),
+                strides: self.strides().to_vec(),
+                offset: self.offset,
+                end,
+                capacity: self.capacity_elems(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A new view over the same buffer. `offset` is in elements relative to this view's
+    /// start; `strides = None` means row-major.
+    pub fn view(&self, shape: &[u32], offset: u64, strides: Option<&[u32]>) -> Result<Tensor, TensorError> {
+        if shape.is_empty() || shape.len() > MAX_DIMS {
+            return Err(TensorError::Rank(shape.len()));
+        }
+        let mut t = *self;
+        t.ndims = shape.len() as u8;
+        t.shape = [1; MAX_DIMS];
+        t.shape[..shape.len()].copy_from_slice(shape);
+        t.strides = match strides {
+            Some(s) => {
+                if s.len() != shape.len() {
+                    return Err(TensorError::Stride(s.to_vec()));
+                }
+                let mut a = [1u32; MAX_DIMS];
+                a[..s.len()].copy_from_slice(s);
+                a
+            }
+            None => contiguous_strides(shape),
+        };
+        t.offset = self.offset + offset;
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Rows `start..end` of the leading dimension.
+    pub fn rows_slice(&self, start: u64, end: u64) -> Result<Tensor, TensorError> {
+        let rows = self.shape[0] as u64;
+        if start >= end || end > rows {
+            return Err(TensorError::RowSlice { start, end, rows });
+        }
+        let mut t = *self;
+        t.shape[0] = (end - start) as u32;
+        t.offset = self.offset + start * self.strides[0] as u64;
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// The view as `(rows, cols, row_stride)` when its last dimension is dense and the
+    /// leading dimensions collapse into one row index (all row-contiguous views do).
+    /// Returns `None` for views that cannot be expressed that way.
+    pub fn as_rows(&self) -> Option<(usize, usize, usize)> {
+        let n = self.ndims as usize;
+        if n == 1 {
+            return if self.strides[0] == 1 { Some((1, self.shape[0] as usize, self.shape[0] as usize)) } else { None };
+        }
+        if self.strides[n - 1] != 1 {
+            return None;
+        }
+        let cols = self.shape[n - 1] as usize;
+        let row_stride = self.strides[n - 2] as usize;
+        // Leading dims must nest: stride[i] == stride[i+1] * shape[i+1] for i < n-2.
+        let mut rows = self.shape[n - 2] as usize;
+        for i in (0..n - 2).rev() {
+            if self.strides[i] as usize != self.strides[i + 1] as usize * self.shape[i + 1] as usize {
+                return None;
+            }
+            rows *= self.shape[i] as usize;
+        }
+        Some((rows, cols, row_stride))
+    }
+
+    /// Raw pointer to element `[0, ...]` of this view.
+    #[inline]
+    pub fn data_ptr(&self) -> *mut u8 {
+        (self.addr as usize + self.offset as usize * self.dtype.size_bytes()) as *mut u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_id_encoding() {
+        let id = TaskId::new(3, 7);
+        assert_eq!(id.0, (3u64 << 32) | 7);
+        assert_eq!(id.ring(), 3);
+        assert_eq!(id.local(), 7);
+        assert!(!TaskId::INVALID.is_valid());
+    }
+
+    #[test]
+    fn views_and_rows() {
+        let t = Tensor::from_raw(0x1000, &[4, 8], DType::F32);
+        assert!(t.is_contiguous());
+        assert_eq!(t.extent(), 32);
+        assert_eq!(t.as_rows(), Some((4, 8, 8)));
+        let r = t.rows_slice(1, 3).unwrap();
+        assert_eq!(r.offset, 8);
+        assert_eq!(r.shape(), &[2, 8]);
+        let col = t.view(&[4, 2], 2, Some(&[8, 1])).unwrap();
+        assert_eq!(col.as_rows(), Some((4, 2, 8)));
+        assert!(!col.is_contiguous());
+        assert!(t.view(&[5, 8], 0, None).is_err());
+        assert!(t.rows_slice(3, 5).is_err());
+        let strided = t.view(&[4, 4], 0, Some(&[8, 2])).unwrap();
+        assert_eq!(strided.as_rows(), None);
+        let t3 = Tensor::from_raw(0, &[2, 3, 4], DType::F32);
+        assert_eq!(t3.as_rows(), Some((6, 4, 4)));
+    }
+}
