@@ -536,12 +536,14 @@ impl<'r> Orchestrator<'r> {
         // Claim producers.
         let mut waits = 0u32;
         let mut pending = 0u64;
+        let mut live_edges = 0usize;
         for e in self.st.fanin.iter_mut() {
             let s = self.sh.slot(e.producer);
             s.lock();
             let state = s.state.load(Acquire);
             let gone = s.local.load(Relaxed) != e.producer.local() || state > COMPLETED;
             let completed = state == COMPLETED;
+            live_edges += !gone as usize;
             if !gone && (e.flags & DEP_RETAIN != 0 || !completed) {
                 s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
                 e.claimed = true;
@@ -556,8 +558,10 @@ impl<'r> Orchestrator<'r> {
         self.st.fanin.retain(|e| e.claimed);
         let n_fanin = self.st.fanin.len();
 
-        // 6. fanin record + dependency nodes.
-        let spill_need = n_fanin.saturating_sub(FANIN_INLINE) as u64;
+        // 6. fanin record + dependency nodes. The spill demand counts every live
+        //    producer (as upstream's fanin list does), so whether it fits does not
+        //    depend on how fast producers happen to complete.
+        let spill_need = live_edges.saturating_sub(FANIN_INLINE) as u64;
         let spill_start = if spill_need > 0 { self.reserve_pool(ring, spill_need, Blocked::Spill, &what)? } else { 0 };
         let dep_start = if pending > 0 { self.reserve_pool(ring, pending, Blocked::Deps, &what)? } else { 0 };
 
