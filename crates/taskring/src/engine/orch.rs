@@ -372,11 +372,7 @@ impl<'r> Orchestrator<'r> {
         self.check_fatal()?;
         self.st.fanin.clear();
         let ring = self.current_ring();
-        let what = match kernel {
-            Some(k) => format!("submit of kernel '{}'", k.name()),
-            None if inline_complete => "alloc()".to_string(),
-            None => "submit of a dummy task".to_string(),
-        };
+        let what = What { kernel, alloc: inline_complete };
         if let Some(e) = args.error {
             return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: {e}"))));
         }
@@ -462,7 +458,7 @@ impl<'r> Orchestrator<'r> {
         }
 
         // 3. slot + heap.
-        let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, &what)?;
+        let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, what)?;
         let id = TaskId::new(ring as u8, local);
         let rs = &self.sh.rings[ring];
         rs.slot(local).prepare(local);
@@ -493,8 +489,9 @@ impl<'r> Orchestrator<'r> {
             }
         }
 
-        // 4. fanin.
-        let la = self.watermarks();
+        // 4. fanin. Liveness uses the orchestrator's cached watermarks: a stale value
+        //    only keeps an entry that the claim then finds gone (generation check).
+        let la = [0, 1, 2, 3].map(|r| self.st.rings[r].seen_la);
         self.begin_fanin();
         for &(d, flags) in &args.deps[..args.n_deps] {
             if d.local() >= la[d.ring()] {
@@ -523,7 +520,7 @@ impl<'r> Orchestrator<'r> {
                 .filter(|&i| matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !tensors[i].manual_dep)
                 .count() as u32;
             if need > 0 {
-                self.reserve_tensormap(need, ring, &what)?;
+                self.reserve_tensormap(need, ring, what)?;
                 for i in 0..n {
                     if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !tensors[i].manual_dep {
                         let ok = self.st.tensormap.insert(&tensors[i], id);
@@ -562,8 +559,8 @@ impl<'r> Orchestrator<'r> {
         //    producer (as upstream's fanin list does), so whether it fits does not
         //    depend on how fast producers happen to complete.
         let spill_need = live_edges.saturating_sub(FANIN_INLINE) as u64;
-        let spill_start = if spill_need > 0 { self.reserve_pool(ring, spill_need, Blocked::Spill, &what)? } else { 0 };
-        let dep_start = if pending > 0 { self.reserve_pool(ring, pending, Blocked::Deps, &what)? } else { 0 };
+        let spill_start = if spill_need > 0 { self.reserve_pool(ring, spill_need, Blocked::Spill, what)? } else { 0 };
+        let dep_start = if pending > 0 { self.reserve_pool(ring, pending, Blocked::Deps, what)? } else { 0 };
 
         // Payload.
         {
@@ -717,7 +714,7 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
-    fn alloc_slot(&mut self, ring: usize, heap_bytes: u64, what: &str) -> Result<(u32, u64, u64), RuntimeFailure> {
+    fn alloc_slot(&mut self, ring: usize, heap_bytes: u64, what: What) -> Result<(u32, u64, u64), RuntimeFailure> {
         let heap_size = self.sizing.heap[ring];
         let window = self.sizing.task_window[ring];
         if heap_bytes > heap_size {
@@ -749,7 +746,7 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
-    fn reserve_pool(&mut self, ring: usize, need: u64, which: Blocked, what: &str) -> Result<u64, RuntimeFailure> {
+    fn reserve_pool(&mut self, ring: usize, need: u64, which: Blocked, what: What) -> Result<u64, RuntimeFailure> {
         let cap = self.sizing.dep_pool[ring];
         if need > cap {
             let (noun, extra) = match which {
@@ -782,7 +779,7 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
-    fn reserve_tensormap(&mut self, need: u32, ring: usize, what: &str) -> Result<(), RuntimeFailure> {
+    fn reserve_tensormap(&mut self, need: u32, ring: usize, what: What) -> Result<(), RuntimeFailure> {
         let cap = self.st.tensormap.capacity();
         if need > cap {
             return Err(self.fail(RuntimeFailure::capacity(StatusCode::TensormapOverflow, ring, Resource::Tensormap, cap as u64, Some(need as u64), format!("{what}: needs {need} tensormap entries"))));
@@ -802,7 +799,7 @@ impl<'r> Orchestrator<'r> {
     }
 
     /// Either prove a deadlock, time out, or wait for progress.
-    fn wait_or_fail(&mut self, ring: usize, blocked: Blocked, need: u64, what: &str, clock: &mut Backstop) -> Result<(), RuntimeFailure> {
+    fn wait_or_fail(&mut self, ring: usize, blocked: Blocked, need: u64, what: What, clock: &mut Backstop) -> Result<(), RuntimeFailure> {
         self.check_fatal()?;
         let (code, resource, configured) = match blocked {
             Blocked::Window => (StatusCode::FlowControlDeadlock, Resource::TaskWindow, self.sizing.task_window[ring]),
@@ -877,6 +874,23 @@ impl<'r> Orchestrator<'r> {
     }
 }
 
+/// Names the call in error messages (formatted only when an error is built).
+#[derive(Clone, Copy)]
+struct What {
+    kernel: Option<KernelRef>,
+    alloc: bool,
+}
+
+impl std::fmt::Display for What {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kernel {
+            Some(k) => write!(f, "submit of kernel '{}'", k.name()),
+            None if self.alloc => f.write_str("alloc()"),
+            None => f.write_str("submit of a dummy task"),
+        }
+    }
+}
+
 fn which_copy(b: &Blocked) -> Blocked {
     match b {
         Blocked::Window => Blocked::Window,
@@ -903,23 +917,26 @@ fn add_fanin_to(fanin: &mut Vec<FaninEdge>, rings: &mut [OrchRing; 4], epoch: u3
     fanin.push(FaninEdge { producer: p, flags, claimed: false, pending: false });
 }
 
-/// The no-progress clock: progress is any task completing anywhere.
+/// The no-progress clock: progress is any task completing anywhere. Started lazily at
+/// the first wait (the uncontended path reads no clock).
 struct Backstop {
-    since: Instant,
+    since: Option<Instant>,
     completed: u64,
 }
 
 impl Backstop {
-    fn new(o: &Orchestrator<'_>) -> Backstop {
-        Backstop { since: Instant::now(), completed: o.eng.completed.load(Relaxed) }
+    fn new(_o: &Orchestrator<'_>) -> Backstop {
+        Backstop { since: None, completed: 0 }
     }
     fn expired(&mut self, o: &Orchestrator<'_>) -> bool {
         let c = o.eng.completed.load(Relaxed);
-        if c != self.completed {
-            self.completed = c;
-            self.since = Instant::now();
-            return false;
+        match self.since {
+            Some(t) if c == self.completed => t.elapsed() >= o.policy.backstop,
+            _ => {
+                self.completed = c;
+                self.since = Some(Instant::now());
+                false
+            }
         }
-        self.since.elapsed() >= o.policy.backstop
     }
 }
