@@ -147,6 +147,12 @@ impl ArenaCache {
         Ok((&mut self.arenas[0], Acquired { hit: false, build_s: s }))
     }
 
+    /// The resident arena for `sizing`, without touching the LRU order or counters.
+    pub fn acquire_resident(&mut self, sizing: &RingSizing) -> Option<(&mut Arena, ())> {
+        let k = sizing.key();
+        self.arenas.iter_mut().find(|a| a.sizing.key() == k).map(|a| (&mut **a, ()))
+    }
+
     pub fn stats(&self) -> ArenaStats {
         let mut s = self.stats.clone();
         s.resident = self.arenas.iter().map(|a| a.sizing.key()).collect();

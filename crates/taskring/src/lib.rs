@@ -7,14 +7,17 @@
 //! - [`arena`]: all memory of one sizing, and the per-chip LRU arena cache;
 //! - [`chip`]: the L2 chip (core threads running kernels) and `ChipWorker`;
 //! - [`kernel`]: the kernel trait and the builtin f32 kernels;
-//! - [`tensor`]: tensor views and task ids.
+//! - [`tensor`]: tensor views and task ids;
+//! - [`sync`]: the std / loom synchronisation facade the concurrent core is written against.
 
 pub mod arena;
 pub mod chip;
 pub mod config;
+pub mod dfx;
 pub mod engine;
 pub mod kernel;
 pub mod mem;
+pub mod sync;
 pub mod tensor;
 
 pub use arena::{Arena, ArenaCache, ArenaStats};

@@ -325,3 +325,64 @@ fn panicking_orchestration_is_reported() {
     assert!(e.detail.contains("orchestration bug"), "{e}");
     assert_usable(&mut w);
 }
+
+#[test]
+fn hung_kernel_is_scheduler_timeout_s1_and_the_chip_recovers() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    let hang = kernel::fn_kernel("hang", CoreKind::Any, |_| {
+        while !RELEASE.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        scheduler_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .unwrap();
+    let prog = Program::new("hangs", move |o, _| {
+        o.scope(|o| {
+            let h = o.submit(hang, &TaskArgs::new())?;
+            let mut t = TaskArgs::new();
+            t.dep(h.id);
+            o.submit(NOOP, &t).map(|_| ())
+        })
+    });
+    let e = w.run_with_sizing(&prog, &[], &RingSizing::default()).unwrap_err();
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    assert!(e.detail.contains("sub_class=S1:running-stalled (detail=1)"), "{e}");
+    assert!(e.detail.contains("kernel 'hang'"), "{e}");
+    assert!(e.detail.contains("stuck_task_id=task(ring=1, local=0)"), "{e}");
+    assert!(e.detail.contains("completed=0/2"), "{e}");
+    // The stuck core was replaced: the chip still has two working cores.
+    assert_usable(&mut w);
+    assert_usable(&mut w);
+    RELEASE.store(true, Ordering::SeqCst);
+}
+
+#[test]
+fn task_no_core_can_run_is_scheduler_timeout_s3() {
+    // Two AIV cores and an AIC-only kernel: the task is ready but nobody takes it.
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        aic_cores: Some(0),
+        scheduler_timeout: Duration::from_millis(200),
+        ..Default::default()
+    })
+    .unwrap();
+    let prog = Program::new("aic_only", |o, args| {
+        let (a, c) = (args[0].tensor()?, args[1].tensor()?);
+        submit(o, MATMUL, |t| {
+            t.input(a).input(a).output_existing(c);
+        })
+        .map(|_| ())
+    });
+    let mut a = vec![1f32; 4];
+    let mut c = vec![0f32; 4];
+    let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
+    let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    assert!(e.detail.contains("sub_class=S3:ready-but-all-idle"), "{e}");
+    assert_usable(&mut w);
+}

@@ -24,7 +24,7 @@ use crate::tensor::{DType, TaskId, Tensor};
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -125,6 +125,43 @@ pub enum RunError {
     Failure(#[from] RuntimeFailure),
 }
 
+/// Diagnostics requested for one dispatch.
+#[derive(Clone, Debug, Default)]
+pub struct Diagnostics {
+    /// Write `scope_stats/scope_stats.jsonl` under this prefix.
+    pub scope_stats_prefix: Option<std::path::PathBuf>,
+}
+
+impl Diagnostics {
+    pub fn from_config(c: &CallConfig) -> Diagnostics {
+        Diagnostics {
+            scope_stats_prefix: (c.enable_scope_stats && !c.output_prefix.is_empty()).then(|| c.output_prefix.clone().into()),
+        }
+    }
+}
+
+fn write_stats(prefix: &std::path::Path, sizing: &RingSizing, orch: &crate::engine::OrchState, failure: Option<&RuntimeFailure>) {
+    let Some(stats) = orch.stats.as_ref() else { return };
+    let peaks = orch.peaks();
+    let header = crate::dfx::ScopeStatsHeader {
+        version: 6,
+        fatal: failure.is_some(),
+        dropped: stats.dropped,
+        total: stats.samples.len() as u64 + stats.dropped,
+        task_window_max: sizing.task_window,
+        heap_max: sizing.heap,
+        dep_pool_max: sizing.dep_pool,
+        tensormap_max: crate::engine::tensormap::TENSORMAP_POOL_ENTRIES as u64,
+        peak_task_window: Some(peaks.task_window),
+        peak_heap: Some(peaks.heap),
+        peak_dep_pool: Some(peaks.dep_pool),
+        failure: failure.map(crate::dfx::FailureRecord::from),
+    };
+    if let Err(e) = crate::dfx::write_scope_stats(prefix, &header, stats) {
+        eprintln!("taskring: could not write scope stats under {}: {e}", prefix.display());
+    }
+}
+
 /// How to build a chip.
 #[derive(Clone, Debug)]
 pub struct ChipOptions {
@@ -139,33 +176,57 @@ pub struct ChipOptions {
     /// Allocation backstop (no progress for this long fails the run). Default 500 ms,
     /// or `TASKRING_ALLOC_TIMEOUT_MS`.
     pub backstop: Duration,
+    /// SCHEDULER_TIMEOUT after this long without any task completing while the run
+    /// waits for its tasks. Default 10 s, or `PTO2_SCHEDULER_TIMEOUT_MS`.
+    pub scheduler_timeout: Duration,
+}
+
+fn env_ms(var: &str) -> Option<Duration> {
+    std::env::var(var).ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&v| v > 0).map(Duration::from_millis)
 }
 
 impl Default for ChipOptions {
     fn default() -> Self {
-        let backstop = std::env::var("TASKRING_ALLOC_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|&v| v > 0)
-            .map(Duration::from_millis)
-            .unwrap_or(Duration::from_millis(500));
-        ChipOptions { cores: 0, aic_cores: None, arena_cache_slots: 4, prewarm: Vec::new(), backstop }
+        ChipOptions {
+            cores: 0,
+            aic_cores: None,
+            arena_cache_slots: 4,
+            prewarm: Vec::new(),
+            backstop: env_ms("TASKRING_ALLOC_TIMEOUT_MS").unwrap_or(Duration::from_millis(500)),
+            scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS").unwrap_or(Duration::from_secs(10)),
+        }
     }
+}
+
+/// `Core::state` when the core holds no task.
+const CORE_IDLE: u64 = u64::MAX;
+/// `Core::state` while the core looks for a task (it may be about to hold one).
+const CORE_SEARCHING: u64 = u64::MAX - 1;
+
+/// One core thread's shared record.
+struct Core {
+    kind: CoreKind,
+    /// `CORE_IDLE`, `CORE_SEARCHING`, or the id of the task it runs.
+    state: CachePadded<AtomicU64>,
+    /// Set when the core was given up on (its kernel never returned): the thread exits
+    /// as soon as the kernel returns, touching nothing.
+    abandoned: AtomicBool,
 }
 
 struct ChipShared {
     eng: EngineShared,
     arena: AtomicPtr<ArenaShared>,
-    busy: Box<[CachePadded<AtomicBool>]>,
+    cores: parking_lot::RwLock<Vec<Arc<Core>>>,
 }
 
 /// A resident simulated chip. See the module doc.
 pub struct ChipWorker {
     shared: Arc<ChipShared>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<(Arc<Core>, JoinHandle<()>)>,
     kinds: Vec<CoreKind>,
     cache: ArenaCache,
     policy: WaitPolicy,
+    scheduler_timeout: Duration,
 }
 
 impl ChipWorker {
@@ -187,19 +248,62 @@ impl ChipWorker {
         let shared = Arc::new(ChipShared {
             eng: EngineShared::default(),
             arena: AtomicPtr::new(std::ptr::null_mut()),
-            busy: (0..cores).map(|_| CachePadded::new(AtomicBool::new(false))).collect(),
+            cores: parking_lot::RwLock::new(Vec::with_capacity(cores)),
         });
-        let mut threads = Vec::with_capacity(cores);
+        let mut w = ChipWorker {
+            shared,
+            threads: Vec::with_capacity(cores),
+            kinds: kinds.clone(),
+            cache,
+            policy: WaitPolicy { backstop: opts.backstop },
+            scheduler_timeout: opts.scheduler_timeout,
+        };
         for (i, &kind) in kinds.iter().enumerate() {
-            let sh = shared.clone();
-            let name = format!("taskring-core{i}-{}", match kind { CoreKind::Aic => "aic", CoreKind::Aiv => "aiv", CoreKind::Any => "any" });
-            let h = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || core_loop(&sh, i, kind))
-                .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("could not start a core thread: {e}")))?;
-            threads.push(h);
+            w.start_core(i, kind)?;
         }
-        Ok(ChipWorker { shared, threads, kinds, cache, policy: WaitPolicy { backstop: opts.backstop } })
+        Ok(w)
+    }
+
+    /// Start core thread `i` (a new one, or the replacement of an abandoned one).
+    fn start_core(&mut self, i: usize, kind: CoreKind) -> Result<(), RuntimeFailure> {
+        let core = Arc::new(Core { kind, state: CachePadded::new(AtomicU64::new(CORE_IDLE)), abandoned: AtomicBool::new(false) });
+        {
+            let mut cores = self.shared.cores.write();
+            if i < cores.len() {
+                cores[i] = core.clone();
+            } else {
+                cores.push(core.clone());
+            }
+        }
+        let sh = self.shared.clone();
+        let rec = core.clone();
+        let name = format!("taskring-core{i}-{}", match kind { CoreKind::Aic => "aic", CoreKind::Aiv => "aiv", CoreKind::Any => "any" });
+        let h = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || core_loop(&sh, &core))
+            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("could not start a core thread: {e}")))?;
+        self.threads.push((rec, h));
+        Ok(())
+    }
+
+    /// Give up on cores whose kernel never returned, and start replacements.
+    fn replace_stuck_cores(&mut self) {
+        let stuck: Vec<(usize, CoreKind)> = self
+            .shared
+            .cores
+            .read()
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.state.load(SeqCst) < CORE_SEARCHING)
+            .map(|(i, c)| {
+                c.abandoned.store(true, SeqCst);
+                (i, c.kind)
+            })
+            .collect();
+        for (i, kind) in stuck {
+            // A core that cannot be restarted stays abandoned; the chip runs with fewer.
+            let _ = self.start_core(i, kind);
+        }
     }
 
     /// Core kinds, one per core thread.
@@ -223,12 +327,13 @@ impl ChipWorker {
     pub fn run(&mut self, program: &Program, args: &[Arg<'_>], config: &CallConfig) -> Result<RunReport, RunError> {
         config.validate()?;
         let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
-        Ok(self.run_with_sizing(program, args, &sizing)?)
+        let diag = Diagnostics::from_config(config);
+        Ok(self.run_inner(program, args, &sizing, None, &diag)?)
     }
 
     /// Dispatch `program` on an explicit sizing.
     pub fn run_with_sizing(&mut self, program: &Program, args: &[Arg<'_>], sizing: &RingSizing) -> Result<RunReport, RuntimeFailure> {
-        self.run_inner(program, args, sizing, None)
+        self.run_inner(program, args, sizing, None, &Diagnostics::default())
     }
 
     pub(crate) fn run_inner(
@@ -237,6 +342,7 @@ impl ChipWorker {
         args: &[Arg<'_>],
         sizing: &RingSizing,
         blocking_hook: Option<&dyn Fn(bool)>,
+        diag: &Diagnostics,
     ) -> Result<RunReport, RuntimeFailure> {
         let t0 = Instant::now();
         let sh = &*self.shared;
@@ -245,10 +351,14 @@ impl ChipWorker {
             .acquire(sizing)
             .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("arena for {sizing}: {e}")))?;
         arena.reset();
+        if diag.scope_stats_prefix.is_some() {
+            arena.orch.enable_stats();
+        }
         sh.eng.fatal.store(false, SeqCst);
         *sh.eng.failure.lock() = None;
         sh.eng.drain_queues();
         sh.arena.store(&arena.shared as *const ArenaShared as *mut ArenaShared, Release);
+        let completed_at_start = sh.eng.completed.load(SeqCst);
 
         let (result, peak, tasks) = {
             let mut o = Orchestrator::new(&sh.eng, &arena.shared, &mut arena.orch, *sizing, self.policy);
@@ -272,7 +382,8 @@ impl ChipWorker {
             (r, arena.orch.peaks(), arena.orch.tasks())
         };
 
-        let result = result.and_then(|()| wait_retired(sh, &arena.shared, blocking_hook));
+        let submitted = tasks;
+        let result = result.and_then(|()| wait_retired(sh, &arena.shared, blocking_hook, self.scheduler_timeout, submitted, completed_at_start));
         let result = match result {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -280,11 +391,21 @@ impl ChipWorker {
                 Err(sh.eng.failure.lock().clone().expect("failure latched"))
             }
         };
+        let timed_out = matches!(&result, Err(e) if e.code == StatusCode::SchedulerTimeout);
         if result.is_err() {
             sh.eng.drain_queues();
         }
+        if timed_out {
+            self.replace_stuck_cores();
+        }
+        let sh = &*self.shared;
         wait_cores_idle(sh);
         sh.arena.store(std::ptr::null_mut(), Release);
+        if let Some(prefix) = &diag.scope_stats_prefix {
+            // The arena is idle now; its orchestrator state holds the samples.
+            let (arena, _) = self.cache.acquire_resident(sizing).expect("the run's arena is resident");
+            write_stats(prefix, sizing, &arena.orch, result.as_ref().err());
+        }
         result?;
         Ok(RunReport {
             ring_sizing: *sizing,
@@ -301,8 +422,11 @@ impl Drop for ChipWorker {
     fn drop(&mut self) {
         self.shared.eng.shutdown.store(true, SeqCst);
         self.shared.eng.wake_all_cores();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        for (core, t) in self.threads.drain(..) {
+            // An abandoned core may never return from its kernel: do not wait for it.
+            if !core.abandoned.load(SeqCst) || t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -317,8 +441,16 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Wait until every ring's watermark reached its last submitted task (or a failure).
-fn wait_retired(sh: &ChipShared, a: &ArenaShared, hook: Option<&dyn Fn(bool)>) -> Result<(), RuntimeFailure> {
+/// Wait until every ring's watermark reached its last submitted task (or a failure,
+/// or `timeout` without any task completing: SCHEDULER_TIMEOUT with its sub-class).
+fn wait_retired(
+    sh: &ChipShared,
+    a: &ArenaShared,
+    hook: Option<&dyn Fn(bool)>,
+    timeout: Duration,
+    submitted: u64,
+    completed_at_start: u64,
+) -> Result<(), RuntimeFailure> {
     let all_retired = || a.rings.iter().all(|r| r.last_alive.load(Acquire) == r.current.load(Acquire));
     let fatal = || sh.eng.fatal.load(Acquire);
     for _ in 0..200 {
@@ -331,8 +463,17 @@ fn wait_retired(sh: &ChipShared, a: &ArenaShared, hook: Option<&dyn Fn(bool)>) -
         if let Some(h) = hook {
             h(true);
         }
+        let mut seen = sh.eng.completed.load(Relaxed);
+        let mut since = Instant::now();
         while !all_retired() && !fatal() {
-            sh.eng.progress.wait(|| all_retired() || fatal(), Duration::from_millis(50));
+            sh.eng.progress.wait(|| all_retired() || fatal(), Duration::from_millis(50).min(timeout));
+            let c = sh.eng.completed.load(Relaxed);
+            if c != seen {
+                seen = c;
+                since = Instant::now();
+            } else if since.elapsed() >= timeout && !all_retired() {
+                sh.eng.fail(classify_stall(sh, a, timeout, submitted, c - completed_at_start));
+            }
         }
         if let Some(h) = hook {
             h(false);
@@ -344,10 +485,54 @@ fn wait_retired(sh: &ChipShared, a: &ArenaShared, hook: Option<&dyn Fn(bool)>) -
     Ok(())
 }
 
+/// SCHEDULER_TIMEOUT with the stall sub-class (reference §12.3): a task on a core
+/// (S1) > a ready task nobody runs (S3) > only waiting tasks (S4).
+fn classify_stall(sh: &ChipShared, a: &ArenaShared, timeout: Duration, submitted: u64, completed: u64) -> RuntimeFailure {
+    let cores = sh.cores.read();
+    let running: Vec<(usize, TaskId)> = cores
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let s = c.state.load(SeqCst);
+            (s < CORE_SEARCHING).then_some((i, TaskId(s)))
+        })
+        .collect();
+    let ready = sh.eng.ready_len() as u64;
+    let waiting = submitted.saturating_sub(completed + running.len() as u64 + ready);
+    let (label, detail, stuck) = if let Some(&(core, t)) = running.first() {
+        ("S1:running-stalled", 1, Some((t, core as i64)))
+    } else if ready > 0 {
+        ("S3:ready-but-all-idle", 3, None)
+    } else if waiting > 0 {
+        ("S4:dependency-deadlock", 4, None)
+    } else {
+        ("unknown:accounting/corruption", 99, None)
+    };
+    let (stuck_task, stuck_core) = stuck.map(|(t, c)| (format!("{t:?}"), c)).unwrap_or(("none".into(), -1));
+    let ring = stuck.map(|(t, _)| t.ring());
+    let kernel = stuck
+        .map(|(t, _)| {
+            // safety: a task on a core was published and its slot is not reused while
+            // it has not completed.
+            let p = unsafe { a.rings[t.ring()].payload(t.local()) };
+            p.kernel.map(|k| format!(" running kernel '{}'", k.name())).unwrap_or_default()
+        })
+        .unwrap_or_default();
+    RuntimeFailure::new(
+        StatusCode::SchedulerTimeout,
+        ring,
+        format!(
+            "no task completed for {} ms: sub_class={label} (detail={detail}) completed={completed}/{submitted} running={} ready={ready} waiting={waiting} orch_done=1 stuck_task_id={stuck_task}{kernel} stuck_core={stuck_core}",
+            timeout.as_millis(),
+            running.len()
+        ),
+    )
+}
+
 /// Wait until no core holds a task of the run (they finish within a kernel's time).
 fn wait_cores_idle(sh: &ChipShared) {
     let mut spins = 0u32;
-    while sh.busy.iter().any(|b| b.load(SeqCst)) {
+    while sh.cores.read().iter().any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE) {
         spins += 1;
         if spins < 100 {
             std::hint::spin_loop();
@@ -364,8 +549,9 @@ fn can_run(core: CoreKind, task: CoreKind) -> bool {
     task == CoreKind::Any || core == CoreKind::Any || core == task
 }
 
-fn core_loop(sh: &ChipShared, idx: usize, kind: CoreKind) {
-    let busy = &sh.busy[idx];
+fn core_loop(sh: &ChipShared, core: &Core) {
+    let kind = core.kind;
+    let busy = &core.state;
     let eng = &sh.eng;
     let mut next: Option<TaskId> = None;
     let mut idle_spins = 0u32;
@@ -373,11 +559,11 @@ fn core_loop(sh: &ChipShared, idx: usize, kind: CoreKind) {
         let task = match next.take() {
             Some(t) => t,
             None => {
-                busy.store(true, SeqCst);
+                busy.store(CORE_SEARCHING, SeqCst);
                 match eng.pop_ready(kind) {
                     Some(t) => t,
                     None => {
-                        busy.store(false, SeqCst);
+                        busy.store(CORE_IDLE, SeqCst);
                         if eng.shutdown.load(Acquire) {
                             return;
                         }
@@ -397,9 +583,10 @@ fn core_loop(sh: &ChipShared, idx: usize, kind: CoreKind) {
         };
         idle_spins = 0;
         if eng.fatal.load(Acquire) {
-            busy.store(false, SeqCst);
+            busy.store(CORE_IDLE, SeqCst);
             continue;
         }
+        busy.store(task.0, Relaxed);
         // safety: the arena pointer is set for the whole run and a queued task belongs
         // to the current run (queues are drained between runs).
         let arena = unsafe { &*sh.arena.load(Acquire) };
@@ -412,13 +599,18 @@ fn core_loop(sh: &ChipShared, idx: usize, kind: CoreKind) {
                 scalars: &p.scalars[..p.n_scalars as usize],
                 n_inputs: p.n_inputs as usize,
             };
-            if let Err(e) = catch_unwind(AssertUnwindSafe(|| k.0.run(&call))) {
+            let r = catch_unwind(AssertUnwindSafe(|| k.0.run(&call)));
+            if core.abandoned.load(SeqCst) {
+                // The run gave up on this core; its arena may be in use by another run.
+                return;
+            }
+            if let Err(e) = r {
                 eng.fail(RuntimeFailure::new(
                     StatusCode::TaskFailed,
                     Some(task.ring()),
                     format!("kernel '{}' failed in task {:?}: {}", k.name(), task, panic_text(&e)),
                 ));
-                busy.store(false, SeqCst);
+                busy.store(CORE_IDLE, SeqCst);
                 continue;
             }
         }
@@ -434,7 +626,7 @@ fn core_loop(sh: &ChipShared, idx: usize, kind: CoreKind) {
             });
         }
         if next.is_none() {
-            busy.store(false, SeqCst);
+            busy.store(CORE_IDLE, SeqCst);
         }
     }
 }

@@ -46,6 +46,8 @@ unsafe impl ZeroValid for OrchSlot {}
 struct OrchRing {
     heap: HeapRing,
     heap_base: u64,
+    /// Heap bytes retired since the run began (wraps unrolled; scope stats).
+    heap_retired: u64,
     deps: LinearPool,
     spill: LinearPool,
     next: u32,
@@ -69,6 +71,16 @@ pub struct PeakUse {
 struct ScopeFrame {
     begin: usize,
     manual: bool,
+    site: Site,
+}
+
+/// Where a scope was opened (for scope stats).
+#[derive(Clone, Copy)]
+enum Site {
+    Root,
+    Code(&'static std::panic::Location<'static>),
+    /// Index into `OrchState::sites` (sites named by a foreign caller, e.g. Python).
+    Named(u32),
 }
 
 #[derive(Clone, Copy)]
@@ -90,6 +102,9 @@ pub struct OrchState {
     fanin: Vec<FaninEdge>,
     epoch: u32,
     tasks: u64,
+    /// Scope-stats samples of the current run, when enabled.
+    pub(crate) stats: Option<crate::dfx::ScopeStats>,
+    sites: Vec<String>,
 }
 
 impl OrchState {
@@ -99,6 +114,7 @@ impl OrchState {
             Ok(OrchRing {
                 heap: HeapRing::new(sizing.heap[r]),
                 heap_base: heap_bases[r],
+                heap_retired: 0,
                 deps: LinearPool::new(sizing.dep_pool[r]),
                 spill: LinearPool::new(sizing.dep_pool[r]),
                 next: 0,
@@ -118,6 +134,8 @@ impl OrchState {
             fanin: Vec::with_capacity(64),
             epoch: 0,
             tasks: 0,
+            stats: None,
+            sites: Vec::new(),
         })
     }
 
@@ -125,6 +143,7 @@ impl OrchState {
     pub fn reset(&mut self) {
         for r in &mut self.rings {
             r.heap.reset();
+            r.heap_retired = 0;
             r.deps.reset();
             r.spill.reset();
             r.next = 0;
@@ -138,6 +157,13 @@ impl OrchState {
         self.scopes.clear();
         self.fanin.clear();
         self.tasks = 0;
+        self.stats = None;
+        self.sites.clear();
+    }
+
+    /// Record scope stats this run.
+    pub(crate) fn enable_stats(&mut self) {
+        self.stats = Some(crate::dfx::ScopeStats::default());
     }
 
     pub fn peaks(&self) -> PeakUse {
@@ -270,7 +296,25 @@ impl<'r> Orchestrator<'r> {
     // ----- scopes -------------------------------------------------------------------
 
     /// Open a scope. `manual` scopes infer no dependencies (only explicit ones).
+    #[track_caller]
     pub fn begin_scope(&mut self, manual: bool) -> Result<(), RuntimeFailure> {
+        let site = if self.st.scopes.is_empty() { Site::Root } else { Site::Code(std::panic::Location::caller()) };
+        self.begin_scope_at(manual, site)
+    }
+
+    /// Open a scope whose site (for scope stats) is named by the caller, e.g.
+    /// `"model.py:42"`.
+    pub fn begin_scope_named(&mut self, manual: bool, site: &str) -> Result<(), RuntimeFailure> {
+        let site = if self.st.stats.is_some() {
+            self.st.sites.push(site.to_string());
+            Site::Named(self.st.sites.len() as u32 - 1)
+        } else {
+            Site::Root
+        };
+        self.begin_scope_at(manual, site)
+    }
+
+    fn begin_scope_at(&mut self, manual: bool, site: Site) -> Result<(), RuntimeFailure> {
         self.check_fatal()?;
         if !manual && self.in_manual_scope() {
             return Err(self.fail(RuntimeFailure::invalid_args(
@@ -285,8 +329,41 @@ impl<'r> Orchestrator<'r> {
             )));
         }
         let begin = self.st.scope_tasks.len();
-        self.st.scopes.push(ScopeFrame { begin, manual });
+        self.st.scopes.push(ScopeFrame { begin, manual, site });
+        self.sample("begin", site);
         Ok(())
+    }
+
+    /// Record a scope-stats sample for the innermost scope (when enabled).
+    fn sample(&mut self, phase: &str, site: Site) {
+        if self.st.stats.is_none() {
+            return;
+        }
+        let depth = self.st.scopes.len().saturating_sub(1);
+        let ring = depth.min(3);
+        self.observe(ring);
+        let site = match site {
+            Site::Root => "root".to_string(),
+            Site::Code(l) => format!("{}:{}", l.file(), l.line()),
+            Site::Named(i) => self.st.sites[i as usize].clone(),
+        };
+        let r = &self.st.rings[ring];
+        let sample = crate::dfx::ScopeSample {
+            site,
+            phase: phase.to_string(),
+            depth: depth as u32,
+            ring: ring as u32,
+            task_window_start: r.seen_la as u64,
+            task_window_end: r.next as u64,
+            heap_start: r.heap_retired,
+            heap_end: r.heap_retired + r.heap.used(),
+            dep_pool_start: r.deps.tail,
+            dep_pool_end: r.deps.top,
+            tensormap: self.st.tensormap.used() as u64,
+        };
+        if let Some(st) = self.st.stats.as_mut() {
+            st.push(sample);
+        }
     }
 
     /// Close the innermost scope: drop its reference on each of its tasks (non-blocking).
@@ -302,7 +379,9 @@ impl<'r> Orchestrator<'r> {
     }
 
     pub(crate) fn close_scope(&mut self) {
-        let Some(frame) = self.st.scopes.pop() else { return };
+        let Some(&frame) = self.st.scopes.last() else { return };
+        self.sample("end", frame.site);
+        self.st.scopes.pop();
         for i in frame.begin..self.st.scope_tasks.len() {
             let id = self.st.scope_tasks[i];
             self.sh.release_ref(id, SCOPE_BIT, self.eng);
@@ -318,6 +397,7 @@ impl<'r> Orchestrator<'r> {
     }
 
     /// Run `f` inside an automatic scope.
+    #[track_caller]
     pub fn scope<R>(
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<R, RuntimeFailure>,
@@ -331,6 +411,7 @@ impl<'r> Orchestrator<'r> {
     }
 
     /// Run `f` inside a manual scope (no inferred dependencies).
+    #[track_caller]
     pub fn manual_scope<R>(
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<R, RuntimeFailure>,
@@ -692,7 +773,10 @@ impl<'r> Orchestrator<'r> {
         let r = &mut self.st.rings[ring];
         if la != r.seen_la {
             let last = r.slots[((la - 1) & r.mask) as usize];
+            let old_tail = r.heap.tail;
             r.heap.retire_to(la, last.heap_end);
+            let t = r.heap.tail;
+            r.heap_retired += if t >= old_tail { t - old_tail } else { r.heap.size - old_tail + t };
             r.deps.retire_to(last.dep_mark);
             r.spill.retire_to(last.spill_mark);
             r.seen_la = la;

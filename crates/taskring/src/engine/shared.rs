@@ -37,14 +37,12 @@
 
 use crate::engine::Payload;
 use crate::kernel::CoreKind;
-use crate::mem::{ReserveError, ZeroValid, ZeroedArray};
+use crate::mem::ReserveError;
+use crate::sync::Ordering::*;
+use crate::sync::{fence, spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Table, UnsafeCell};
 use crate::tensor::TaskId;
-use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use parking_lot::{Condvar, Mutex};
-use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::time::Duration;
 
 pub const PENDING: u32 = 0;
@@ -60,6 +58,7 @@ pub const DEP_FLAGS: u64 = DEP_WAIT | DEP_RETAIN;
 
 /// One slot's synchronisation state: one cache line; all-zero is a valid (PENDING) value.
 #[repr(C, align(64))]
+#[derive(Default)]
 pub struct SlotState {
     /// Spin lock guarding state transitions, claims and the fanout list.
     lock: AtomicU32,
@@ -72,10 +71,27 @@ pub struct SlotState {
     pub local: AtomicU32,
     /// Fanout list head: `(ring << 32) | (index + 1)` into that ring's node pool; 0 = empty.
     pub fanout_head: AtomicU64,
+    /// loom only: a cell touched inside every critical section of `lock` and by
+    /// `prepare`, so that loom reports any two of them not ordered by happens-before
+    /// (a broken spin lock, or a re-prepare racing a late lock holder).
+    #[cfg(loom)]
+    witness: UnsafeCell<u32>,
 }
 
 // safety: atomics only.
-unsafe impl ZeroValid for SlotState {}
+#[cfg(not(loom))]
+unsafe impl crate::mem::ZeroValid for SlotState {}
+
+#[cfg(loom)]
+impl crate::sync::Fresh for SlotState {
+    fn fresh() -> SlotState {
+        SlotState::default()
+    }
+}
+
+/// Failed lock attempts before the spin lock yields its time slice (under loom every
+/// failed attempt is a scheduling point).
+const LOCK_SPINS: u32 = if cfg!(loom) { 0 } else { 64 };
 
 impl SlotState {
     #[inline]
@@ -83,13 +99,23 @@ impl SlotState {
         let mut spins = 0u32;
         while self.lock.compare_exchange_weak(0, 1, Acquire, Relaxed).is_err() {
             spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
+            if spins < LOCK_SPINS {
+                spin_loop();
             } else {
-                std::thread::yield_now();
+                yield_now();
             }
         }
+        self.touch_witness();
     }
+
+    #[cfg(loom)]
+    fn touch_witness(&self) {
+        // safety: loom-checked cell; the value is irrelevant.
+        self.witness.with_mut(|w| unsafe { *w = w.read().wrapping_add(1) });
+    }
+    #[cfg(not(loom))]
+    #[inline(always)]
+    fn touch_witness(&self) {}
     #[inline]
     pub fn unlock(&self) {
         self.lock.store(0, Release);
@@ -98,6 +124,7 @@ impl SlotState {
     /// Prepare the slot for local id `local` (orchestrator; the slot is retired).
     #[inline]
     pub fn prepare(&self, local: u32) {
+        self.touch_witness();
         self.state.store(PENDING, Relaxed);
         self.fanout_count.store(SCOPE_BIT, Relaxed);
         self.fanout_refcount.store(0, Relaxed);
@@ -106,6 +133,32 @@ impl SlotState {
         self.fanout_head.store(0, Relaxed);
         self.local.store(local, Relaxed);
         self.lock.store(0, Relaxed);
+    }
+
+    /// Mark an inline-completed task (an `alloc()`) COMPLETED (orchestrator, before
+    /// the task is visible to any core).
+    #[inline]
+    pub fn mark_completed(&self) {
+        self.lock();
+        self.state.store(COMPLETED, Release);
+        self.unlock();
+    }
+
+    /// Start wiring this (prepared, unpublished) task with `waits` WAIT edges:
+    /// `fanin_count = waits + 1`, the `+1` being held until [`SlotState::publish`].
+    #[inline]
+    pub fn begin_wiring(&self, waits: u32) {
+        self.fanin_count.store(waits + 1, Release);
+    }
+
+    /// End of wiring: release the `+1` together with the `done` WAIT edges whose
+    /// producers had completed by the time they were linked. Returns true if the task
+    /// is ready now (the caller pushes it); otherwise the last producer completion will.
+    #[inline]
+    pub fn publish(&self, done: u32) -> bool {
+        let need = self.fanin_count.load(Relaxed);
+        let prev = self.fanin_refcount.fetch_add(done + 1, AcqRel);
+        prev + done + 1 == need
     }
 
     /// Has the owning scope released its reference?
@@ -135,7 +188,7 @@ pub struct DepNode {
     pub next: u64,
 }
 // safety: plain integers.
-unsafe impl ZeroValid for DepNode {}
+unsafe impl crate::mem::ZeroValid for DepNode {}
 
 pub type PayloadCell = UnsafeCell<MaybeUninit<Payload>>;
 
@@ -143,10 +196,10 @@ pub type PayloadCell = UnsafeCell<MaybeUninit<Payload>>;
 pub struct RingShared {
     pub window: u64,
     pub mask: u32,
-    pub slots: ZeroedArray<SlotState>,
-    pub payloads: ZeroedArray<PayloadCell>,
-    pub dep_nodes: ZeroedArray<UnsafeCell<DepNode>>,
-    pub spill: ZeroedArray<UnsafeCell<u64>>,
+    pub slots: Table<SlotState>,
+    pub payloads: Table<PayloadCell>,
+    pub dep_nodes: Table<UnsafeCell<DepNode>>,
+    pub spill: Table<UnsafeCell<u64>>,
     /// Next local id (published by the orchestrator after preparing the slot).
     pub current: CachePadded<AtomicU32>,
     /// Every local id below this has retired.
@@ -164,10 +217,10 @@ impl RingShared {
         Ok(RingShared {
             window,
             mask: (window - 1) as u32,
-            slots: ZeroedArray::new(window as usize)?,
-            payloads: ZeroedArray::new(window as usize)?,
-            dep_nodes: ZeroedArray::new(dep_pool as usize)?,
-            spill: ZeroedArray::new(dep_pool as usize)?,
+            slots: Table::new(window as usize)?,
+            payloads: Table::new(window as usize)?,
+            dep_nodes: Table::new(dep_pool as usize)?,
+            spill: Table::new(dep_pool as usize)?,
             current: CachePadded::new(AtomicU32::new(0)),
             last_alive: CachePadded::new(AtomicU32::new(0)),
             advance: Mutex::new(()),
@@ -183,7 +236,7 @@ impl RingShared {
     /// The caller must hold publication of `local` (see the module doc) and no `&mut`.
     #[inline]
     pub unsafe fn payload(&self, local: u32) -> &Payload {
-        (*self.payloads[(local & self.mask) as usize].get()).assume_init_ref()
+        self.payloads[(local & self.mask) as usize].with(|p| (*p).assume_init_ref())
     }
 
     /// # Safety
@@ -191,7 +244,15 @@ impl RingShared {
     #[inline]
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn payload_mut(&self, local: u32) -> &mut MaybeUninit<Payload> {
-        &mut *self.payloads[(local & self.mask) as usize].get()
+        self.payloads[(local & self.mask) as usize].with_mut(|p| &mut *p)
+    }
+
+    /// Prepare the slot of `local` and publish it as the ring's newest task
+    /// (`current = local + 1`). Orchestrator; the slot's previous task has retired.
+    #[inline]
+    pub fn prepare(&self, local: u32) {
+        self.slot(local).prepare(local);
+        self.current.store(local + 1, Release);
     }
 
     pub fn reset(&self) {
@@ -222,7 +283,59 @@ pub struct ArenaShared {
     pub rings: [RingShared; 4],
 }
 
+/// What [`ArenaShared::claim`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// No reference taken: the producer is gone (CONSUMED, or its slot already holds a
+    /// later task), or it has completed and the edge only asks to wait.
+    Skipped,
+    /// One reference taken on the producer (`fanout_count += 1`). `pending`: a WAIT
+    /// edge whose producer had not completed yet (it needs a dependency node).
+    Claimed { pending: bool },
+}
+
 impl ArenaShared {
+    /// Orchestrator, submit step 4: claim producer `p` for an edge with `flags`
+    /// (`DEP_WAIT` / `DEP_RETAIN`), under `p`'s lock — so a claim and `p`'s CONSUMED
+    /// transition cannot interleave.
+    pub fn claim(&self, p: TaskId, flags: u64) -> Claim {
+        let s = self.slot(p);
+        s.lock();
+        let state = s.state.load(Acquire);
+        let gone = s.local.load(Relaxed) != p.local() || state > COMPLETED;
+        let completed = state == COMPLETED;
+        let r = if !gone && (flags & DEP_RETAIN != 0 || !completed) {
+            s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
+            Claim::Claimed { pending: flags & DEP_WAIT != 0 && !completed }
+        } else {
+            Claim::Skipped
+        };
+        s.unlock();
+        r
+    }
+
+    /// Orchestrator, submit step 7: wire `consumer` behind the claimed producer `p`
+    /// (a WAIT edge), under `p`'s lock. If `p` has not completed, dependency node `node`
+    /// (an index into the pool of `consumer`'s ring, reserved for this submit) is
+    /// written and prepended to `p`'s fanout list, and `true` is returned; if `p` has
+    /// completed, nothing is linked and `false` is returned (count the edge as done for
+    /// [`SlotState::publish`]).
+    pub fn link(&self, p: TaskId, consumer: TaskId, node: usize) -> bool {
+        let s = self.slot(p);
+        s.lock();
+        let linked = s.state.load(Acquire) < COMPLETED;
+        if linked {
+            let cell = &self.rings[consumer.ring()].dep_nodes[node];
+            let next = s.fanout_head.load(Relaxed);
+            // safety: the node is reserved for this submit and only read after this
+            // lock is released by a completion that snapshots the head under it.
+            cell.with_mut(|n| unsafe { *n = DepNode { consumer: consumer.0, next } });
+            s.fanout_head.store(((consumer.ring() as u64) << 32) | (node as u64 + 1), Release);
+        }
+        s.unlock();
+        linked
+    }
+
     #[inline]
     pub fn slot(&self, id: TaskId) -> &SlotState {
         self.rings[id.ring()].slot(id.local())
@@ -265,7 +378,7 @@ impl ArenaShared {
             let idx = (node as u32 - 1) as usize;
             // safety: the node was written under our lock before we snapshotted the head,
             // and cannot be reclaimed before its consumer retires, which needs this release.
-            let n = *self.rings[r].dep_nodes[idx].get();
+            let n = self.rings[r].dep_nodes[idx].with(|p| *p);
             node = n.next;
             let c = TaskId(n.consumer);
             let cs = self.slot(c);
@@ -283,7 +396,7 @@ impl ArenaShared {
                 p.fanin_inline[i]
             } else {
                 let sp = &ring.spill;
-                *sp[((p.fanin_spill_start + (i - n_inline) as u64) % sp.len() as u64) as usize].get()
+                sp[((p.fanin_spill_start + (i - n_inline) as u64) % sp.len() as u64) as usize].with(|p| *p)
             };
             if e & DEP_RETAIN != 0 {
                 self.release_ref(TaskId(e & !DEP_FLAGS), 1, eng);
@@ -296,7 +409,7 @@ impl ArenaShared {
 /// Ready queues (per core kind), the idle-core parking lot, and the orchestrator's
 /// progress notification. Lives as long as the chip.
 pub struct EngineShared {
-    queues: [SegQueue<u64>; 3],
+    queues: [ReadyQueue; 3],
     sleep: Sleep,
     pub progress: Progress,
     /// A run failed: core threads stop running kernels and discard tasks.
@@ -306,6 +419,51 @@ pub struct EngineShared {
     pub completed: CachePadded<AtomicU64>,
     /// The first failure of the current run.
     pub failure: Mutex<Option<crate::engine::RuntimeFailure>>,
+}
+
+/// A ready queue: lock-free `SegQueue` normally; under loom (which cannot see inside
+/// crossbeam) a mutex-protected deque, so that a push/pop pair is a modelled
+/// happens-before edge.
+#[cfg(not(loom))]
+#[derive(Default)]
+struct ReadyQueue(crossbeam_queue::SegQueue<u64>);
+
+#[cfg(not(loom))]
+impl ReadyQueue {
+    #[inline]
+    fn push(&self, v: u64) {
+        self.0.push(v)
+    }
+    #[inline]
+    fn pop(&self) -> Option<u64> {
+        self.0.pop()
+    }
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }    #[inline]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+#[cfg(loom)]
+#[derive(Default)]
+struct ReadyQueue(Mutex<std::collections::VecDeque<u64>>);
+
+#[cfg(loom)]
+impl ReadyQueue {
+    fn push(&self, v: u64) {
+        self.0.lock().push_back(v)
+    }
+    fn pop(&self) -> Option<u64> {
+        self.0.lock().pop_front()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }    fn len(&self) -> usize {
+        self.0.lock().len()
+    }
 }
 
 #[inline]
@@ -320,7 +478,7 @@ fn queue_index(kind: CoreKind) -> usize {
 impl Default for EngineShared {
     fn default() -> Self {
         EngineShared {
-            queues: [SegQueue::new(), SegQueue::new(), SegQueue::new()],
+            queues: [ReadyQueue::default(), ReadyQueue::default(), ReadyQueue::default()],
             sleep: Sleep::default(),
             progress: Progress::default(),
             fatal: AtomicBool::new(false),
@@ -363,6 +521,11 @@ impl EngineShared {
         for q in &self.queues {
             while q.pop().is_some() {}
         }
+    }
+
+    /// Tasks waiting in the ready queues.
+    pub fn ready_len(&self) -> usize {
+        self.queues.iter().map(|q| q.len()).sum()
     }
 
     pub fn queues_empty(&self) -> bool {

@@ -1,0 +1,98 @@
+//! Scope stats written by a dispatch, read back by the sizing advisor, whose advice
+//! then makes a failing program fit.
+
+mod common;
+use common::*;
+use taskring::builtin::*;
+use taskring::*;
+
+fn tempdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("taskring-{tag}-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Per step: a scope holding `per_scope` tasks with 1 KiB outputs each.
+fn program(per_scope: usize) -> Program {
+    Program::new("steps", move |o, _| {
+        for _ in 0..3 {
+            o.scope(|o| {
+                let mut prev: Option<Tensor> = None;
+                for _ in 0..per_scope {
+                    let out = submit(o, FILL, |t| {
+                        t.output(spec(&[256])).scalar(Scalar::F64(1.0));
+                    })?
+                    .output(0);
+                    if let Some(p) = prev {
+                        submit(o, COPY, |t| {
+                            t.input(p).output_existing(out);
+                        })?;
+                    }
+                    prev = Some(out);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn stats_file_and_advice_round_trip() {
+    let dir = tempdir("stats");
+    let mut w = chip(2);
+    let mut cfg = CallConfig::default();
+    cfg.enable_scope_stats = true;
+    cfg.output_prefix = dir.to_string_lossy().into_owned();
+    cfg.runtime_env.ring_task_window = [16, 16, 16, 16];
+    cfg.runtime_env.ring_heap = [1 << 20, 4096, 1 << 20, 1 << 20];
+
+    // 11 tasks per scope fit a window of 16; ring 1's heap of 4096 holds only 4 of the 6 pinned outputs.
+    let e = w.run(&program(6), &[], &cfg).unwrap_err();
+    let RunError::Failure(f) = e else { panic!("{e}") };
+    assert_eq!(f.code, StatusCode::HeapRingDeadlock, "{f}");
+    let path = dir.join("scope_stats/scope_stats.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["version"], 6);
+    assert_eq!(first["fatal"], true);
+    assert_eq!(first["task_window_max"], serde_json::json!([16, 16, 16, 16]));
+    assert_eq!(first["failure"]["name"], "HEAP_RING_DEADLOCK");
+    let samples: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(samples[0]["phase"], "begin");
+    assert_eq!(samples[0]["depth"], 0);
+    assert_eq!(samples[0]["site"], "root");
+    assert!(samples[1]["site"].as_str().unwrap().contains("scope_stats.rs:"), "{}", samples[1]);
+    assert_eq!(samples[1]["ring"], 1);
+
+    // Following the advisor converges: each failed run's advice is a next step.
+    let mut rep = None;
+    for _ in 0..4 {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let a = dfx::advise(&dfx::read_peaks(&text).unwrap(), 1.0);
+        cfg.runtime_env.ring_task_window = a.task_window;
+        cfg.runtime_env.ring_heap = a.heap;
+        cfg.runtime_env.ring_dep_pool = a.dep_pool;
+        if let Ok(r) = w.run(&program(6), &[], &cfg) {
+            rep = Some(r);
+            break;
+        }
+    }
+    let rep = rep.expect("the advisor converged within 4 runs");
+    // Tight advice from a successful run (headroom 1.0) still fits.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let a = dfx::advise(&dfx::read_peaks(&text).unwrap(), 1.0);
+    let mut tight = cfg.clone();
+    tight.runtime_env.ring_task_window = a.task_window;
+    tight.runtime_env.ring_heap = a.heap;
+    tight.runtime_env.ring_dep_pool = a.dep_pool;
+    w.run(&program(6), &[], &tight).unwrap_or_else(|e| panic!("tight advice {a:?} did not fit: {e}"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["fatal"], false);
+    assert!(first["peak_heap"][1].as_u64().unwrap() >= 6 * 1024 && rep.peak.heap[1] >= 6 * 1024);
+    // begin/end pairs: root + 3 scopes.
+    assert_eq!(text.lines().count(), 1 + 8);
+    let _ = std::fs::remove_dir_all(&dir);
+}
