@@ -598,17 +598,23 @@ fn core_loop(sh: &ChipShared, core: &Core) {
                 tensors: &p.tensors[..p.n_tensors as usize],
                 scalars: &p.scalars[..p.n_scalars as usize],
                 n_inputs: p.n_inputs as usize,
+                scalar_float_mask: p.scalar_float_mask,
             };
-            let r = catch_unwind(AssertUnwindSafe(|| k.0.run(&call)));
+            let r = catch_unwind(AssertUnwindSafe(|| k.0.try_run(&call)));
             if core.abandoned.load(SeqCst) {
                 // The run gave up on this core; its arena may be in use by another run.
                 return;
             }
-            if let Err(e) = r {
+            let err = match r {
+                Ok(Ok(())) => None,
+                Ok(Err(msg)) => Some(msg),
+                Err(e) => Some(panic_text(&e)),
+            };
+            if let Some(msg) = err {
                 eng.fail(RuntimeFailure::new(
                     StatusCode::TaskFailed,
                     Some(task.ring()),
-                    format!("kernel '{}' failed in task {:?}: {}", k.name(), task, panic_text(&e)),
+                    format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg),
                 ));
                 busy.store(CORE_IDLE, SeqCst);
                 continue;

@@ -147,6 +147,7 @@ pub struct TaskArgs {
     pub(crate) n_tensors: usize,
     pub(crate) scalars: [u64; MAX_TASK_SCALARS],
     pub(crate) n_scalars: usize,
+    pub(crate) scalar_float_mask: u16,
     pub(crate) deps: [(TaskId, u64); MAX_TASK_DEPS],
     pub(crate) n_deps: usize,
     pub(crate) error: Option<ArgError>,
@@ -159,6 +160,7 @@ impl Default for TaskArgs {
             n_tensors: 0,
             scalars: [0; MAX_TASK_SCALARS],
             n_scalars: 0,
+            scalar_float_mask: 0,
             deps: [(TaskId::INVALID, 0); MAX_TASK_DEPS],
             n_deps: 0,
             error: None,
@@ -206,13 +208,17 @@ impl TaskArgs {
         self.push_tensor(ArgTensor::Spec(spec))
     }
     pub fn scalar(&mut self, s: Scalar) -> &mut Self {
-        self.scalar_bits(s.bits())
+        self.scalar_raw(s.bits(), matches!(s, Scalar::F64(_)))
     }
-    pub fn scalar_bits(&mut self, bits: u64) -> &mut Self {
+    /// A scalar as a bit pattern; `is_float`: the bits are an `f64`'s, else an `i64`'s.
+    pub fn scalar_raw(&mut self, bits: u64, is_float: bool) -> &mut Self {
         if self.n_scalars == MAX_TASK_SCALARS {
             self.record(ArgError::TooManyScalars);
         } else {
             self.scalars[self.n_scalars] = bits;
+            if is_float {
+                self.scalar_float_mask |= 1 << self.n_scalars;
+            }
             self.n_scalars += 1;
         }
         self
@@ -248,6 +254,7 @@ pub struct Payload {
     pub n_tensors: u8,
     pub n_inputs: u8,
     pub n_scalars: u8,
+    pub scalar_float_mask: u16,
     pub n_fanin: u32,
     pub fanin_spill_start: u64,
     pub tensors: [Tensor; MAX_TASK_TENSORS],

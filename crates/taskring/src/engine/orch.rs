@@ -657,6 +657,7 @@ impl<'r> Orchestrator<'r> {
                 (*p).n_tensors = n as u8;
                 (*p).n_inputs = n_inputs as u8;
                 (*p).n_scalars = scalars.len() as u8;
+                (*p).scalar_float_mask = args.scalar_float_mask;
                 (*p).n_fanin = n_fanin as u32;
                 (*p).fanin_spill_start = spill_start;
                 (&mut (*p).tensors)[..n].copy_from_slice(&tensors[..n]);

@@ -1036,6 +1036,7 @@ mod tests {
             tensors,
             scalars,
             n_inputs,
+            scalar_float_mask: u16::MAX,
         });
     }
 
@@ -1591,6 +1592,7 @@ mod tests {
                 tensors: &ts,
                 scalars: &[],
                 n_inputs: 1,
+                scalar_float_mask: 0,
             })
         });
         assert!(r.is_err());

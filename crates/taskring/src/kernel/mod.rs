@@ -43,24 +43,39 @@ impl CoreKind {
 pub struct KernelCall<'a> {
     /// Tensors in submit order: inputs, inouts, outputs, no_dep.
     pub tensors: &'a [Tensor],
-    /// Scalars, bit-cast to `u64` (an `f32` scalar is `f32::to_bits as u64`, an `f64`
-    /// is `f64::to_bits`; see [`KernelCall::scalar_f32`]).
+    /// Scalars as 64-bit patterns: a float scalar is `f64::to_bits`, an integer scalar
+    /// is `i64 as u64`; bit `i` of `scalar_float_mask` says which (read them through
+    /// [`KernelCall::scalar_f64`] / [`KernelCall::scalar_i64`], which convert).
     pub scalars: &'a [u64],
     /// Index of the first tensor the kernel may write (inouts start at `n_inputs`).
     pub n_inputs: usize,
+    /// Bit `i` set: scalar `i` holds `f64` bits; clear: `i64`.
+    pub scalar_float_mask: u16,
 }
 
 impl KernelCall<'_> {
-    /// Scalar `i` read as an `f32`: scalars are stored as `f64` bits by the Rust and
-    /// Python APIs ([`crate::engine::Scalar`]).
-    pub fn scalar_f32(&self, i: usize) -> f32 {
-        f64::from_bits(self.scalars[i]) as f32
+    /// Is scalar `i` a float?
+    pub fn scalar_is_float(&self, i: usize) -> bool {
+        self.scalar_float_mask & (1 << i) != 0
     }
+    /// Scalar `i` as an `f64` (an integer scalar is converted).
     pub fn scalar_f64(&self, i: usize) -> f64 {
-        f64::from_bits(self.scalars[i])
+        if self.scalar_is_float(i) {
+            f64::from_bits(self.scalars[i])
+        } else {
+            self.scalars[i] as i64 as f64
+        }
     }
+    pub fn scalar_f32(&self, i: usize) -> f32 {
+        self.scalar_f64(i) as f32
+    }
+    /// Scalar `i` as an `i64` (a float scalar is truncated).
     pub fn scalar_i64(&self, i: usize) -> i64 {
-        self.scalars[i] as i64
+        if self.scalar_is_float(i) {
+            f64::from_bits(self.scalars[i]) as i64
+        } else {
+            self.scalars[i] as i64
+        }
     }
 }
 
@@ -76,6 +91,13 @@ pub trait Kernel: Send + Sync + 'static {
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String>;
     /// Run on a core thread.
     fn run(&self, call: &KernelCall<'_>);
+    /// Run, reporting a failure as an error message instead of a panic (kernels that
+    /// can fail without panicking, e.g. Python kernels, override this). A panic in
+    /// either fails the task too.
+    fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
+        self.run(call);
+        Ok(())
+    }
 }
 
 /// A handle to a kernel, cheap to copy.

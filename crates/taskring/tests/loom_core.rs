@@ -1,0 +1,450 @@
+//! loom model checks of the ring / completion core (`src/engine/shared.rs`).
+//!
+//! Run (release: loom explores thousands of interleavings per model):
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test -p taskring --test loom_core --release
+//! ```
+//!
+//! Each model drives the real protocol functions of `shared.rs` — `SlotState`'s lock,
+//! `RingShared::prepare` / `advance`, `ArenaShared::claim` / `link` / `complete` /
+//! `release_ref` / `check_consumed`, `SlotState::begin_wiring` / `publish`, the ready
+//! queues and the parking lots — on loom threads. Only the orchestrator's sequencing of
+//! those calls (submit steps 3–7 of `orch.rs`) is replicated here, in [`open`] and
+//! [`wire`]. Windows and pools are tiny (1–4 slots) so that slots are reused.
+//!
+//! `LOOM_MAX_PREEMPTIONS` overrides each model's preemption bound (default 2 or 3,
+//! per model); `LOOM_LOG=1` / `LOOM_LOCATION=1` explain a failure.
+#![cfg(loom)]
+
+use loom::sync::atomic::{AtomicBool, AtomicU32};
+use loom::sync::Arc;
+use loom::thread;
+use std::ptr::addr_of_mut;
+use std::sync::atomic::Ordering::*;
+use std::time::Duration;
+use taskring::engine::shared::*;
+use taskring::kernel::CoreKind;
+use taskring::tensor::TaskId;
+
+const WR: u64 = DEP_WAIT | DEP_RETAIN;
+
+fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(bound);
+    }
+    b.max_branches = b.max_branches.max(50_000);
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = runs.clone();
+    let t0 = std::time::Instant::now();
+    b.check(move || {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    eprintln!(
+        "{}: {} interleavings explored (preemption bound {:?}) in {:.1?}",
+        std::thread::current().name().unwrap_or("model"),
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+        b.preemption_bound,
+        t0.elapsed()
+    );
+}
+
+/// Four rings with the given windows, each with a `pool`-entry dependency / spill pool.
+fn arena(windows: [u64; 4], pool: u64) -> ArenaShared {
+    ArenaShared { rings: windows.map(|w| RingShared::new(w, pool).expect("ring")) }
+}
+
+/// What the test's orchestrator and cores observed per task.
+struct Marks {
+    ids: Vec<TaskId>,
+    /// Wiring ended (set just before the `+1` publication).
+    wired: Vec<AtomicBool>,
+    /// Times the task was made ready.
+    ready: Vec<AtomicU32>,
+}
+
+impl Marks {
+    fn new(ids: &[TaskId]) -> Marks {
+        Marks {
+            ids: ids.to_vec(),
+            wired: ids.iter().map(|_| AtomicBool::new(false)).collect(),
+            ready: ids.iter().map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+    fn at(&self, t: TaskId) -> usize {
+        self.ids.iter().position(|&i| i == t).unwrap_or_else(|| panic!("unknown task {t:?}"))
+    }
+    /// A task was made ready (by `publish` or by a completion): check and count it.
+    fn on_ready(&self, a: &ArenaShared, t: TaskId) {
+        let i = self.at(t);
+        assert_eq!(a.slot(t).local.load(Relaxed), t.local(), "{t:?} made ready after its slot was reused");
+        assert!(self.wired[i].load(Acquire), "{t:?} made ready before its wiring ended");
+        // What a core does with a ready task (chip::core_loop): read its payload.
+        // safety: `t` is published (loom checks the payload's publication).
+        let p = unsafe { a.rings[t.ring()].payload(t.local()) };
+        assert_eq!(p.id, t);
+        assert_eq!(self.ready[i].fetch_add(1, Relaxed), 0, "{t:?} made ready twice");
+    }
+    fn ready_count(&self, t: TaskId) -> u32 {
+        self.ready[self.at(t)].load(Relaxed)
+    }
+}
+
+/// An orchestrator-side submit in progress: claimed producers and WAIT count.
+struct Sub {
+    id: TaskId,
+    waits: u32,
+    claimed: Vec<(TaskId, u64)>,
+}
+
+/// Submit steps 3–6 (orch.rs): prepare the slot and publish `current`, claim each
+/// producer under its lock, write the payload and its fanin record.
+fn open(a: &ArenaShared, id: TaskId, deps: &[(TaskId, u64)]) -> Sub {
+    let ring = &a.rings[id.ring()];
+    ring.prepare(id.local());
+    let mut claimed = Vec::new();
+    let mut waits = 0;
+    for &(p, flags) in deps {
+        if let Claim::Claimed { .. } = a.claim(p, flags) {
+            waits += (flags & DEP_WAIT != 0) as u32;
+            claimed.push((p, flags));
+        }
+    }
+    // safety: prepared and not yet published; every payload field is valid at zero.
+    unsafe {
+        let pl = ring.payload_mut(id.local()).as_mut_ptr();
+        addr_of_mut!((*pl).id).write(id);
+        addr_of_mut!((*pl).kind).write(CoreKind::Any);
+        addr_of_mut!((*pl).n_fanin).write(claimed.len() as u32);
+        for (i, &(p, f)) in claimed.iter().enumerate() {
+            addr_of_mut!((*pl).fanin_inline[i]).write(p.0 | f);
+        }
+    }
+    Sub { id, waits, claimed }
+}
+
+/// Submit step 7 (orch.rs): wiring under each producer's lock, release of WAIT-only
+/// claims, then the `+1` publication. Dependency nodes are taken from `node` on in the
+/// consumer ring's pool. Returns whether the task is ready now (counted in `marks`).
+fn wire(a: &ArenaShared, eng: &EngineShared, marks: &Marks, s: &Sub, mut node: usize) -> bool {
+    let ring = &a.rings[s.id.ring()];
+    let me = ring.slot(s.id.local());
+    me.begin_wiring(s.waits);
+    let mut done = 0;
+    for &(p, f) in &s.claimed {
+        if f & DEP_WAIT != 0 {
+            if a.link(p, s.id, node % ring.dep_nodes.len()) {
+                node += 1;
+            } else {
+                done += 1;
+            }
+        }
+    }
+    for &(p, f) in &s.claimed {
+        if f & DEP_RETAIN == 0 {
+            a.release_ref(p, 1, eng);
+        }
+    }
+    marks.wired[marks.at(s.id)].store(true, Release);
+    let ready = me.publish(done);
+    if ready {
+        marks.on_ready(a, s.id);
+    }
+    ready
+}
+
+/// Submit a task without dependencies: it is ready at once.
+fn submit_root(a: &ArenaShared, eng: &EngineShared, marks: &Marks, id: TaskId) {
+    let s = open(a, id, &[]);
+    assert!(wire(a, eng, marks, &s, 0));
+}
+
+/// The orchestrator's back-pressure: wait until `local` fits the window of its ring.
+fn admit(a: &ArenaShared, id: TaskId) {
+    let r = &a.rings[id.ring()];
+    // taskring::engine::ring::window_admits, with a window of 1 meaning "the previous
+    // task retired".
+    while !(id.local() < r.last_alive.load(Acquire) + (r.window.max(2) - 1) as u32) {
+        thread::yield_now();
+    }
+    if id.local() as u64 >= r.window {
+        // The previous occupant of the slot has retired.
+        let s = r.slot(id.local());
+        assert_eq!(s.state.load(Acquire), CONSUMED, "slot of {id:?} re-prepared before its occupant was consumed");
+        assert_eq!(s.local.load(Relaxed) as u64, id.local() as u64 - r.window);
+    }
+}
+
+fn assert_retired(a: &ArenaShared, ring: usize, ids: &[TaskId]) {
+    for &t in ids {
+        assert_eq!(a.slot(t).local.load(Relaxed), t.local());
+        assert_eq!(a.slot(t).state.load(Relaxed), CONSUMED, "{t:?} not consumed");
+    }
+    let r = &a.rings[ring];
+    assert_eq!(r.last_alive.load(Relaxed), r.current.load(Relaxed), "watermark of ring {ring} stuck");
+}
+
+/// A core: complete `t`, then every task that completion made ready and handed back.
+fn run_chain(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
+    let mut next = Some(t);
+    while let Some(t) = next.take() {
+        // safety: `t` is published, ran (nothing to run), and is completed once, here.
+        unsafe {
+            a.complete(t, eng, |c| {
+                marks.on_ready(a, c);
+                if next.is_none() {
+                    next = Some(c);
+                } else {
+                    eng.push_ready(c, CoreKind::Any);
+                }
+            })
+        };
+    }
+}
+
+/// A core that completes `n` tasks popped from the ready queues (shared count `done`).
+fn run_queue(a: &ArenaShared, eng: &EngineShared, marks: &Marks, done: &AtomicU32, n: u32) {
+    while done.load(Acquire) < n {
+        match eng.pop_ready(CoreKind::Any) {
+            Some(t) => {
+                run_chain_counted(a, eng, marks, t, done);
+            }
+            None => thread::yield_now(),
+        }
+    }
+}
+
+fn run_chain_counted(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId, done: &AtomicU32) {
+    let mut next = Some(t);
+    while let Some(t) = next.take() {
+        // safety: as in run_chain.
+        unsafe {
+            a.complete(t, eng, |c| {
+                marks.on_ready(a, c);
+                if next.is_none() {
+                    next = Some(c);
+                } else {
+                    eng.push_ready(c, CoreKind::Any);
+                }
+            })
+        };
+        done.fetch_add(1, Release);
+    }
+}
+
+/// 1. A producer's completion races the claim + wiring of its consumer. Whether P
+/// completes before the claim, between claim and link, or after the link, C becomes
+/// ready exactly once, never before its wiring ended, and everything retires.
+fn claim_vs_completion(flags: u64) {
+    model(3, move || {
+        let a = Arc::new(arena([4; 4], 4));
+        let eng = Arc::new(EngineShared::default());
+        let (p, c) = (TaskId::new(0, 0), TaskId::new(0, 1));
+        let marks = Arc::new(Marks::new(&[p, c]));
+        submit_root(&a, &eng, &marks, p);
+
+        let core = {
+            let (a, eng, marks) = (a.clone(), eng.clone(), marks.clone());
+            thread::spawn(move || run_chain(&a, &eng, &marks, p))
+        };
+        // The orchestrator submits C (depends on P) meanwhile.
+        let s = open(&a, c, &[(p, flags)]);
+        let ready_at_publish = wire(&a, &eng, &marks, &s, 0);
+        core.join().unwrap();
+
+        // Ready exactly once: by the publication or by P's completion (which ran it).
+        assert_eq!(marks.ready_count(c), 1, "C lost or readied twice");
+        if ready_at_publish {
+            run_chain(&a, &eng, &marks, c);
+        }
+        assert_eq!(a.slot(c).state.load(Relaxed), COMPLETED, "C did not complete");
+        // The scope ends.
+        a.release_ref(p, SCOPE_BIT, &eng);
+        a.release_ref(c, SCOPE_BIT, &eng);
+        assert_retired(&a, 0, &[p, c]);
+        assert_eq!(a.rings[0].last_alive.load(Relaxed), 2);
+    });
+}
+
+#[test]
+fn claim_vs_completion_wait_retain() {
+    claim_vs_completion(WR);
+}
+
+#[test]
+fn claim_vs_completion_wait_only() {
+    claim_vs_completion(DEP_WAIT);
+}
+
+/// 2. P's completion fans out to C1 and C2, which complete on two cores concurrently
+/// (adjacent slots consumed at the same time), while the orchestrator closes the scope
+/// of all three. Every task ends CONSUMED and the watermark ends at `current`.
+#[test]
+fn fanout_and_scope_release() {
+    model(2, || {
+        let a = Arc::new(arena([4; 4], 4));
+        let eng = Arc::new(EngineShared::default());
+        let (p, c1, c2) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
+        let marks = Arc::new(Marks::new(&[p, c1, c2]));
+        submit_root(&a, &eng, &marks, p);
+        let s1 = open(&a, c1, &[(p, WR)]);
+        assert!(!wire(&a, &eng, &marks, &s1, 0));
+        let s2 = open(&a, c2, &[(p, WR)]);
+        assert!(!wire(&a, &eng, &marks, &s2, 1));
+
+        // Core X completes P, keeps one consumer and pushes the other; core Y pops it.
+        let done = Arc::new(AtomicU32::new(0));
+        let x = {
+            let (a, eng, marks, done) = (a.clone(), eng.clone(), marks.clone(), done.clone());
+            thread::spawn(move || run_chain_counted(&a, &eng, &marks, p, &done))
+        };
+        let y = {
+            let (a, eng, marks, done) = (a.clone(), eng.clone(), marks.clone(), done.clone());
+            thread::spawn(move || run_queue(&a, &eng, &marks, &done, 3))
+        };
+        // The orchestrator ends the scope.
+        for t in [p, c1, c2] {
+            a.release_ref(t, SCOPE_BIT, &eng);
+        }
+        x.join().unwrap();
+        y.join().unwrap();
+
+        for t in [c1, c2] {
+            assert_eq!(marks.ready_count(t), 1);
+        }
+        assert_eq!(eng.completed.load(Relaxed), 3);
+        assert!(eng.queues_empty());
+        assert_retired(&a, 0, &[p, c1, c2]);
+        assert_eq!(a.rings[0].last_alive.load(Relaxed), 3);
+    });
+}
+
+/// 3. Slot reuse with a window of 2 (one live task): each slot is re-prepared only
+/// after the watermark passed its occupant, while the two cores that ran the earlier
+/// tasks may still be finishing their completions; a claim of a retired task —
+/// CONSUMED, or with its slot already holding a later task (generation mismatch) — is
+/// refused.
+#[test]
+fn slot_reuse_and_stale_claims() {
+    model(2, || {
+        let a = Arc::new(arena([2; 4], 2));
+        let eng = Arc::new(EngineShared::default());
+        let t: Vec<TaskId> = (0..3).map(|l| TaskId::new(0, l)).collect();
+        let marks = Arc::new(Marks::new(&t));
+        let done = Arc::new(AtomicU32::new(0));
+
+        submit_root(&a, &eng, &marks, t[0]);
+        eng.push_ready(t[0], CoreKind::Any);
+        let cores: Vec<_> = (0..2)
+            .map(|_| {
+                let (a, eng, marks, done) = (a.clone(), eng.clone(), marks.clone(), done.clone());
+                thread::spawn(move || run_queue(&a, &eng, &marks, &done, 3))
+            })
+            .collect();
+
+        // Orchestrator: T0's scope ends; T1 waits for the window, claims T0 (consumed).
+        a.release_ref(t[0], SCOPE_BIT, &eng);
+        admit(&a, t[1]);
+        let s1 = open(&a, t[1], &[(t[0], WR)]);
+        assert!(s1.claimed.is_empty(), "claimed a consumed task");
+        assert!(wire(&a, &eng, &marks, &s1, 0));
+        eng.push_ready(t[1], CoreKind::Any);
+        a.release_ref(t[1], SCOPE_BIT, &eng);
+
+        // T2 reuses T0's slot; a claim of T0 now finds T2 there.
+        admit(&a, t[2]);
+        let s2 = open(&a, t[2], &[(t[0], WR), (t[0], DEP_WAIT)]);
+        assert!(s2.claimed.is_empty(), "claimed a task whose slot was reused");
+        assert!(wire(&a, &eng, &marks, &s2, 0));
+        eng.push_ready(t[2], CoreKind::Any);
+        a.release_ref(t[2], SCOPE_BIT, &eng);
+
+        for c in cores {
+            c.join().unwrap();
+        }
+        assert_eq!(eng.completed.load(Relaxed), 3);
+        assert_retired(&a, 0, &t[1..]);
+        assert_eq!(a.rings[0].last_alive.load(Relaxed), 3);
+    });
+}
+
+/// 4. A consumer C on ring 1 waits for P and Q on ring 0. Q's completion makes C ready,
+/// C runs and retires (its ring's watermark does not wait for ring 0), and the
+/// orchestrator reuses C's slot (window 1) for C', which waits for a producer that never
+/// completes — all while P's completion is still releasing its fanin reference on C.
+/// P's completion must not mistake C' for C.
+#[test]
+fn fanout_release_vs_consumer_slot_reuse() {
+    model(2, || {
+        let a = Arc::new(arena([4, 1, 4, 4], 4));
+        let eng = Arc::new(EngineShared::default());
+        let (p, q, r) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
+        let (c, c2) = (TaskId::new(1, 0), TaskId::new(1, 1));
+        let marks = Arc::new(Marks::new(&[p, q, r, c, c2]));
+        for t in [p, q, r] {
+            submit_root(&a, &eng, &marks, t);
+        }
+        let s = open(&a, c, &[(p, WR), (q, WR)]);
+        assert!(!wire(&a, &eng, &marks, &s, 0));
+
+        let cores: Vec<_> = [p, q]
+            .into_iter()
+            .map(|t| {
+                let (a, eng, marks) = (a.clone(), eng.clone(), marks.clone());
+                thread::spawn(move || run_chain(&a, &eng, &marks, t))
+            })
+            .collect();
+        // Orchestrator: C's scope ends; C' waits for ring 1's window, then waits for R.
+        a.release_ref(c, SCOPE_BIT, &eng);
+        admit(&a, c2);
+        let s2 = open(&a, c2, &[(r, WR)]);
+        assert_eq!(s2.waits, 1);
+        assert!(!wire(&a, &eng, &marks, &s2, 2));
+        for core in cores {
+            core.join().unwrap();
+        }
+        assert_eq!(marks.ready_count(c), 1);
+        assert_eq!(marks.ready_count(c2), 0, "C' made ready while R is pending");
+    });
+}
+
+/// 5a. Parking: a core that finds no work parks; a push must wake it (loom's condvar
+/// never times out, so a lost wake-up is a deadlock).
+#[test]
+fn park_vs_push() {
+    model(3, || {
+        let eng = Arc::new(EngineShared::default());
+        let pusher = {
+            let eng = eng.clone();
+            thread::spawn(move || eng.push_ready(TaskId::new(0, 0), CoreKind::Aiv))
+        };
+        loop {
+            if eng.pop_ready(CoreKind::Aiv).is_some() {
+                break;
+            }
+            eng.park_core(CoreKind::Aiv, Duration::from_secs(1));
+        }
+        pusher.join().unwrap();
+    });
+}
+
+/// 5b. The orchestrator waits for progress (`Progress::wait`) while a core advances the
+/// watermark and notifies (as `check_consumed` does).
+#[test]
+fn progress_wait_vs_notify() {
+    model(3, || {
+        let eng = Arc::new(EngineShared::default());
+        let moved = Arc::new(AtomicBool::new(false));
+        let core = {
+            let (eng, moved) = (eng.clone(), moved.clone());
+            thread::spawn(move || {
+                moved.store(true, Release);
+                eng.progress.notify();
+            })
+        };
+        while !eng.progress.wait(|| moved.load(Acquire), Duration::from_secs(1)) {}
+        core.join().unwrap();
+    });
+}
