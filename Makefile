@@ -3,16 +3,35 @@
 # crates come from crates.io through cargo, pinned by Cargo.lock).
 
 CARGO ?= cargo
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test test-rust test-loom bench demo-l2 fmt clippy clean
+.PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 fmt clippy clean
 
 run: demo-l2
 
 demo-l2:
 	$(CARGO) run --locked --release -q -p taskring --example l2_demo
 
-test: test-rust test-loom
+test: test-rust test-loom test-python
+
+# Python package: a virtual environment with the pinned tools, the native module built
+# by maturin into it (release mode), then pytest.
+$(VENV)/.ready: python/requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r python/requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.ready
+
+py-dev: venv
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
+
+test-python: py-dev
+	$(VPY) -m pytest -q python/tests
 
 test-rust:
 	$(CARGO) test --locked -p taskring

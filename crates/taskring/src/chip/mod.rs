@@ -331,6 +331,15 @@ impl ChipWorker {
         Ok(self.run_inner(program, args, &sizing, None, &diag)?)
     }
 
+    /// As [`ChipWorker::run`], calling `hook(true)` before the runtime blocks the
+    /// caller's thread and `hook(false)` after (e.g. to release an interpreter lock).
+    pub fn run_with_hook(&mut self, program: &Program, args: &[Arg<'_>], config: &CallConfig, hook: &dyn Fn(bool)) -> Result<RunReport, RunError> {
+        config.validate()?;
+        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
+        let diag = Diagnostics::from_config(config);
+        Ok(self.run_inner(program, args, &sizing, Some(hook), &diag)?)
+    }
+
     /// Dispatch `program` on an explicit sizing.
     pub fn run_with_sizing(&mut self, program: &Program, args: &[Arg<'_>], sizing: &RingSizing) -> Result<RunReport, RuntimeFailure> {
         self.run_inner(program, args, sizing, None, &Diagnostics::default())

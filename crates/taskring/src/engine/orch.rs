@@ -260,6 +260,11 @@ impl<'r> Orchestrator<'r> {
         &self.sizing
     }
 
+    /// Are scope stats being recorded this run?
+    pub fn stats_enabled(&self) -> bool {
+        self.st.stats.is_some()
+    }
+
     /// Current scope depth (the run's root scope is depth 0).
     pub fn depth(&self) -> usize {
         self.st.scopes.len().saturating_sub(1)

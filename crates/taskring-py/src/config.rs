@@ -1,0 +1,397 @@
+//! Python classes over `taskring::config`: `RuntimeEnv`, `CallConfig`, `RingSizing`, and
+//! `resolve_ring_sizing`. Validation texts come from the Rust core (API.md §1.2).
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple};
+use taskring::config::{CallConfig, EnvSnapshot, RingField, RingSizing, RuntimeEnv};
+
+fn field_of(name: &str) -> Option<RingField> {
+    match name {
+        "ring_task_window" => Some(RingField::TaskWindow),
+        "ring_heap" => Some(RingField::Heap),
+        "ring_dep_pool" => Some(RingField::DepPool),
+        _ => None,
+    }
+}
+
+/// A non-negative Python int that is not a bool.
+fn plain_u64(v: &Bound<'_, PyAny>) -> Option<u64> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return None;
+    }
+    v.extract::<u64>().ok()
+}
+
+/// Parse an int (broadcast) or a sequence of exactly 4 ints, with the API's messages.
+pub fn ring_values(field: &str, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
+    let generic = || PyValueError::new_err(format!("RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints"));
+    if let Some(x) = plain_u64(v) {
+        return Ok([x; 4]);
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
+        if items.len() != 4 {
+            return Err(PyValueError::new_err(format!("RuntimeEnv.{field} list must contain exactly 4 entries")));
+        }
+        let mut out = [0u64; 4];
+        for (i, it) in items.iter().enumerate() {
+            out[i] = plain_u64(it).ok_or_else(generic)?;
+        }
+        return Ok(out);
+    }
+    Err(generic())
+}
+
+/// Per-ring ring sizes of one dispatch (0 = unset for that ring).
+#[pyclass(module = "taskring", name = "RuntimeEnv", eq, skip_from_py_object)]
+#[derive(Clone, PartialEq)]
+pub struct PyRuntimeEnv {
+    pub inner: RuntimeEnv,
+}
+
+#[pymethods]
+impl PyRuntimeEnv {
+    #[new]
+    #[pyo3(signature = (ring_task_window=None, ring_heap=None, ring_dep_pool=None))]
+    fn new(
+        ring_task_window: Option<&Bound<'_, PyAny>>,
+        ring_heap: Option<&Bound<'_, PyAny>>,
+        ring_dep_pool: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let mut e = RuntimeEnv::default();
+        if let Some(v) = ring_task_window {
+            e.ring_task_window = ring_values("ring_task_window", v)?;
+        }
+        if let Some(v) = ring_heap {
+            e.ring_heap = ring_values("ring_heap", v)?;
+        }
+        if let Some(v) = ring_dep_pool {
+            e.ring_dep_pool = ring_values("ring_dep_pool", v)?;
+        }
+        Ok(PyRuntimeEnv { inner: e })
+    }
+
+    #[getter]
+    fn get_ring_task_window(&self) -> Vec<u64> {
+        self.inner.ring_task_window.to_vec()
+    }
+    #[setter]
+    fn set_ring_task_window(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set("ring_task_window", v)
+    }
+    #[getter]
+    fn get_ring_heap(&self) -> Vec<u64> {
+        self.inner.ring_heap.to_vec()
+    }
+    #[setter]
+    fn set_ring_heap(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set("ring_heap", v)
+    }
+    #[getter]
+    fn get_ring_dep_pool(&self) -> Vec<u64> {
+        self.inner.ring_dep_pool.to_vec()
+    }
+    #[setter]
+    fn set_ring_dep_pool(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set("ring_dep_pool", v)
+    }
+
+    fn __repr__(&self) -> String {
+        let e = &self.inner;
+        format!(
+            "RuntimeEnv(ring_task_window={:?}, ring_heap={:?}, ring_dep_pool={:?})",
+            e.ring_task_window, e.ring_heap, e.ring_dep_pool
+        )
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Vec<u64>, Vec<u64>, Vec<u64>))> {
+        let e = slf.borrow().inner;
+        Ok((slf.get_type().into_any(), (e.ring_task_window.to_vec(), e.ring_heap.to_vec(), e.ring_dep_pool.to_vec())))
+    }
+
+    fn copy(&self) -> Self {
+        self.clone()
+    }
+}
+
+impl PyRuntimeEnv {
+    fn set(&mut self, field: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let Some(v) = v else {
+            return Err(PyValueError::new_err(format!("RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints")));
+        };
+        let vals = ring_values(field, v)?;
+        *self.inner.get_mut(field_of(field).expect("known field")) = vals;
+        Ok(())
+    }
+}
+
+/// Per-dispatch configuration (low level, Simpler-style).
+#[pyclass(module = "taskring", name = "CallConfig")]
+pub struct PyCallConfig {
+    #[pyo3(get, set)]
+    pub aicpu_thread_num: u32,
+    pub runtime_env: Py<PyRuntimeEnv>,
+    #[pyo3(get, set)]
+    pub enable_scope_stats: bool,
+    #[pyo3(get, set)]
+    pub enable_chip_swimlane: u32,
+    #[pyo3(get, set)]
+    pub enable_dep_gen: bool,
+    #[pyo3(get, set)]
+    pub output_prefix: String,
+}
+
+impl PyCallConfig {
+    /// The Rust value of this config.
+    pub fn to_rust(&self, py: Python<'_>) -> CallConfig {
+        CallConfig {
+            aicpu_thread_num: self.aicpu_thread_num,
+            runtime_env: self.runtime_env.borrow(py).inner,
+            enable_scope_stats: self.enable_scope_stats,
+            enable_chip_swimlane: self.enable_chip_swimlane,
+            enable_dep_gen: self.enable_dep_gen,
+            output_prefix: self.output_prefix.clone(),
+        }
+    }
+
+    pub fn from_rust(py: Python<'_>, c: &CallConfig) -> PyResult<PyCallConfig> {
+        Ok(PyCallConfig {
+            aicpu_thread_num: c.aicpu_thread_num,
+            runtime_env: Py::new(py, PyRuntimeEnv { inner: c.runtime_env })?,
+            enable_scope_stats: c.enable_scope_stats,
+            enable_chip_swimlane: c.enable_chip_swimlane,
+            enable_dep_gen: c.enable_dep_gen,
+            output_prefix: c.output_prefix.clone(),
+        })
+    }
+}
+
+fn swimlane_value(v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    if v.is_instance_of::<PyBool>() {
+        return Ok(if v.extract::<bool>()? { 4 } else { 0 });
+    }
+    v.extract::<u32>().map_err(|_| PyTypeError::new_err("enable_chip_swimlane must be a bool or an int in [0, 4]"))
+}
+
+#[pymethods]
+impl PyCallConfig {
+    #[new]
+    #[pyo3(signature = (aicpu_thread_num=0, runtime_env=None, enable_scope_stats=false, enable_chip_swimlane=None, enable_dep_gen=false, output_prefix=String::new()))]
+    fn new(
+        py: Python<'_>,
+        aicpu_thread_num: u32,
+        runtime_env: Option<PyRef<'_, PyRuntimeEnv>>,
+        enable_scope_stats: bool,
+        enable_chip_swimlane: Option<&Bound<'_, PyAny>>,
+        enable_dep_gen: bool,
+        output_prefix: String,
+    ) -> PyResult<Self> {
+        let env = runtime_env.map(|e| e.inner).unwrap_or_default();
+        Ok(PyCallConfig {
+            aicpu_thread_num,
+            runtime_env: Py::new(py, PyRuntimeEnv { inner: env })?,
+            enable_scope_stats,
+            enable_chip_swimlane: enable_chip_swimlane.map(swimlane_value).transpose()?.unwrap_or(0),
+            enable_dep_gen,
+            output_prefix,
+        })
+    }
+
+    /// The config's own `RuntimeEnv`, by reference: writes through it change the config.
+    #[getter]
+    fn get_runtime_env(&self, py: Python<'_>) -> Py<PyRuntimeEnv> {
+        self.runtime_env.clone_ref(py)
+    }
+
+    /// Assigning copies the values in.
+    #[setter]
+    fn set_runtime_env(&mut self, py: Python<'_>, v: PyRef<'_, PyRuntimeEnv>) {
+        self.runtime_env.borrow_mut(py).inner = v.inner;
+    }
+
+    /// Check the config; raises ValueError with the first rule broken.
+    fn validate(&self, py: Python<'_>) -> PyResult<()> {
+        self.to_rust(py).validate().map_err(|e| PyValueError::new_err(e.message))
+    }
+
+    fn copy(&self, py: Python<'_>) -> PyResult<Self> {
+        PyCallConfig::from_rust(py, &self.to_rust(py))
+    }
+
+    fn __copy__(&self, py: Python<'_>) -> PyResult<Self> {
+        self.copy(py)
+    }
+
+    fn __deepcopy__(&self, py: Python<'_>, _memo: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.copy(py)
+    }
+
+    /// A new config with `changes` applied (ring fields as flat keywords or
+    /// `runtime_env=`). The original is not modified.
+    #[pyo3(signature = (**changes))]
+    fn derive(&self, py: Python<'_>, changes: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let mut c = self.to_rust(py);
+        if let Some(ch) = changes {
+            for (k, v) in ch.iter() {
+                let k: String = k.extract()?;
+                match k.as_str() {
+                    "aicpu_thread_num" => c.aicpu_thread_num = v.extract()?,
+                    "enable_scope_stats" => c.enable_scope_stats = v.extract()?,
+                    "enable_chip_swimlane" => c.enable_chip_swimlane = swimlane_value(&v)?,
+                    "enable_dep_gen" => c.enable_dep_gen = v.extract()?,
+                    "output_prefix" => c.output_prefix = v.extract()?,
+                    "runtime_env" => c.runtime_env = v.extract::<PyRef<'_, PyRuntimeEnv>>()?.inner,
+                    f if field_of(f).is_some() => *c.runtime_env.get_mut(field_of(f).unwrap()) = ring_values(f, &v)?,
+                    other => {
+                        return Err(PyTypeError::new_err(format!(
+                            "CallConfig.derive() got an unexpected keyword '{other}'; allowed: aicpu_thread_num, enable_chip_swimlane, enable_dep_gen, enable_scope_stats, output_prefix, ring_dep_pool, ring_heap, ring_task_window, runtime_env"
+                        )))
+                    }
+                }
+            }
+        }
+        PyCallConfig::from_rust(py, &c)
+    }
+
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> bool {
+        match other.extract::<PyRef<'_, PyCallConfig>>() {
+            Ok(o) => self.to_rust(py) == o.to_rust(py),
+            Err(_) => false,
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let c = self.to_rust(py);
+        let mut s = format!(
+            "CallConfig(aicpu_thread_num={}, enable_chip_swimlane={}, enable_dep_gen={}, enable_scope_stats={}",
+            c.aicpu_thread_num,
+            c.enable_chip_swimlane,
+            if c.enable_dep_gen { "True" } else { "False" },
+            if c.enable_scope_stats { "True" } else { "False" }
+        );
+        if !c.runtime_env.is_unset() {
+            let e = &c.runtime_env;
+            s += &format!(
+                ", runtime_env.ring_task_window={:?}, runtime_env.ring_heap={:?}, runtime_env.ring_dep_pool={:?}",
+                e.ring_task_window, e.ring_heap, e.ring_dep_pool
+            );
+        }
+        if !c.output_prefix.is_empty() {
+            let r = pyo3::types::PyString::new(py, &c.output_prefix).repr()?;
+            s += &format!(", output_prefix={}", r.to_str()?);
+        }
+        s.push(')');
+        Ok(s)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (u32, PyRuntimeEnv, bool, u32, bool, String))> {
+        let py = slf.py();
+        let c = slf.borrow().to_rust(py);
+        Ok((
+            slf.get_type().into_any(),
+            (c.aicpu_thread_num, PyRuntimeEnv { inner: c.runtime_env }, c.enable_scope_stats, c.enable_chip_swimlane, c.enable_dep_gen, c.output_prefix),
+        ))
+    }
+}
+
+/// The resolved, validated sizes of one dispatch.
+#[pyclass(module = "taskring", name = "RingSizing", frozen, eq, hash, skip_from_py_object)]
+#[derive(Clone, PartialEq, Hash)]
+pub struct PyRingSizing {
+    pub inner: RingSizing,
+}
+
+#[pymethods]
+impl PyRingSizing {
+    #[getter]
+    fn task_window(&self) -> (u64, u64, u64, u64) {
+        let v = self.inner.task_window;
+        (v[0], v[1], v[2], v[3])
+    }
+    #[getter]
+    fn heap(&self) -> (u64, u64, u64, u64) {
+        let v = self.inner.heap;
+        (v[0], v[1], v[2], v[3])
+    }
+    #[getter]
+    fn dep_pool(&self) -> (u64, u64, u64, u64) {
+        let v = self.inner.dep_pool;
+        (v[0], v[1], v[2], v[3])
+    }
+    /// Where a value came from: "call_config", "env" or "default".
+    fn source(&self, field: &str, ring: usize) -> PyResult<&'static str> {
+        let f = field_of(field).ok_or_else(|| PyValueError::new_err(format!("unknown field {field:?}; expected ring_task_window, ring_heap or ring_dep_pool")))?;
+        if ring >= 4 {
+            return Err(PyValueError::new_err(format!("ring must be in [0, 3], got {ring}")));
+        }
+        Ok(self.inner.source(f, ring).as_str())
+    }
+    /// The 12-value tuple the arena cache is keyed on.
+    fn key<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.key())
+    }
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+    fn __repr__(&self) -> String {
+        format!("<RingSizing {}>", self.inner)
+    }
+}
+
+/// An env snapshot from a mapping (tests, tools) or the process environment now.
+pub fn env_snapshot(env: Option<&Bound<'_, PyAny>>) -> PyResult<EnvSnapshot> {
+    let Some(env) = env else { return Ok(EnvSnapshot::from_process()) };
+    let get = |k: &str| -> PyResult<Option<String>> {
+        match env.get_item(k) {
+            Ok(v) if v.is_none() => Ok(None),
+            Ok(v) => Ok(Some(v.str()?.to_string())),
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(env.py()) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    Ok(EnvSnapshot {
+        task_window: get("PTO2_RING_TASK_WINDOW")?,
+        heap: get("PTO2_RING_HEAP")?,
+        dep_pool: get("PTO2_RING_DEP_POOL")?,
+    })
+}
+
+/// `config`: a CallConfig, anything with `to_call_config()` (RunConfig), or None.
+pub fn call_config_of(py: Python<'_>, config: Option<&Bound<'_, PyAny>>) -> PyResult<CallConfig> {
+    let Some(c) = config else { return Ok(CallConfig::default()) };
+    if c.is_none() {
+        return Ok(CallConfig::default());
+    }
+    if let Ok(cc) = c.extract::<PyRef<'_, PyCallConfig>>() {
+        return Ok(cc.to_rust(py));
+    }
+    if c.hasattr("to_call_config")? {
+        let cc = c.call_method0("to_call_config")?;
+        let cc = cc.extract::<PyRef<'_, PyCallConfig>>()?;
+        return Ok(cc.to_rust(py));
+    }
+    Err(PyTypeError::new_err(format!(
+        "config must be a CallConfig, a RunConfig or None, got {}",
+        c.get_type().name()?
+    )))
+}
+
+/// Resolve the ring sizing a dispatch with `config` would use, against `env` (a
+/// mapping) or the process environment. Invalid env variables are ignored with a
+/// warning on stderr.
+#[pyfunction]
+#[pyo3(signature = (config=None, env=None))]
+pub fn resolve_ring_sizing(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, env: Option<&Bound<'_, PyAny>>) -> PyResult<PyRingSizing> {
+    let c = call_config_of(py, config)?;
+    c.validate().map_err(|e| PyValueError::new_err(e.message))?;
+    let snap = env_snapshot(env)?;
+    let (s, warnings) = RingSizing::resolve(&c.runtime_env, &snap).map_err(|e| PyValueError::new_err(e.message))?;
+    for w in warnings {
+        eprintln!("{w}");
+    }
+    Ok(PyRingSizing { inner: s })
+}

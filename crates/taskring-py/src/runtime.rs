@@ -1,0 +1,873 @@
+//! Python classes over the L2 runtime: tensors, kernels, the orchestrator handed to a
+//! program (`rt`), the chip, and reports.
+//!
+//! Threading: the orchestration runs on the caller's thread holding the GIL; whenever
+//! the runtime waits (a full ring, the end of a run) the GIL is released, so Python
+//! kernels on core threads can take it. Host arrays are used in place (zero copy); the
+//! run keeps references to them until it returns.
+
+use crate::config::{call_config_of, PyCallConfig, PyRingSizing};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySlice, PyTuple};
+use std::cell::Cell;
+use std::sync::Mutex;
+use taskring::engine::{ArgTag, Scalar, TaskArgs, TensorSpec};
+use taskring::kernel::{CoreKind, Kernel, KernelCall, KernelRef};
+use taskring::{Arg, ChipOptions, ChipWorker, DType, HostTensor, Orchestrator, Program, RingSizing, RunError, RuntimeFailure, TaskId, Tensor};
+
+// ----- errors --------------------------------------------------------------------------
+
+/// `taskring.RuntimeFailure` (defined in Python) built from a Rust failure.
+pub fn failure_err(py: Python<'_>, f: &RuntimeFailure) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = py.import("taskring._errors")?.getattr("RuntimeFailure")?;
+        let kw = PyDict::new(py);
+        kw.set_item("code", f.code.code())?;
+        kw.set_item("name", f.name())?;
+        kw.set_item("ring", f.ring)?;
+        kw.set_item("description", f.description())?;
+        kw.set_item("hint", f.hint())?;
+        kw.set_item("resource", f.resource.map(|r| r.name()))?;
+        kw.set_item("configured", f.configured)?;
+        kw.set_item("needed", f.needed)?;
+        let e = cls.call((), Some(&kw))?;
+        Ok(PyErr::from_value(e))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+pub fn run_err(py: Python<'_>, e: RunError) -> PyErr {
+    match e {
+        RunError::Config(c) => PyValueError::new_err(c.message),
+        RunError::Failure(f) => failure_err(py, &f),
+    }
+}
+
+// ----- dtypes and tensors --------------------------------------------------------------
+
+pub fn dtype_from_name(name: &str) -> Option<DType> {
+    DType::ALL.iter().copied().find(|d| d.name() == name)
+}
+
+fn parse_dtype(v: &Bound<'_, PyAny>) -> PyResult<DType> {
+    let name: String = if let Ok(s) = v.extract::<String>() { s } else { v.str()?.to_string() };
+    // numpy dtype objects and classes print as e.g. "float32" / "<class 'numpy.float32'>".
+    let name = name.trim_start_matches("<class 'numpy.").trim_end_matches("'>").to_string();
+    dtype_from_name(&name).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "unsupported dtype {name}; expected one of float32, float16, bfloat16, int32, int64, int8, uint8"
+        ))
+    })
+}
+
+fn parse_shape(v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    if let Ok(n) = v.extract::<u32>() {
+        return Ok(vec![n]);
+    }
+    let dims: Vec<i64> = v
+        .extract()
+        .map_err(|_| PyTypeError::new_err(format!("shape must be an int or a sequence of ints, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+    if dims.is_empty() || dims.len() > taskring::tensor::MAX_DIMS {
+        return Err(PyValueError::new_err(format!("shape must have 1 to {} dimensions, got {:?}", taskring::tensor::MAX_DIMS, dims)));
+    }
+    dims.iter()
+        .map(|&d| {
+            if d >= 1 && d <= u32::MAX as i64 {
+                Ok(d as u32)
+            } else {
+                Err(PyValueError::new_err(format!("shape entries must be >= 1, got {dims:?}")))
+            }
+        })
+        .collect()
+}
+
+/// A tensor handle inside an orchestration (a view; never owns memory).
+#[pyclass(module = "taskring", name = "Tensor", frozen, skip_from_py_object)]
+#[derive(Clone)]
+pub struct PyTensor {
+    pub t: Tensor,
+}
+
+#[pymethods]
+impl PyTensor {
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.t.shape())
+    }
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.t.strides())
+    }
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.t.dtype.name()
+    }
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.t.ndims as usize
+    }
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.t.offset
+    }
+    /// Id of the task that produced this runtime tensor, or None for host tensors.
+    #[getter]
+    fn owner(&self) -> Option<u64> {
+        self.t.owner.is_valid().then_some(self.t.owner.0)
+    }
+    /// A view over the same buffer: `offset` in elements from this view's start,
+    /// `strides` in elements (row-major when None).
+    #[pyo3(signature = (shape, offset=0, strides=None))]
+    fn view(&self, shape: &Bound<'_, PyAny>, offset: u64, strides: Option<Vec<u32>>) -> PyResult<PyTensor> {
+        let shape = parse_shape(shape)?;
+        let t = self.t.view(&shape, offset, strides.as_deref()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyTensor { t })
+    }
+    /// Row slicing `t[i:j]` (step 1) or one row `t[i]` (keeps the dimension).
+    fn __getitem__(&self, idx: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let rows = self.t.shape()[0] as i64;
+        let (start, end) = if let Ok(s) = idx.cast::<PySlice>() {
+            let ind = s.indices(rows as isize)?;
+            if ind.step != 1 {
+                return Err(PyValueError::new_err("tensor slicing supports step 1 only"));
+            }
+            (ind.start as i64, ind.stop as i64)
+        } else if let Ok(i) = idx.extract::<i64>() {
+            let i = if i < 0 { i + rows } else { i };
+            (i, i + 1)
+        } else {
+            return Err(PyTypeError::new_err("tensors are indexed by an int or a slice of rows"));
+        };
+        if start < 0 || end <= start || end > rows {
+            return Err(PyValueError::new_err(format!("row slice {start}:{end} is out of range for {rows} rows")));
+        }
+        let t = self.t.rows_slice(start as u64, end as u64).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyTensor { t })
+    }
+    fn __repr__(&self) -> String {
+        format!("Tensor(shape={:?}, dtype={}, offset={})", self.t.shape(), self.t.dtype.name(), self.t.offset)
+    }
+}
+
+/// A runtime-allocated output: shape and dtype (tag OUTPUT).
+#[pyclass(module = "taskring", name = "TensorSpec", frozen, skip_from_py_object)]
+#[derive(Clone)]
+pub struct PySpec {
+    pub s: TensorSpec,
+}
+
+#[pymethods]
+impl PySpec {
+    #[new]
+    fn new(shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let shape = parse_shape(shape)?;
+        let dtype = parse_dtype(dtype)?;
+        Ok(PySpec { s: TensorSpec::new(&shape, dtype).map_err(|e| PyValueError::new_err(e.to_string()))? })
+    }
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.s.shape[..self.s.ndims as usize])
+    }
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.s.dtype.name()
+    }
+    fn __repr__(&self) -> String {
+        format!("TensorSpec(shape={:?}, dtype={})", &self.s.shape[..self.s.ndims as usize], self.s.dtype.name())
+    }
+}
+
+/// A host numpy array as a Tensor (zero copy).
+fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let arr = a.cast::<PyUntypedArray>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "argument {i}: expected a numpy.ndarray, got {}",
+            a.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    if !arr.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("argument {i}: array must be C-contiguous (use numpy.ascontiguousarray)")));
+    }
+    let dname = arr.dtype().str()?.to_string();
+    let dtype = dtype_from_name(&dname).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "argument {i}: dtype {dname} is not supported; expected one of float32, float16, bfloat16, int32, int64, int8, uint8"
+        ))
+    })?;
+    let shape: Vec<usize> = arr.shape().to_vec();
+    if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS || shape.iter().any(|&d| d == 0 || d > u32::MAX as usize) {
+        return Err(PyValueError::new_err(format!(
+            "argument {i}: array shape {shape:?} is not supported (1 to {} dimensions, none empty)",
+            taskring::tensor::MAX_DIMS
+        )));
+    }
+    let flags: bool = a.getattr("flags")?.getattr("writeable")?.extract()?;
+    if !flags {
+        return Err(PyValueError::new_err(format!("argument {i}: array must be writeable")));
+    }
+    let dims: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
+    // safety: reading the data pointer of a live array object.
+    let data = unsafe { (*arr.as_array_ptr()).data } as u64;
+    Ok(Tensor::from_raw(data, &dims, dtype))
+}
+
+// ----- kernels -------------------------------------------------------------------------
+
+/// A kernel handle (`taskring.kernels.add`, or made by `@taskring.kernel`).
+#[pyclass(module = "taskring", name = "Kernel", frozen, skip_from_py_object)]
+#[derive(Clone)]
+pub struct PyKernel {
+    pub k: KernelRef,
+}
+
+#[pymethods]
+impl PyKernel {
+    #[getter]
+    fn name(&self) -> String {
+        self.k.name().to_string()
+    }
+    #[getter]
+    fn core(&self) -> &'static str {
+        match self.k.core() {
+            CoreKind::Aic => "aic",
+            CoreKind::Aiv => "aiv",
+            CoreKind::Any => "any",
+        }
+    }
+    fn __repr__(&self) -> String {
+        format!("<taskring kernel '{}' ({})>", self.k.name(), self.core())
+    }
+}
+
+/// A Python function run as a kernel: it gets numpy views of its tensors (inputs,
+/// inouts, outputs, no_dep) followed by its scalars, and runs holding the GIL.
+struct PythonKernel {
+    name: String,
+    core: CoreKind,
+    func: Py<PyAny>,
+    /// `taskring._views.view(addr, shape, strides, dtype)`.
+    view: Py<PyAny>,
+}
+
+impl Kernel for PythonKernel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn core(&self) -> CoreKind {
+        self.core
+    }
+    fn check(&self, _t: &[Tensor], _n: usize, _s: &[u64]) -> Result<(), String> {
+        Ok(())
+    }
+    fn run(&self, call: &KernelCall<'_>) {
+        if let Err(e) = self.try_run(call) {
+            panic!("{e}");
+        }
+    }
+    fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
+        Python::attach(|py| {
+            let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(call.tensors.len() + call.scalars.len());
+            for t in call.tensors {
+                let v = self
+                    .view
+                    .call1(py, (t.data_ptr() as u64, t.shape().to_vec(), t.strides().to_vec(), t.dtype.name()))
+                    .map_err(|e| py_err_text(py, &e))?;
+                items.push(v.into_bound(py));
+            }
+            for i in 0..call.scalars.len() {
+                let v = if call.scalar_is_float(i) {
+                    PyFloat::new(py, call.scalar_f64(i)).into_any()
+                } else {
+                    call.scalar_i64(i).into_pyobject(py).map_err(|e| e.to_string())?.into_any()
+                };
+                items.push(v);
+            }
+            let args = PyTuple::new(py, items).map_err(|e| py_err_text(py, &e))?;
+            self.func.call1(py, args).map(|_| ()).map_err(|e| py_err_text(py, &e))
+        })
+    }
+}
+
+fn py_err_text(py: Python<'_>, e: &PyErr) -> String {
+    let ty = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
+    format!("{ty}: {}", e.value(py))
+}
+
+/// Make a kernel from a Python function (used by `@taskring.kernel`).
+#[pyfunction]
+#[pyo3(signature = (func, name, core="aiv"))]
+pub fn make_python_kernel(py: Python<'_>, func: Py<PyAny>, name: String, core: &str) -> PyResult<PyKernel> {
+    let core = match core {
+        "aiv" => CoreKind::Aiv,
+        "aic" => CoreKind::Aic,
+        "any" => CoreKind::Any,
+        other => return Err(PyValueError::new_err(format!("core must be 'aiv' or 'aic', got {other:?}"))),
+    };
+    let view = py.import("taskring._views")?.getattr("view")?.unbind();
+    Ok(PyKernel { k: KernelRef::leak(PythonKernel { name, core, func, view }) })
+}
+
+/// The builtin kernels by name.
+#[pyfunction]
+pub fn builtin_kernels(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for k in taskring::builtin::all() {
+        d.set_item(k.name(), PyKernel { k: *k })?;
+    }
+    Ok(d)
+}
+
+// ----- the orchestrator ------------------------------------------------------------------
+
+/// A submitted task: its id and its runtime outputs.
+#[pyclass(module = "taskring", name = "Task", frozen)]
+pub struct PyTask {
+    #[pyo3(get)]
+    id: u64,
+    #[pyo3(get)]
+    outputs: Py<PyList>,
+}
+
+#[pymethods]
+impl PyTask {
+    #[getter]
+    fn ring(&self) -> usize {
+        TaskId(self.id).ring()
+    }
+    fn __repr__(&self) -> String {
+        format!("Task(id={:#x}, {:?})", self.id, TaskId(self.id))
+    }
+}
+
+/// Tagged task arguments (low level): `add(tensor_or_spec, tag)`, `add_scalar(x)`,
+/// `add_dep(task_id)`.
+#[pyclass(module = "taskring", name = "TaskArgs")]
+#[derive(Default)]
+pub struct PyTaskArgs {
+    items: Vec<(ArgTag, Option<Tensor>, Option<TensorSpec>)>,
+    scalars: Vec<(u64, bool)>,
+    deps: Vec<u64>,
+    tensor_after_scalar: bool,
+}
+
+#[pymethods]
+impl PyTaskArgs {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+    /// Add a tensor with a `TensorArgType` tag (0 INPUT, 1 OUTPUT, 2 INOUT,
+    /// 3 OUTPUT_EXISTING, 4 NO_DEP). OUTPUT takes a TensorSpec.
+    fn add(&mut self, value: &Bound<'_, PyAny>, tag: u32) -> PyResult<()> {
+        let tag = tag_of(tag)?;
+        if !self.scalars.is_empty() {
+            self.tensor_after_scalar = true;
+        }
+        if tag == ArgTag::Output {
+            let s = value.extract::<PyRef<'_, PySpec>>().map_err(|_| PyTypeError::new_err("an OUTPUT argument must be a TensorSpec (rt.spec(shape, dtype))"))?;
+            self.items.push((tag, None, Some(s.s)));
+        } else {
+            let t = value.extract::<PyRef<'_, PyTensor>>().map_err(|_| PyTypeError::new_err(format!("a {} argument must be a taskring Tensor", tag.name())))?;
+            self.items.push((tag, Some(t.t), None));
+        }
+        Ok(())
+    }
+    fn add_scalar(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.scalars.push(scalar_of(v)?);
+        Ok(())
+    }
+    fn add_dep(&mut self, id: u64) {
+        self.deps.push(id);
+    }
+    fn __len__(&self) -> usize {
+        self.items.len()
+    }
+}
+
+fn tag_of(tag: u32) -> PyResult<ArgTag> {
+    Ok(match tag {
+        0 => ArgTag::Input,
+        1 => ArgTag::Output,
+        2 => ArgTag::Inout,
+        3 => ArgTag::OutputExisting,
+        4 => ArgTag::NoDep,
+        _ => return Err(PyValueError::new_err(format!("unknown TensorArgType {tag}"))),
+    })
+}
+
+fn scalar_of(v: &Bound<'_, PyAny>) -> PyResult<(u64, bool)> {
+    if v.is_instance_of::<PyBool>() {
+        return Ok((v.extract::<bool>()? as u64, false));
+    }
+    if v.is_instance_of::<PyInt>() {
+        let x: i64 = v.extract()?;
+        return Ok((x as u64, false));
+    }
+    if let Ok(x) = v.extract::<f64>() {
+        return Ok((x.to_bits(), true));
+    }
+    Err(PyTypeError::new_err(format!(
+        "scalars must be int or float, got {}",
+        v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+    )))
+}
+
+/// The orchestrator handed to a program as `rt`; valid only while its run lasts.
+#[pyclass(module = "taskring", name = "Orchestrator", unsendable)]
+pub struct PyOrchestrator {
+    ptr: Cell<*mut Orchestrator<'static>>,
+}
+
+impl PyOrchestrator {
+    fn with<R>(&self, f: impl FnOnce(&mut Orchestrator<'static>) -> R) -> PyResult<R> {
+        let p = self.ptr.get();
+        if p.is_null() {
+            return Err(PyRuntimeError::new_err("this orchestrator belongs to a run that has ended"));
+        }
+        // safety: the pointer is set only while the run's orchestration call is on the
+        // stack (see `run_program`), on this thread (the class is unsendable).
+        Ok(f(unsafe { &mut *p }))
+    }
+}
+
+fn tensors_of(v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<Tensor>> {
+    let Some(v) = v else { return Ok(vec![]) };
+    let mut out = vec![];
+    for (i, it) in v.try_iter()?.enumerate() {
+        let it = it?;
+        let t = it
+            .extract::<PyRef<'_, PyTensor>>()
+            .map_err(|_| PyTypeError::new_err(format!("{what}[{i}] must be a taskring Tensor, got {}", it.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+        out.push(t.t);
+    }
+    Ok(out)
+}
+
+fn submit_built(py: Python<'_>, o: &mut Orchestrator<'static>, kernel: KernelRef, a: &TaskArgs) -> PyResult<PyTask> {
+    let r = o.submit(kernel, a).map_err(|f| failure_err(py, &f))?;
+    let outs: Vec<PyTensor> = r.outputs().iter().map(|&t| PyTensor { t }).collect();
+    Ok(PyTask { id: r.id.0, outputs: PyList::new(py, outs)?.unbind() })
+}
+
+#[pymethods]
+impl PyOrchestrator {
+    /// Submit a task. `outputs` entries are existing tensors (OUTPUT_EXISTING) or
+    /// `rt.spec(shape, dtype)` (OUTPUT, allocated from the current ring's heap).
+    #[pyo3(signature = (kernel, *, inputs=None, outputs=None, inouts=None, no_dep=None, scalars=None, deps=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        kernel: PyRef<'_, PyKernel>,
+        inputs: Option<&Bound<'_, PyAny>>,
+        outputs: Option<&Bound<'_, PyAny>>,
+        inouts: Option<&Bound<'_, PyAny>>,
+        no_dep: Option<&Bound<'_, PyAny>>,
+        scalars: Option<&Bound<'_, PyAny>>,
+        deps: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTask> {
+        let mut a = TaskArgs::new();
+        for t in tensors_of(inputs, "inputs")? {
+            a.input(t);
+        }
+        for t in tensors_of(inouts, "inouts")? {
+            a.inout(t);
+        }
+        if let Some(outs) = outputs {
+            for (i, it) in outs.try_iter()?.enumerate() {
+                let it = it?;
+                if let Ok(s) = it.extract::<PyRef<'_, PySpec>>() {
+                    a.output(s.s);
+                } else if let Ok(t) = it.extract::<PyRef<'_, PyTensor>>() {
+                    a.output_existing(t.t);
+                } else {
+                    return Err(PyTypeError::new_err(format!(
+                        "outputs[{i}] must be a taskring Tensor or rt.spec(shape, dtype), got {}",
+                        it.get_type().name()?
+                    )));
+                }
+            }
+        }
+        for t in tensors_of(no_dep, "no_dep")? {
+            a.no_dep(t);
+        }
+        if let Some(sc) = scalars {
+            for it in sc.try_iter()? {
+                let (bits, f) = scalar_of(&it?)?;
+                a.scalar_raw(bits, f);
+            }
+        }
+        if let Some(ds) = deps {
+            for it in ds.try_iter()? {
+                let it = it?;
+                let id: u64 = if let Ok(t) = it.extract::<PyRef<'_, PyTask>>() { t.id } else { it.extract()? };
+                a.dep(TaskId(id));
+            }
+        }
+        let k = kernel.k;
+        self.with(|o| submit_built(py, o, k, &a))?
+    }
+
+    /// Submit with tagged `TaskArgs` (tensors reach the kernel in insertion order
+    /// within each tag group: inputs, inouts, outputs, no_dep).
+    fn submit_args(&self, py: Python<'_>, kernel: PyRef<'_, PyKernel>, args: PyRef<'_, PyTaskArgs>) -> PyResult<PyTask> {
+        let mut a = TaskArgs::new();
+        for (tag, t, s) in &args.items {
+            match (t, s) {
+                (Some(t), _) => {
+                    a.tensor(*tag, *t);
+                }
+                (None, Some(s)) => {
+                    a.output(*s);
+                }
+                _ => {}
+            }
+        }
+        if args.tensor_after_scalar {
+            // Reproduce the builder's rule: tensors after scalars are an error.
+            a.scalar_raw(0, false);
+            a.input(Tensor::from_raw(0, &[1], DType::U8));
+        }
+        for &(bits, f) in &args.scalars {
+            a.scalar_raw(bits, f);
+        }
+        for &d in &args.deps {
+            a.dep(TaskId(d));
+        }
+        let k = kernel.k;
+        self.with(|o| submit_built(py, o, k, &a))?
+    }
+
+    /// A dependency-only task (barrier).
+    #[pyo3(signature = (*, deps=None))]
+    fn submit_dummy(&self, py: Python<'_>, deps: Option<&Bound<'_, PyAny>>) -> PyResult<PyTask> {
+        let mut a = TaskArgs::new();
+        if let Some(ds) = deps {
+            for it in ds.try_iter()? {
+                let it = it?;
+                let id: u64 = if let Ok(t) = it.extract::<PyRef<'_, PyTask>>() { t.id } else { it.extract()? };
+                a.dep(TaskId(id));
+            }
+        }
+        self.with(|o| -> PyResult<PyTask> {
+            let r = o.submit_dummy(&a).map_err(|f| failure_err(py, &f))?;
+            Ok(PyTask { id: r.id.0, outputs: PyList::empty(py).unbind() })
+        })?
+    }
+
+    /// An output-only allocation, alive until the current scope ends.
+    fn alloc(&self, py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let s = PySpec::new(shape, dtype)?;
+        self.with(|o| -> PyResult<PyTensor> {
+            let r = o.alloc(&[s.s]).map_err(|f| failure_err(py, &f))?;
+            Ok(PyTensor { t: r.output(0) })
+        })?
+    }
+
+    /// A runtime-output spec for `submit(outputs=[...])`.
+    #[staticmethod]
+    fn spec(shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PySpec> {
+        PySpec::new(shape, dtype)
+    }
+
+    /// Open a scope; `manual=True` infers no dependencies (only explicit `deps`).
+    #[pyo3(signature = (manual=false, site=None))]
+    fn begin_scope(&self, py: Python<'_>, manual: bool, site: Option<&str>) -> PyResult<()> {
+        self.with(|o| {
+            match site {
+                Some(s) => o.begin_scope_named(manual, s),
+                None => o.begin_scope(manual),
+            }
+            .map_err(|f| failure_err(py, &f))
+        })?
+    }
+
+    fn end_scope(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(|o| o.end_scope().map_err(|f| failure_err(py, &f)))?
+    }
+
+    /// Current scope depth (the run's root scope is 0).
+    #[getter]
+    fn depth(&self) -> PyResult<usize> {
+        self.with(|o| o.depth())
+    }
+
+    /// `with rt.scope(manual=False): ...` — a nested scope (depth + 1; ring
+    /// min(depth, 3)).
+    #[pyo3(signature = (manual=false))]
+    fn scope(slf: &Bound<'_, Self>, manual: bool) -> PyResult<PyScope> {
+        let py = slf.py();
+        let stats = slf.borrow().with(|o| o.stats_enabled())?;
+        let site = if stats {
+            let f = py.import("sys")?.call_method1("_getframe", (1,))?;
+            let file: String = f.getattr("f_code")?.getattr("co_filename")?.extract()?;
+            let line: u32 = f.getattr("f_lineno")?.extract()?;
+            Some(format!("{file}:{line}"))
+        } else {
+            None
+        };
+        Ok(PyScope { rt: slf.clone().unbind(), manual, site })
+    }
+}
+
+/// The context manager returned by `rt.scope()`.
+#[pyclass(module = "taskring", name = "Scope", unsendable)]
+pub struct PyScope {
+    rt: Py<PyOrchestrator>,
+    manual: bool,
+    site: Option<String>,
+}
+
+#[pymethods]
+impl PyScope {
+    fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
+        self.rt.borrow(py).begin_scope(py, self.manual, self.site.as_deref())
+    }
+    fn __exit__(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>, _v: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let r = self.rt.borrow(py).end_scope(py);
+        if exc_type.is_none() {
+            r?;
+        }
+        Ok(false)
+    }
+}
+
+// ----- the chip ----------------------------------------------------------------------------
+
+/// Counters of a chip's arena cache.
+#[pyclass(module = "taskring", name = "ArenaStats", frozen, get_all)]
+pub struct PyArenaStats {
+    builds: u64,
+    hits: u64,
+    misses: u64,
+    evictions: u64,
+    resident: Vec<Vec<u64>>,
+    build_s: f64,
+}
+
+#[pymethods]
+impl PyArenaStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "ArenaStats(builds={}, hits={}, misses={}, evictions={}, resident={} keys, build_s={:.6})",
+            self.builds,
+            self.hits,
+            self.misses,
+            self.evictions,
+            self.resident.len(),
+            self.build_s
+        )
+    }
+}
+
+pub fn arena_stats_py(s: taskring::ArenaStats) -> PyArenaStats {
+    PyArenaStats {
+        builds: s.builds,
+        hits: s.hits,
+        misses: s.misses,
+        evictions: s.evictions,
+        resident: s.resident.iter().map(|k| k.to_vec()).collect(),
+        build_s: s.build_s,
+    }
+}
+
+/// Highest simultaneous use per ring.
+#[pyclass(module = "taskring", name = "PeakUse", frozen, get_all)]
+pub struct PyPeak {
+    task_window: (u64, u64, u64, u64),
+    heap: (u64, u64, u64, u64),
+    dep_pool: (u64, u64, u64, u64),
+}
+
+#[pymethods]
+impl PyPeak {
+    fn __repr__(&self) -> String {
+        format!("PeakUse(task_window={:?}, heap={:?}, dep_pool={:?})", self.task_window, self.heap, self.dep_pool)
+    }
+}
+
+fn t4(v: [u64; 4]) -> (u64, u64, u64, u64) {
+    (v[0], v[1], v[2], v[3])
+}
+
+/// What one L2 run did.
+#[pyclass(module = "taskring", name = "RunReport", frozen, get_all)]
+pub struct PyRunReport {
+    ring_sizing: PyRingSizing,
+    peak: Py<PyPeak>,
+    tasks: u64,
+    arena_hit: bool,
+    arena_build_s: f64,
+    elapsed_s: f64,
+}
+
+#[pymethods]
+impl PyRunReport {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "RunReport(tasks={}, arena_hit={}, arena_build_s={:.6}, elapsed_s={:.6}, peak={}, ring_sizing={})",
+            self.tasks,
+            if self.arena_hit { "True" } else { "False" },
+            self.arena_build_s,
+            self.elapsed_s,
+            self.peak.borrow(py).__repr__(),
+            self.ring_sizing.inner
+        )
+    }
+}
+
+pub fn report_py(py: Python<'_>, r: &taskring::RunReport) -> PyResult<PyRunReport> {
+    Ok(PyRunReport {
+        ring_sizing: PyRingSizing { inner: r.ring_sizing },
+        peak: Py::new(py, PyPeak { task_window: t4(r.peak.task_window), heap: t4(r.peak.heap), dep_pool: t4(r.peak.dep_pool) })?,
+        tasks: r.tasks,
+        arena_hit: r.arena_hit,
+        arena_build_s: r.arena_build_s,
+        elapsed_s: r.elapsed_s,
+    })
+}
+
+/// A resident simulated chip (native part of `taskring.ChipWorker`).
+#[pyclass(module = "taskring._native", name = "Chip")]
+pub struct PyChip {
+    chip: Option<ChipWorker>,
+}
+
+/// The Python error raised by the orchestration, kept until the run returns.
+type PendingErr = Mutex<Option<PyErr>>;
+
+#[pymethods]
+impl PyChip {
+    /// `prewarm`: CallConfigs (or RunConfigs) whose sizings are built now.
+    #[new]
+    #[pyo3(signature = (cores=0, arena_cache_slots=4, prewarm=None, aic_cores=None))]
+    fn new(py: Python<'_>, cores: usize, arena_cache_slots: usize, prewarm: Option<&Bound<'_, PyAny>>, aic_cores: Option<usize>) -> PyResult<Self> {
+        let mut sizings: Vec<RingSizing> = vec![];
+        if let Some(p) = prewarm {
+            for c in p.try_iter()? {
+                let c = call_config_of(py, Some(&c?))?;
+                c.validate().map_err(|e| PyValueError::new_err(e.message))?;
+                sizings.push(RingSizing::resolve_from_process(&c.runtime_env).map_err(|e| PyValueError::new_err(e.message))?);
+            }
+        }
+        if arena_cache_slots == 0 {
+            return Err(PyValueError::new_err("arena_cache_slots must be >= 1"));
+        }
+        let opts = ChipOptions { cores, aic_cores, arena_cache_slots, prewarm: sizings, ..ChipOptions::default() };
+        let chip = py.detach(|| ChipWorker::new(opts)).map_err(|f| failure_err(py, &f))?;
+        Ok(PyChip { chip: Some(chip) })
+    }
+
+    /// Run `orchestration(rt, *args)` with `config` (a CallConfig, RunConfig or None).
+    /// numpy arrays become Tensors (zero copy); ints and floats are passed through.
+    #[pyo3(signature = (orchestration, name, args, config=None))]
+    fn run(&mut self, py: Python<'_>, orchestration: Py<PyAny>, name: String, args: &Bound<'_, PyList>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyRunReport> {
+        let cfg = call_config_of(py, config)?;
+        let chip = self.chip.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
+        // Host arguments: arrays -> tensors (kept alive by `args` for the whole run).
+        let mut host: Vec<Arg<'_>> = vec![];
+        let mut kinds: Vec<bool> = vec![];
+        for (i, a) in args.iter().enumerate() {
+            if a.is_instance_of::<PyFloat>() || a.is_instance_of::<PyInt>() {
+                let (bits, f) = scalar_of(&a)?;
+                host.push(Arg::Scalar(if f { Scalar::F64(f64::from_bits(bits)) } else { Scalar::I64(bits as i64) }));
+                kinds.push(false);
+            } else {
+                let t = host_tensor(i, &a)?;
+                // safety: the array is referenced by `args`, which outlives the run.
+                host.push(Arg::Tensor(unsafe { HostTensor::from_raw(t) }));
+                kinds.push(true);
+            }
+        }
+        let pending: std::sync::Arc<PendingErr> = std::sync::Arc::new(Mutex::new(None));
+        let orch = orchestration.clone_ref(py);
+        let pending_ref = pending.clone();
+        let program = Program::new(&name, move |o, args| {
+            Python::attach(|py| {
+                let rt = match Py::new(py, PyOrchestrator { ptr: Cell::new(std::ptr::null_mut()) }) {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        *pending_ref.lock().unwrap() = Some(e);
+                        return Err(RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, "could not create the orchestrator"));
+                    }
+                };
+                rt.borrow(py).ptr.set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
+                let mut call_args: Vec<Bound<'_, PyAny>> = vec![rt.clone_ref(py).into_bound(py).into_any()];
+                for a in args {
+                    let v = match a {
+                        Arg::Tensor(t) => Bound::new(py, PyTensor { t: t.tensor() }).map(|b| b.into_any()),
+                        Arg::Scalar(Scalar::F64(x)) => Ok(PyFloat::new(py, *x).into_any()),
+                        Arg::Scalar(Scalar::I64(x)) => Ok(x.into_pyobject(py).expect("int conversion is infallible").into_any()),
+                    };
+                    match v {
+                        Ok(v) => call_args.push(v),
+                        Err(e) => {
+                            *pending_ref.lock().unwrap() = Some(e);
+                            return Err(RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, "argument conversion failed"));
+                        }
+                    }
+                }
+                let r = PyTuple::new(py, call_args).and_then(|t| orch.call1(py, t));
+                rt.borrow(py).ptr.set(std::ptr::null_mut());
+                match r {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        let text = py_err_text(py, &e);
+                        *pending_ref.lock().unwrap() = Some(e);
+                        Err(RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, format!("the orchestration raised {text}")))
+                    }
+                }
+            })
+        });
+        let _ = kinds;
+        // Release the GIL while the runtime waits (full rings, the end of the run).
+        let saved: Cell<*mut pyo3::ffi::PyThreadState> = Cell::new(std::ptr::null_mut());
+        let hook = |blocking: bool| {
+            // safety: called on this thread, which holds the GIL outside the waits; the
+            // save/restore pairs are balanced by the runtime.
+            unsafe {
+                if blocking {
+                    saved.set(pyo3::ffi::PyEval_SaveThread());
+                } else {
+                    pyo3::ffi::PyEval_RestoreThread(saved.get());
+                }
+            }
+        };
+        let r = chip.run_with_hook(&program, &host, &cfg, &hook);
+        drop(host);
+        if let Some(e) = pending.lock().unwrap().take() {
+            return Err(e);
+        }
+        match r {
+            Ok(rep) => report_py(py, &rep),
+            Err(e) => Err(run_err(py, e)),
+        }
+    }
+
+    fn arena_stats(&self) -> PyResult<PyArenaStats> {
+        let chip = self.chip.as_ref().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
+        Ok(arena_stats_py(chip.arena_stats()))
+    }
+
+    #[getter]
+    fn cores(&self) -> usize {
+        self.chip.as_ref().map(|c| c.cores().len()).unwrap_or(0)
+    }
+
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(c) = self.chip.take() {
+            py.detach(move || drop(c));
+        }
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.chip.is_none()
+    }
+}
+
+/// Used only to silence an unused-import lint when features change.
+#[allow(dead_code)]
+fn _unused(_: &PyCallConfig) {}

@@ -1,0 +1,43 @@
+"""taskring.RuntimeFailure: a failed run (capacity, kernel, misuse), with its code."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class RuntimeFailure(RuntimeError):
+    """A run failed. ``code``/``name``/``description``/``hint`` follow upstream's status
+    codes (1 SCOPE_DEADLOCK, 2 HEAP_RING_DEADLOCK, 3 FLOW_CONTROL_DEADLOCK,
+    4 DEP_POOL_OVERFLOW, 5 INVALID_ARGS, 8 TENSOR_WAIT_TIMEOUT, 11 TENSORMAP_OVERFLOW,
+    100 SCHEDULER_TIMEOUT) plus ours (200 TASK_FAILED, 201 RUNTIME_SETUP). Capacity
+    failures carry ``resource``, ``configured`` and ``needed`` (when known)."""
+
+    def __init__(
+        self,
+        code: int,
+        name: str,
+        ring: Optional[int],
+        description: str,
+        hint: str,
+        resource: Optional[str] = None,
+        configured: Optional[int] = None,
+        needed: Optional[int] = None,
+    ) -> None:
+        self.code = code
+        self.name = name
+        self.ring = ring
+        self.description = description
+        self.hint = hint
+        self.resource = resource
+        self.configured = configured
+        self.needed = needed
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.name} (code {self.code}) on ring {self.ring}: {self.description}. Hint: {self.hint}"
+
+    def __reduce__(self):
+        return (
+            type(self),
+            (self.code, self.name, self.ring, self.description, self.hint, self.resource, self.configured, self.needed),
+        )
