@@ -24,19 +24,55 @@ pub struct Arena {
     sizing: RingSizing,
     pub(crate) shared: ArenaShared,
     pub(crate) orch: OrchState,
-    heaps: [ZeroedArray<u8>; 4],
+    heaps: Vec<HeapMemory>,
     build_s: f64,
+}
+
+/// A ring's heap: private (L2 chips) or shared with chip processes (L3 nodes, whose
+/// runtime outputs are read by chips).
+enum HeapMemory {
+    Private(ZeroedArray<u8>),
+    Shared(crate::node::shm::SharedBuffer),
+}
+
+impl HeapMemory {
+    fn base(&self) -> u64 {
+        match self {
+            HeapMemory::Private(a) => a.as_ptr() as u64,
+            HeapMemory::Shared(b) => b.as_ptr() as u64,
+        }
+    }
+    fn reserved(&self) -> u64 {
+        match self {
+            HeapMemory::Private(a) => a.reserved_bytes() as u64,
+            HeapMemory::Shared(b) => b.len() as u64,
+        }
+    }
 }
 
 impl Arena {
     /// Reserve everything for `sizing`.
     pub fn build(sizing: &RingSizing) -> Result<Arena, ReserveError> {
+        Arena::build_with(sizing, false)
+    }
+
+    /// Build with heaps in shared memory (`shared_heaps`) or private memory.
+    pub fn build_with(sizing: &RingSizing, shared_heaps: bool) -> Result<Arena, ReserveError> {
         let t0 = Instant::now();
-        let heap = |r: usize| ZeroedArray::<u8>::new(sizing.heap[r] as usize);
-        let heaps = [heap(0)?, heap(1)?, heap(2)?, heap(3)?];
+        let mut heaps = Vec::with_capacity(4);
+        for r in 0..4 {
+            heaps.push(if shared_heaps {
+                HeapMemory::Shared(
+                    crate::node::shm::SharedBuffer::new(sizing.heap[r] as usize)
+                        .map_err(|e| ReserveError { bytes: sizing.heap[r], reason: e.to_string() })?,
+                )
+            } else {
+                HeapMemory::Private(ZeroedArray::<u8>::new(sizing.heap[r] as usize)?)
+            });
+        }
         let ring = |r: usize| RingShared::new(sizing.task_window[r], sizing.dep_pool[r]);
         let shared = ArenaShared { rings: [ring(0)?, ring(1)?, ring(2)?, ring(3)?] };
-        let bases = [0, 1, 2, 3].map(|r| heaps[r].as_ptr() as u64);
+        let bases = [0, 1, 2, 3].map(|r| heaps[r].base());
         let orch = OrchState::new(sizing, bases)?;
         Ok(Arena { sizing: *sizing, shared, orch, heaps, build_s: t0.elapsed().as_secs_f64() })
     }
@@ -60,7 +96,7 @@ impl Arena {
 
     /// Bytes of address space reserved by the heaps.
     pub fn heap_reserved_bytes(&self) -> u64 {
-        self.heaps.iter().map(|h| h.reserved_bytes() as u64).sum()
+        self.heaps.iter().map(|h| h.reserved()).sum()
     }
 }
 
@@ -80,6 +116,7 @@ pub struct ArenaStats {
 /// LRU cache of arenas. See the module doc.
 pub struct ArenaCache {
     slots: usize,
+    shared_heaps: bool,
     /// Most recently used first.
     arenas: Vec<Box<Arena>>,
     stats: ArenaStats,
@@ -95,7 +132,12 @@ pub struct Acquired {
 impl ArenaCache {
     /// A cache of `slots` arenas (at least 1).
     pub fn new(slots: usize) -> ArenaCache {
-        ArenaCache { slots: slots.max(1), arenas: Vec::new(), stats: ArenaStats::default() }
+        ArenaCache { slots: slots.max(1), shared_heaps: false, arenas: Vec::new(), stats: ArenaStats::default() }
+    }
+
+    /// A cache whose arenas keep their heaps in shared memory (L3 nodes).
+    pub fn new_shared(slots: usize) -> ArenaCache {
+        ArenaCache { shared_heaps: true, ..ArenaCache::new(slots) }
     }
 
     pub fn slots(&self) -> usize {
@@ -125,7 +167,7 @@ impl ArenaCache {
             self.arenas.pop();
             self.stats.evictions += 1;
         }
-        let a = Arena::build(sizing)?;
+        let a = Arena::build_with(sizing, self.shared_heaps)?;
         let s = a.build_s;
         self.stats.builds += 1;
         self.stats.build_s += s;

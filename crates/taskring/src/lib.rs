@@ -17,6 +17,7 @@ pub mod dfx;
 pub mod engine;
 pub mod kernel;
 pub mod mem;
+pub mod node;
 pub mod sync;
 pub mod tensor;
 

@@ -179,6 +179,8 @@ pub struct ChipOptions {
     /// SCHEDULER_TIMEOUT after this long without any task completing while the run
     /// waits for its tasks. Default 10 s, or `PTO2_SCHEDULER_TIMEOUT_MS`.
     pub scheduler_timeout: Duration,
+    /// Keep ring heaps in shared memory (an L3 node, whose runtime outputs chips read).
+    pub shared_heaps: bool,
 }
 
 fn env_ms(var: &str) -> Option<Duration> {
@@ -194,6 +196,7 @@ impl Default for ChipOptions {
             prewarm: Vec::new(),
             backstop: env_ms("TASKRING_ALLOC_TIMEOUT_MS").unwrap_or(Duration::from_millis(500)),
             scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS").unwrap_or(Duration::from_secs(10)),
+            shared_heaps: false,
         }
     }
 }
@@ -241,7 +244,7 @@ impl ChipWorker {
         let kinds: Vec<CoreKind> = (0..cores)
             .map(|i| if cores == 1 { CoreKind::Any } else if i < aic { CoreKind::Aic } else { CoreKind::Aiv })
             .collect();
-        let mut cache = ArenaCache::new(opts.arena_cache_slots);
+        let mut cache = if opts.shared_heaps { ArenaCache::new_shared(opts.arena_cache_slots) } else { ArenaCache::new(opts.arena_cache_slots) };
         for s in opts.prewarm.iter().take(cache.slots()) {
             cache.prewarm(s).map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("prewarm of {s}: {e}")))?;
         }

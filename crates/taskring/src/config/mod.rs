@@ -560,6 +560,39 @@ impl RingSizing {
         Ok(sizing)
     }
 
+    /// Sources as 12 codes (0 call_config, 1 env, 2 default), field-major — the order
+    /// of [`RingSizing::key`]; for carrying a sizing across a process boundary.
+    pub fn source_codes(&self) -> [u8; 12] {
+        let mut out = [0u8; 12];
+        for (fi, row) in self.sources.iter().enumerate() {
+            for (r, s) in row.iter().enumerate() {
+                out[fi * 4 + r] = match s {
+                    SizeSource::CallConfig => 0,
+                    SizeSource::Env => 1,
+                    SizeSource::Default => 2,
+                };
+            }
+        }
+        out
+    }
+
+    /// Rebuild a sizing from its key and [`RingSizing::source_codes`] (validated).
+    pub fn from_key_and_sources(key: [u64; 12], codes: [u8; 12]) -> Result<RingSizing, ConfigError> {
+        let mut s = RingSizing::from_values(
+            [key[0], key[1], key[2], key[3]],
+            [key[4], key[5], key[6], key[7]],
+            [key[8], key[9], key[10], key[11]],
+        )?;
+        for i in 0..12 {
+            s.sources[i / 4][i % 4] = match codes[i] {
+                1 => SizeSource::Env,
+                2 => SizeSource::Default,
+                _ => SizeSource::CallConfig,
+            };
+        }
+        Ok(s)
+    }
+
     /// [`from_values`](Self::from_values) with the same value on every ring.
     pub fn uniform(task_window: u64, heap: u64, dep_pool: u64) -> Result<RingSizing, ConfigError> {
         Self::from_values(

@@ -1,0 +1,168 @@
+//! A chip's mailbox: one anonymous shared mapping (created before the chip process is
+//! forked, so both sides see it) holding a small header of futex words and two frame
+//! buffers (host → chip, chip → host).
+//!
+//! Protocol (one task in flight per chip; the host side holds the chip's lock):
+//! 1. host writes the task frame and its length, then `req_seq += 1` (release) and wakes;
+//! 2. chip waits until `req_seq` differs from the last it served, reads the frame,
+//!    runs the task, writes the reply and its length, stores `resp_seq = req_seq`
+//!    (release) and wakes;
+//! 3. host waits until `resp_seq` equals its request number, then reads the reply.
+//!
+//! `state` tells the chip's life: STARTING → READY (or FAILED with the reason in the
+//! reply buffer) → SHUTDOWN (set by the host to make the chip exit). Waits are futex
+//! waits with a timeout, so each side can notice the other's death.
+
+use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::time::Duration;
+
+pub const STATE_STARTING: u32 = 0;
+pub const STATE_READY: u32 = 1;
+pub const STATE_FAILED: u32 = 2;
+pub const STATE_SHUTDOWN: u32 = 3;
+
+/// Bytes of each frame buffer.
+pub const FRAME_BYTES: usize = 64 * 1024;
+
+#[repr(C)]
+pub struct Header {
+    pub req_seq: AtomicU32,
+    pub resp_seq: AtomicU32,
+    pub state: AtomicU32,
+    pub req_len: AtomicU32,
+    pub resp_len: AtomicU32,
+}
+
+/// See the module doc.
+pub struct Mailbox {
+    base: *mut u8,
+    len: usize,
+}
+
+// safety: the mailbox is shared memory used through atomics and the protocol above.
+unsafe impl Send for Mailbox {}
+unsafe impl Sync for Mailbox {}
+
+const HEADER_BYTES: usize = 4096;
+
+impl Mailbox {
+    pub fn new() -> std::io::Result<Mailbox> {
+        let len = HEADER_BYTES + 2 * FRAME_BYTES;
+        // safety: anonymous shared mapping; checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mailbox { base: p as *mut u8, len })
+    }
+
+    pub fn header(&self) -> &Header {
+        // safety: the mapping starts with a zeroed, page-aligned Header of atomics.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    /// # Safety
+    /// Only the host, while it owns the request side (no request in flight).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn req_buf(&self) -> &mut [u8] {
+        std::slice::from_raw_parts_mut(self.base.add(HEADER_BYTES), FRAME_BYTES)
+    }
+
+    /// # Safety
+    /// Only the chip, while it serves a request (or reports its start).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn resp_buf(&self) -> &mut [u8] {
+        std::slice::from_raw_parts_mut(self.base.add(HEADER_BYTES + FRAME_BYTES), FRAME_BYTES)
+    }
+}
+
+impl Drop for Mailbox {
+    fn drop(&mut self) {
+        // safety: our own mapping.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len);
+        }
+    }
+}
+
+/// Wait while `word == expected`, at most `timeout` (spurious returns are fine).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // safety: a shared (non-private) futex wait on a word in shared memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+    }
+}
+
+/// Wake every waiter on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // safety: as futex_wait.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+    }
+}
+
+/// Wait until `cond()` holds, spinning briefly, then sleeping on `word` (which the other
+/// side changes and wakes), checking `give_up()` between sleeps.
+pub fn wait_until(word: &AtomicU32, cond: impl Fn() -> bool, give_up: impl Fn() -> bool, slice: Duration) -> bool {
+    for i in 0..200 {
+        if cond() {
+            return true;
+        }
+        if i < 100 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    loop {
+        let seen = word.load(Acquire);
+        if cond() {
+            return true;
+        }
+        if give_up() {
+            return false;
+        }
+        futex_wait(word, seen, slice);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_pong_between_threads() {
+        let m = std::sync::Arc::new(Mailbox::new().unwrap());
+        let c = m.clone();
+        let t = std::thread::spawn(move || {
+            let h = c.header();
+            let mut served = 0;
+            while served < 100 {
+                wait_until(&h.req_seq, || h.req_seq.load(Acquire) != served, || false, Duration::from_millis(50));
+                served = h.req_seq.load(Acquire);
+                unsafe { c.resp_buf()[0] = c.req_buf()[0].wrapping_add(1) };
+                h.resp_seq.store(served, Release);
+                futex_wake(&h.resp_seq);
+            }
+        });
+        let h = m.header();
+        for i in 1..=100u32 {
+            unsafe { m.req_buf()[0] = i as u8 };
+            h.req_seq.store(i, Release);
+            futex_wake(&h.req_seq);
+            assert!(wait_until(&h.resp_seq, || h.resp_seq.load(Acquire) == i, || false, Duration::from_millis(50)));
+            assert_eq!(unsafe { m.resp_buf()[0] }, (i as u8).wrapping_add(1));
+        }
+        t.join().unwrap();
+    }
+}

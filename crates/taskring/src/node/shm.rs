@@ -1,0 +1,202 @@
+//! Shared memory that chip processes can see: [`SharedBuffer`] (a memfd mapping owned by
+//! the host process), the process-wide registry that turns a host address into
+//! `(region id, offset)`, and [`RegionMap`], which maps a region into a chip process on
+//! first use.
+//!
+//! A region id is `(serial << 32) | fd`: the chip opens `/proc/<host pid>/fd/<fd>` to map
+//! it, and the serial makes a reused fd number a different id, so a chip never confuses
+//! a freed region with a new one. Regions are private to the user (memfd, never named in
+//! the file system) and disappear when their last mapping and fd go.
+
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Clone, Copy, Debug)]
+struct RegionInfo {
+    id: u64,
+    len: u64,
+}
+
+static REGISTRY: Mutex<BTreeMap<u64, RegionInfo>> = Mutex::new(BTreeMap::new());
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Failure to create or map shared memory.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("shared memory: {0}")]
+pub struct ShmError(pub String);
+
+fn os_err(what: &str) -> ShmError {
+    ShmError(format!("{what}: {}", std::io::Error::last_os_error()))
+}
+
+/// A shared, lazily committed, zero-filled buffer (memfd + `MAP_SHARED`).
+pub struct SharedBuffer {
+    id: u64,
+    fd: i32,
+    base: *mut u8,
+    len: usize,
+}
+
+// safety: the buffer owns its mapping; access is through raw pointers by design.
+unsafe impl Send for SharedBuffer {}
+unsafe impl Sync for SharedBuffer {}
+
+impl SharedBuffer {
+    /// Create and register a buffer of `len` bytes (at least 1).
+    pub fn new(len: usize) -> Result<SharedBuffer, ShmError> {
+        let len = len.max(1);
+        // safety: plain syscalls with checked results.
+        unsafe {
+            let fd = libc::memfd_create(c"taskring".as_ptr(), libc::MFD_CLOEXEC);
+            if fd < 0 {
+                return Err(os_err("memfd_create"));
+            }
+            if libc::ftruncate(fd, len as libc::off_t) != 0 {
+                let e = os_err("ftruncate");
+                libc::close(fd);
+                return Err(e);
+            }
+            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_NORESERVE, fd, 0);
+            if p == libc::MAP_FAILED {
+                let e = os_err("mmap");
+                libc::close(fd);
+                return Err(e);
+            }
+            let id = (SERIAL.fetch_add(1, Ordering::Relaxed) << 32) | fd as u64;
+            REGISTRY.lock().insert(p as u64, RegionInfo { id, len: len as u64 });
+            Ok(SharedBuffer { id, fd, base: p as *mut u8, len })
+        }
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for SharedBuffer {
+    fn drop(&mut self) {
+        REGISTRY.lock().remove(&(self.base as u64));
+        // safety: our own mapping and fd.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// The region holding `[addr, addr + bytes)`: `(id, region_len, offset)`.
+pub fn locate(addr: u64, bytes: u64) -> Option<(u64, u64, u64)> {
+    let reg = REGISTRY.lock();
+    let (&base, info) = reg.range(..=addr).next_back()?;
+    let off = addr - base;
+    (off + bytes <= info.len).then_some((info.id, info.len, off))
+}
+
+/// Base address of a region registered in this process.
+fn local_base(id: u64) -> Option<(u64, u64)> {
+    REGISTRY.lock().iter().find(|(_, i)| i.id == id).map(|(&b, i)| (b, i.len))
+}
+
+/// Regions mapped into a chip (a process, or a thread of the host itself).
+pub struct RegionMap {
+    host_pid: i32,
+    in_process: bool,
+    cache: HashMap<u64, (u64, u64)>,
+    owned: Vec<(u64, usize)>,
+}
+
+impl RegionMap {
+    /// For a chip of the host process `host_pid`; `in_process` when the chip is a
+    /// thread of the host (regions are then used where they are).
+    pub fn new(host_pid: i32, in_process: bool) -> RegionMap {
+        RegionMap { host_pid, in_process, cache: HashMap::new(), owned: Vec::new() }
+    }
+
+    /// Base address of region `id` (of `len` bytes) in this chip, mapping it on first use.
+    pub fn resolve(&mut self, id: u64, len: u64) -> Result<u64, ShmError> {
+        if let Some(&(b, l)) = self.cache.get(&id) {
+            if l >= len {
+                return Ok(b);
+            }
+        }
+        if self.in_process {
+            let (b, l) = local_base(id).ok_or_else(|| ShmError(format!("region {id:#x} is not registered")))?;
+            if l < len {
+                return Err(ShmError(format!("region {id:#x} holds {l} bytes, {len} expected")));
+            }
+            self.cache.insert(id, (b, l));
+            return Ok(b);
+        }
+        let fd = id as u32 as i32;
+        let path = format!("/proc/{}/fd/{}\0", self.host_pid, fd);
+        // safety: plain syscalls with checked results; the mapping is recorded and
+        // unmapped when the map is dropped.
+        unsafe {
+            let f = libc::open(path.as_ptr() as *const libc::c_char, libc::O_RDWR | libc::O_CLOEXEC);
+            if f < 0 {
+                return Err(os_err(&format!("open {}", path.trim_end_matches('\0'))));
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(f, &mut st) != 0 || (st.st_size as u64) < len {
+                libc::close(f);
+                return Err(ShmError(format!("region {id:#x}: size {} smaller than {len}", st.st_size)));
+            }
+            let p = libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_NORESERVE, f, 0);
+            libc::close(f);
+            if p == libc::MAP_FAILED {
+                return Err(os_err("mmap of a shared region"));
+            }
+            self.owned.push((p as u64, len as usize));
+            self.cache.insert(id, (p as u64, len));
+            Ok(p as u64)
+        }
+    }
+}
+
+impl Drop for RegionMap {
+    fn drop(&mut self) {
+        for &(p, l) in &self.owned {
+            // safety: mappings this map created.
+            unsafe {
+                libc::munmap(p as *mut libc::c_void, l);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_and_map_in_process() {
+        let b = SharedBuffer::new(8192).unwrap();
+        let base = b.as_ptr() as u64;
+        assert_eq!(locate(base + 100, 50), Some((b.id(), 8192, 100)));
+        assert_eq!(locate(base + 8000, 500), None);
+        let mut m = RegionMap::new(std::process::id() as i32, true);
+        assert_eq!(m.resolve(b.id(), 8192).unwrap(), base);
+        // Through /proc, as a chip process would (here: our own pid).
+        let mut m = RegionMap::new(std::process::id() as i32, false);
+        let other = m.resolve(b.id(), 8192).unwrap();
+        assert_ne!(other, base);
+        unsafe {
+            *(base as *mut u8).add(17) = 42;
+            assert_eq!(*(other as *const u8).add(17), 42);
+        }
+        let id = b.id();
+        drop(b);
+        assert_eq!(locate(base, 1), None);
+        assert!(RegionMap::new(std::process::id() as i32, true).resolve(id, 1).is_err());
+    }
+}

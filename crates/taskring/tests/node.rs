@@ -1,0 +1,184 @@
+//! L3 through the Rust API: chips as processes and as threads, per-task CallConfig,
+//! inferred dependencies between L2 tasks, chip failures and chip death.
+
+use parking_lot::RwLock;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use taskring::builtin::*;
+use taskring::node::shm::SharedBuffer;
+use taskring::node::*;
+use taskring::*;
+
+/// out = 2 * (a + b), in a scope (ring 1) with a runtime temporary.
+fn vadd2() -> ChipCallable {
+    ChipCallable {
+        program: Program::new("vadd2", |o, args| {
+            let (a, b, out) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?);
+            o.scope(|o| {
+                let mut t = TaskArgs::new();
+                t.input(a).input(b).output(TensorSpec::new(a.shape(), DType::F32).unwrap());
+                let tmp = o.submit(ADD, &t)?.output(0);
+                let mut t = TaskArgs::new();
+                t.input(tmp).output_existing(out).scalar(Scalar::F64(2.0));
+                o.submit(SCALE, &t).map(|_| ())
+            })
+        }),
+        signature: vec![ArgDir::In, ArgDir::In, ArgDir::Out],
+    }
+}
+
+/// Fails on purpose.
+fn boom() -> ChipCallable {
+    let k = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
+    ChipCallable {
+        program: Program::new("boom", move |o, _| o.submit(k, &TaskArgs::new()).map(|_| ())),
+        signature: vec![],
+    }
+}
+
+fn shared_f32(n: usize, f: impl Fn(usize) -> f32) -> (SharedBuffer, Tensor) {
+    let b = SharedBuffer::new(n * 4).unwrap();
+    let s = unsafe { std::slice::from_raw_parts_mut(b.as_ptr() as *mut f32, n) };
+    for (i, x) in s.iter_mut().enumerate() {
+        *x = f(i);
+    }
+    let t = Tensor::from_raw(b.as_ptr() as u64, &[n as u32], DType::F32);
+    (b, t)
+}
+
+fn read(b: &SharedBuffer, n: usize) -> Vec<f32> {
+    unsafe { std::slice::from_raw_parts(b.as_ptr() as *const f32, n) }.to_vec()
+}
+
+fn node(processes: bool, chips: usize) -> Node {
+    let callables = Arc::new(RwLock::new(vec![vadd2(), boom()]));
+    let opts = NodeOptions {
+        device_ids: (0..chips as u32).collect(),
+        chip_processes: processes,
+        chip_cores: 1,
+        prewarm: Some(CallConfig::default()),
+        ..Default::default()
+    };
+    Node::new(opts, callables, &NoForkHooks).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn heterogeneous(processes: bool) {
+    let mut n = node(processes, 2);
+    let (ba, a) = shared_f32(256, |i| i as f32);
+    let (bb, b) = shared_f32(256, |_| 1.0);
+    let (bc, c) = shared_f32(256, |_| 0.0);
+    let (bd, d) = shared_f32(256, |_| 0.0);
+    let _keep = (&ba, &bb);
+    let rep = n
+        .run(
+            move |o| {
+                // A big attention-like task on chip 0, a small elementwise one on chip 1,
+                // then one on chip 1 reading the first one's output (inferred dependency).
+                let mut big = CallConfig::default();
+                big.runtime_env.ring_task_window = [1024, 512, 0, 0];
+                big.runtime_env.ring_heap = [1 << 24; 4];
+                let mut small = CallConfig::default();
+                small.runtime_env.ring_task_window = [16, 4, 4, 4];
+                small.runtime_env.ring_heap = [4096; 4];
+                small.runtime_env.ring_dep_pool = [8; 4];
+                o.submit_next_level(0, &[NodeArg::Tensor(a), NodeArg::Tensor(b), NodeArg::Tensor(c)], &big, 0)?;
+                o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(d)], &small, 1)?;
+                o.submit_next_level(0, &[NodeArg::Tensor(c), NodeArg::Tensor(d), NodeArg::Tensor(c)], &small, 1)?;
+                Ok(())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rep.tasks.len(), 3);
+    let s0 = rep.tasks[0].ring_sizing.unwrap();
+    assert_eq!(s0.task_window, [1024, 512, 16384, 16384]);
+    assert_eq!(s0.source(RingField::TaskWindow, 2), SizeSource::Default);
+    let s1 = rep.tasks[1].ring_sizing.unwrap();
+    assert_eq!(s1.task_window, [16, 4, 4, 4]);
+    assert_eq!(s1.heap, [4096; 4]);
+    assert_eq!(rep.tasks[1].worker, 1);
+    assert_eq!(rep.tasks[0].peak.task_window[1], 2);
+    assert!(rep.tasks.iter().all(|t| t.error.is_none() && t.tasks == 2));
+    // c = 2(a + b) then c = 2(c + d) with d = 2(1 + 1) = 4.
+    let want: Vec<f32> = (0..256).map(|i| 2.0 * (2.0 * (i as f32 + 1.0) + 4.0)).collect();
+    assert_eq!(read(&bc, 256), want);
+    assert_eq!(read(&bd, 256), vec![4.0; 256]);
+    n.close();
+    n.close();
+}
+
+#[test]
+fn heterogeneous_sizing_in_chip_processes() {
+    heterogeneous(true);
+}
+
+#[test]
+fn heterogeneous_sizing_in_chip_threads() {
+    heterogeneous(false);
+}
+
+#[test]
+fn chip_failure_and_chip_death() {
+    let mut n = node(true, 2);
+    let e = n
+        .run(|o| o.submit_next_level(1, &[], &CallConfig::default(), 1).map(|_| ()), &CallConfig::default(), None)
+        .unwrap_err();
+    let pid1 = n.chip_pids()[1];
+    let text = e.to_string();
+    assert!(text.starts_with(&format!("chip 1 (pid {pid1}): TASK_FAILED")), "{text}");
+    assert!(text.contains("chip-side failure"), "{text}");
+    // The next run works.
+    let (_bb, b) = shared_f32(16, |_| 1.0);
+    let (bo, out) = shared_f32(16, |_| 0.0);
+    n.run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)], &CallConfig::default(), 1).map(|_| ()), &CallConfig::default(), None)
+        .unwrap();
+    assert_eq!(read(&bo, 16), vec![4.0; 16]);
+    // Kill chip 1: its next task fails within a second naming the signal; chip 0 works.
+    unsafe { libc::kill(pid1, libc::SIGKILL) };
+    let t0 = Instant::now();
+    let e = n
+        .run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)], &CallConfig::default(), 1).map(|_| ()), &CallConfig::default(), None)
+        .unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(1), "death noticed after {:?}", t0.elapsed());
+    assert_eq!(e.to_string(), format!("chip 1 (pid {pid1}): the chip process was killed by signal 9"));
+    n.run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)], &CallConfig::default(), 0).map(|_| ()), &CallConfig::default(), None)
+        .unwrap();
+    n.close();
+}
+
+#[test]
+fn submit_checks() {
+    let mut n = node(false, 1);
+    let private = vec![0f32; 4];
+    let t = Tensor::from_raw(private.as_ptr() as u64, &[4], DType::F32);
+    let e = n.run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(t)], &CallConfig::default(), 0).map(|_| ()), &CallConfig::default(), None).unwrap_err();
+    assert!(e.to_string().contains("argument 0 is not in shared memory"), "{e}");
+    let e = n.run(|o| o.submit_next_level(0, &[], &CallConfig::default(), 3).map(|_| ()), &CallConfig::default(), None).unwrap_err();
+    assert!(e.to_string().contains("worker 3 is not a chip of this node"), "{e}");
+    let mut bad = CallConfig::default();
+    bad.runtime_env.ring_heap = [1000, 0, 0, 0];
+    let e = n.run(move |o| o.submit_next_level(1, &[], &bad, 0).map(|_| ()), &CallConfig::default(), None).unwrap_err();
+    assert!(e.to_string().contains("RuntimeEnv: ring_heap[0] must be a power of 2 >= 1024 (bytes per ring), got 1000"), "{e}");
+}
+
+#[test]
+fn node_alloc_is_shared_with_chips() {
+    let mut n = node(true, 1);
+    let (_ba, a) = shared_f32(64, |i| i as f32);
+    let (bo, out) = shared_f32(64, |_| 0.0);
+    n.run(
+        move |o| {
+            o.engine().scope(|_| Ok(()))?;
+            let tmp = o.alloc(TensorSpec::new(&[64], DType::F32).unwrap())?.output(0);
+            o.submit_next_level(0, &[NodeArg::Tensor(a), NodeArg::Tensor(a), NodeArg::Tensor(tmp)], &CallConfig::default(), 0)?;
+            o.submit_next_level(0, &[NodeArg::Tensor(tmp), NodeArg::Tensor(a), NodeArg::Tensor(out)], &CallConfig::default(), 0)?;
+            Ok(())
+        },
+        &CallConfig::default(),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let want: Vec<f32> = (0..64).map(|i| 2.0 * (4.0 * i as f32 + i as f32)).collect();
+    assert_eq!(read(&bo, 64), want);
+}
