@@ -40,9 +40,27 @@ from ._native import (
     resolve_ring_sizing,
 )
 from ._config import RunConfig
+from ._node import (
+    DistributedConfig,
+    DistributedProgram,
+    DistributedWorker,
+    RunHandle,
+    Worker,
+    shared_array,
+)
+from ._native import ChipTaskReport, NodeOrchestrator, NodeRunReport
 from . import kernels
 
 __all__ = [
+    "ChipTaskReport",
+    "DistributedConfig",
+    "DistributedProgram",
+    "DistributedWorker",
+    "NodeOrchestrator",
+    "NodeRunReport",
+    "RunHandle",
+    "Worker",
+    "shared_array",
     "ArenaStats",
     "ArgDirection",
     "CallConfig",
@@ -195,10 +213,6 @@ def _call_config(config: Any) -> CallConfig:
     if isinstance(config, RunConfig):
         return config.to_call_config()
     raise TypeError(f"config must be a RunConfig, a CallConfig or None, got {type(config).__name__}")
-
-
-def _threads(cfg: CallConfig) -> int:
-    return 0
 
 
 def run(prog: Program, *args: Any, config: Any = None) -> RunReport:

@@ -6,6 +6,7 @@
 //! decorators, `run`, `ChipWorker`).
 
 mod config;
+mod node;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -28,6 +29,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyPeak>()?;
     m.add_function(wrap_pyfunction!(runtime::make_python_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::builtin_kernels, m)?)?;
+    m.add_class::<runtime::PyScope>()?;
+    m.add_class::<node::PySharedMem>()?;
+    m.add_class::<node::PyNode>()?;
+    m.add_class::<node::PyNodeOrchestrator>()?;
+    m.add_class::<node::PyNodeRunReport>()?;
+    m.add_class::<node::PyChipTaskReport>()?;
+    m.add_function(wrap_pyfunction!(node::dtype_itemsize, m)?)?;
     m.add("RUNTIME_ENV_RING_COUNT", taskring::config::RUNTIME_ENV_RING_COUNT)?;
     m.add("DEFAULT_RING_TASK_WINDOW", taskring::config::DEFAULT_RING_TASK_WINDOW)?;
     m.add("DEFAULT_RING_HEAP", taskring::config::DEFAULT_RING_HEAP)?;

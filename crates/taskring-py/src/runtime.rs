@@ -161,7 +161,7 @@ pub struct PySpec {
 #[pymethods]
 impl PySpec {
     #[new]
-    fn new(shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
+    pub fn new(shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
         let shape = parse_shape(shape)?;
         let dtype = parse_dtype(dtype)?;
         Ok(PySpec { s: TensorSpec::new(&shape, dtype).map_err(|e| PyValueError::new_err(e.to_string()))? })
@@ -643,7 +643,8 @@ pub struct PyArenaStats {
     hits: u64,
     misses: u64,
     evictions: u64,
-    resident: Vec<Vec<u64>>,
+    /// Keys (12-tuples, as `RingSizing.key()`), most recently used first.
+    resident: Py<PyList>,
     build_s: f64,
 }
 
@@ -656,21 +657,22 @@ impl PyArenaStats {
             self.hits,
             self.misses,
             self.evictions,
-            self.resident.len(),
+            Python::attach(|py| self.resident.bind(py).len()),
             self.build_s
         )
     }
 }
 
-pub fn arena_stats_py(s: taskring::ArenaStats) -> PyArenaStats {
-    PyArenaStats {
+pub fn arena_stats_py(py: Python<'_>, s: taskring::ArenaStats) -> PyResult<PyArenaStats> {
+    let keys: Vec<Bound<'_, PyTuple>> = s.resident.iter().map(|k| PyTuple::new(py, k)).collect::<PyResult<_>>()?;
+    Ok(PyArenaStats {
         builds: s.builds,
         hits: s.hits,
         misses: s.misses,
         evictions: s.evictions,
-        resident: s.resident.iter().map(|k| k.to_vec()).collect(),
+        resident: PyList::new(py, keys)?.unbind(),
         build_s: s.build_s,
-    }
+    })
 }
 
 /// Highest simultaneous use per ring.
@@ -718,6 +720,10 @@ impl PyRunReport {
     }
 }
 
+pub fn peak_py(p: &taskring::PeakUse) -> PyPeak {
+    PyPeak { task_window: t4(p.task_window), heap: t4(p.heap), dep_pool: t4(p.dep_pool) }
+}
+
 pub fn report_py(py: Python<'_>, r: &taskring::RunReport) -> PyResult<PyRunReport> {
     Ok(PyRunReport {
         ring_sizing: PyRingSizing { inner: r.ring_sizing },
@@ -729,6 +735,61 @@ pub fn report_py(py: Python<'_>, r: &taskring::RunReport) -> PyResult<PyRunRepor
     })
 }
 
+thread_local! {
+    static SAVED_THREAD_STATE: Cell<*mut pyo3::ffi::PyThreadState> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// The runtime's blocking hook for Python: release the GIL around a wait if this
+/// thread holds it, take it back after.
+pub fn gil_hook(blocking: bool) {
+    // safety: PyGILState_Check is callable without the GIL; SaveThread is only called
+    // when this thread holds the GIL, and RestoreThread only with the state it saved.
+    unsafe {
+        if blocking {
+            if pyo3::ffi::PyGILState_Check() == 1 {
+                SAVED_THREAD_STATE.with(|c| c.set(pyo3::ffi::PyEval_SaveThread()));
+            }
+        } else {
+            let st = SAVED_THREAD_STATE.with(|c| c.replace(std::ptr::null_mut()));
+            if !st.is_null() {
+                pyo3::ffi::PyEval_RestoreThread(st);
+            }
+        }
+    }
+}
+
+/// A Rust `Program` running the Python orchestration `orch(rt, *args)`. A Python
+/// exception fails the run (EXPLICIT_ORCH_FATAL, with the exception's text) and is
+/// kept in the returned slot, so the caller can re-raise the original.
+pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, std::sync::Arc<PendingErr>) {
+    let pending: std::sync::Arc<PendingErr> = std::sync::Arc::new(Mutex::new(None));
+    let pending_ref = pending.clone();
+    let program = Program::new(name, move |o, args| {
+        Python::attach(|py| {
+            let keep = |e: PyErr, what: &str| {
+                let text = format!("{what}: {}", py_err_text(py, &e));
+                *pending_ref.lock().unwrap() = Some(e);
+                RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
+            };
+            let rt = Py::new(py, PyOrchestrator { ptr: Cell::new(std::ptr::null_mut()) }).map_err(|e| keep(e, "could not create the orchestrator"))?;
+            rt.borrow(py).ptr.set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
+            let mut call_args: Vec<Bound<'_, PyAny>> = vec![rt.clone_ref(py).into_bound(py).into_any()];
+            for a in args {
+                let v = match a {
+                    Arg::Tensor(t) => Bound::new(py, PyTensor { t: t.tensor() }).map(|b| b.into_any()),
+                    Arg::Scalar(Scalar::F64(x)) => Ok(PyFloat::new(py, *x).into_any()),
+                    Arg::Scalar(Scalar::I64(x)) => Ok(x.into_pyobject(py).expect("int conversion is infallible").into_any()),
+                };
+                call_args.push(v.map_err(|e| keep(e, "argument conversion failed"))?);
+            }
+            let r = PyTuple::new(py, call_args).and_then(|t| orch.call1(py, t));
+            rt.borrow(py).ptr.set(std::ptr::null_mut());
+            r.map(|_| ()).map_err(|e| keep(e, "the orchestration raised"))
+        })
+    });
+    (program, pending)
+}
+
 /// A resident simulated chip (native part of `taskring.ChipWorker`).
 #[pyclass(module = "taskring._native", name = "Chip")]
 pub struct PyChip {
@@ -736,7 +797,7 @@ pub struct PyChip {
 }
 
 /// The Python error raised by the orchestration, kept until the run returns.
-type PendingErr = Mutex<Option<PyErr>>;
+pub type PendingErr = Mutex<Option<PyErr>>;
 
 #[pymethods]
 impl PyChip {
@@ -781,60 +842,9 @@ impl PyChip {
                 kinds.push(true);
             }
         }
-        let pending: std::sync::Arc<PendingErr> = std::sync::Arc::new(Mutex::new(None));
-        let orch = orchestration.clone_ref(py);
-        let pending_ref = pending.clone();
-        let program = Program::new(&name, move |o, args| {
-            Python::attach(|py| {
-                let rt = match Py::new(py, PyOrchestrator { ptr: Cell::new(std::ptr::null_mut()) }) {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        *pending_ref.lock().unwrap() = Some(e);
-                        return Err(RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, "could not create the orchestrator"));
-                    }
-                };
-                rt.borrow(py).ptr.set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
-                let mut call_args: Vec<Bound<'_, PyAny>> = vec![rt.clone_ref(py).into_bound(py).into_any()];
-                for a in args {
-                    let v = match a {
-                        Arg::Tensor(t) => Bound::new(py, PyTensor { t: t.tensor() }).map(|b| b.into_any()),
-                        Arg::Scalar(Scalar::F64(x)) => Ok(PyFloat::new(py, *x).into_any()),
-                        Arg::Scalar(Scalar::I64(x)) => Ok(x.into_pyobject(py).expect("int conversion is infallible").into_any()),
-                    };
-                    match v {
-                        Ok(v) => call_args.push(v),
-                        Err(e) => {
-                            *pending_ref.lock().unwrap() = Some(e);
-                            return Err(RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, "argument conversion failed"));
-                        }
-                    }
-                }
-                let r = PyTuple::new(py, call_args).and_then(|t| orch.call1(py, t));
-                rt.borrow(py).ptr.set(std::ptr::null_mut());
-                match r {
-                    Ok(_) => Ok(()),
-                    Err(e) => {
-                        let text = py_err_text(py, &e);
-                        *pending_ref.lock().unwrap() = Some(e);
-                        Err(RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, format!("the orchestration raised {text}")))
-                    }
-                }
-            })
-        });
+        let (program, pending) = python_program(orchestration.clone_ref(py), &name);
         let _ = kinds;
-        // Release the GIL while the runtime waits (full rings, the end of the run).
-        let saved: Cell<*mut pyo3::ffi::PyThreadState> = Cell::new(std::ptr::null_mut());
-        let hook = |blocking: bool| {
-            // safety: called on this thread, which holds the GIL outside the waits; the
-            // save/restore pairs are balanced by the runtime.
-            unsafe {
-                if blocking {
-                    saved.set(pyo3::ffi::PyEval_SaveThread());
-                } else {
-                    pyo3::ffi::PyEval_RestoreThread(saved.get());
-                }
-            }
-        };
+        let hook = gil_hook;
         let r = chip.run_with_hook(&program, &host, &cfg, &hook);
         drop(host);
         if let Some(e) = pending.lock().unwrap().take() {
@@ -846,9 +856,9 @@ impl PyChip {
         }
     }
 
-    fn arena_stats(&self) -> PyResult<PyArenaStats> {
+    fn arena_stats(&self, py: Python<'_>) -> PyResult<PyArenaStats> {
         let chip = self.chip.as_ref().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
-        Ok(arena_stats_py(chip.arena_stats()))
+        arena_stats_py(py, chip.arena_stats())
     }
 
     #[getter]

@@ -104,6 +104,19 @@ mod imp {
 
 pub use imp::*;
 
+/// A scheduling hint for loom, a no-op otherwise: under loom the calling thread lets
+/// every other thread run first. Placed right after the releases after which the
+/// calling thread keeps going but may no longer rely on what it released (a
+/// reference on a slot another thread may now retire and reuse). loom's DPOR keeps
+/// only the last access per object, so a late read there can be masked by another
+/// thread's access to the same atomic and never explored; the hint makes loom try
+/// "everyone else runs here" explicitly.
+#[inline(always)]
+pub fn schedule_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
 /// How a [`Table`] element is built under loom (the normal build zero-fills instead).
 pub trait Fresh {
     fn fresh() -> Self;

@@ -14,7 +14,8 @@
 //! [`wire`]. Windows and pools are tiny (1–4 slots) so that slots are reused.
 //!
 //! `LOOM_MAX_PREEMPTIONS` overrides each model's preemption bound (default 2 or 3,
-//! per model); `LOOM_LOG=1` / `LOOM_LOCATION=1` explain a failure.
+//! per model), `LOOM_UNBOUNDED=1` removes it (exhaustive; slow for the larger models);
+//! `LOOM_LOCATION=1 RUST_BACKTRACE=1` explain a failure.
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicU32};
@@ -31,7 +32,7 @@ const WR: u64 = DEP_WAIT | DEP_RETAIN;
 
 fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
+    if b.preemption_bound.is_none() && std::env::var_os("LOOM_UNBOUNDED").is_none() {
         b.preemption_bound = Some(bound);
     }
     b.max_branches = b.max_branches.max(50_000);
@@ -161,14 +162,14 @@ fn submit_root(a: &ArenaShared, eng: &EngineShared, marks: &Marks, id: TaskId) {
     assert!(wire(a, eng, marks, &s, 0));
 }
 
-/// The orchestrator's back-pressure: wait until `local` fits the window of its ring.
-fn admit(a: &ArenaShared, id: TaskId) {
+/// The orchestrator's back-pressure (orch.rs `alloc_slot` / `wait_or_fail`): wait on
+/// the progress signal until `id` fits the window of its ring — the window check of
+/// `engine::ring::window_admits`, a window of 1 meaning "the previous task retired".
+/// A blocking wait, not a spin: under loom it only returns when notified.
+fn admit(a: &ArenaShared, eng: &EngineShared, id: TaskId) {
     let r = &a.rings[id.ring()];
-    // taskring::engine::ring::window_admits, with a window of 1 meaning "the previous
-    // task retired".
-    while !(id.local() < r.last_alive.load(Acquire) + (r.window.max(2) - 1) as u32) {
-        thread::yield_now();
-    }
+    let fits = || id.local() < r.last_alive.load(Acquire) + (r.window.max(2) - 1) as u32;
+    while !eng.progress.wait(fits, Duration::from_secs(1)) {}
     if id.local() as u64 >= r.window {
         // The previous occupant of the slot has retired.
         let s = r.slot(id.local());
@@ -204,16 +205,29 @@ fn run_chain(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
     }
 }
 
-/// A core that completes `n` tasks popped from the ready queues (shared count `done`).
-fn run_queue(a: &ArenaShared, eng: &EngineShared, marks: &Marks, done: &AtomicU32, n: u32) {
-    while done.load(Acquire) < n {
+/// A core thread (chip.rs `core_loop`): pop a ready task and run its chain, or park
+/// until a push (or shutdown) wakes it. `done` counts completions.
+fn core_loop(a: &ArenaShared, eng: &EngineShared, marks: &Marks, done: &AtomicU32) {
+    loop {
         match eng.pop_ready(CoreKind::Any) {
-            Some(t) => {
-                run_chain_counted(a, eng, marks, t, done);
+            Some(t) => run_chain_counted(a, eng, marks, t, done),
+            None => {
+                if eng.shutdown.load(Acquire) {
+                    return;
+                }
+                eng.park_core(CoreKind::Any, Duration::from_secs(1));
             }
-            None => thread::yield_now(),
         }
     }
+}
+
+/// The end of a run (chip.rs): wait until every submitted task of `ring` retired, then
+/// stop the cores.
+fn finish(a: &ArenaShared, eng: &EngineShared, ring: usize) {
+    let r = &a.rings[ring];
+    while !eng.progress.wait(|| r.last_alive.load(Acquire) == r.current.load(Acquire), Duration::from_secs(1)) {}
+    eng.shutdown.store(true, SeqCst);
+    eng.wake_all_cores();
 }
 
 fn run_chain_counted(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId, done: &AtomicU32) {
@@ -302,19 +316,21 @@ fn fanout_and_scope_release() {
         };
         let y = {
             let (a, eng, marks, done) = (a.clone(), eng.clone(), marks.clone(), done.clone());
-            thread::spawn(move || run_queue(&a, &eng, &marks, &done, 3))
+            thread::spawn(move || core_loop(&a, &eng, &marks, &done))
         };
         // The orchestrator ends the scope.
         for t in [p, c1, c2] {
             a.release_ref(t, SCOPE_BIT, &eng);
         }
         x.join().unwrap();
+        finish(&a, &eng, 0);
         y.join().unwrap();
 
         for t in [c1, c2] {
             assert_eq!(marks.ready_count(t), 1);
         }
         assert_eq!(eng.completed.load(Relaxed), 3);
+        assert_eq!(done.load(Relaxed), 3);
         assert!(eng.queues_empty());
         assert_retired(&a, 0, &[p, c1, c2]);
         assert_eq!(a.rings[0].last_alive.load(Relaxed), 3);
@@ -340,13 +356,13 @@ fn slot_reuse_and_stale_claims() {
         let cores: Vec<_> = (0..2)
             .map(|_| {
                 let (a, eng, marks, done) = (a.clone(), eng.clone(), marks.clone(), done.clone());
-                thread::spawn(move || run_queue(&a, &eng, &marks, &done, 3))
+                thread::spawn(move || core_loop(&a, &eng, &marks, &done))
             })
             .collect();
 
         // Orchestrator: T0's scope ends; T1 waits for the window, claims T0 (consumed).
         a.release_ref(t[0], SCOPE_BIT, &eng);
-        admit(&a, t[1]);
+        admit(&a, &eng, t[1]);
         let s1 = open(&a, t[1], &[(t[0], WR)]);
         assert!(s1.claimed.is_empty(), "claimed a consumed task");
         assert!(wire(&a, &eng, &marks, &s1, 0));
@@ -354,30 +370,69 @@ fn slot_reuse_and_stale_claims() {
         a.release_ref(t[1], SCOPE_BIT, &eng);
 
         // T2 reuses T0's slot; a claim of T0 now finds T2 there.
-        admit(&a, t[2]);
+        admit(&a, &eng, t[2]);
         let s2 = open(&a, t[2], &[(t[0], WR), (t[0], DEP_WAIT)]);
         assert!(s2.claimed.is_empty(), "claimed a task whose slot was reused");
         assert!(wire(&a, &eng, &marks, &s2, 0));
         eng.push_ready(t[2], CoreKind::Any);
         a.release_ref(t[2], SCOPE_BIT, &eng);
 
+        finish(&a, &eng, 0);
         for c in cores {
             c.join().unwrap();
         }
         assert_eq!(eng.completed.load(Relaxed), 3);
+        assert_eq!(done.load(Relaxed), 3);
         assert_retired(&a, 0, &t[1..]);
         assert_eq!(a.rings[0].last_alive.load(Relaxed), 3);
     });
 }
 
-/// 4. A consumer C on ring 1 waits for P and Q on ring 0. Q's completion makes C ready,
-/// C runs and retires (its ring's watermark does not wait for ring 0), and the
-/// orchestrator reuses C's slot (window 1) for C', which waits for a producer that never
-/// completes — all while P's completion is still releasing its fanin reference on C.
-/// P's completion must not mistake C' for C.
+/// 3b. The last two references on a completed task T0 are released concurrently — a
+/// consumer's RETAIN claim on a core, the scope on the orchestrator. Whichever is last
+/// consumes T0; the other one's CONSUMED check may come late, after the orchestrator
+/// already re-prepared T0's slot (window 1) for T1 and claimed it. That late check must
+/// be ordered with the re-prepare by the slot lock (loom checks the lock's critical
+/// sections and `prepare` against each other) and must leave T1 alone.
+#[test]
+fn late_consumed_check_vs_reprepare() {
+    model(3, || {
+        let a = Arc::new(arena([1; 4], 2));
+        let eng = Arc::new(EngineShared::default());
+        let (t0, t1, d) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(1, 0));
+        let marks = Arc::new(Marks::new(&[t0, t1, d]));
+        submit_root(&a, &eng, &marks, t0);
+        // A consumer D (ring 1) holds a RETAIN claim on T0; T0 completes.
+        assert_eq!(a.claim(t0, DEP_RETAIN), Claim::Claimed { pending: false });
+        run_chain(&a, &eng, &marks, t0);
+
+        let core = {
+            let (a, eng) = (a.clone(), eng.clone());
+            // D completes and releases its claim.
+            thread::spawn(move || a.release_ref(t0, 1, &eng))
+        };
+        // The orchestrator ends T0's scope, waits for the window and reuses the slot.
+        a.release_ref(t0, SCOPE_BIT, &eng);
+        admit(&a, &eng, t1);
+        submit_root(&a, &eng, &marks, t1);
+        assert_eq!(a.claim(t1, DEP_RETAIN), Claim::Claimed { pending: false });
+        core.join().unwrap();
+        let s = a.slot(t1);
+        assert_eq!(s.state.load(Relaxed), PENDING, "T1 touched by T0's late check");
+        assert_eq!(s.fanout_count.load(Relaxed), SCOPE_BIT + 1);
+        assert_eq!(s.fanout_refcount.load(Relaxed), 0);
+        assert_eq!(a.rings[0].last_alive.load(Relaxed), 1);
+    });
+}
+
+/// 4. A consumer C on ring 1 waits for P and Q on ring 0, which complete on two cores.
+/// Whichever completion makes C ready runs it; C retires (ring 1's watermark does not
+/// wait for ring 0), and the orchestrator reuses C's slot (window 1) for C', which
+/// waits for a producer R that never completes — possibly while the other completion
+/// is still releasing its fanin reference on C. It must not mistake C' for C.
 #[test]
 fn fanout_release_vs_consumer_slot_reuse() {
-    model(2, || {
+    model(3, || {
         let a = Arc::new(arena([4, 1, 4, 4], 4));
         let eng = Arc::new(EngineShared::default());
         let (p, q, r) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
@@ -396,9 +451,10 @@ fn fanout_release_vs_consumer_slot_reuse() {
                 thread::spawn(move || run_chain(&a, &eng, &marks, t))
             })
             .collect();
-        // Orchestrator: C's scope ends; C' waits for ring 1's window, then waits for R.
+        // Orchestrator: C's scope ends; C' waits for ring 1's window (C retired), then
+        // waits for R.
         a.release_ref(c, SCOPE_BIT, &eng);
-        admit(&a, c2);
+        admit(&a, &eng, c2);
         let s2 = open(&a, c2, &[(r, WR)]);
         assert_eq!(s2.waits, 1);
         assert!(!wire(&a, &eng, &marks, &s2, 2));

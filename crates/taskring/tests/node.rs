@@ -104,7 +104,14 @@ fn heterogeneous(processes: bool) {
     let want: Vec<f32> = (0..256).map(|i| 2.0 * (2.0 * (i as f32 + 1.0) + 4.0)).collect();
     assert_eq!(read(&bc, 256), want);
     assert_eq!(read(&bd, 256), vec![4.0; 256]);
+    // Chip 1 prewarmed the default sizing, then built the small one once and hit it.
+    let st = n.chip_arena_stats(1).unwrap();
+    assert_eq!((st.builds, st.hits, st.misses), (2, 1, 1));
+    assert_eq!(st.resident[0], s1.key());
+    let st0 = n.chip_arena_stats(0).unwrap();
+    assert_eq!(st0.builds, 2);
     n.close();
+    assert!(n.chip_arena_stats(0).is_err());
     n.close();
 }
 

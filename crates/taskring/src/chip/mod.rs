@@ -411,7 +411,15 @@ impl ChipWorker {
             self.replace_stuck_cores();
         }
         let sh = &*self.shared;
+        // A core may be running a kernel that needs what the hook releases (a Python
+        // kernel needs the GIL): wait with it released.
+        if let Some(h) = blocking_hook {
+            h(true);
+        }
         wait_cores_idle(sh);
+        if let Some(h) = blocking_hook {
+            h(false);
+        }
         sh.arena.store(std::ptr::null_mut(), Release);
         if let Some(prefix) = &diag.scope_stats_prefix {
             // The arena is idle now; its orchestrator state holds the samples.

@@ -8,10 +8,11 @@
 //!
 //! Reference accounting of a task T (reference §6.4):
 //! - `fanout_count` = `SCOPE_BIT` (the owning scope's reference, set when T's slot is
-//!   prepared) + one per consumer claim (orchestrator, under T's lock);
+//!   prepared) + one per consumer claim (orchestrator, under T's lock) + one for T's own
+//!   completion (taken in completion step 1, under T's lock);
 //! - `fanout_refcount` += `SCOPE_BIT` at scope end, += 1 per released claim (a WAIT-only
 //!   claim at the end of its consumer's wiring, a RETAIN claim when the consumer is
-//!   released after completing);
+//!   released after completing), += 1 at the end of T's completion;
 //! - T is CONSUMED when COMPLETED and `fanout_refcount == fanout_count`, decided under
 //!   T's lock — the same lock the orchestrator's claim takes, so "claim vs consume"
 //!   cannot race: a claim either sees CONSUMED (and drops the edge) or happens before.
@@ -21,15 +22,36 @@
 //! `fetch_add` brings `fanin_refcount` to `fanin_count` pushes the task — exactly once.
 //!
 //! Completion of T (core thread), in order:
-//! 1. under T's lock: state = COMPLETED, snapshot `fanout_head` (no node is prepended
-//!    after this: the orchestrator wires under the same lock and checks the state);
-//! 2. walk the fanout list, releasing one fanin reference of each consumer;
-//! 3. release T's RETAIN claims on its producers; then check T itself for CONSUMED.
+//! 1. under T's lock: state = COMPLETED, take the completion's own reference, snapshot
+//!    `fanout_head` (no node is prepended after this: the orchestrator wires under the
+//!    same lock and checks the state);
+//! 2. walk the fanout list, releasing one fanin reference of each consumer (each
+//!    consumer's `fanin_count` is read *before* the release: after it, the consumer may
+//!    run, retire and its slot hold a later task);
+//! 3. release T's RETAIN claims on its producers (read from T's payload / spill
+//!    entries), then the completion's own reference, which may consume T.
+//!
+//! Without the completion's own reference, T — COMPLETED since step 1 — could be
+//! consumed by a concurrent last release (its scope ending, a WAIT-only claim released
+//! at the end of a wiring) and its slot re-prepared before step 3 read T's fanin record:
+//! the completion would read the next task's record and release that task's RETAIN
+//! claims a second time.
 //!
 //! Retirement: a thread that turns a slot CONSUMED advances the ring's watermark over the
 //! consumed prefix under the ring's `advance` mutex (blocking, so no advance is lost) and
 //! wakes the orchestrator if it is waiting for space. A slot is only reused after the
-//! watermark passed it, and the orchestrator resets it before publishing the new id.
+//! watermark passed it, and the orchestrator resets it (under its lock) before publishing
+//! the new id. A CONSUMED check may come late — after another releaser consumed the task
+//! and the slot was reused — and then looks at the new task, under the lock: it consumes
+//! it only if that is due anyway.
+//!
+//! Orchestrator side: [`RingShared::prepare`], [`ArenaShared::claim`],
+//! [`SlotState::begin_wiring`], [`ArenaShared::link`], [`SlotState::publish`],
+//! [`SlotState::mark_completed`] (inline completion) and [`ArenaShared::release_ref`]
+//! (scope end, WAIT-only claims).
+//!
+//! Every atomic, lock and shared cell comes from [`crate::sync`], so a `--cfg loom`
+//! build model-checks this module (`tests/loom_core.rs`).
 //!
 //! Memory ordering: payloads, fanin records and dependency nodes are plain memory written
 //! by the orchestrator before the task is published; publication is a release RMW on
@@ -39,7 +61,7 @@ use crate::engine::Payload;
 use crate::kernel::CoreKind;
 use crate::mem::ReserveError;
 use crate::sync::Ordering::*;
-use crate::sync::{fence, spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Table, UnsafeCell};
+use crate::sync::{fence, schedule_hint, spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Table, UnsafeCell};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
 use std::mem::MaybeUninit;
@@ -122,9 +144,13 @@ impl SlotState {
     }
 
     /// Prepare the slot for local id `local` (orchestrator; the slot is retired).
+    ///
+    /// Under the lock: a thread that released a reference on the slot's previous task
+    /// may still be on its way into [`ArenaShared::check_consumed`] (another thread
+    /// consumed the task meanwhile); its critical section must not overlap the reset.
     #[inline]
     pub fn prepare(&self, local: u32) {
-        self.touch_witness();
+        self.lock();
         self.state.store(PENDING, Relaxed);
         self.fanout_count.store(SCOPE_BIT, Relaxed);
         self.fanout_refcount.store(0, Relaxed);
@@ -132,7 +158,7 @@ impl SlotState {
         self.fanin_refcount.store(0, Relaxed);
         self.fanout_head.store(0, Relaxed);
         self.local.store(local, Relaxed);
-        self.lock.store(0, Relaxed);
+        self.unlock();
     }
 
     /// Mark an inline-completed task (an `alloc()`) COMPLETED (orchestrator, before
@@ -346,6 +372,9 @@ impl ArenaShared {
     pub fn release_ref(&self, p: TaskId, amount: u32, eng: &EngineShared) {
         let s = self.slot(p);
         s.fanout_refcount.fetch_add(amount, AcqRel);
+        // If that was not the last reference, another releaser may consume `p` and the
+        // orchestrator reuse its slot before our check: then the check sees the new
+        // task (under its lock, so it only consumes it if that is due anyway).
         self.check_consumed(p, eng);
     }
 
@@ -371,6 +400,9 @@ impl ArenaShared {
         let s = ring.slot(id.local());
         s.lock();
         s.state.store(COMPLETED, Release);
+        // The completion's own reference: `id` cannot turn CONSUMED (and its slot,
+        // payload and spill entries cannot be reused) before this function is done.
+        s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
         let mut node = s.fanout_head.load(Relaxed);
         s.unlock();
         while node != 0 {
@@ -382,8 +414,13 @@ impl ArenaShared {
             node = n.next;
             let c = TaskId(n.consumer);
             let cs = self.slot(c);
+            // Read `fanin_count` before releasing: once our reference is released, the
+            // consumer may be made ready by another producer, run, retire and have its
+            // slot re-prepared for a later task, whose count we would read instead.
+            let need = cs.fanin_count.load(Acquire);
             let prev = cs.fanin_refcount.fetch_add(1, AcqRel);
-            if prev + 1 == cs.fanin_count.load(Acquire) {
+            schedule_hint();
+            if prev + 1 == need {
                 ready(c);
             }
         }
@@ -402,7 +439,7 @@ impl ArenaShared {
                 self.release_ref(TaskId(e & !DEP_FLAGS), 1, eng);
             }
         }
-        self.check_consumed(id, eng);
+        self.release_ref(id, 1, eng);
     }
 }
 

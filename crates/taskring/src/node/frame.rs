@@ -16,7 +16,9 @@
 //! reply   : status u32 (0 ok, else a status code), error_len u32, error bytes,
 //!           has_report u8, then sizing [u64; 12], peak [u64; 12], sources [u8; 12]
 //!           (0 call_config, 1 env, 2 default), tasks u64,
-//!           arena_hit u8, arena_build_s f64, elapsed_s f64
+//!           arena_hit u8, arena_build_s f64, elapsed_s f64; has_stats u8, then
+//!           builds, hits, misses, evictions u64, build_s f64, n u64, n × [u64; 12]
+//! stats   : (request) empty body
 //! ```
 //!
 //! Decoding never panics: a wrong magic, version, kind or length, or a truncated body,
@@ -29,6 +31,8 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"TRNG");
 pub const FRAME_VERSION: u16 = 1;
 pub const KIND_TASK: u16 = 1;
 pub const KIND_REPLY: u16 = 2;
+/// A request for the chip's arena statistics (empty body).
+pub const KIND_STATS: u16 = 3;
 /// Longest `output_prefix` a frame carries.
 pub const MAX_PREFIX_BYTES: usize = 4096;
 /// Longest error text a reply carries (longer texts are cut).
@@ -99,12 +103,24 @@ pub struct WireReport {
     pub elapsed_s: f64,
 }
 
+/// A chip's arena-cache counters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WireStats {
+    pub builds: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub build_s: f64,
+    pub resident: Vec<[u64; 12]>,
+}
+
 /// The chip's answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplyFrame {
     pub status: u32,
     pub error: String,
     pub report: Option<WireReport>,
+    pub stats: Option<WireStats>,
 }
 
 struct W<'a> {
@@ -340,7 +356,38 @@ pub fn encode_reply(f: &ReplyFrame, buf: &mut [u8]) -> Result<usize, FrameError>
             w.u64(rep.elapsed_s.to_bits())?;
         }
     }
+    match &f.stats {
+        None => w.u8(0)?,
+        Some(st) => {
+            w.u8(1)?;
+            for v in [st.builds, st.hits, st.misses, st.evictions, st.build_s.to_bits(), st.resident.len() as u64] {
+                w.u64(v)?;
+            }
+            for k in &st.resident {
+                for v in k {
+                    w.u64(*v)?;
+                }
+            }
+        }
+    }
     Ok(finish(w))
+}
+
+/// Encode a statistics request.
+pub fn encode_stats_request(buf: &mut [u8]) -> Result<usize, FrameError> {
+    let mut w = W { buf, at: 0 };
+    header(&mut w, KIND_STATS)?;
+    Ok(finish(w))
+}
+
+/// The kind of a request frame (after checking magic, version and length).
+pub fn request_kind(buf: &[u8]) -> Result<u16, FrameError> {
+    if buf.len() < HEADER_BYTES {
+        return Err(FrameError::Short(buf.len()));
+    }
+    let kind = u16::from_le_bytes([buf[6], buf[7]]);
+    open(buf, kind)?;
+    Ok(kind)
 }
 
 /// Decode a reply.
@@ -369,7 +416,28 @@ pub fn decode_reply(buf: &[u8]) -> Result<ReplyFrame, FrameError> {
         }
         k => return Err(FrameError::Field(format!("report flag {k}"))),
     };
-    Ok(ReplyFrame { status, error, report })
+    let stats = match r.u8()? {
+        0 => None,
+        1 => {
+            let (builds, hits, misses, evictions) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            let build_s = f64::from_bits(r.u64()?);
+            let n = r.u64()? as usize;
+            if n > 1024 {
+                return Err(FrameError::Field(format!("{n} resident arenas")));
+            }
+            let mut resident = Vec::with_capacity(n);
+            for _ in 0..n {
+                let mut k = [0u64; 12];
+                for v in k.iter_mut() {
+                    *v = r.u64()?;
+                }
+                resident.push(k);
+            }
+            Some(WireStats { builds, hits, misses, evictions, build_s, resident })
+        }
+        k => return Err(FrameError::Field(format!("stats flag {k}"))),
+    };
+    Ok(ReplyFrame { status, error, report, stats })
 }
 
 #[cfg(test)]
@@ -438,11 +506,12 @@ mod tests {
                 arena_build_s: 1e-9,
                 elapsed_s: 3.5,
             }),
+            stats: Some(WireStats { builds: 3, hits: u64::MAX, misses: 0, evictions: 1, build_s: 0.25, resident: vec![[9; 12], [u64::MAX; 12]] }),
         };
         let mut buf = vec![0u8; 1 << 16];
         let n = encode_reply(&r, &mut buf).unwrap();
         assert_eq!(decode_reply(&buf[..n]).unwrap(), r);
-        let long = ReplyFrame { status: 1, error: "é".repeat(MAX_ERROR_BYTES), report: None };
+        let long = ReplyFrame { status: 1, error: "é".repeat(MAX_ERROR_BYTES), report: None, stats: None };
         let n = encode_reply(&long, &mut buf).unwrap();
         let back = decode_reply(&buf[..n]).unwrap();
         assert!(back.error.len() <= MAX_ERROR_BYTES && back.error.chars().all(|c| c == 'é'));
@@ -469,6 +538,9 @@ mod tests {
             v[8..12].copy_from_slice(&body.to_le_bytes());
             assert!(decode_task(&v).is_err(), "cut at {cut}");
         }
+        let n = encode_stats_request(&mut buf).unwrap();
+        assert_eq!(request_kind(&buf[..n]).unwrap(), KIND_STATS);
+        assert_eq!(request_kind(&buf[..3]).unwrap_err(), FrameError::Short(3));
         // Too small a mailbox.
         let mut small = [0u8; 32];
         assert!(matches!(encode_task(&f, &mut small).unwrap_err(), FrameError::TooBig { .. }));

@@ -173,23 +173,29 @@ impl Chip {
                 };
                 *d = Some(format!("{}: {why}", self.prefix()));
             }
-        } else if let Some(t) = self.thread.lock().as_ref() {
-            if t.is_finished() {
+        } else {
+            let t = self.thread.lock();
+            if t.as_ref().is_none_or(|t| t.is_finished()) {
                 *d = Some(format!("{}: the chip thread ended", self.prefix()));
             }
         }
         d.clone()
     }
 
-    /// One round trip.
+    /// One round trip with a task.
     fn call(&self, task: &TaskFrame) -> Result<ReplyFrame, String> {
+        self.round_trip(|buf| frame::encode_task(task, buf))
+    }
+
+    /// One round trip with the request `encode` writes.
+    fn round_trip(&self, encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>) -> Result<ReplyFrame, String> {
         let mut seq = self.seq.lock();
         if let Some(d) = self.check_dead() {
             return Err(d);
         }
         let h = self.mailbox.header();
         // safety: we hold the chip's lock and no request is in flight.
-        let n = frame::encode_task(task, unsafe { self.mailbox.req_buf() }).map_err(|e| format!("{}: cannot encode the task: {e}", self.prefix()))?;
+        let n = encode(unsafe { self.mailbox.req_buf() }).map_err(|e| format!("{}: cannot encode the request: {e}", self.prefix()))?;
         *seq = seq.wrapping_add(1);
         let want = *seq;
         h.req_len.store(n as u32, Relaxed);
@@ -445,7 +451,7 @@ struct ChipContext {
 
 /// Write a start-up failure into the reply buffer and publish FAILED.
 fn report_start_failure(mb: &Mailbox, text: &str) {
-    let r = ReplyFrame { status: StatusCode::RuntimeSetup.code(), error: text.to_string(), report: None };
+    let r = ReplyFrame { status: StatusCode::RuntimeSetup.code(), error: text.to_string(), report: None, stats: None };
     // safety: the chip side owns the reply buffer while starting.
     if let Ok(n) = frame::encode_reply(&r, unsafe { mb.resp_buf() }) {
         mb.header().resp_len.store(n as u32, Release);
@@ -499,7 +505,7 @@ fn chip_main(ctx: ChipContext, mb: &Mailbox) -> i32 {
         // safety: we own the reply buffer until we publish resp_seq.
         let n = match frame::encode_reply(&reply, unsafe { mb.resp_buf() }) {
             Ok(n) => n,
-            Err(e) => frame::encode_reply(&ReplyFrame { status: StatusCode::RuntimeSetup.code(), error: format!("cannot encode the reply: {e}"), report: None }, unsafe { mb.resp_buf() }).unwrap_or(0),
+            Err(e) => frame::encode_reply(&ReplyFrame { status: StatusCode::RuntimeSetup.code(), error: format!("cannot encode the reply: {e}"), report: None, stats: None }, unsafe { mb.resp_buf() }).unwrap_or(0),
         };
         h.resp_len.store(n as u32, Release);
         h.resp_seq.store(served, Release);
@@ -509,7 +515,16 @@ fn chip_main(ctx: ChipContext, mb: &Mailbox) -> i32 {
 
 /// Run one task frame on this chip.
 fn serve(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap, req: &[u8]) -> ReplyFrame {
-    let fail = |status: StatusCode, e: String| ReplyFrame { status: status.code(), error: e, report: None };
+    let fail = |status: StatusCode, e: String| ReplyFrame { status: status.code(), error: e, report: None, stats: None };
+    if let Ok(frame::KIND_STATS) = frame::request_kind(req) {
+        let st = chip.arena_stats();
+        return ReplyFrame {
+            status: 0,
+            error: String::new(),
+            report: None,
+            stats: Some(frame::WireStats { builds: st.builds, hits: st.hits, misses: st.misses, evictions: st.evictions, build_s: st.build_s, resident: st.resident }),
+        };
+    }
     let task = match frame::decode_task(req) {
         Ok(t) => t,
         Err(e) => return fail(StatusCode::InvalidArgs, format!("bad task frame: {e}")),
@@ -571,10 +586,11 @@ fn serve(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap,
                     arena_build_s: rep.arena_build_s,
                     elapsed_s: rep.elapsed_s,
                 }),
+                stats: None,
             }
         }
         Err(RunError::Config(e)) => fail(StatusCode::InvalidArgs, e.message),
-        Err(RunError::Failure(f)) => ReplyFrame { status: f.code.code(), error: f.to_string(), report: None },
+        Err(RunError::Failure(f)) => ReplyFrame { status: f.code.code(), error: f.to_string(), report: None, stats: None },
     }
 }
 
@@ -679,7 +695,20 @@ impl Node {
         self.shared.chips.iter().map(|c| c.pid).collect()
     }
 
-    /// Arena statistics are per chip and live in the chip; the node's own engine:
+    /// Number of chips.
+    pub fn chips(&self) -> usize {
+        self.shared.chips.len()
+    }
+
+    /// Chip `worker`'s arena-cache statistics (asked of the chip).
+    pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
+        let chip = self.shared.chips.get(worker).ok_or_else(|| NodeError::Config(format!("worker {worker} is not a chip of this node")))?;
+        let r = chip.round_trip(frame::encode_stats_request).map_err(NodeError::Chip)?;
+        let st = r.stats.ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
+        Ok(crate::arena::ArenaStats { builds: st.builds, hits: st.hits, misses: st.misses, evictions: st.evictions, resident: st.resident, build_s: st.build_s })
+    }
+
+    /// The node's own engine (its L3 arena cache):
     pub fn engine(&self) -> Option<&ChipWorker> {
         self.engine.as_ref()
     }
@@ -748,6 +777,7 @@ fn shutdown_chips(chips: &[Chip]) {
     for c in chips {
         if let Some(t) = c.thread.lock().take() {
             let _ = t.join();
+            *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
             continue;
         }
         if c.pid <= 0 || c.dead.lock().is_some() {

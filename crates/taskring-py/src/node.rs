@@ -1,0 +1,386 @@
+//! Python classes over the L3 node: `SharedMem` (memory chips see), `Node` (the native
+//! part of `taskring.Worker(level=3)`), the L3 orchestrator `o`, and the reports.
+
+use crate::config::{call_config_of, PyRingSizing};
+use crate::runtime::{arena_stats_py, failure_err, gil_hook, python_program, PyArenaStats, PyPeak, PySpec, PyTensor};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use parking_lot::RwLock;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
+use std::cell::Cell;
+use std::sync::Arc;
+use taskring::config::CallConfig;
+use taskring::node::shm::SharedBuffer;
+use taskring::node::{ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeOptions, NodeOrchestrator};
+use taskring::{DType, Tensor};
+
+/// Shared memory that chip processes can map (backs `taskring.shared_array`).
+#[pyclass(module = "taskring._native", name = "SharedMem", frozen)]
+pub struct PySharedMem {
+    buf: SharedBuffer,
+}
+
+#[pymethods]
+impl PySharedMem {
+    #[new]
+    fn new(nbytes: usize) -> PyResult<Self> {
+        Ok(PySharedMem { buf: SharedBuffer::new(nbytes).map_err(|e| PyRuntimeError::new_err(e.to_string()))? })
+    }
+    #[getter]
+    fn address(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Interpreter fork hooks (what `os.fork()` does around `fork()`).
+struct PythonForkHooks;
+
+impl ForkHooks for PythonForkHooks {
+    fn before(&self) {
+        // safety: called with the GIL held, right before fork().
+        unsafe { pyo3::ffi::PyOS_BeforeFork() }
+    }
+    fn after_parent(&self) {
+        // safety: paired with PyOS_BeforeFork in the parent.
+        unsafe { pyo3::ffi::PyOS_AfterFork_Parent() }
+    }
+    fn after_child(&self) {
+        // safety: first call in the child after fork().
+        unsafe { pyo3::ffi::PyOS_AfterFork_Child() }
+    }
+}
+
+fn node_err(py: Python<'_>, e: NodeError) -> PyErr {
+    match e {
+        NodeError::Config(m) => PyValueError::new_err(m),
+        NodeError::Chip(m) => PyRuntimeError::new_err(m),
+        NodeError::Failure(f) => failure_err(py, &f),
+    }
+}
+
+fn dirs_of(sig: Vec<u32>) -> PyResult<Vec<ArgDir>> {
+    sig.into_iter()
+        .map(|d| match d {
+            0 => Ok(ArgDir::In),
+            1 => Ok(ArgDir::Out),
+            2 => Ok(ArgDir::InOut),
+            3 => Ok(ArgDir::Scalar),
+            _ => Err(PyValueError::new_err(format!("unknown ArgDirection {d}"))),
+        })
+        .collect()
+}
+
+/// What a chip reported for one L2 task.
+#[pyclass(module = "taskring", name = "ChipTaskReport", frozen, get_all)]
+pub struct PyChipTaskReport {
+    worker: usize,
+    callable: u32,
+    ring_sizing: Option<PyRingSizing>,
+    peak: Py<PyPeak>,
+    tasks: u64,
+    arena_hit: bool,
+    arena_build_s: f64,
+    elapsed_s: f64,
+    error: Option<String>,
+}
+
+#[pymethods]
+impl PyChipTaskReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "ChipTaskReport(worker={}, callable={}, tasks={}, arena_hit={}, elapsed_s={:.6}, ring_sizing={}, error={:?})",
+            self.worker,
+            self.callable,
+            self.tasks,
+            if self.arena_hit { "True" } else { "False" },
+            self.elapsed_s,
+            self.ring_sizing.as_ref().map(|s| s.inner.to_string()).unwrap_or_else(|| "None".into()),
+            self.error
+        )
+    }
+}
+
+/// What one L3 run did: one `ChipTaskReport` per L2 task, in submission order.
+#[pyclass(module = "taskring", name = "NodeRunReport", frozen, get_all)]
+pub struct PyNodeRunReport {
+    tasks: Py<PyList>,
+    elapsed_s: f64,
+}
+
+#[pymethods]
+impl PyNodeRunReport {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("NodeRunReport({} tasks, elapsed_s={:.6})", self.tasks.bind(py).len(), self.elapsed_s)
+    }
+}
+
+/// The orchestrator handed to an L3 orchestration; valid only while its run lasts.
+#[pyclass(module = "taskring", name = "NodeOrchestrator", unsendable)]
+pub struct PyNodeOrchestrator {
+    ptr: Cell<*mut NodeOrchestrator<'static, 'static>>,
+    /// Owner worker of device tensors (`alloc_tensor`), by data address.
+    owners: Py<PyAny>,
+}
+
+impl PyNodeOrchestrator {
+    fn with<R>(&self, f: impl FnOnce(&mut NodeOrchestrator<'static, 'static>) -> R) -> PyResult<R> {
+        let p = self.ptr.get();
+        if p.is_null() {
+            return Err(PyRuntimeError::new_err("this orchestrator belongs to a run that has ended"));
+        }
+        // safety: set only while the run's orchestration call is on the stack, on
+        // this thread (unsendable).
+        Ok(f(unsafe { &mut *p }))
+    }
+}
+
+fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owners: &Bound<'_, PyAny>) -> PyResult<NodeArg> {
+    if a.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!("argument {i}: bool is not a valid scalar")));
+    }
+    if a.is_instance_of::<PyInt>() {
+        return Ok(NodeArg::Int(a.extract()?));
+    }
+    if a.is_instance_of::<PyFloat>() {
+        return Ok(NodeArg::Float(a.extract()?));
+    }
+    if let Ok(t) = a.extract::<PyRef<'_, PyTensor>>() {
+        return Ok(NodeArg::Tensor(t.t));
+    }
+    let arr = a.cast::<PyUntypedArray>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "argument {i}: expected a numpy array from taskring.shared_array, a Tensor, an int or a float, got {}",
+            a.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    if !arr.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("argument {i}: array must be C-contiguous")));
+    }
+    let dname = arr.dtype().str()?.to_string();
+    let dtype = crate::runtime::dtype_from_name(&dname).ok_or_else(|| PyTypeError::new_err(format!("argument {i}: dtype {dname} is not supported")))?;
+    let shape: Vec<u32> = arr.shape().iter().map(|&d| d as u32).collect();
+    if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS || shape.contains(&0) {
+        return Err(PyValueError::new_err(format!("argument {i}: shape {shape:?} is not supported")));
+    }
+    // safety: reading the data pointer of a live array.
+    let data = unsafe { (*arr.as_array_ptr()).data } as u64;
+    if let Some(owner) = owners.get_item(data).ok().and_then(|v| v.extract::<usize>().ok()) {
+        if owner != worker {
+            return Err(PyValueError::new_err(format!(
+                "argument {i} is a device tensor of chip {owner}; it cannot be passed to a task on chip {worker}"
+            )));
+        }
+    }
+    let _ = py;
+    Ok(NodeArg::Tensor(Tensor::from_raw(data, &shape, dtype)))
+}
+
+fn worker_index(w: &Bound<'_, PyAny>, chips: usize) -> PyResult<usize> {
+    if w.is_instance_of::<PyBool>() || !w.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "worker must be an int, got {}",
+            w.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        )));
+    }
+    let v: i64 = w.extract()?;
+    if v < 0 {
+        return Err(PyValueError::new_err(format!("worker must be >= 0, got {v}")));
+    }
+    if v as usize >= chips {
+        return Err(PyValueError::new_err(format!("worker {v} is not a chip of this worker (it has {chips} chips: 0..{})", chips - 1)));
+    }
+    Ok(v as usize)
+}
+
+#[pymethods]
+impl PyNodeOrchestrator {
+    /// Submit the registered program `handle` with `args` to chip `worker`, to run
+    /// there with `config` (a CallConfig, RunConfig or None = defaults; never the
+    /// run-level config implicitly). Returns the L3 task id.
+    #[pyo3(signature = (handle, args, config=None, *, worker))]
+    fn submit_next_level(&self, py: Python<'_>, handle: u32, args: &Bound<'_, PyAny>, config: Option<&Bound<'_, PyAny>>, worker: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let chips = self.with(|o| o.chips())?;
+        let worker = worker_index(worker, chips)?;
+        let cfg: CallConfig = call_config_of(py, config)?;
+        cfg.validate().map_err(|e| PyValueError::new_err(e.message))?;
+        let owners = self.owners.bind(py);
+        let mut list = vec![];
+        for (i, a) in args.try_iter()?.enumerate() {
+            list.push(node_arg(py, i, &a?, worker, owners)?);
+        }
+        self.with(|o| o.submit_next_level(handle, &list, &cfg, worker).map(|id| id.0).map_err(|f| failure_err(py, &f)))?
+    }
+
+    /// Open a scope (depth + 1).
+    #[pyo3(signature = (manual=false))]
+    fn begin_scope(&self, py: Python<'_>, manual: bool) -> PyResult<()> {
+        self.with(|o| o.engine().begin_scope(manual).map_err(|f| failure_err(py, &f)))?
+    }
+
+    fn end_scope(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(|o| o.engine().end_scope().map_err(|f| failure_err(py, &f)))?
+    }
+
+    /// An allocation in the node's shared memory, alive until the current scope ends.
+    fn alloc(&self, py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let s = PySpec::new(shape, dtype)?;
+        self.with(|o| o.alloc(s.s).map(|r| PyTensor { t: r.output(0) }).map_err(|f| failure_err(py, &f)))?
+    }
+
+    #[getter]
+    fn chips(&self) -> PyResult<usize> {
+        self.with(|o| o.chips())
+    }
+}
+
+/// Native part of `taskring.Worker(level=3)`.
+#[pyclass(module = "taskring._native", name = "Node")]
+pub struct PyNode {
+    node: Option<Node>,
+    callables: Arc<RwLock<Vec<ChipCallable>>>,
+    processes: bool,
+    owners: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyNode {
+    /// `callables`: `(orchestration, name, signature)` triples, registered in order
+    /// (handles 0, 1, ...). `owners`: a dict address -> worker of device tensors.
+    #[new]
+    #[pyo3(signature = (device_ids, callables, owners, chip_processes=true, arena_cache_slots=4, chip_cores=0, prewarm=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        device_ids: Vec<u32>,
+        callables: &Bound<'_, PyList>,
+        owners: Py<PyAny>,
+        chip_processes: bool,
+        arena_cache_slots: usize,
+        chip_cores: usize,
+        prewarm: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let reg = Arc::new(RwLock::new(Vec::new()));
+        for c in callables.iter() {
+            let (f, name, sig): (Py<PyAny>, String, Vec<u32>) = c.extract()?;
+            let (program, _pending) = python_program(f, &name);
+            reg.write().push(ChipCallable { program, signature: dirs_of(sig)? });
+        }
+        let prewarm = match prewarm {
+            Some(p) if !p.is_none() => {
+                let c = call_config_of(py, Some(p))?;
+                c.validate().map_err(|e| PyValueError::new_err(e.message))?;
+                Some(c)
+            }
+            _ => None,
+        };
+        let opts = NodeOptions {
+            device_ids,
+            chip_processes,
+            arena_cache_slots,
+            chip_cores,
+            prewarm,
+            blocking_hook: Some(Arc::new(gil_hook)),
+            ..NodeOptions::default()
+        };
+        let node = Node::new(opts, reg.clone(), &PythonForkHooks).map_err(|e| node_err(py, e))?;
+        Ok(PyNode { node: Some(node), callables: reg, processes: chip_processes, owners })
+    }
+
+    /// Register one more program (chip threads see it at once; chip processes only
+    /// know the programs registered before they started).
+    fn register(&self, f: Py<PyAny>, name: String, signature: Vec<u32>) -> PyResult<u32> {
+        if self.processes && self.node.is_some() {
+            return Err(PyRuntimeError::new_err(
+                "register programs before init(): chip processes are forked at init() and only know the programs registered by then (or use chip_processes=False)",
+            ));
+        }
+        let (program, _pending) = python_program(f, &name);
+        let mut r = self.callables.write();
+        r.push(ChipCallable { program, signature: dirs_of(signature)? });
+        Ok(r.len() as u32 - 1)
+    }
+
+    /// Run `orch(o)`; `config` sizes the node's own rings.
+    #[pyo3(signature = (orch, config=None))]
+    fn run(&mut self, py: Python<'_>, orch: Py<PyAny>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyNodeRunReport> {
+        let cfg = call_config_of(py, config)?;
+        let owners = self.owners.clone_ref(py);
+        let node = self.node.as_mut().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
+        let pending: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
+        let pend = pending.clone();
+        let r = node.run(
+            move |o| {
+                Python::attach(|py| {
+                    let keep = |e: PyErr| {
+                        let text = format!("the orchestration raised: {}", e.value(py));
+                        *pend.lock().unwrap() = Some(e);
+                        taskring::RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
+                    };
+                    let po = Py::new(py, PyNodeOrchestrator { ptr: Cell::new(std::ptr::null_mut()), owners: owners.clone_ref(py) }).map_err(keep)?;
+                    po.borrow(py).ptr.set(o as *mut NodeOrchestrator<'_, '_> as *mut NodeOrchestrator<'static, 'static>);
+                    let r = orch.call1(py, (po.clone_ref(py),));
+                    po.borrow(py).ptr.set(std::ptr::null_mut());
+                    r.map(|_| ()).map_err(keep)
+                })
+            },
+            &cfg,
+            Some(&gil_hook),
+        );
+        if let Some(e) = pending.lock().unwrap().take() {
+            return Err(e);
+        }
+        let rep = r.map_err(|e| node_err(py, e))?;
+        let mut tasks = vec![];
+        for t in &rep.tasks {
+            tasks.push(PyChipTaskReport {
+                worker: t.worker,
+                callable: t.callable,
+                ring_sizing: t.ring_sizing.map(|s| PyRingSizing { inner: s }),
+                peak: Py::new(py, crate::runtime::peak_py(&t.peak))?,
+                tasks: t.tasks,
+                arena_hit: t.arena_hit,
+                arena_build_s: t.arena_build_s,
+                elapsed_s: t.elapsed_s,
+                error: t.error.clone(),
+            });
+        }
+        Ok(PyNodeRunReport { tasks: PyList::new(py, tasks)?.unbind(), elapsed_s: rep.elapsed_s })
+    }
+
+    /// Chip `worker`'s arena statistics.
+    fn arena_stats(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<PyArenaStats> {
+        let node = self.node.as_ref().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
+        let w = worker_index(worker, node.chips())?;
+        let st = py.detach(|| node.chip_arena_stats(w)).map_err(|e| node_err(py, e))?;
+        arena_stats_py(py, st)
+    }
+
+    #[getter]
+    fn pids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.node.as_ref().map(|n| n.chip_pids()).unwrap_or_default())
+    }
+
+    #[getter]
+    fn chips(&self) -> usize {
+        self.node.as_ref().map(|n| n.chips()).unwrap_or(0)
+    }
+
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(mut n) = self.node.take() {
+            py.detach(move || n.close());
+        }
+    }
+}
+
+/// Used by `shared_array`: check a dtype name.
+#[pyfunction]
+pub fn dtype_itemsize(name: &str) -> PyResult<usize> {
+    crate::runtime::dtype_from_name(name)
+        .map(|d: DType| d.size_bytes())
+        .ok_or_else(|| PyTypeError::new_err(format!("unsupported dtype {name}; expected one of float32, float16, bfloat16, int32, int64, int8, uint8")))
+}

@@ -1,0 +1,382 @@
+"""L3: a host with several chips (API.md §4) — `Worker` (low level), `shared_array`,
+`RunHandle`, and the PyPTO-style `DistributedConfig` / `DistributedProgram` /
+`DistributedWorker`."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import types
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import _native
+from ._native import CallConfig
+
+_WORKER_KWARGS = ("level", "device_id", "device_ids", "platform", "num_sub_workers", "arena_cache_slots", "chip_processes", "chip_cores")
+
+
+class _SharedHolder:
+    """Keeps a SharedMem alive for as long as an array over it exists."""
+
+    def __init__(self, mem, shape, dtype):
+        self.mem = mem
+        self.__array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": np.dtype(dtype).str,
+            "data": (mem.address, False),
+            "version": 3,
+        }
+
+
+def shared_array(shape, dtype=np.float32) -> np.ndarray:
+    """A zero-filled numpy array in memory that chip processes see (zero-copy L3
+    dispatch). Arrays made after a worker's ``init()`` work too: a chip maps the memory
+    on first use."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(d) for d in shape)
+    if not shape or any(d < 1 for d in shape):
+        raise ValueError(f"shared_array shape must have at least one dimension and no empty ones, got {shape}")
+    dt = np.dtype(dtype)
+    _native.dtype_itemsize(str(dt))
+    nbytes = int(np.prod(shape)) * dt.itemsize
+    mem = _native.SharedMem(nbytes)
+    return np.asarray(_SharedHolder(mem, shape, dt))
+
+
+class RunHandle:
+    """A run in flight (``Worker.submit``): ``done``, ``wait(timeout)``, ``result(timeout)``."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self._result = None
+        self._error: Optional[BaseException] = None
+        self._done = threading.Event()
+
+        def body():
+            try:
+                self._result = fn()
+            except BaseException as e:  # handed to the caller by result()
+                self._error = e
+            finally:
+                self._done.set()
+
+        self._thread = threading.Thread(target=body, name="taskring-run", daemon=True)
+        self._thread.start()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        return self._done.wait(timeout)
+
+    def result(self, timeout: Optional[float] = None):
+        if not self._done.wait(timeout):
+            raise TimeoutError("the run has not finished")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def _call_config(config: Any) -> CallConfig:
+    from ._config import RunConfig
+
+    if config is None:
+        return CallConfig()
+    if isinstance(config, CallConfig):
+        return config
+    if isinstance(config, RunConfig):
+        return config.to_call_config()
+    raise TypeError(f"config must be a CallConfig, a RunConfig or None, got {type(config).__name__}")
+
+
+class Worker:
+    """Simpler-style worker. ``Worker(level=3, device_ids=[0, 1, 2])`` forks one chip
+    process per device id at ``init()`` (``chip_processes=False`` runs chips as threads
+    of this process, with the same protocol). ``Worker(level=2, device_id=0)`` is the
+    one-chip form. Programs are registered with ``register(program)`` — before
+    ``init()`` when chips are processes (they inherit what exists when forked)."""
+
+    def __init__(self, level: int = 2, **kwargs: Any):
+        unknown = sorted(set(kwargs) - set(_WORKER_KWARGS))
+        if unknown:
+            raise TypeError(f"Worker() got unexpected keyword(s) {', '.join(unknown)}; allowed: {', '.join(_WORKER_KWARGS)}")
+        if level not in (2, 3):
+            raise ValueError(f"Worker level must be 2 or 3, got {level!r}")
+        self.level = level
+        platform = kwargs.get("platform", "sim")
+        if platform not in ("sim", "a2a3sim", "a5sim"):
+            if platform in ("a2a3", "a5"):
+                raise RuntimeError(f"platform {platform!r} needs an Ascend device and driver; this build runs the 'sim' platform only")
+            raise ValueError(f"Invalid platform {platform!r}. Expected 'sim', 'a2a3sim', 'a5sim', 'a2a3', or 'a5'.")
+        if level == 3:
+            ids = kwargs.get("device_ids")
+            if ids is None:
+                raise TypeError("Worker(level=3) needs device_ids=[...]")
+        else:
+            ids = [kwargs.get("device_id", 0)]
+        ids = list(ids)
+        if not ids:
+            raise ValueError("device_ids must not be empty")
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in ids):
+            raise ValueError(f"device_ids must be non-negative device indices, got {ids}")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"device_ids must be distinct, got {ids}")
+        self.device_ids = ids
+        self.num_sub_workers = kwargs.get("num_sub_workers", 0)
+        self.arena_cache_slots = kwargs.get("arena_cache_slots", 4)
+        self.chip_processes = bool(kwargs.get("chip_processes", True))
+        self.chip_cores = kwargs.get("chip_cores", 0)
+        self._programs: List[Any] = []
+        self._node = None
+        self._chip = None
+        self._owners: Dict[int, int] = {}
+        self._keep: List[np.ndarray] = []
+
+    # -- programs -----------------------------------------------------------------
+    def register(self, program) -> int:
+        """Register a ``Program``; returns its handle for ``submit_next_level``."""
+        from . import Program
+
+        if not isinstance(program, Program):
+            raise TypeError(f"register() needs a taskring.Program, got {type(program).__name__}")
+        if self._node is not None:
+            h = self._node.register(program.orchestration, program.name, [int(s) for s in program.signature])
+            self._programs.append(program)
+            return h
+        self._programs.append(program)
+        return len(self._programs) - 1
+
+    # -- life ----------------------------------------------------------------------
+    def init(self, prewarm_config: Any = None) -> "Worker":
+        """Start the chips (idempotent): each builds its arena for ``prewarm_config``
+        (validated first) before this returns."""
+        if self._node is not None or self._chip is not None:
+            return self
+        cfg = None if prewarm_config is None else _call_config(prewarm_config)
+        if cfg is not None:
+            cfg.validate()
+        if self.level == 2:
+            self._chip = _native.Chip(cores=self.chip_cores, arena_cache_slots=self.arena_cache_slots, prewarm=[cfg or CallConfig()])
+            return self
+        callables = [(p.orchestration, p.name, [int(s) for s in p.signature]) for p in self._programs]
+        self._node = _native.Node(
+            list(self.device_ids),
+            callables,
+            self._owners,
+            chip_processes=self.chip_processes,
+            arena_cache_slots=self.arena_cache_slots,
+            chip_cores=self.chip_cores,
+            prewarm=cfg,
+        )
+        return self
+
+    def close(self) -> None:
+        """Stop every chip (idempotent)."""
+        if self._node is not None:
+            self._node.close()
+            self._node = None
+        if self._chip is not None:
+            self._chip.close()
+            self._chip = None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pids(self):
+        return self._node.pids if self._node is not None else ()
+
+    # -- running -------------------------------------------------------------------
+    def run(self, orch, args: Any = None, config: Any = None):
+        """Level 3: run ``orch(o, args, cfg)`` (``cfg`` = ``config`` as a CallConfig;
+        it sizes the node's own rings and is never applied to chip tasks implicitly).
+        Returns a ``NodeRunReport``. Level 2: ``run(handle_or_program, args, config)``
+        runs a registered program on the chip and returns a ``RunReport``."""
+        cfg = _call_config(config)
+        cfg.validate()
+        if self.level == 2:
+            if self._chip is None:
+                raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
+            from . import Program
+
+            prog = orch if isinstance(orch, Program) else self._programs[orch]
+            host = prog.check_args(list(args or ()))
+            return self._chip.run(prog.orchestration, prog.name, host, cfg)
+        if self._node is None:
+            raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
+        return self._node.run(lambda o: orch(o, args, cfg), cfg)
+
+    def submit(self, orch, args: Any = None, config: Any = None) -> RunHandle:
+        """``run`` in the background; returns a ``RunHandle``."""
+        return RunHandle(lambda: self.run(orch, args, config))
+
+    def arena_stats(self, worker: int = 0):
+        """That chip's ``ArenaStats``."""
+        if self.level == 2:
+            if self._chip is None:
+                raise RuntimeError("the worker is not initialised")
+            return self._chip.arena_stats()
+        if self._node is None:
+            raise RuntimeError("the worker is not initialised")
+        return self._node.arena_stats(worker)
+
+    def _device_tensor(self, shape, dtype, worker: int) -> np.ndarray:
+        a = shared_array(shape, dtype)
+        self._owners[a.__array_interface__["data"][0]] = worker
+        self._keep.append(a)
+        return a
+
+
+# ----- high level (PyPTO-style) -----------------------------------------------------
+
+
+@dataclasses.dataclass
+class DistributedConfig:
+    """Chips and threads of a distributed program."""
+
+    device_ids: List[int] = dataclasses.field(default_factory=lambda: [0])
+    num_sub_workers: int = 0
+    aicpu_thread_num: int = 0
+
+    def __post_init__(self) -> None:
+        ids = self.device_ids
+        if isinstance(ids, tuple):
+            ids = list(ids)
+            self.device_ids = ids
+        if not isinstance(ids, list) or not ids:
+            raise ValueError("DistributedConfig.device_ids must not be empty")
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in ids):
+            raise ValueError(f"DistributedConfig.device_ids must be non-negative device indices, got {ids}")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"DistributedConfig.device_ids must be distinct, got {ids}")
+        n = self.num_sub_workers
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"DistributedConfig.num_sub_workers must be non-negative, got {n}")
+        t = self.aicpu_thread_num
+        if isinstance(t, bool) or not isinstance(t, int) or t == 1 or t < 0:
+            raise ValueError(f"DistributedConfig.aicpu_thread_num must be 0 (architecture default) or at least 2, got {t}")
+
+
+class DistributedProgram:
+    """``orchestration(o, chips, args, cfg)`` over ``chips`` (name -> Program).
+    ``dprog(*args, config=None)`` runs once (plain numpy arrays are copied into shared
+    memory and back); ``dprog.prepare(config)`` returns a resident ``DistributedWorker``."""
+
+    def __init__(self, orchestration: Callable, chips: Dict[str, Any], config: Optional[DistributedConfig] = None, signature: Sequence = ()):
+        from . import ArgDirection, Program
+
+        if not callable(orchestration):
+            raise TypeError("DistributedProgram: orchestration must be callable")
+        for k, v in chips.items():
+            if not isinstance(v, Program):
+                raise TypeError(f"DistributedProgram: chips[{k!r}] must be a taskring.Program")
+        self.orchestration = orchestration
+        self.chips = dict(chips)
+        self.config = config or DistributedConfig()
+        self.signature = [ArgDirection(s) for s in signature]
+        self.name = getattr(orchestration, "__name__", "distributed")
+
+    def prepare(self, config: Any = None, *, extra_compiled: Sequence["DistributedProgram"] = (), chip_processes: bool = True) -> "DistributedWorker":
+        return DistributedWorker([self, *extra_compiled], prewarm=config, chip_processes=chip_processes)
+
+    def __call__(self, *args: Any, config: Any = None):
+        shared = []
+        for a in args:
+            if isinstance(a, np.ndarray) and not _is_shared(a):
+                s = shared_array(a.shape, a.dtype)
+                s[...] = a
+                shared.append(s)
+            else:
+                shared.append(a)
+        with self.prepare(config) as w:
+            rep = w(*shared, config=config)
+        for a, s in zip(args, shared):
+            if isinstance(a, np.ndarray) and s is not a:
+                a[...] = s
+        return rep
+
+
+def _is_shared(a: np.ndarray) -> bool:
+    base = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base, _SharedHolder) or isinstance(getattr(base, "obj", None), _SharedHolder)
+
+
+class DistributedWorker:
+    """A resident L3 worker for one or more DistributedPrograms (see ``prepare``)."""
+
+    def __init__(self, programs: Sequence[DistributedProgram], prewarm: Any = None, chip_processes: bool = True):
+        if not programs:
+            raise ValueError("DistributedWorker needs at least one program")
+        self.programs = list(programs)
+        base = self.programs[0].config
+        self._baseline = base
+        self._worker = Worker(level=3, device_ids=list(base.device_ids), num_sub_workers=base.num_sub_workers, chip_processes=chip_processes)
+        self._handles: Dict[int, types.SimpleNamespace] = {}
+        for p in self.programs:
+            ns = types.SimpleNamespace()
+            for name, prog in p.chips.items():
+                setattr(ns, name, self._worker.register(prog))
+            self._handles[id(p)] = ns
+        self._worker.init(prewarm_config=prewarm)
+
+    def _dispatch_config(self, program: DistributedProgram, config: Any) -> CallConfig:
+        """A fresh CallConfig per dispatch: the program's thread count, plus the
+        non-None ring fields of the dispatch's RunConfig."""
+        from ._config import RunConfig
+
+        cfg = CallConfig(aicpu_thread_num=program.config.aicpu_thread_num)
+        if isinstance(config, RunConfig):
+            cfg = config.to_call_config(cfg)
+        elif isinstance(config, CallConfig):
+            cfg = config.copy()
+        elif config is not None:
+            raise TypeError(f"config must be a RunConfig, a CallConfig or None, got {type(config).__name__}")
+        return cfg
+
+    def run(self, program: DistributedProgram, *args: Any, config: Any = None):
+        if id(program) not in self._handles:
+            raise ValueError(f"{program.name} was not prepared on this worker")
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray) and not _is_shared(a):
+                raise TypeError(f"argument {i}: host arrays passed to a prepared worker must come from taskring.shared_array")
+        cfg = self._dispatch_config(program, config)
+        chips = self._handles[id(program)]
+        return self._worker.run(lambda o, _a, c: program.orchestration(o, chips, tuple(args), c), None, cfg)
+
+    def __call__(self, *args: Any, config: Any = None):
+        if len(self.programs) != 1:
+            raise TypeError("calling a multi-program DistributedWorker is ambiguous; use rt.run(program, ...)")
+        return self.run(self.programs[0], *args, config=config)
+
+    def submit(self, program: DistributedProgram, *args: Any, config: Any = None) -> RunHandle:
+        return RunHandle(lambda: self.run(program, *args, config=config))
+
+    def alloc_tensor(self, shape, dtype=np.float32, worker: int = 0) -> np.ndarray:
+        """A device tensor in chip ``worker``'s memory, alive as long as this worker
+        (e.g. a KV cache shared by its programs). Passing it to another chip's task is
+        a ValueError."""
+        if isinstance(worker, bool) or not isinstance(worker, int):
+            raise TypeError("worker must be an int")
+        if not 0 <= worker < len(self._worker.device_ids):
+            raise ValueError(f"worker {worker} is not a chip of this worker")
+        return self._worker._device_tensor(shape, dtype, worker)
+
+    def arena_stats(self, worker: int = 0):
+        return self._worker.arena_stats(worker)
+
+    def close(self) -> None:
+        self._worker.close()
+
+    def __enter__(self) -> "DistributedWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
