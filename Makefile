@@ -8,9 +8,13 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 fmt clippy clean
+.PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy clean
 
-run: demo-l2
+# The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
+run: demo-l3
+
+demo-l3: py-dev
+	$(VPY) examples/l3_demo.py
 
 demo-l2:
 	$(CARGO) run --locked --release -q -p taskring --example l2_demo

@@ -105,12 +105,13 @@ mod imp {
 pub use imp::*;
 
 /// A scheduling hint for loom, a no-op otherwise: under loom the calling thread lets
-/// every other thread run first. Placed right after the releases after which the
-/// calling thread keeps going but may no longer rely on what it released (a
-/// reference on a slot another thread may now retire and reuse). loom's DPOR keeps
+/// the other threads run first. For a point right after a release after which the
+/// calling thread keeps going but may no longer rely on what it released (a reference
+/// on a slot that another thread may now retire and reuse). loom 0.7's DPOR remembers
 /// only the last access per object, so a late read there can be masked by another
 /// thread's access to the same atomic and never explored; the hint makes loom try
-/// "everyone else runs here" explicitly.
+/// "everyone else runs here" explicitly. Each hint multiplies the interleavings loom
+/// explores: use sparingly (today: once, in the completion's fanout walk).
 #[inline(always)]
 pub fn schedule_hint() {
     #[cfg(loom)]

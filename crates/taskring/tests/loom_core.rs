@@ -187,8 +187,14 @@ fn assert_retired(a: &ArenaShared, ring: usize, ids: &[TaskId]) {
     assert_eq!(r.last_alive.load(Relaxed), r.current.load(Relaxed), "watermark of ring {ring} stuck");
 }
 
-/// A core: complete `t`, then every task that completion made ready and handed back.
+/// A core (chip.rs `core_loop`): complete `t`; keep the first task that completion made
+/// ready and run it next, push the others.
 fn run_chain(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
+    run_chain_counted(a, eng, marks, t, None)
+}
+
+/// [`run_chain`], counting completions in `done`.
+fn run_chain_counted(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId, done: Option<&AtomicU32>) {
     let mut next = Some(t);
     while let Some(t) = next.take() {
         // safety: `t` is published, ran (nothing to run), and is completed once, here.
@@ -202,6 +208,9 @@ fn run_chain(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
                 }
             })
         };
+        if let Some(d) = done {
+            d.fetch_add(1, Release);
+        }
     }
 }
 
@@ -210,7 +219,7 @@ fn run_chain(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
 fn core_loop(a: &ArenaShared, eng: &EngineShared, marks: &Marks, done: &AtomicU32) {
     loop {
         match eng.pop_ready(CoreKind::Any) {
-            Some(t) => run_chain_counted(a, eng, marks, t, done),
+            Some(t) => run_chain_counted(a, eng, marks, t, Some(done)),
             None => {
                 if eng.shutdown.load(Acquire) {
                     return;
@@ -228,24 +237,6 @@ fn finish(a: &ArenaShared, eng: &EngineShared, ring: usize) {
     while !eng.progress.wait(|| r.last_alive.load(Acquire) == r.current.load(Acquire), Duration::from_secs(1)) {}
     eng.shutdown.store(true, SeqCst);
     eng.wake_all_cores();
-}
-
-fn run_chain_counted(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId, done: &AtomicU32) {
-    let mut next = Some(t);
-    while let Some(t) = next.take() {
-        // safety: as in run_chain.
-        unsafe {
-            a.complete(t, eng, |c| {
-                marks.on_ready(a, c);
-                if next.is_none() {
-                    next = Some(c);
-                } else {
-                    eng.push_ready(c, CoreKind::Any);
-                }
-            })
-        };
-        done.fetch_add(1, Release);
-    }
 }
 
 /// 1. A producer's completion races the claim + wiring of its consumer. Whether P
@@ -312,7 +303,7 @@ fn fanout_and_scope_release() {
         let done = Arc::new(AtomicU32::new(0));
         let x = {
             let (a, eng, marks, done) = (a.clone(), eng.clone(), marks.clone(), done.clone());
-            thread::spawn(move || run_chain_counted(&a, &eng, &marks, p, &done))
+            thread::spawn(move || run_chain_counted(&a, &eng, &marks, p, Some(&done)))
         };
         let y = {
             let (a, eng, marks, done) = (a.clone(), eng.clone(), marks.clone(), done.clone());
