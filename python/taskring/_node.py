@@ -334,7 +334,11 @@ class DistributedWorker:
 
         cfg = CallConfig(aicpu_thread_num=program.config.aicpu_thread_num)
         if isinstance(config, RunConfig):
-            cfg = config.to_call_config(cfg)
+            # Only the ring fields of a dispatch's RunConfig are consumed at L3.
+            for field in ("ring_task_window", "ring_heap", "ring_dep_pool"):
+                value = getattr(config, field)
+                if value is not None:
+                    setattr(cfg.runtime_env, field, value)
         elif isinstance(config, CallConfig):
             cfg = config.copy()
         elif config is not None:
