@@ -41,13 +41,13 @@ def main():
         for cfg in (prefill_cfg, decode_cfg):
             rep = rt(host_x, weight, host_out, config=cfg)
             assert np.allclose(host_out, host_x @ weight, atol=1e-5)
-            print([t.ring_sizing.task_window for t in rep.tasks])
+            print("task windows per chip:", [t.ring_sizing.task_window for t in rep.tasks])
     # The one-shot path honours the override too (plain numpy arrays are copied).
     a = np.ones((8, 32), np.float32)
     c = np.zeros((8, 16), np.float32)
     rep = compiled(a, np.full((32, 16), 2.0, np.float32), c, config=taskring.RunConfig(ring_heap=8 * 1024 * 1024))
     assert np.allclose(c, 64.0)
-    print([t.ring_sizing.heap for t in rep.tasks])
+    print("one-shot heaps per chip (window default):", [t.ring_sizing.heap for t in rep.tasks])
 
 
 if __name__ == "__main__":
