@@ -45,19 +45,20 @@ fn main() {
     }
     // Submit cost: 2 inputs + 1 runtime output, with the only core held by a gate task
     // (cores paused), so the orchestrator runs alone.
-    static GATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static GATE: (std::sync::Mutex<bool>, std::sync::Condvar) = (std::sync::Mutex::new(false), std::sync::Condvar::new());
     let gate = kernel::fn_kernel("gate", CoreKind::Any, |_| {
-        while !GATE.load(std::sync::atomic::Ordering::Acquire) {
-            std::thread::yield_now();
+        let mut open = GATE.0.lock().unwrap();
+        while !*open {
+            open = GATE.1.wait(open).unwrap();
         }
     });
     let mut chip1 = ChipWorker::new(ChipOptions { cores: 1, ..Default::default() }).unwrap();
-    let m = 10_000u32;
+    let m: u32 = std::env::var("SUBMITS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let sub = Program::new("submit", move |o, args| {
         let (a, b) = (args[0].tensor()?, args[1].tensor()?);
         let mut t = TaskArgs::new();
         t.input(a).input(b).output(TensorSpec::new(&[16], DType::F32).unwrap());
-        GATE.store(false, std::sync::atomic::Ordering::Release);
+        *GATE.0.lock().unwrap() = false;
         o.submit(gate, &TaskArgs::new())?;
         let t0 = Instant::now();
         o.scope(|o| {
@@ -67,7 +68,8 @@ fn main() {
             Ok(())
         })?;
         println!("submit (2 in, 1 out): {:.0} ns/task", t0.elapsed().as_secs_f64() * 1e9 / m as f64);
-        GATE.store(true, std::sync::atomic::Ordering::Release);
+        *GATE.0.lock().unwrap() = true;
+        GATE.1.notify_all();
         Ok(())
     });
     let mut a = vec![0f32; 16];

@@ -22,7 +22,7 @@
 //! After any failure the run is fatal: every later call returns the latched failure.
 
 use super::ring::{align_output, window_admits, HeapAlloc, HeapRing, LinearPool};
-use super::shared::{ArenaShared, DepNode, EngineShared, COMPLETED, DEP_RETAIN, DEP_WAIT, SCOPE_BIT};
+use super::shared::{ArenaShared, Claim, EngineShared, DEP_RETAIN, DEP_WAIT, SCOPE_BIT};
 use super::tensormap::TensorMap;
 use super::*;
 use crate::config::RingSizing;
@@ -193,18 +193,26 @@ impl OrchState {
 }
 
 /// The tensors a submit produced.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct TaskOutputs {
     pub id: TaskId,
-    outputs: [Tensor; MAX_TASK_TENSORS],
+    /// The first `n` are initialised (no per-submit initialisation of the rest).
+    outputs: [std::mem::MaybeUninit<Tensor>; MAX_TASK_TENSORS],
     n: u8,
+}
+
+impl std::fmt::Debug for TaskOutputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskOutputs").field("id", &self.id).field("outputs", &self.outputs()).finish()
+    }
 }
 
 impl TaskOutputs {
     /// Runtime-allocated outputs (tag OUTPUT), in argument order. Valid for submits in
     /// the same scope or inner scopes.
     pub fn outputs(&self) -> &[Tensor] {
-        &self.outputs[..self.n as usize]
+        // safety: the first `n` entries were written by the submit.
+        unsafe { std::slice::from_raw_parts(self.outputs.as_ptr() as *const Tensor, self.n as usize) }
     }
     pub fn output(&self, i: usize) -> Tensor {
         self.outputs()[i]
@@ -465,7 +473,7 @@ impl<'r> Orchestrator<'r> {
 
         // 1. canonical order: inputs, inouts, outputs (OUTPUT and OUTPUT_EXISTING in
         //    argument order), no_dep; validate views; output layout.
-        let mut tensors = [Tensor::from_raw(0, &[1], DType::U8); MAX_TASK_TENSORS];
+        let mut tensor_buf = [const { std::mem::MaybeUninit::<Tensor>::uninit() }; MAX_TASK_TENSORS];
         let mut tags = [ArgTag::Input; MAX_TASK_TENSORS];
         let mut out_size = [0u64; MAX_TASK_TENSORS];
         let mut n = 0usize;
@@ -503,11 +511,13 @@ impl<'r> Orchestrator<'r> {
                 if tag == ArgTag::Input {
                     n_inputs += 1;
                 }
-                tensors[n] = t;
+                tensor_buf[n].write(t);
                 tags[n] = tag;
                 n += 1;
             }
         }
+        // safety: entries 0..n were written just above.
+        let tensors: &mut [Tensor] = unsafe { std::slice::from_raw_parts_mut(tensor_buf.as_mut_ptr() as *mut Tensor, n) };
         let scalars = &args.scalars[..args.n_scalars];
         if let Some(k) = kernel {
             if let Err(msg) = k.0.check(&tensors[..n], n_inputs, scalars) {
@@ -547,8 +557,7 @@ impl<'r> Orchestrator<'r> {
         let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, what)?;
         let id = TaskId::new(ring as u8, local);
         let rs = &self.sh.rings[ring];
-        rs.slot(local).prepare(local);
-        rs.current.store(local + 1, Release);
+        rs.prepare(local);
         self.st.scope_tasks.push(id);
         self.st.tasks += 1;
         {
@@ -560,7 +569,7 @@ impl<'r> Orchestrator<'r> {
         }
 
         // Materialize outputs.
-        let mut outputs = TaskOutputs { id, outputs: [tensors[0]; MAX_TASK_TENSORS], n: 0 };
+        let mut outputs = TaskOutputs { id, outputs: [const { std::mem::MaybeUninit::uninit() }; MAX_TASK_TENSORS], n: 0 };
         let base = self.st.rings[ring].heap_base + heap_off;
         let mut off = 0u64;
         for i in 0..n {
@@ -570,7 +579,7 @@ impl<'r> Orchestrator<'r> {
                 t.owner = id;
                 off += out_size[i];
                 tensors[i] = t;
-                outputs.outputs[outputs.n as usize] = t;
+                outputs.outputs[outputs.n as usize].write(t);
                 outputs.n += 1;
             }
         }
@@ -621,22 +630,18 @@ impl<'r> Orchestrator<'r> {
         let mut pending = 0u64;
         let mut live_edges = 0usize;
         for e in self.st.fanin.iter_mut() {
-            let s = self.sh.slot(e.producer);
-            s.lock();
-            let state = s.state.load(Acquire);
-            let gone = s.local.load(Relaxed) != e.producer.local() || state > COMPLETED;
-            let completed = state == COMPLETED;
-            live_edges += !gone as usize;
-            if !gone && (e.flags & DEP_RETAIN != 0 || !completed) {
-                s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
-                e.claimed = true;
-                if e.flags & DEP_WAIT != 0 {
-                    waits += 1;
-                    e.pending = !completed;
-                    pending += e.pending as u64;
+            match self.sh.claim(e.producer, e.flags) {
+                Claim::Claimed { pending: p } => {
+                    live_edges += 1;
+                    e.claimed = true;
+                    if e.flags & DEP_WAIT != 0 {
+                        waits += 1;
+                        e.pending = p;
+                        pending += p as u64;
+                    }
                 }
+                Claim::Skipped { live } => live_edges += live as usize,
             }
-            s.unlock();
         }
         self.st.fanin.retain(|e| e.claimed);
         let n_fanin = self.st.fanin.len();
@@ -680,10 +685,7 @@ impl<'r> Orchestrator<'r> {
         }
 
         if inline_complete {
-            let s = rs.slot(local);
-            s.lock();
-            s.state.store(COMPLETED, Release);
-            s.unlock();
+            rs.slot(local).mark_completed();
             self.eng.completed.fetch_add(1, Relaxed);
             self.record_marks(ring, local);
             return Ok(outputs);
@@ -691,28 +693,19 @@ impl<'r> Orchestrator<'r> {
 
         // 7. wiring and publication.
         let me = rs.slot(local);
-        me.fanin_count.store(waits + 1, Release);
+        me.begin_wiring(waits);
         let mut done = 0u32;
         let mut node_i = dep_start;
+        let n_nodes = rs.dep_nodes.len() as u64;
         for e in self.st.fanin.iter() {
             if e.flags & DEP_WAIT == 0 {
                 continue;
             }
-            let s = self.sh.slot(e.producer);
-            s.lock();
-            if s.state.load(Acquire) >= COMPLETED {
-                done += 1;
-            } else {
-                let nodes = &rs.dep_nodes;
-                let phys = (node_i % nodes.len() as u64) as usize;
+            if self.sh.link(e.producer, id, (node_i % n_nodes) as usize) {
                 node_i += 1;
-                // safety: the node is reserved for this submit; linked under the lock.
-                unsafe {
-                    *nodes[phys].get() = DepNode { consumer: id.0, next: s.fanout_head.load(Relaxed) };
-                }
-                s.fanout_head.store(((ring as u64) << 32) | (phys as u64 + 1), Release);
+            } else {
+                done += 1;
             }
-            s.unlock();
         }
         for i in 0..self.st.fanin.len() {
             let e = self.st.fanin[i];
@@ -721,8 +714,7 @@ impl<'r> Orchestrator<'r> {
             }
         }
         self.record_marks(ring, local);
-        let prev = me.fanin_refcount.fetch_add(done + 1, AcqRel);
-        if prev + done + 1 == waits + 1 {
+        if me.publish(done) {
             let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
             self.eng.push_ready(id, kind);
         }

@@ -312,9 +312,10 @@ pub struct ArenaShared {
 /// What [`ArenaShared::claim`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
-    /// No reference taken: the producer is gone (CONSUMED, or its slot already holds a
-    /// later task), or it has completed and the edge only asks to wait.
-    Skipped,
+    /// No reference taken: the producer is gone (`live == false`: CONSUMED, or its slot
+    /// already holds a later task), or it has completed and the edge only asks to wait
+    /// (`live == true`).
+    Skipped { live: bool },
     /// One reference taken on the producer (`fanout_count += 1`). `pending`: a WAIT
     /// edge whose producer had not completed yet (it needs a dependency node).
     Claimed { pending: bool },
@@ -334,7 +335,7 @@ impl ArenaShared {
             s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
             Claim::Claimed { pending: flags & DEP_WAIT != 0 && !completed }
         } else {
-            Claim::Skipped
+            Claim::Skipped { live: !gone }
         };
         s.unlock();
         r
