@@ -301,3 +301,6 @@ class ChipWorker:
     @property
     def cores(self) -> int:
         return self._chip.cores if self._chip is not None else 0
+
+
+from . import scene_test  # noqa: E402  (API.md §5; imported last: it builds on the names above)

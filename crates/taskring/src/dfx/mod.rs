@@ -183,6 +183,10 @@ fn scaled(v: u64, headroom: f64) -> u64 {
 /// never goes below the sizes it ran with, and the failure's `needed` size raises its
 /// ring's resource to at least that: a failed run only shows the part that ran, so the
 /// advice is a next step (run again with it and re-read the stats), not a final answer.
+///
+/// The window and heap peaks of a program are deterministic; the dependency-pool peak is
+/// not quite: an edge found through the tensormap to a producer that has already
+/// completed needs no node, so a slower run can need a few more. Keep headroom there.
 pub fn advise(p: &RecordedPeaks, headroom: f64) -> SizingAdvice {
     let headroom = if headroom.is_finite() && headroom >= 1.0 { headroom } else { 1.0 };
     let mut a = SizingAdvice { task_window: [4; 4], heap: [1024; 4], dep_pool: [4; 4], headroom };

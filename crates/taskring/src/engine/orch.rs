@@ -651,7 +651,11 @@ impl<'r> Orchestrator<'r> {
         //    depend on how fast producers happen to complete.
         let spill_need = live_edges.saturating_sub(FANIN_INLINE) as u64;
         let spill_start = if spill_need > 0 { self.reserve_pool(ring, spill_need, Blocked::Spill, what)? } else { 0 };
-        let dep_start = if pending > 0 { self.reserve_pool(ring, pending, Blocked::Deps, what)? } else { 0 };
+        // Nodes are reserved for every claimed WAIT edge, not only for producers still
+        // running at claim time: the pool demand of a program then does not depend on
+        // how fast its producers happen to complete (so sizes that fit once fit again).
+        let _ = pending;
+        let dep_start = if waits > 0 { self.reserve_pool(ring, waits as u64, Blocked::Deps, what)? } else { 0 };
 
         // Payload.
         {
