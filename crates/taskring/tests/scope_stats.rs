@@ -100,3 +100,62 @@ fn stats_file_and_advice_round_trip() {
     assert_eq!(text.lines().count(), 1 + 8);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A program whose peaks are exact (every task pinned by its open scope, no inferred
+/// edges): the file states them, the advice fits, and halving any advised window or heap
+/// fails with the matching code.
+#[test]
+fn exact_maxima_and_halving_fails() {
+    let dir = tempdir("exact");
+    // One scope: its five tasks stay pinned until it ends, so the peaks are exact.
+    // (With several scopes in a row the next scope may start before the previous one's
+    // tasks retired: that peak depends on timing.)
+    let prog = Program::new("exact", |o, _| {
+        o.scope(|o| {
+            for _ in 0..5 {
+                submit(o, FILL, |t| {
+                    t.output(spec(&[512])).scalar(Scalar::F64(0.0)); // 2 KiB each
+                })?;
+            }
+            Ok(())
+        })
+    });
+    let mut w = chip(2);
+    let mut cfg = CallConfig::default();
+    cfg.enable_scope_stats = true;
+    cfg.output_prefix = dir.to_string_lossy().into_owned();
+    w.run(&prog, &[], &cfg).unwrap();
+    let text = std::fs::read_to_string(dir.join("scope_stats/scope_stats.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["peak_task_window"], serde_json::json!([0, 5, 0, 0]));
+    assert_eq!(first["peak_heap"], serde_json::json!([0, 10240, 0, 0]));
+    let samples: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    // root begin, scope begin, scope end, root end
+    assert_eq!(samples.len(), 4);
+    let end1 = &samples[2];
+    assert_eq!((end1["phase"].as_str(), end1["ring"].as_u64()), (Some("end"), Some(1)));
+    assert_eq!(end1["task_window_end"].as_u64().unwrap() - samples[1]["task_window_start"].as_u64().unwrap(), 5);
+    assert_eq!(end1["heap_end"].as_u64().unwrap() - samples[1]["heap_start"].as_u64().unwrap(), 10240);
+
+    let a = dfx::advise(&dfx::read_peaks(&text).unwrap(), 1.0);
+    assert_eq!(a.task_window[1], 8);
+    assert_eq!(a.heap[1], 16384);
+    let with = |w: [u64; 4], h: [u64; 4]| {
+        let mut c = CallConfig::default();
+        c.runtime_env.ring_task_window = w;
+        c.runtime_env.ring_heap = h;
+        c
+    };
+    w.run(&prog, &[], &with(a.task_window, a.heap)).expect("the advice fits");
+    let mut half_w = a.task_window;
+    half_w[1] /= 2;
+    let e = w.run(&prog, &[], &with(half_w, a.heap)).unwrap_err();
+    let RunError::Failure(f) = e else { panic!("{e}") };
+    assert_eq!((f.code, f.ring), (StatusCode::ScopeDeadlock, Some(1)), "{f}");
+    let mut half_h = a.heap;
+    half_h[1] /= 2;
+    let e = w.run(&prog, &[], &with(a.task_window, half_h)).unwrap_err();
+    let RunError::Failure(f) = e else { panic!("{e}") };
+    assert_eq!((f.code, f.ring), (StatusCode::HeapRingDeadlock, Some(1)), "{f}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
