@@ -10,7 +10,7 @@ import pytest
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.mark.parametrize("name", ["l2_run.py", "chip_worker_sizings.py", "l3_prefill_decode.py", "l3_demo.py"])
+@pytest.mark.parametrize("name", ["l2_run.py", "chip_worker_sizings.py", "l3_prefill_decode.py", "l3_serving.py", "l3_demo.py"])
 def test_example_runs(name):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PTO2_RING_")}
     r = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=120, env=env)
