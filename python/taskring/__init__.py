@@ -39,7 +39,7 @@ from ._native import (
     TensorSpec,
     resolve_ring_sizing,
 )
-from ._config import RunConfig
+from ._config import RunConfig, as_call_config
 from ._node import (
     DistributedConfig,
     DistributedProgram,
@@ -205,14 +205,7 @@ def _platform_check(config: Any) -> None:
         )
 
 
-def _call_config(config: Any) -> CallConfig:
-    if config is None:
-        return CallConfig()
-    if isinstance(config, CallConfig):
-        return config
-    if isinstance(config, RunConfig):
-        return config.to_call_config()
-    raise TypeError(f"config must be a RunConfig, a CallConfig or None, got {type(config).__name__}")
+_call_config = as_call_config
 
 
 def run(prog: Program, *args: Any, config: Any = None) -> RunReport:

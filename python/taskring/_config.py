@@ -133,3 +133,14 @@ class RunConfig:
         if self.output_dir is not None:
             cfg.output_prefix = self.output_dir
         return cfg
+
+
+def as_call_config(config) -> CallConfig:
+    """``config`` (a RunConfig, a CallConfig or None) as a CallConfig."""
+    if config is None:
+        return CallConfig()
+    if isinstance(config, CallConfig):
+        return config
+    if isinstance(config, RunConfig):
+        return config.to_call_config()
+    raise TypeError(f"config must be a RunConfig, a CallConfig or None, got {type(config).__name__}")

@@ -80,16 +80,7 @@ class RunHandle:
         return self._result
 
 
-def _call_config(config: Any) -> CallConfig:
-    from ._config import RunConfig
-
-    if config is None:
-        return CallConfig()
-    if isinstance(config, CallConfig):
-        return config
-    if isinstance(config, RunConfig):
-        return config.to_call_config()
-    raise TypeError(f"config must be a CallConfig, a RunConfig or None, got {type(config).__name__}")
+from ._config import as_call_config as _call_config
 
 
 class Worker:

@@ -402,11 +402,6 @@ def test_runtime_env_bad_type_in_constructor(field, v):
         RuntimeEnv(**{field: v})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="API.md §1.2: RuntimeEnv(ring_*=0) defaults, None is not an int or a list of 4 ints; "
-    "the native constructor treats an explicit None as 'not given' (all zeros) instead of raising",
-)
 @pytest.mark.parametrize("field", RING_FIELDS)
 def test_runtime_env_none_in_constructor(field):
     with raises_exactly(ValueError, f"RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints"):

@@ -267,11 +267,6 @@ def test_lru_eviction_with_two_slots():
         assert w.run(vector_add, a, b, out, config=cs[0]).arena_hit is False  # evicted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="API.md §1/§3.3: ArenaStats.resident is a list of keys and a key is RingSizing.key() (a 12-value "
-    "tuple); the native ArenaStats returns each key as a list, so resident[0] != sizing.key()",
-)
 def test_arena_stats_resident_are_keys_most_recent_first():
     a, b, out = vec_args(seed=13)
     with ChipWorker(prewarm=False) as w:
@@ -965,12 +960,6 @@ print("OK")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="API.md §6 (failures reported, never hung on; worker stays usable) + §3 GIL released while the "
-    "runtime waits: after a failed run, ChipWorker::run_inner calls wait_cores_idle() without the "
-    "blocking hook, so the caller keeps the GIL while a Python kernel on a core waits for it -> deadlock",
-)
 def test_failed_run_does_not_deadlock_with_python_kernel_on_a_core():
     import subprocess
     import sys
@@ -1079,10 +1068,6 @@ def test_data_types():
         np.testing.assert_array_equal(out, x + 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="API.md §2: shared_array(shape, dtype) -> numpy.ndarray must be importable from taskring; it is missing",
-)
 def test_shared_array():
     a = taskring.shared_array((2, 8), "float32")
     assert isinstance(a, np.ndarray) and a.shape == (2, 8) and a.dtype == np.float32

@@ -52,22 +52,35 @@ pub struct PyRuntimeEnv {
 
 #[pymethods]
 impl PyRuntimeEnv {
+    /// `RuntimeEnv(ring_task_window=0, ring_heap=0, ring_dep_pool=0)`: each an int
+    /// (broadcast) or 4 ints; `0` = unset. (Parsed by hand so that an explicit `None`
+    /// is rejected like any other non-int.)
     #[new]
-    #[pyo3(signature = (ring_task_window=None, ring_heap=None, ring_dep_pool=None))]
-    fn new(
-        ring_task_window: Option<&Bound<'_, PyAny>>,
-        ring_heap: Option<&Bound<'_, PyAny>>,
-        ring_dep_pool: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        const NAMES: [&str; 3] = ["ring_task_window", "ring_heap", "ring_dep_pool"];
+        if args.len() > 3 {
+            return Err(PyTypeError::new_err(format!("RuntimeEnv() takes at most 3 arguments ({} given)", args.len())));
+        }
+        let mut given: [Option<Bound<'_, PyAny>>; 3] = [None, None, None];
+        for (i, a) in args.iter().enumerate() {
+            given[i] = Some(a);
+        }
+        if let Some(kw) = kwargs {
+            for (k, v) in kw.iter() {
+                let k: String = k.extract()?;
+                let i = NAMES.iter().position(|n| *n == k).ok_or_else(|| PyTypeError::new_err(format!("RuntimeEnv() got an unexpected keyword argument '{k}'")))?;
+                if given[i].is_some() {
+                    return Err(PyTypeError::new_err(format!("RuntimeEnv() got multiple values for argument '{k}'")));
+                }
+                given[i] = Some(v);
+            }
+        }
         let mut e = RuntimeEnv::default();
-        if let Some(v) = ring_task_window {
-            e.ring_task_window = ring_values("ring_task_window", v)?;
-        }
-        if let Some(v) = ring_heap {
-            e.ring_heap = ring_values("ring_heap", v)?;
-        }
-        if let Some(v) = ring_dep_pool {
-            e.ring_dep_pool = ring_values("ring_dep_pool", v)?;
+        for (i, g) in given.iter().enumerate() {
+            if let Some(v) = g {
+                *e.get_mut(field_of(NAMES[i]).expect("known field")) = ring_values(NAMES[i], v)?;
+            }
         }
         Ok(PyRuntimeEnv { inner: e })
     }
