@@ -982,7 +982,7 @@ def test_worker_readable_while_a_submitted_run_is_in_flight(make_worker):
         hd.result(10)
 
 
-@pytest.mark.xfail(strict=True, reason="API.md §1.1: every dispatch on platform 'a2a3'/'a5' raises RuntimeError; _node.Worker.run / _call_config never check RunConfig.platform at L3 (only taskring.run/ChipWorker do)")
+@pytest.mark.xfail(strict=True, reason="API.md §1.1: every dispatch on platform 'a2a3'/'a5' raises RuntimeError; _node.Worker.run (config through _config.as_call_config) never checks RunConfig.platform at L3 (only taskring.run/ChipWorker call _platform_check)")
 @pytest.mark.parametrize("platform", ["a2a3", "a5"])
 def test_real_platform_run_config_rejected_at_l3(make_worker, platform):
     w, (h,) = make_worker(1)
