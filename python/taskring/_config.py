@@ -135,8 +135,22 @@ class RunConfig:
         return cfg
 
 
+_REAL_PLATFORMS = ("a2a3", "a5")
+
+
+def platform_check(config) -> None:
+    """Dispatches on a real Ascend platform are not possible in this build."""
+    if isinstance(config, RunConfig) and config.platform in _REAL_PLATFORMS:
+        raise RuntimeError(
+            f"platform {config.platform!r} needs an Ascend device and driver; this build runs the 'sim' "
+            "platform only (use 'sim', 'a2a3sim' or 'a5sim')"
+        )
+
+
 def as_call_config(config) -> CallConfig:
-    """``config`` (a RunConfig, a CallConfig or None) as a CallConfig."""
+    """``config`` (a RunConfig, a CallConfig or None) as a CallConfig (a RunConfig on a
+    real platform raises RuntimeError: this build runs the sim platform only)."""
+    platform_check(config)
     if config is None:
         return CallConfig()
     if isinstance(config, CallConfig):

@@ -146,11 +146,11 @@ class Worker:
         (validated first) before this returns."""
         if self._node is not None or self._chip is not None:
             return self
-        cfg = None if prewarm_config is None else _call_config(prewarm_config)
-        if cfg is not None:
-            cfg.validate()
+        # Without a prewarm config every chip builds the default sizing's arena.
+        cfg = _call_config(prewarm_config)
+        cfg.validate()
         if self.level == 2:
-            self._chip = _native.Chip(cores=self.chip_cores, arena_cache_slots=self.arena_cache_slots, prewarm=[cfg or CallConfig()])
+            self._chip = _native.Chip(cores=self.chip_cores, arena_cache_slots=self.arena_cache_slots, prewarm=[cfg])
             return self
         callables = [(p.orchestration, p.name, [int(s) for s in p.signature]) for p in self._programs]
         self._node = _native.Node(
@@ -323,6 +323,9 @@ class DistributedWorker:
         non-None ring fields of the dispatch's RunConfig."""
         from ._config import RunConfig
 
+        from ._config import platform_check
+
+        platform_check(config)
         cfg = CallConfig(aicpu_thread_num=program.config.aicpu_thread_num)
         if isinstance(config, RunConfig):
             # Only the ring fields of a dispatch's RunConfig are consumed at L3.

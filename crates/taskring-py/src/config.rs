@@ -142,7 +142,7 @@ impl PyRuntimeEnv {
 /// Per-dispatch configuration (low level, Simpler-style).
 #[pyclass(module = "taskring", name = "CallConfig")]
 pub struct PyCallConfig {
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub aicpu_thread_num: u32,
     pub runtime_env: Py<PyRuntimeEnv>,
     #[pyo3(get, set)]
@@ -180,6 +180,13 @@ impl PyCallConfig {
     }
 }
 
+/// An int (not a bool); range rules are `validate()`'s.
+fn thread_num(v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    plain_u64(v)
+        .and_then(|x| u32::try_from(x).ok())
+        .ok_or_else(|| PyValueError::new_err(format!("aicpu_thread_num must be 0 (auto) or in [2, 8], got {}", v.repr().map(|r| r.to_string()).unwrap_or_default())))
+}
+
 fn swimlane_value(v: &Bound<'_, PyAny>) -> PyResult<u32> {
     if v.is_instance_of::<PyBool>() {
         return Ok(if v.extract::<bool>()? { 4 } else { 0 });
@@ -190,10 +197,10 @@ fn swimlane_value(v: &Bound<'_, PyAny>) -> PyResult<u32> {
 #[pymethods]
 impl PyCallConfig {
     #[new]
-    #[pyo3(signature = (aicpu_thread_num=0, runtime_env=None, enable_scope_stats=false, enable_chip_swimlane=None, enable_dep_gen=false, output_prefix=String::new()))]
+    #[pyo3(signature = (aicpu_thread_num=None, runtime_env=None, enable_scope_stats=false, enable_chip_swimlane=None, enable_dep_gen=false, output_prefix=String::new()))]
     fn new(
         py: Python<'_>,
-        aicpu_thread_num: u32,
+        aicpu_thread_num: Option<&Bound<'_, PyAny>>,
         runtime_env: Option<PyRef<'_, PyRuntimeEnv>>,
         enable_scope_stats: bool,
         enable_chip_swimlane: Option<&Bound<'_, PyAny>>,
@@ -202,13 +209,19 @@ impl PyCallConfig {
     ) -> PyResult<Self> {
         let env = runtime_env.map(|e| e.inner).unwrap_or_default();
         Ok(PyCallConfig {
-            aicpu_thread_num,
+            aicpu_thread_num: aicpu_thread_num.map(thread_num).transpose()?.unwrap_or(0),
             runtime_env: Py::new(py, PyRuntimeEnv { inner: env })?,
             enable_scope_stats,
             enable_chip_swimlane: enable_chip_swimlane.map(swimlane_value).transpose()?.unwrap_or(0),
             enable_dep_gen,
             output_prefix,
         })
+    }
+
+    #[setter]
+    fn set_aicpu_thread_num(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.aicpu_thread_num = thread_num(v)?;
+        Ok(())
     }
 
     /// The config's own `RuntimeEnv`, by reference: writes through it change the config.
@@ -249,7 +262,7 @@ impl PyCallConfig {
             for (k, v) in ch.iter() {
                 let k: String = k.extract()?;
                 match k.as_str() {
-                    "aicpu_thread_num" => c.aicpu_thread_num = v.extract()?,
+                    "aicpu_thread_num" => c.aicpu_thread_num = thread_num(&v)?,
                     "enable_scope_stats" => c.enable_scope_stats = v.extract()?,
                     "enable_chip_swimlane" => c.enable_chip_swimlane = swimlane_value(&v)?,
                     "enable_dep_gen" => c.enable_dep_gen = v.extract()?,

@@ -8,7 +8,6 @@ use parking_lot::RwLock;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
-use std::cell::Cell;
 use std::sync::Arc;
 use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
@@ -120,22 +119,16 @@ impl PyNodeRunReport {
 }
 
 /// The orchestrator handed to an L3 orchestration; valid only while its run lasts.
-#[pyclass(module = "taskring", name = "NodeOrchestrator", unsendable)]
+#[pyclass(module = "taskring", name = "NodeOrchestrator")]
 pub struct PyNodeOrchestrator {
-    ptr: Cell<*mut NodeOrchestrator<'static, 'static>>,
+    ptr: crate::runtime::RunPtr<NodeOrchestrator<'static, 'static>>,
     /// Owner worker of device tensors (`alloc_tensor`), by data address.
     owners: Py<PyAny>,
 }
 
 impl PyNodeOrchestrator {
     fn with<R>(&self, f: impl FnOnce(&mut NodeOrchestrator<'static, 'static>) -> R) -> PyResult<R> {
-        let p = self.ptr.get();
-        if p.is_null() {
-            return Err(PyRuntimeError::new_err("this orchestrator belongs to a run that has ended"));
-        }
-        // safety: set only while the run's orchestration call is on the stack, on
-        // this thread (unsendable).
-        Ok(f(unsafe { &mut *p }))
+        self.ptr.with(f)
     }
 }
 
@@ -169,7 +162,17 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
     }
     // safety: reading the data pointer of a live array.
     let data = unsafe { (*arr.as_array_ptr()).data } as u64;
-    if let Some(owner) = owners.get_item(data).ok().and_then(|v| v.extract::<usize>().ok()) {
+    let item = dtype.size_bytes() as u64;
+    let nbytes = arr.len() as u64 * item;
+    // Address the view inside its shared region, so overlapping views of one buffer are
+    // one buffer to the tensormap, and ownership covers every view of a device tensor.
+    let (_, region_len, off) = taskring::node::shm::locate(data, nbytes).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "argument {i} is not in shared memory: chip tasks take arrays from taskring.shared_array (or alloc_tensor), or node allocations"
+        ))
+    })?;
+    let base = data - off;
+    if let Some(owner) = owners.get_item(base).ok().and_then(|v| v.extract::<usize>().ok()) {
         if owner != worker {
             return Err(PyValueError::new_err(format!(
                 "argument {i} is a device tensor of chip {owner}; it cannot be passed to a task on chip {worker}"
@@ -177,7 +180,11 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
         }
     }
     let _ = py;
-    Ok(NodeArg::Tensor(Tensor::from_raw(data, &shape, dtype)))
+    let mut t = Tensor::from_raw(base, &shape, dtype);
+    t.buf_bytes = region_len;
+    t.offset = off / item;
+    t.validate().map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
+    Ok(NodeArg::Tensor(t))
 }
 
 fn worker_index(w: &Bound<'_, PyAny>, chips: usize) -> PyResult<usize> {
@@ -236,15 +243,85 @@ impl PyNodeOrchestrator {
     fn chips(&self) -> PyResult<usize> {
         self.with(|o| o.chips())
     }
+
+    /// `with o.scope(manual=False): ...` — a nested scope of the node's engine.
+    #[pyo3(signature = (manual=false))]
+    fn scope(slf: &Bound<'_, Self>, manual: bool) -> NodeScope {
+        NodeScope { o: slf.clone().unbind(), manual }
+    }
+
+    /// Submit the same program to several chips: `args_list[i]` runs on `workers[i]`,
+    /// all with `config`. Returns the task ids.
+    #[pyo3(signature = (handle, args_list, config=None, *, workers))]
+    fn submit_next_level_group(
+        &self,
+        py: Python<'_>,
+        handle: u32,
+        args_list: &Bound<'_, PyAny>,
+        config: Option<&Bound<'_, PyAny>>,
+        workers: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<u64>> {
+        let args: Vec<Bound<'_, PyAny>> = args_list.try_iter()?.collect::<PyResult<_>>()?;
+        let ws: Vec<Bound<'_, PyAny>> = workers.try_iter()?.collect::<PyResult<_>>()?;
+        if args.len() != ws.len() {
+            return Err(PyValueError::new_err(format!(
+                "submit_next_level_group: {} argument lists for {} workers",
+                args.len(),
+                ws.len()
+            )));
+        }
+        let mut ids = Vec::with_capacity(ws.len());
+        for (a, w) in args.iter().zip(&ws) {
+            ids.push(self.submit_next_level(py, handle, a, config, w)?);
+        }
+        Ok(ids)
+    }
+}
+
+/// The context manager returned by `o.scope()` at L3.
+#[pyclass(module = "taskring", name = "NodeScope")]
+pub struct NodeScope {
+    o: Py<PyNodeOrchestrator>,
+    manual: bool,
+}
+
+#[pymethods]
+impl NodeScope {
+    fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
+        self.o.borrow(py).begin_scope(py, self.manual)
+    }
+    fn __exit__(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>, _v: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let r = self.o.borrow(py).end_scope(py);
+        if exc_type.is_none() {
+            r?;
+        }
+        Ok(false)
+    }
 }
 
 /// Native part of `taskring.Worker(level=3)`.
 #[pyclass(module = "taskring._native", name = "Node")]
 pub struct PyNode {
-    node: Option<Node>,
+    /// Held for a whole run; other calls wait for it with the GIL released.
+    node: parking_lot::Mutex<Option<Node>>,
     callables: Arc<RwLock<Vec<ChipCallable>>>,
     processes: bool,
     owners: Py<PyAny>,
+    pids: Vec<i32>,
+    started: std::sync::atomic::AtomicBool,
+    stats: taskring::node::ChipStatsHandle,
+}
+
+impl PyNode {
+    /// The node, locked (waiting without the GIL while a run holds it).
+    fn lock<'a>(&'a self, py: Python<'_>) -> parking_lot::MutexGuard<'a, Option<Node>> {
+        loop {
+            if let Some(g) = self.node.try_lock() {
+                return g;
+            }
+            py.detach(|| std::thread::sleep(std::time::Duration::from_micros(200)));
+        }
+    }
 }
 
 #[pymethods]
@@ -288,13 +365,23 @@ impl PyNode {
             ..NodeOptions::default()
         };
         let node = Node::new(opts, reg.clone(), &PythonForkHooks).map_err(|e| node_err(py, e))?;
-        Ok(PyNode { node: Some(node), callables: reg, processes: chip_processes, owners })
+        let pids = node.chip_pids();
+        let stats = node.stats_handle();
+        Ok(PyNode {
+            stats,
+            node: parking_lot::Mutex::new(Some(node)),
+            callables: reg,
+            processes: chip_processes,
+            owners,
+            pids,
+            started: std::sync::atomic::AtomicBool::new(true),
+        })
     }
 
     /// Register one more program (chip threads see it at once; chip processes only
     /// know the programs registered before they started).
     fn register(&self, f: Py<PyAny>, name: String, signature: Vec<u32>) -> PyResult<u32> {
-        if self.processes && self.node.is_some() {
+        if self.processes && self.started.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(PyRuntimeError::new_err(
                 "register programs before init(): chip processes are forked at init() and only know the programs registered by then (or use chip_processes=False)",
             ));
@@ -307,10 +394,11 @@ impl PyNode {
 
     /// Run `orch(o)`; `config` sizes the node's own rings.
     #[pyo3(signature = (orch, config=None))]
-    fn run(&mut self, py: Python<'_>, orch: Py<PyAny>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyNodeRunReport> {
+    fn run(&self, py: Python<'_>, orch: Py<PyAny>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyNodeRunReport> {
         let cfg = call_config_of(py, config)?;
         let owners = self.owners.clone_ref(py);
-        let node = self.node.as_mut().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
+        let mut guard = self.lock(py);
+        let node = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
         let pending: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
         let pend = pending.clone();
         let r = node.run(
@@ -321,7 +409,7 @@ impl PyNode {
                         *pend.lock().unwrap() = Some(e);
                         taskring::RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
                     };
-                    let po = Py::new(py, PyNodeOrchestrator { ptr: Cell::new(std::ptr::null_mut()), owners: owners.clone_ref(py) }).map_err(keep)?;
+                    let po = Py::new(py, PyNodeOrchestrator { ptr: crate::runtime::RunPtr::new(), owners: owners.clone_ref(py) }).map_err(keep)?;
                     po.borrow(py).ptr.set(o as *mut NodeOrchestrator<'_, '_> as *mut NodeOrchestrator<'static, 'static>);
                     let r = orch.call1(py, (po.clone_ref(py),));
                     po.borrow(py).ptr.set(std::ptr::null_mut());
@@ -354,24 +442,25 @@ impl PyNode {
 
     /// Chip `worker`'s arena statistics.
     fn arena_stats(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<PyArenaStats> {
-        let node = self.node.as_ref().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
-        let w = worker_index(worker, node.chips())?;
-        let st = py.detach(|| node.chip_arena_stats(w)).map_err(|e| node_err(py, e))?;
+        let w = worker_index(worker, self.pids.len())?;
+        let h = self.stats.clone();
+        let st = py.detach(move || h.chip_arena_stats(w)).map_err(|e| node_err(py, e))?;
         arena_stats_py(py, st)
     }
 
     #[getter]
     fn pids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.node.as_ref().map(|n| n.chip_pids()).unwrap_or_default())
+        PyTuple::new(py, &self.pids)
     }
 
     #[getter]
     fn chips(&self) -> usize {
-        self.node.as_ref().map(|n| n.chips()).unwrap_or(0)
+        self.pids.len()
     }
 
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(mut n) = self.node.take() {
+    fn close(&self, py: Python<'_>) {
+        let taken = self.lock(py).take();
+        if let Some(mut n) = taken {
             py.detach(move || n.close());
         }
     }

@@ -210,7 +210,35 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let dims: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
     // safety: reading the data pointer of a live array object.
     let data = unsafe { (*arr.as_array_ptr()).data } as u64;
-    Ok(Tensor::from_raw(data, &dims, dtype))
+    // A view of another array is a view of that array's buffer (so dependencies between
+    // overlapping views passed as different arguments are seen).
+    let (base, bytes) = root_buffer(a)?.filter(|&(b, n)| b <= data && data + arr.len() as u64 * dtype.size_bytes() as u64 <= b + n).unwrap_or((data, arr.len() as u64 * dtype.size_bytes() as u64));
+    let mut t = Tensor::from_raw(base, &dims, dtype);
+    t.buf_bytes = bytes;
+    t.offset = (data - base) / dtype.size_bytes() as u64;
+    t.validate().map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
+    Ok(t)
+}
+
+/// The data pointer and byte size of the array that owns `a`'s memory (following
+/// `.base` through numpy views), when that owner is a C-contiguous ndarray.
+pub fn root_buffer(a: &Bound<'_, PyAny>) -> PyResult<Option<(u64, u64)>> {
+    let mut cur = a.clone();
+    loop {
+        let b = cur.getattr("base")?;
+        if b.is_none() || b.cast::<PyUntypedArray>().is_err() {
+            break;
+        }
+        cur = b;
+    }
+    let arr = cur.cast::<PyUntypedArray>()?;
+    if !arr.is_c_contiguous() {
+        return Ok(None);
+    }
+    // safety: reading the data pointer of a live array object.
+    let data = unsafe { (*arr.as_array_ptr()).data } as u64;
+    let item: usize = cur.getattr("itemsize")?.extract()?;
+    Ok(Some((data, (arr.len() * item) as u64)))
 }
 
 // ----- kernels -------------------------------------------------------------------------
@@ -415,20 +443,49 @@ fn scalar_of(v: &Bound<'_, PyAny>) -> PyResult<(u64, bool)> {
 }
 
 /// The orchestrator handed to a program as `rt`; valid only while its run lasts.
-#[pyclass(module = "taskring", name = "Orchestrator", unsendable)]
+#[pyclass(module = "taskring", name = "Orchestrator")]
 pub struct PyOrchestrator {
-    ptr: Cell<*mut Orchestrator<'static>>,
+    ptr: RunPtr<Orchestrator<'static>>,
+}
+
+/// A pointer to a run's orchestrator: set only while the orchestration call is on the
+/// stack of the thread that created it, usable only from that thread.
+pub struct RunPtr<T> {
+    ptr: std::sync::atomic::AtomicPtr<T>,
+    thread: std::thread::ThreadId,
+}
+
+impl<T> RunPtr<T> {
+    pub fn new() -> Self {
+        RunPtr { ptr: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()), thread: std::thread::current().id() }
+    }
+    pub fn set(&self, p: *mut T) {
+        self.ptr.store(p, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// Run `f` on the target if the run is live and this is its thread.
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> PyResult<R> {
+        let p = self.ptr.load(std::sync::atomic::Ordering::Relaxed);
+        if p.is_null() {
+            return Err(PyRuntimeError::new_err("this orchestrator belongs to a run that has ended"));
+        }
+        if std::thread::current().id() != self.thread {
+            return Err(PyRuntimeError::new_err("this orchestrator can only be used from the thread running its orchestration"));
+        }
+        // safety: non-null only while the orchestration call that set it is on this
+        // thread's stack (checked just above), and the GIL serialises Python access.
+        Ok(f(unsafe { &mut *p }))
+    }
+}
+
+impl<T> Default for RunPtr<T> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl PyOrchestrator {
     fn with<R>(&self, f: impl FnOnce(&mut Orchestrator<'static>) -> R) -> PyResult<R> {
-        let p = self.ptr.get();
-        if p.is_null() {
-            return Err(PyRuntimeError::new_err("this orchestrator belongs to a run that has ended"));
-        }
-        // safety: the pointer is set only while the run's orchestration call is on the
-        // stack (see `run_program`), on this thread (the class is unsendable).
-        Ok(f(unsafe { &mut *p }))
+        self.ptr.with(f)
     }
 }
 
@@ -613,7 +670,7 @@ impl PyOrchestrator {
 }
 
 /// The context manager returned by `rt.scope()`.
-#[pyclass(module = "taskring", name = "Scope", unsendable)]
+#[pyclass(module = "taskring", name = "Scope")]
 pub struct PyScope {
     rt: Py<PyOrchestrator>,
     manual: bool,
@@ -771,7 +828,7 @@ pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, std::sync::Arc<P
                 *pending_ref.lock().unwrap() = Some(e);
                 RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
             };
-            let rt = Py::new(py, PyOrchestrator { ptr: Cell::new(std::ptr::null_mut()) }).map_err(|e| keep(e, "could not create the orchestrator"))?;
+            let rt = Py::new(py, PyOrchestrator { ptr: RunPtr::new() }).map_err(|e| keep(e, "could not create the orchestrator"))?;
             rt.borrow(py).ptr.set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
             let mut call_args: Vec<Bound<'_, PyAny>> = vec![rt.clone_ref(py).into_bound(py).into_any()];
             for a in args {

@@ -610,7 +610,9 @@ impl Sleep {
         fence(SeqCst);
         if self.sleepers.load(Relaxed) > 0 {
             let _g = self.m.lock();
-            self.cv.notify_one();
+            // All: sleepers are of different core kinds, and one woken for work it
+            // cannot take would leave the right one asleep until its park timeout.
+            self.cv.notify_all();
         }
     }
     pub fn wake_all(&self) {

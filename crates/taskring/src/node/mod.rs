@@ -432,6 +432,23 @@ impl<'r> NodeOrchestrator<'_, 'r> {
     }
 }
 
+/// Asks chips for their arena statistics (usable while a run is in flight: a chip
+/// answers between two of its tasks).
+#[derive(Clone)]
+pub struct ChipStatsHandle {
+    shared: Arc<NodeShared>,
+}
+
+impl ChipStatsHandle {
+    /// Chip `worker`'s arena-cache statistics.
+    pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
+        let chip = self.shared.chips.get(worker).ok_or_else(|| NodeError::Config(format!("worker {worker} is not a chip of this node")))?;
+        let r = chip.round_trip(frame::encode_stats_request).map_err(NodeError::Chip)?;
+        let st = r.stats.ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
+        Ok(crate::arena::ArenaStats { builds: st.builds, hits: st.hits, misses: st.misses, evictions: st.evictions, resident: st.resident, build_s: st.build_s })
+    }
+}
+
 /// A host with chips. See the module doc.
 pub struct Node {
     shared: Arc<NodeShared>,
@@ -702,11 +719,14 @@ impl Node {
 
     /// Chip `worker`'s arena-cache statistics (asked of the chip).
     pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
-        let chip = self.shared.chips.get(worker).ok_or_else(|| NodeError::Config(format!("worker {worker} is not a chip of this node")))?;
-        let r = chip.round_trip(frame::encode_stats_request).map_err(NodeError::Chip)?;
-        let st = r.stats.ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
-        Ok(crate::arena::ArenaStats { builds: st.builds, hits: st.hits, misses: st.misses, evictions: st.evictions, resident: st.resident, build_s: st.build_s })
+        self.stats_handle().chip_arena_stats(worker)
     }
+
+    /// A handle that can ask chips for their statistics while a run is in flight.
+    pub fn stats_handle(&self) -> ChipStatsHandle {
+        ChipStatsHandle { shared: self.shared.clone() }
+    }
+
 
     /// The node's own engine (its L3 arena cache):
     pub fn engine(&self) -> Option<&ChipWorker> {
