@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union, overload
 
 from . import _native
 from ._errors import RuntimeFailure
@@ -130,7 +130,13 @@ class DataType(str, enum.Enum):
     UINT8 = "uint8"
 
 
-def kernel(func: Optional[Callable] = None, *, core: str = "aiv", name: Optional[str] = None):
+@overload
+def kernel(func: Callable[..., Any], *, core: str = "aiv", name: Optional[str] = None) -> Kernel: ...
+@overload
+def kernel(func: None = None, *, core: str = "aiv", name: Optional[str] = None) -> Callable[[Callable[..., Any]], Kernel]: ...
+def kernel(
+    func: Optional[Callable[..., Any]] = None, *, core: str = "aiv", name: Optional[str] = None
+) -> Union[Kernel, Callable[[Callable[..., Any]], Kernel]]:
     """Turn ``f(*arrays, *scalars)`` into a kernel. It receives numpy views of its
     tensors (inputs, inouts, outputs, no_dep — in that order) and then its scalars, and
     runs on a core thread holding the GIL (the slow path, for tests and prototyping).
@@ -152,15 +158,18 @@ class Program:
     """An orchestration ``f(rt, *args)`` with its signature (``ArgDirection`` per
     argument). Calling it runs it once: ``prog(*args, config=None)``."""
 
-    def __init__(self, orchestration: Callable, signature: Sequence[ArgDirection], name: Optional[str] = None):
+    def __init__(self, orchestration: Callable, signature: Sequence[ArgDirection], name: Optional[str] = None) -> None:
         if not callable(orchestration):
             raise TypeError("Program: orchestration must be callable")
         sig = [ArgDirection(s) for s in signature]
         self.orchestration = orchestration
-        self.signature = sig
-        self.name = name or getattr(orchestration, "__name__", "program")
+        self.signature: List[ArgDirection] = sig
+        self.name: str = name or getattr(orchestration, "__name__", "program")
 
     def check_args(self, args: Sequence[Any]) -> List[Any]:
+        """Check ``args`` against the signature (a numpy array per IN/OUT/INOUT, an int
+        or a float per SCALAR); returns them with scalars as plain ``int``/``float``.
+        Raises TypeError on a count or type mismatch."""
         if len(args) != len(self.signature):
             raise TypeError(
                 f"{self.name}() takes {len(self.signature)} arguments "
@@ -223,7 +232,7 @@ class ChipWorker:
     CallConfig, or a list of them>`` builds those instead (up to the cache's slots);
     ``prewarm=False`` builds nothing ahead."""
 
-    def __init__(self, config: Any = None, *, prewarm: Any = True, arena_cache_slots: int = 4, cores: int = 0):
+    def __init__(self, config: Any = None, *, prewarm: Any = True, arena_cache_slots: int = 4, cores: int = 0) -> None:
         if isinstance(arena_cache_slots, bool) or not isinstance(arena_cache_slots, int) or arena_cache_slots < 1:
             raise ValueError(f"arena_cache_slots must be an int >= 1, got {arena_cache_slots!r}")
         _platform_check(config)
@@ -244,7 +253,7 @@ class ChipWorker:
             p.validate()
         self._slots = arena_cache_slots
         self._cores = cores
-        self._chip = None
+        self._chip: Optional[_native.Chip] = None
         self.init()
 
     def init(self) -> "ChipWorker":
@@ -279,12 +288,14 @@ class ChipWorker:
 
     @property
     def arena_stats(self) -> ArenaStats:
+        """The chip's arena-cache counters (RuntimeError when closed)."""
         if self._chip is None:
             raise RuntimeError("this ChipWorker is closed")
         return self._chip.arena_stats()
 
     @property
     def cores(self) -> int:
+        """Number of core threads of the chip (0 when closed)."""
         return self._chip.cores if self._chip is not None else 0
 
 

@@ -138,7 +138,7 @@ class RunConfig:
 _REAL_PLATFORMS = ("a2a3", "a5")
 
 
-def platform_check(config) -> None:
+def platform_check(config: object) -> None:
     """Dispatches on a real Ascend platform are not possible in this build."""
     if isinstance(config, RunConfig) and config.platform in _REAL_PLATFORMS:
         raise RuntimeError(
@@ -147,7 +147,7 @@ def platform_check(config) -> None:
         )
 
 
-def as_call_config(config) -> CallConfig:
+def as_call_config(config: Union[RunConfig, CallConfig, None]) -> CallConfig:
     """``config`` (a RunConfig, a CallConfig or None) as a CallConfig (a RunConfig on a
     real platform raises RuntimeError: this build runs the sim platform only)."""
     platform_check(config)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 
 class RuntimeFailure(RuntimeError):
@@ -36,7 +36,7 @@ class RuntimeFailure(RuntimeError):
     def __str__(self) -> str:
         return f"{self.name} (code {self.code}) on ring {self.ring}: {self.description}. Hint: {self.hint}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (
             type(self),
             (self.code, self.name, self.ring, self.description, self.hint, self.resource, self.configured, self.needed),

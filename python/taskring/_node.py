@@ -7,12 +7,17 @@ from __future__ import annotations
 import dataclasses
 import threading
 import types
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _native
-from ._native import CallConfig
+from ._native import ArenaStats, CallConfig, NodeRunReport
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from . import Program
 
 _WORKER_KWARGS = ("level", "device_id", "device_ids", "platform", "num_sub_workers", "arena_cache_slots", "chip_processes", "chip_cores")
 
@@ -30,7 +35,7 @@ class _SharedHolder:
         }
 
 
-def shared_array(shape, dtype=np.float32) -> np.ndarray:
+def shared_array(shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32) -> np.ndarray:
     """A zero-filled numpy array in memory that chip processes see (zero-copy L3
     dispatch). Arrays made after a worker's ``init()`` work too: a chip maps the memory
     on first use."""
@@ -49,8 +54,8 @@ def shared_array(shape, dtype=np.float32) -> np.ndarray:
 class RunHandle:
     """A run in flight (``Worker.submit``): ``done``, ``wait(timeout)``, ``result(timeout)``."""
 
-    def __init__(self, fn: Callable[[], Any]):
-        self._result = None
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._result: Any = None
         self._error: Optional[BaseException] = None
         self._done = threading.Event()
 
@@ -67,12 +72,16 @@ class RunHandle:
 
     @property
     def done(self) -> bool:
+        """Whether the run has finished (successfully or not)."""
         return self._done.is_set()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait up to ``timeout`` seconds (forever when None); returns ``done``."""
         return self._done.wait(timeout)
 
-    def result(self, timeout: Optional[float] = None):
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """The run's return value, waiting up to ``timeout`` seconds (TimeoutError when
+        it has not finished); re-raises the run's exception."""
         if not self._done.wait(timeout):
             raise TimeoutError("the run has not finished")
         if self._error is not None:
@@ -90,7 +99,7 @@ class Worker:
     one-chip form. Programs are registered with ``register(program)`` — before
     ``init()`` when chips are processes (they inherit what exists when forked)."""
 
-    def __init__(self, level: int = 2, **kwargs: Any):
+    def __init__(self, level: int = 2, **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - set(_WORKER_KWARGS))
         if unknown:
             raise TypeError(f"Worker() got unexpected keyword(s) {', '.join(unknown)}; allowed: {', '.join(_WORKER_KWARGS)}")
@@ -121,13 +130,13 @@ class Worker:
         self.chip_processes = bool(kwargs.get("chip_processes", True))
         self.chip_cores = kwargs.get("chip_cores", 0)
         self._programs: List[Any] = []
-        self._node = None
-        self._chip = None
+        self._node: Optional[_native.Node] = None
+        self._chip: Optional[_native.Chip] = None
         self._owners: Dict[int, int] = {}
         self._keep: List[np.ndarray] = []
 
     # -- programs -----------------------------------------------------------------
-    def register(self, program) -> int:
+    def register(self, program: "Program") -> int:
         """Register a ``Program``; returns its handle for ``submit_next_level``."""
         from . import Program
 
@@ -152,7 +161,9 @@ class Worker:
         if self.level == 2:
             self._chip = _native.Chip(cores=self.chip_cores, arena_cache_slots=self.arena_cache_slots, prewarm=[cfg])
             return self
-        callables = [(p.orchestration, p.name, [int(s) for s in p.signature]) for p in self._programs]
+        callables: List[Tuple[Callable[..., object], str, Sequence[int]]] = [
+            (p.orchestration, p.name, [int(s) for s in p.signature]) for p in self._programs
+        ]
         self._node = _native.Node(
             list(self.device_ids),
             callables,
@@ -176,15 +187,16 @@ class Worker:
     def __enter__(self) -> "Worker":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     @property
-    def pids(self):
+    def pids(self) -> Tuple[int, ...]:
+        """Process ids of the chips (level 3; ``()`` before ``init()`` and at level 2)."""
         return self._node.pids if self._node is not None else ()
 
     # -- running -------------------------------------------------------------------
-    def run(self, orch, args: Any = None, config: Any = None):
+    def run(self, orch: Any, args: Any = None, config: Any = None) -> Any:
         """Level 3: run ``orch(o, args, cfg)`` (``cfg`` = ``config`` as a CallConfig;
         it sizes the node's own rings and is never applied to chip tasks implicitly).
         Returns a ``NodeRunReport``. Level 2: ``run(handle_or_program, args, config)``
@@ -203,11 +215,11 @@ class Worker:
             raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
         return self._node.run(lambda o: orch(o, args, cfg), cfg)
 
-    def submit(self, orch, args: Any = None, config: Any = None) -> RunHandle:
+    def submit(self, orch: Any, args: Any = None, config: Any = None) -> RunHandle:
         """``run`` in the background; returns a ``RunHandle``."""
         return RunHandle(lambda: self.run(orch, args, config))
 
-    def arena_stats(self, worker: int = 0):
+    def arena_stats(self, worker: int = 0) -> ArenaStats:
         """That chip's ``ArenaStats``."""
         if self.level == 2:
             if self._chip is None:
@@ -217,7 +229,7 @@ class Worker:
             raise RuntimeError("the worker is not initialised")
         return self._node.arena_stats(worker)
 
-    def _device_tensor(self, shape, dtype, worker: int) -> np.ndarray:
+    def _device_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike, worker: int) -> np.ndarray:
         a = shared_array(shape, dtype)
         self._owners[a.__array_interface__["data"][0]] = worker
         self._keep.append(a)
@@ -259,7 +271,7 @@ class DistributedProgram:
     ``dprog(*args, config=None)`` runs once (plain numpy arrays are copied into shared
     memory and back); ``dprog.prepare(config)`` returns a resident ``DistributedWorker``."""
 
-    def __init__(self, orchestration: Callable, chips: Dict[str, Any], config: Optional[DistributedConfig] = None, signature: Sequence = ()):
+    def __init__(self, orchestration: Callable, chips: Dict[str, Any], config: Optional[DistributedConfig] = None, signature: Sequence[Any] = ()) -> None:
         from . import ArgDirection, Program
 
         if not callable(orchestration):
@@ -274,9 +286,11 @@ class DistributedProgram:
         self.name = getattr(orchestration, "__name__", "distributed")
 
     def prepare(self, config: Any = None, *, extra_compiled: Sequence["DistributedProgram"] = (), chip_processes: bool = True) -> "DistributedWorker":
+        """A resident ``DistributedWorker`` for this program (and ``extra_compiled``),
+        its chips prewarmed with ``config``."""
         return DistributedWorker([self, *extra_compiled], prewarm=config, chip_processes=chip_processes)
 
-    def __call__(self, *args: Any, config: Any = None):
+    def __call__(self, *args: Any, config: Any = None) -> NodeRunReport:
         shared = []
         for a in args:
             if isinstance(a, np.ndarray) and not _is_shared(a):
@@ -303,7 +317,7 @@ def _is_shared(a: np.ndarray) -> bool:
 class DistributedWorker:
     """A resident L3 worker for one or more DistributedPrograms (see ``prepare``)."""
 
-    def __init__(self, programs: Sequence[DistributedProgram], prewarm: Any = None, chip_processes: bool = True):
+    def __init__(self, programs: Sequence[DistributedProgram], prewarm: Any = None, chip_processes: bool = True) -> None:
         if not programs:
             raise ValueError("DistributedWorker needs at least one program")
         self.programs = list(programs)
@@ -339,7 +353,10 @@ class DistributedWorker:
             raise TypeError(f"config must be a RunConfig, a CallConfig or None, got {type(config).__name__}")
         return cfg
 
-    def run(self, program: DistributedProgram, *args: Any, config: Any = None):
+    def run(self, program: DistributedProgram, *args: Any, config: Any = None) -> NodeRunReport:
+        """Run ``program`` once with ``args`` (arrays from ``taskring.shared_array`` or
+        ``alloc_tensor``). ``config`` (RunConfig: its ring fields; CallConfig: as is)
+        becomes the ``cfg`` handed to the orchestration and sizes the node's own rings."""
         if id(program) not in self._handles:
             raise ValueError(f"{program.name} was not prepared on this worker")
         for i, a in enumerate(args):
@@ -349,15 +366,16 @@ class DistributedWorker:
         chips = self._handles[id(program)]
         return self._worker.run(lambda o, _a, c: program.orchestration(o, chips, tuple(args), c), None, cfg)
 
-    def __call__(self, *args: Any, config: Any = None):
+    def __call__(self, *args: Any, config: Any = None) -> NodeRunReport:
         if len(self.programs) != 1:
             raise TypeError("calling a multi-program DistributedWorker is ambiguous; use rt.run(program, ...)")
         return self.run(self.programs[0], *args, config=config)
 
     def submit(self, program: DistributedProgram, *args: Any, config: Any = None) -> RunHandle:
+        """``run`` in the background; returns a ``RunHandle``."""
         return RunHandle(lambda: self.run(program, *args, config=config))
 
-    def alloc_tensor(self, shape, dtype=np.float32, worker: int = 0) -> np.ndarray:
+    def alloc_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32, worker: int = 0) -> np.ndarray:
         """A device tensor in chip ``worker``'s memory, alive as long as this worker
         (e.g. a KV cache shared by its programs). Passing it to another chip's task is
         a ValueError."""
@@ -367,14 +385,16 @@ class DistributedWorker:
             raise ValueError(f"worker {worker} is not a chip of this worker")
         return self._worker._device_tensor(shape, dtype, worker)
 
-    def arena_stats(self, worker: int = 0):
+    def arena_stats(self, worker: int = 0) -> ArenaStats:
+        """Chip ``worker``'s ``ArenaStats``."""
         return self._worker.arena_stats(worker)
 
     def close(self) -> None:
+        """Stop every chip (idempotent)."""
         self._worker.close()
 
     def __enter__(self) -> "DistributedWorker":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()

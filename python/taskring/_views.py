@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from typing import Sequence
 
 import numpy as np
 
@@ -24,7 +25,7 @@ def _dtype(name: str):
     return _DTYPES[name]
 
 
-def view(addr: int, shape, strides, dtype: str) -> np.ndarray:
+def view(addr: int, shape: Sequence[int], strides: Sequence[int], dtype: str) -> np.ndarray:
     """A writeable ndarray over ``addr`` (no copy); ``strides`` in elements."""
     dt = np.dtype(_dtype(dtype))
     extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides))

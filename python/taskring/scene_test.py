@@ -111,7 +111,7 @@ import sys
 import time
 import traceback
 import types
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
@@ -369,12 +369,18 @@ class SceneTestCase:
 
     # -- hooks ---------------------------------------------------------------------
     def generate_args(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Hook (required): the case's arguments, name -> array or scalar, in the
+        program's argument order. Runs once per case."""
         raise NotImplementedError(f"{type(self).__name__}.generate_args(params) is not defined")
 
     def compute_golden(self, args: Dict[str, Any], params: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+        """Hook (required unless golden is skipped): fill the expected outputs into
+        ``args`` (deep copies of the generated ones), or return a mapping of replacements."""
         raise NotImplementedError(f"{type(self).__name__}.compute_golden(args, params) is not defined")
 
     def compare_outputs(self, actual: Mapping[str, Any], expected: Mapping[str, Any], output_names: Sequence[str], params: Mapping[str, Any]) -> None:
+        """Raise AssertionError unless every output in ``output_names`` matches
+        (same shape, ``numpy.allclose`` with ``RTOL``/``ATOL``)."""
         rtol, atol = self.RTOL, self.ATOL
         for name in output_names:
             a = np.asarray(actual[name])
@@ -391,11 +397,13 @@ class SceneTestCase:
     # -- pytest (xunit-style class teardown) ---------------------------------------
     @classmethod
     def teardown_class(cls) -> None:
+        """pytest class teardown: close the class's worker."""
         _close(cls)
 
     # -- running -------------------------------------------------------------------
     @classmethod
     def case_names(cls) -> List[str]:
+        """The case names in ``CASES`` order (``index {i}`` for an unnamed case)."""
         return [_case_name(c, i) for i, c in enumerate(cls._scene_cases)]
 
     def run_case(self, case: Any, rounds: int = 1, *, report: Optional[Callable[[int, float], None]] = None) -> None:
@@ -528,7 +536,7 @@ def _select(classes: Sequence[type], selectors: Sequence[str]) -> Tuple[List[Tup
     return plan, unmatched
 
 
-def run_scene_classes(classes: Sequence[type], selectors: Sequence[str] = (), rounds: int = 1, out=None) -> int:
+def run_scene_classes(classes: Sequence[type], selectors: Sequence[str] = (), rounds: int = 1, out: Optional[TextIO] = None) -> int:
     """Run the selected cases of ``classes`` (standalone mode); returns the exit code
     (0 all passed, 1 a case failed, 2 a selector matched nothing)."""
     out = out or sys.stdout

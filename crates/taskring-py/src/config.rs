@@ -147,7 +147,7 @@ pub struct PyCallConfig {
     pub runtime_env: Py<PyRuntimeEnv>,
     #[pyo3(get, set)]
     pub enable_scope_stats: bool,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub enable_chip_swimlane: u32,
     #[pyo3(get, set)]
     pub enable_dep_gen: bool,
@@ -216,6 +216,13 @@ impl PyCallConfig {
             enable_dep_gen,
             output_prefix,
         })
+    }
+
+    /// A bool (True -> 4, False -> 0) or an int in [0, 4].
+    #[setter]
+    fn set_enable_chip_swimlane(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.enable_chip_swimlane = swimlane_value(v)?;
+        Ok(())
     }
 
     #[setter]
@@ -420,4 +427,14 @@ pub fn resolve_ring_sizing(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, en
         eprintln!("{w}");
     }
     Ok(PyRingSizing { inner: s })
+}
+
+/// The sizing advisor over a scope-stats file's text: `(runtime_env, env_lines,
+/// peaks)` where `peaks` is `(task_window, heap, dep_pool)` as recorded.
+#[pyfunction]
+#[pyo3(signature = (text, headroom=1.25))]
+pub fn sizing_advice(text: &str, headroom: f64) -> PyResult<(String, String, (Vec<u64>, Vec<u64>, Vec<u64>))> {
+    let p = taskring::dfx::read_peaks(text).map_err(PyValueError::new_err)?;
+    let a = taskring::dfx::advise(&p, headroom);
+    Ok((a.runtime_env(), a.env_lines(), (p.task_window.to_vec(), p.heap.to_vec(), p.dep_pool.to_vec())))
 }

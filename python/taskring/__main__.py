@@ -1,0 +1,65 @@
+"""`taskring` / `python -m taskring`: command-line tools.
+
+- ``taskring sizing <scope_stats.jsonl> [--headroom 1.25]`` — suggested ring sizes
+  from a run's scope stats (``CallConfig.enable_scope_stats``).
+- ``taskring bench ...`` / ``taskring taskbench ...`` — run by the Rust ``taskring``
+  binary of the repository (``cargo run --release -p taskring-cli -- ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import List, Optional
+
+
+def _sizing(argv: List[str]) -> int:
+    from ._native import sizing_advice
+
+    ap = argparse.ArgumentParser(prog="taskring sizing", description="Suggest ring sizes from scope stats.")
+    ap.add_argument("file")
+    ap.add_argument("--headroom", type=float, default=1.25)
+    a = ap.parse_args(argv)
+    try:
+        with open(a.file, encoding="utf-8") as f:
+            text = f.read()
+        env, lines, (w, h, d) = sizing_advice(text, a.headroom)
+    except (OSError, ValueError) as e:
+        print(f"taskring sizing: {a.file}: {e}", file=sys.stderr)
+        return 2
+    print(f"# recorded peaks per ring: task_window={w} heap={h} dep_pool={d}")
+    print(f"# suggested sizes (headroom {a.headroom:.2f}):")
+    print(env)
+    print(lines)
+    return 0
+
+
+def _rust_tool(argv: List[str]) -> int:
+    exe = os.environ.get("TASKRING_CLI")  # path of a built Rust `taskring` binary
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    if exe:
+        return subprocess.call([exe, *argv])
+    if os.path.exists(os.path.join(repo, "crates", "taskring-cli")):
+        return subprocess.call(["cargo", "run", "-q", "--release", "-p", "taskring-cli", "--", *argv], cwd=repo)
+    print("taskring: 'bench' and 'taskbench' are run by the repository's Rust tool (cargo run -p taskring-cli)", file=sys.stderr)
+    return 2
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "sizing":
+        return _sizing(rest)
+    if cmd in ("bench", "taskbench"):
+        return _rust_tool(argv)
+    print(f"taskring: unknown command {cmd!r}; expected sizing, bench or taskbench", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

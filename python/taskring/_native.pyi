@@ -1,0 +1,655 @@
+"""`taskring._native`: the PyO3 module under the Python package `taskring`.
+
+Type stubs for the Rust extension (crates/taskring-py/src/{lib,config,runtime,node}.rs).
+Everything with behaviour lives in the Rust crate `taskring`; this module converts
+between Python and Rust values and releases the GIL whenever the runtime waits.
+"""
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, ClassVar, Final, Literal, Protocol, final, type_check_only
+
+import numpy as np
+from typing_extensions import Self, TypeAlias
+
+__all__ = [
+    "RuntimeEnv",
+    "CallConfig",
+    "RingSizing",
+    "resolve_ring_sizing",
+    "Tensor",
+    "TensorSpec",
+    "Kernel",
+    "Task",
+    "TaskArgs",
+    "Orchestrator",
+    "Chip",
+    "RunReport",
+    "ArenaStats",
+    "PeakUse",
+    "make_python_kernel",
+    "builtin_kernels",
+    "Scope",
+    "SharedMem",
+    "Node",
+    "NodeOrchestrator",
+    "NodeRunReport",
+    "ChipTaskReport",
+    "dtype_itemsize",
+    "RUNTIME_ENV_RING_COUNT",
+    "DEFAULT_RING_TASK_WINDOW",
+    "DEFAULT_RING_HEAP",
+    "DEFAULT_RING_DEP_POOL",
+]
+
+# ----- helper aliases (stub-only) ------------------------------------------------------
+
+@type_check_only
+class _ToCallConfig(Protocol):
+    """Anything with `to_call_config()` (e.g. `taskring.RunConfig`)."""
+
+    def to_call_config(self) -> CallConfig: ...
+
+_ConfigLike: TypeAlias = CallConfig | _ToCallConfig | None
+"""A CallConfig, anything with `to_call_config()` (RunConfig), or None (defaults)."""
+
+_RingValue: TypeAlias = int | list[int] | tuple[int, ...]
+"""An int (broadcast to the 4 rings) or a list/tuple of exactly 4 ints; 0 = unset."""
+
+_Shape: TypeAlias = int | Sequence[int]
+"""An int (1-D) or a sequence of 1 to MAX_DIMS ints, each >= 1."""
+
+_DType: TypeAlias = str | np.dtype[Any] | type[np.generic]
+"""A dtype name (float32, float16, bfloat16, int32, int64, int8, uint8) or a numpy dtype/type."""
+
+_Scalar: TypeAlias = int | float
+"""A task scalar: an int (bools count as ints) or a float."""
+
+_Ring4: TypeAlias = tuple[int, int, int, int]
+"""One value per scope-depth ring."""
+
+# ----- constants -------------------------------------------------------------------------
+
+RUNTIME_ENV_RING_COUNT: Final[int]
+"""Number of scope-depth rings (ring = `min(scope_depth, 3)`); 4."""
+DEFAULT_RING_TASK_WINDOW: Final[int]
+"""Built-in default task window per ring (in-flight task slots); 16384."""
+DEFAULT_RING_HEAP: Final[int]
+"""Built-in default task-output heap per ring, in bytes (256 MiB)."""
+DEFAULT_RING_DEP_POOL: Final[int]
+"""Built-in default dependency-edge pool entries per ring; 16384."""
+
+# ----- config (config.rs) ------------------------------------------------------------------
+
+@final
+class RuntimeEnv:
+    """Per-ring ring sizes of one dispatch (0 = unset for that ring)."""
+
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+    def __new__(
+        cls,
+        ring_task_window: _RingValue = 0,
+        ring_heap: _RingValue = 0,
+        ring_dep_pool: _RingValue = 0,
+    ) -> Self:
+        """Each an int (broadcast) or 4 ints; `0` = unset (an explicit `None` is rejected)."""
+
+    @property
+    def ring_task_window(self) -> list[int]:
+        """Task window per ring (a copy; assign an int or 4 ints to change it)."""
+
+    @ring_task_window.setter
+    def ring_task_window(self, value: _RingValue) -> None: ...
+    @property
+    def ring_heap(self) -> list[int]:
+        """Task-output heap bytes per ring (a copy; assign an int or 4 ints to change it)."""
+
+    @ring_heap.setter
+    def ring_heap(self, value: _RingValue) -> None: ...
+    @property
+    def ring_dep_pool(self) -> list[int]:
+        """Dependency-pool entries per ring (a copy; assign an int or 4 ints to change it)."""
+
+    @ring_dep_pool.setter
+    def ring_dep_pool(self, value: _RingValue) -> None: ...
+    def copy(self) -> RuntimeEnv:
+        """An independent copy."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+    def __reduce__(self) -> tuple[type[Self], tuple[list[int], list[int], list[int]]]: ...
+
+@final
+class CallConfig:
+    """Per-dispatch configuration (low level, Simpler-style)."""
+
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+    def __new__(
+        cls,
+        aicpu_thread_num: int | None = None,
+        runtime_env: RuntimeEnv | None = None,
+        enable_scope_stats: bool = False,
+        enable_chip_swimlane: bool | int | None = None,
+        enable_dep_gen: bool = False,
+        output_prefix: str = "",
+    ) -> Self:
+        """Build a config; `runtime_env` is copied in; `enable_chip_swimlane=True` means 4."""
+
+    @property
+    def aicpu_thread_num(self) -> int:
+        """Scheduler thread count: `0` = auto, else in `[2, 8]` (checked by `validate()`)."""
+
+    @aicpu_thread_num.setter
+    def aicpu_thread_num(self, value: int) -> None: ...
+    @property
+    def runtime_env(self) -> RuntimeEnv:
+        """The config's own `RuntimeEnv`, by reference: writes through it change the config."""
+
+    @runtime_env.setter
+    def runtime_env(self, value: RuntimeEnv) -> None:
+        """Assigning copies the values in."""
+
+    @property
+    def enable_scope_stats(self) -> bool:
+        """Write `scope_stats/scope_stats.jsonl` under `output_prefix`."""
+
+    @enable_scope_stats.setter
+    def enable_scope_stats(self, value: bool) -> None: ...
+    @property
+    def enable_chip_swimlane(self) -> int:
+        """Swimlane trace level in `[0, 4]` (`0` = off); the constructor also takes a bool (True = 4)."""
+
+    @enable_chip_swimlane.setter
+    def enable_chip_swimlane(self, value: int) -> None: ...
+    @property
+    def enable_dep_gen(self) -> bool:
+        """Write `deps.json` under `output_prefix`."""
+
+    @enable_dep_gen.setter
+    def enable_dep_gen(self, value: bool) -> None: ...
+    @property
+    def output_prefix(self) -> str:
+        """Output directory of the diagnostics; required when any `enable_*` is on."""
+
+    @output_prefix.setter
+    def output_prefix(self, value: str) -> None: ...
+    def validate(self) -> None:
+        """Check the config; raises ValueError with the first rule broken."""
+
+    def copy(self) -> CallConfig:
+        """An independent copy (with its own RuntimeEnv)."""
+
+    def __copy__(self) -> CallConfig: ...
+    def __deepcopy__(self, _memo: Any) -> CallConfig: ...
+    def derive(self, **changes: Any) -> CallConfig:
+        """A new config with `changes` applied (ring fields as flat keywords or `runtime_env=`); the original is not modified."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+    def __reduce__(self) -> tuple[type[Self], tuple[int, RuntimeEnv, bool, int, bool, str]]: ...
+
+@final
+class RingSizing:
+    """The resolved, validated sizes of one dispatch."""
+
+    @property
+    def task_window(self) -> _Ring4:
+        """Resolved task window per ring."""
+
+    @property
+    def heap(self) -> _Ring4:
+        """Resolved task-output heap bytes per ring."""
+
+    @property
+    def dep_pool(self) -> _Ring4:
+        """Resolved dependency-pool entries per ring."""
+
+    def source(self, field: str, ring: int) -> Literal["call_config", "env", "default"]:
+        """Where a value came from: "call_config", "env" or "default" (`field`: ring_task_window, ring_heap or ring_dep_pool; `ring` in [0, 3])."""
+
+    def key(self) -> tuple[int, ...]:
+        """The 12-value tuple the arena cache is keyed on."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+def resolve_ring_sizing(config: _ConfigLike = None, env: Mapping[str, Any] | None = None) -> RingSizing:
+    """Resolve the ring sizing a dispatch with `config` would use, against `env` (a mapping) or the process environment."""
+
+# ----- tensors and kernels (runtime.rs) ------------------------------------------------------
+
+@final
+class Tensor:
+    """A tensor handle inside an orchestration (a view; never owns memory)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The view's shape."""
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """The view's strides, in elements."""
+
+    @property
+    def dtype(self) -> str:
+        """The element type's name (e.g. "float32")."""
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+
+    @property
+    def offset(self) -> int:
+        """Offset of the view's first element in its buffer, in elements."""
+
+    @property
+    def owner(self) -> int | None:
+        """Id of the task that produced this runtime tensor, or None for host tensors."""
+
+    def view(self, shape: _Shape, offset: int = 0, strides: Sequence[int] | None = None) -> Tensor:
+        """A view over the same buffer: `offset` in elements from this view's start, `strides` in elements (row-major when None)."""
+
+    def __getitem__(self, key: int | slice, /) -> Tensor:
+        """Row slicing `t[i:j]` (step 1) or one row `t[i]` (keeps the dimension)."""
+
+@final
+class TensorSpec:
+    """A runtime-allocated output: shape and dtype (tag OUTPUT)."""
+
+    def __new__(cls, shape: _Shape, dtype: _DType) -> Self:
+        """A spec for an output of `shape` and `dtype`."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The output's shape."""
+
+    @property
+    def dtype(self) -> str:
+        """The element type's name (e.g. "float32")."""
+
+@final
+class Kernel:
+    """A kernel handle (`taskring.kernels.add`, or made by `@taskring.kernel`)."""
+
+    @property
+    def name(self) -> str:
+        """The kernel's name."""
+
+    @property
+    def core(self) -> Literal["aic", "aiv", "any"]:
+        """The core kind it runs on: "aic", "aiv" or "any"."""
+
+def make_python_kernel(func: Callable[..., object], name: str, core: str = "aiv") -> Kernel:
+    """Make a kernel from a Python function (used by `@taskring.kernel`); `core` is "aiv", "aic" or "any"."""
+
+def builtin_kernels() -> dict[str, Kernel]:
+    """The builtin kernels by name."""
+
+# ----- the orchestrator (runtime.rs) ----------------------------------------------------------
+
+@final
+class Task:
+    """A submitted task: its id and its runtime outputs."""
+
+    @property
+    def id(self) -> int:
+        """The task id (ring and local index packed)."""
+
+    @property
+    def outputs(self) -> list[Tensor]:
+        """The runtime-allocated outputs (one per TensorSpec), in order."""
+
+    @property
+    def ring(self) -> int:
+        """The ring the task was submitted on."""
+
+@final
+class TaskArgs:
+    """Tagged task arguments (low level): `add(tensor_or_spec, tag)`, `add_scalar(x)`, `add_dep(task_id)`."""
+
+    def __new__(cls) -> Self:
+        """An empty argument list."""
+
+    def add(self, value: Tensor | TensorSpec, tag: int) -> None:
+        """Add a tensor with a `TensorArgType` tag (0 INPUT, 1 OUTPUT, 2 INOUT, 3 OUTPUT_EXISTING, 4 NO_DEP); OUTPUT takes a TensorSpec."""
+
+    def add_scalar(self, v: _Scalar) -> None:
+        """Add a scalar (int or float); scalars come after all tensors."""
+
+    def add_dep(self, id: int) -> None:
+        """Add an explicit dependency on task `id`."""
+
+    def __len__(self) -> int:
+        """Number of tensor arguments added."""
+
+@final
+class Orchestrator:
+    """The orchestrator handed to a program as `rt`; valid only while its run lasts."""
+
+    def submit(
+        self,
+        kernel: Kernel,
+        *,
+        inputs: Iterable[Tensor] | None = None,
+        outputs: Iterable[Tensor | TensorSpec] | None = None,
+        inouts: Iterable[Tensor] | None = None,
+        no_dep: Iterable[Tensor] | None = None,
+        scalars: Iterable[_Scalar] | None = None,
+        deps: Iterable[Task | int] | None = None,
+    ) -> Task:
+        """Submit a task; `outputs` entries are existing tensors (OUTPUT_EXISTING) or `rt.spec(shape, dtype)` (OUTPUT)."""
+
+    def submit_args(self, kernel: Kernel, args: TaskArgs) -> Task:
+        """Submit with tagged `TaskArgs` (tensors reach the kernel by tag group: inputs, inouts, outputs, no_dep)."""
+
+    def submit_dummy(self, *, deps: Iterable[Task | int] | None = None) -> Task:
+        """A dependency-only task (barrier)."""
+
+    def alloc(self, shape: _Shape, dtype: _DType) -> Tensor:
+        """An output-only allocation, alive until the current scope ends."""
+
+    @staticmethod
+    def spec(shape: _Shape, dtype: _DType) -> TensorSpec:
+        """A runtime-output spec for `submit(outputs=[...])`."""
+
+    def begin_scope(self, manual: bool = False, site: str | None = None) -> None:
+        """Open a scope; `manual=True` infers no dependencies (only explicit `deps`)."""
+
+    def end_scope(self) -> None:
+        """Close the innermost scope."""
+
+    @property
+    def depth(self) -> int:
+        """Current scope depth (the run's root scope is 0)."""
+
+    def scope(self, manual: bool = False) -> Scope:
+        """`with rt.scope(manual=False): ...` — a nested scope (depth + 1; ring min(depth, 3))."""
+
+@final
+class Scope:
+    """The context manager returned by `rt.scope()`."""
+
+    def __enter__(self) -> None:
+        """Open the scope."""
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        _v: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> Literal[False]:
+        """Close the scope (its error is raised only when no exception is in flight); never suppresses."""
+
+# ----- the chip (runtime.rs) ---------------------------------------------------------------------
+
+@final
+class ArenaStats:
+    """Counters of a chip's arena cache."""
+
+    @property
+    def builds(self) -> int:
+        """Arenas built so far."""
+
+    @property
+    def hits(self) -> int:
+        """Dispatches whose arena was resident."""
+
+    @property
+    def misses(self) -> int:
+        """Dispatches that had to build their arena."""
+
+    @property
+    def evictions(self) -> int:
+        """Arenas evicted from the cache."""
+
+    @property
+    def resident(self) -> list[tuple[int, ...]]:
+        """Keys (12-tuples, as `RingSizing.key()`), most recently used first."""
+
+    @property
+    def build_s(self) -> float:
+        """Total seconds spent building."""
+
+@final
+class PeakUse:
+    """Highest simultaneous use per ring."""
+
+    @property
+    def task_window(self) -> _Ring4:
+        """Peak task-window slots in use per ring."""
+
+    @property
+    def heap(self) -> _Ring4:
+        """Peak heap bytes in use per ring."""
+
+    @property
+    def dep_pool(self) -> _Ring4:
+        """Peak dependency-pool entries in use per ring."""
+
+@final
+class RunReport:
+    """What one L2 run did."""
+
+    @property
+    def ring_sizing(self) -> RingSizing:
+        """The effective sizing."""
+
+    @property
+    def peak(self) -> PeakUse:
+        """Highest simultaneous use per ring (slots, heap bytes, dep entries)."""
+
+    @property
+    def tasks(self) -> int:
+        """Tasks submitted (including alloc and dummy tasks)."""
+
+    @property
+    def arena_hit(self) -> bool:
+        """The arena was resident (nothing was built)."""
+
+    @property
+    def arena_build_s(self) -> float:
+        """Seconds spent building the arena (0 on a hit)."""
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time of the run, in seconds."""
+
+@final
+class Chip:
+    """A resident simulated chip (native part of `taskring.ChipWorker`)."""
+
+    def __new__(
+        cls,
+        cores: int = 0,
+        arena_cache_slots: int = 4,
+        prewarm: Iterable[CallConfig | _ToCallConfig] | None = None,
+        aic_cores: int | None = None,
+    ) -> Self:
+        """`prewarm`: CallConfigs (or RunConfigs) whose sizings are built now."""
+
+    def run(
+        self,
+        orchestration: Callable[..., object],
+        name: str,
+        args: list[Any],
+        config: _ConfigLike = None,
+    ) -> RunReport:
+        """Run `orchestration(rt, *args)` with `config`; numpy arrays become Tensors (zero copy), ints and floats pass through."""
+
+    def arena_stats(self) -> ArenaStats:
+        """The chip's arena-cache counters."""
+
+    @property
+    def cores(self) -> int:
+        """Number of core threads (0 once closed)."""
+
+    def close(self) -> None:
+        """Stop the chip's threads and free its arenas (idempotent)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has been called."""
+
+# ----- the L3 node (node.rs) -----------------------------------------------------------------------
+
+@final
+class SharedMem:
+    """Shared memory that chip processes can map (backs `taskring.shared_array`)."""
+
+    def __new__(cls, nbytes: int) -> Self:
+        """Map `nbytes` of zero-filled shared memory."""
+
+    @property
+    def address(self) -> int:
+        """The mapping's address in this process."""
+
+    @property
+    def nbytes(self) -> int:
+        """The mapping's size in bytes."""
+
+@final
+class ChipTaskReport:
+    """What a chip reported for one L2 task."""
+
+    @property
+    def worker(self) -> int:
+        """The chip (worker index) that ran the task."""
+
+    @property
+    def callable(self) -> int:
+        """The registered program's handle."""
+
+    @property
+    def ring_sizing(self) -> RingSizing | None:
+        """The sizing the chip resolved (None if the task failed before that)."""
+
+    @property
+    def peak(self) -> PeakUse:
+        """Highest simultaneous use per ring."""
+
+    @property
+    def tasks(self) -> int:
+        """L2 tasks submitted."""
+
+    @property
+    def arena_hit(self) -> bool:
+        """Whether the arena came from the chip's cache."""
+
+    @property
+    def arena_build_s(self) -> float:
+        """Seconds spent building the arena (0 on a hit)."""
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time of the L2 run, in seconds."""
+
+    @property
+    def error(self) -> str | None:
+        """The failure text, or None if the task succeeded."""
+
+@final
+class NodeRunReport:
+    """What one L3 run did: one `ChipTaskReport` per L2 task, in submission order."""
+
+    @property
+    def tasks(self) -> list[ChipTaskReport]:
+        """One report per L2 task, in submission order."""
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time of the run, in seconds."""
+
+@final
+class NodeOrchestrator:
+    """The orchestrator handed to an L3 orchestration; valid only while its run lasts."""
+
+    def submit_next_level(
+        self,
+        handle: int,
+        args: Iterable[Any],
+        config: _ConfigLike = None,
+        *,
+        worker: int,
+    ) -> int:
+        """Submit the registered program `handle` with `args` to chip `worker` with `config` (never the run's implicitly); returns the L3 task id."""
+
+    def begin_scope(self, manual: bool = False) -> None:
+        """Open a scope (depth + 1)."""
+
+    def end_scope(self) -> None:
+        """Close the innermost scope."""
+
+    def alloc(self, shape: _Shape, dtype: _DType) -> Tensor:
+        """An allocation in the node's shared memory, alive until the current scope ends."""
+
+    @property
+    def chips(self) -> int:
+        """Number of chips of the node."""
+
+    def scope(self, manual: bool = False) -> NodeScope:
+        """`with o.scope(manual=False): ...` — a nested scope of the node's engine."""
+
+    def submit_next_level_group(
+        self,
+        handle: int,
+        args_list: Iterable[Iterable[Any]],
+        config: _ConfigLike = None,
+        *,
+        workers: Iterable[int],
+    ) -> list[int]:
+        """Submit the same program to several chips (`args_list[i]` runs on `workers[i]`, all with `config`); returns the task ids."""
+
+@final
+@type_check_only
+class NodeScope:
+    """The context manager returned by `o.scope()` at L3 (runtime type `taskring.NodeScope`; not a module attribute)."""
+
+    def __enter__(self) -> None:
+        """Open the scope."""
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        _v: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> Literal[False]:
+        """Close the scope (its error is raised only when no exception is in flight); never suppresses."""
+
+@final
+class Node:
+    """Native part of `taskring.Worker(level=3)`."""
+
+    def __new__(
+        cls,
+        device_ids: Sequence[int],
+        callables: list[tuple[Callable[..., object], str, Sequence[int]]],
+        owners: Mapping[int, int],
+        chip_processes: bool = True,
+        arena_cache_slots: int = 4,
+        chip_cores: int = 0,
+        prewarm: _ConfigLike = None,
+    ) -> Self:
+        """`callables`: `(orchestration, name, signature)` triples (handles 0, 1, ...); `owners`: a dict address -> worker of device tensors."""
+
+    def register(self, f: Callable[..., object], name: str, signature: Sequence[int]) -> int:
+        """Register one more program; chip processes only know the programs registered before they started."""
+
+    def run(self, orch: Callable[[NodeOrchestrator], object], config: _ConfigLike = None) -> NodeRunReport:
+        """Run `orch(o)`; `config` sizes the node's own rings."""
+
+    def arena_stats(self, worker: int) -> ArenaStats:
+        """Chip `worker`'s arena statistics."""
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Process ids of the chips (this process's pid for each chip when `chip_processes=False`)."""
+
+    @property
+    def chips(self) -> int:
+        """Number of chips."""
+
+    def close(self) -> None:
+        """Stop every chip (idempotent)."""
+
+def dtype_itemsize(name: str) -> int:
+    """Used by `shared_array`: check a dtype name (TypeError if unsupported); returns its size in bytes."""
