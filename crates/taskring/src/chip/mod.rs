@@ -366,10 +366,12 @@ impl ChipWorker {
         if diag.scope_stats_prefix.is_some() {
             arena.orch.enable_stats();
         }
-        sh.eng.fatal.store(false, SeqCst);
-        *sh.eng.failure.lock() = None;
+        // Queues are empty here (drained when the previous run ended, after its cores
+        // went idle); publish the arena before lifting the previous run's fatal flag.
         sh.eng.drain_queues();
         sh.arena.store(&arena.shared as *const ArenaShared as *mut ArenaShared, Release);
+        *sh.eng.failure.lock() = None;
+        sh.eng.fatal.store(false, SeqCst);
         let completed_at_start = sh.eng.completed.load(SeqCst);
 
         let (result, peak, tasks) = {
@@ -420,6 +422,9 @@ impl ChipWorker {
         if let Some(h) = blocking_hook {
             h(false);
         }
+        // No core holds a task: nothing can be pushed any more; drop what an aborted run
+        // left queued, so no stale task meets the next run's arena.
+        sh.eng.drain_queues();
         sh.arena.store(std::ptr::null_mut(), Release);
         if let Some(prefix) = &diag.scope_stats_prefix {
             // The arena is idle now; its orchestrator state holds the samples.
@@ -607,9 +612,16 @@ fn core_loop(sh: &ChipShared, core: &Core) {
             continue;
         }
         busy.store(task.0, Relaxed);
+        let arena_ptr = sh.arena.load(Acquire);
+        if arena_ptr.is_null() {
+            // Defensive: no run is active (queues are drained between runs).
+            busy.store(CORE_IDLE, SeqCst);
+            next = None;
+            continue;
+        }
         // safety: the arena pointer is set for the whole run and a queued task belongs
         // to the current run (queues are drained between runs).
-        let arena = unsafe { &*sh.arena.load(Acquire) };
+        let arena = unsafe { &*arena_ptr };
         let ring = &arena.rings[task.ring()];
         // safety: `task` was published (popped from a ready queue or made ready by us).
         let p = unsafe { ring.payload(task.local()) };
