@@ -159,3 +159,63 @@ fn exact_maxima_and_halving_fails() {
     assert_eq!((f.code, f.ring), (StatusCode::HeapRingDeadlock, Some(1)), "{f}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn deps_json_and_swimlane() {
+    let dir = tempdir("trace");
+    let prog = Program::new("chain3", |o, args| {
+        let x = args[0].tensor()?;
+        o.scope(|o| {
+            let a = submit(o, FILL, |t| {
+                t.output(spec(&[64])).scalar(Scalar::F64(1.0));
+            })?
+            .output(0);
+            let b = submit(o, SCALE, |t| {
+                t.input(a).output(spec(&[64])).scalar(Scalar::F64(2.0));
+            })?
+            .output(0);
+            submit(o, COPY, |t| {
+                t.input(b).output_existing(x);
+            })
+            .map(|_| ())
+        })
+    });
+    let mut w = chip(2);
+    let mut cfg = CallConfig::default();
+    cfg.enable_dep_gen = true;
+    cfg.enable_chip_swimlane = 4;
+    cfg.output_prefix = dir.to_string_lossy().into_owned();
+    let mut x = vec![0f32; 64];
+    let args = [host(&mut x, &[64])];
+    w.run(&prog, &args, &cfg).unwrap();
+    let _ = &args;
+    assert!(x.iter().all(|&v| v == 2.0));
+    let deps: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("deps.json")).unwrap()).unwrap();
+    let tasks = deps["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 3);
+    assert_eq!(tasks[1]["kernel"], "scale");
+    assert_eq!(tasks[1]["deps"][0][0], tasks[0]["id"]);
+    assert_eq!(tasks[1]["deps"][0][1], "wait+retain");
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("merged_swimlane.json")).unwrap()).unwrap();
+    let runs: Vec<&serde_json::Value> = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(runs.len(), 3);
+    let names: Vec<&str> = runs.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    for k in ["fill", "scale", "copy"] {
+        assert!(names.contains(&k), "{names:?}");
+    }
+    // Dependent tasks do not overlap in time.
+    let span = |k: &str| {
+        let e = runs.iter().find(|e| e["name"] == k).unwrap();
+        (e["ts"].as_f64().unwrap(), e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap())
+    };
+    assert!(span("fill").1 <= span("scale").0 && span("scale").1 <= span("copy").0);
+    // Without the flags nothing is written.
+    let dir2 = tempdir("notrace");
+    let mut plain = CallConfig::default();
+    plain.output_prefix = dir2.to_string_lossy().into_owned();
+    let args = [host(&mut x, &[64])];
+    w.run(&prog, &args, &plain).unwrap();
+    assert!(!dir2.join("deps.json").exists() && !dir2.join("merged_swimlane.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&dir2);
+}

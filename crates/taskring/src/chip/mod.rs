@@ -130,12 +130,19 @@ pub enum RunError {
 pub struct Diagnostics {
     /// Write `scope_stats/scope_stats.jsonl` under this prefix.
     pub scope_stats_prefix: Option<std::path::PathBuf>,
+    /// Write `deps.json` under this prefix.
+    pub deps_prefix: Option<std::path::PathBuf>,
+    /// Write `merged_swimlane.json` (Perfetto) under this prefix.
+    pub swimlane_prefix: Option<std::path::PathBuf>,
 }
 
 impl Diagnostics {
     pub fn from_config(c: &CallConfig) -> Diagnostics {
+        let at = |on: bool| (on && !c.output_prefix.is_empty()).then(|| std::path::PathBuf::from(&c.output_prefix));
         Diagnostics {
-            scope_stats_prefix: (c.enable_scope_stats && !c.output_prefix.is_empty()).then(|| c.output_prefix.clone().into()),
+            scope_stats_prefix: at(c.enable_scope_stats),
+            deps_prefix: at(c.enable_dep_gen),
+            swimlane_prefix: at(c.enable_chip_swimlane > 0),
         }
     }
 }
@@ -209,6 +216,8 @@ const CORE_SEARCHING: u64 = u64::MAX - 1;
 /// One core thread's shared record.
 struct Core {
     kind: CoreKind,
+    /// Kernel executions of the current run (only while the swimlane is recorded).
+    lane: parking_lot::Mutex<Vec<crate::dfx::SwimlaneEvent>>,
     /// `CORE_IDLE`, `CORE_SEARCHING`, or the id of the task it runs.
     state: CachePadded<AtomicU64>,
     /// Set when the core was given up on (its kernel never returned): the thread exits
@@ -218,6 +227,10 @@ struct Core {
 
 struct ChipShared {
     eng: EngineShared,
+    /// Record kernel executions (swimlane) during the current run.
+    trace: AtomicBool,
+    /// Start of the current run (swimlane timestamps are relative to it).
+    trace_t0: parking_lot::Mutex<Option<Instant>>,
     arena: AtomicPtr<ArenaShared>,
     cores: parking_lot::RwLock<Vec<Arc<Core>>>,
 }
@@ -250,6 +263,8 @@ impl ChipWorker {
         }
         let shared = Arc::new(ChipShared {
             eng: EngineShared::default(),
+            trace: AtomicBool::new(false),
+            trace_t0: parking_lot::Mutex::new(None),
             arena: AtomicPtr::new(std::ptr::null_mut()),
             cores: parking_lot::RwLock::new(Vec::with_capacity(cores)),
         });
@@ -269,7 +284,7 @@ impl ChipWorker {
 
     /// Start core thread `i` (a new one, or the replacement of an abandoned one).
     fn start_core(&mut self, i: usize, kind: CoreKind) -> Result<(), RuntimeFailure> {
-        let core = Arc::new(Core { kind, state: CachePadded::new(AtomicU64::new(CORE_IDLE)), abandoned: AtomicBool::new(false) });
+        let core = Arc::new(Core { kind, lane: parking_lot::Mutex::new(Vec::new()), state: CachePadded::new(AtomicU64::new(CORE_IDLE)), abandoned: AtomicBool::new(false) });
         {
             let mut cores = self.shared.cores.write();
             if i < cores.len() {
@@ -366,6 +381,17 @@ impl ChipWorker {
         if diag.scope_stats_prefix.is_some() {
             arena.orch.enable_stats();
         }
+        if diag.deps_prefix.is_some() {
+            arena.orch.enable_deps();
+        }
+        let tracing = diag.swimlane_prefix.is_some();
+        if tracing {
+            for c in sh.cores.read().iter() {
+                c.lane.lock().clear();
+            }
+            *sh.trace_t0.lock() = Some(Instant::now());
+        }
+        sh.trace.store(tracing, SeqCst);
         // Queues are empty here (drained when the previous run ended, after its cores
         // went idle); publish the arena before lifting the previous run's fatal flag.
         sh.eng.drain_queues();
@@ -426,10 +452,29 @@ impl ChipWorker {
         // left queued, so no stale task meets the next run's arena.
         sh.eng.drain_queues();
         sh.arena.store(std::ptr::null_mut(), Release);
+        sh.trace.store(false, SeqCst);
         if let Some(prefix) = &diag.scope_stats_prefix {
             // The arena is idle now; its orchestrator state holds the samples.
             let (arena, _) = self.cache.acquire_resident(sizing).expect("the run's arena is resident");
             write_stats(prefix, sizing, &arena.orch, result.as_ref().err());
+        }
+        if let Some(prefix) = &diag.deps_prefix {
+            let (arena, _) = self.cache.acquire_resident(sizing).expect("the run's arena is resident");
+            if let Err(e) = crate::dfx::write_deps(prefix, arena.orch.deps.as_deref().unwrap_or(&[])) {
+                eprintln!("taskring: could not write deps.json under {}: {e}", prefix.display());
+            }
+        }
+        if let Some(prefix) = &diag.swimlane_prefix {
+            let cores = self.shared.cores.read();
+            let mut events = vec![];
+            let mut names = vec![];
+            for (i, c) in cores.iter().enumerate() {
+                names.push(format!("core {i} ({})", match c.kind { CoreKind::Aic => "AIC", CoreKind::Aiv => "AIV", CoreKind::Any => "any" }));
+                events.extend(c.lane.lock().drain(..));
+            }
+            if let Err(e) = crate::dfx::write_swimlane(prefix, &events, &names) {
+                eprintln!("taskring: could not write merged_swimlane.json under {}: {e}", prefix.display());
+            }
         }
         result?;
         Ok(RunReport {
@@ -632,7 +677,15 @@ fn core_loop(sh: &ChipShared, core: &Core) {
                 n_inputs: p.n_inputs as usize,
                 scalar_float_mask: p.scalar_float_mask,
             };
+            let t_start = sh.trace.load(Relaxed).then(Instant::now);
             let r = catch_unwind(AssertUnwindSafe(|| k.0.try_run(&call)));
+            if let Some(t) = t_start {
+                if let Some(t0) = *sh.trace_t0.lock() {
+                    let ns = |x: Instant| x.saturating_duration_since(t0).as_nanos() as u64;
+                    let idx = sh.cores.read().iter().position(|c| std::ptr::eq(&**c, core)).unwrap_or(0) as u32;
+                    core.lane.lock().push(crate::dfx::SwimlaneEvent { task: task.0, core: idx, kernel: k.name_static(), start_ns: ns(t), end_ns: ns(Instant::now()) });
+                }
+            }
             if core.abandoned.load(SeqCst) {
                 // The run gave up on this core; its arena may be in use by another run.
                 return;

@@ -117,6 +117,63 @@ pub fn write_scope_stats(prefix: &Path, header: &ScopeStatsHeader, stats: &Scope
     Ok(path)
 }
 
+/// One task of `deps.json` (`CallConfig.enable_dep_gen`): its id, kernel and the
+/// producers it was found to depend on (before completed or retired ones were dropped),
+/// with the edge kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DepRecord {
+    pub id: u64,
+    pub ring: u32,
+    pub kernel: String,
+    /// `(producer id, "wait" | "retain" | "wait+retain")`.
+    pub deps: Vec<(u64, String)>,
+}
+
+/// Write `<prefix>/deps.json`.
+pub fn write_deps(prefix: &Path, tasks: &[DepRecord]) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(prefix)?;
+    let path = prefix.join("deps.json");
+    let f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    serde_json::to_writer(f, &serde_json::json!({ "version": 1, "tasks": tasks }))?;
+    Ok(path)
+}
+
+/// One kernel execution on a core (`CallConfig.enable_chip_swimlane`).
+#[derive(Clone, Copy, Debug)]
+pub struct SwimlaneEvent {
+    pub task: u64,
+    pub core: u32,
+    pub kernel: &'static str,
+    /// Nanoseconds since the run started.
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Write `<prefix>/merged_swimlane.json` (Chrome trace events; opens in Perfetto).
+pub fn write_swimlane(prefix: &Path, events: &[SwimlaneEvent], core_names: &[String]) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(prefix)?;
+    let path = prefix.join("merged_swimlane.json");
+    let mut ev: Vec<serde_json::Value> = core_names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| serde_json::json!({"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": n}}))
+        .collect();
+    for e in events {
+        ev.push(serde_json::json!({
+            "name": e.kernel,
+            "ph": "X",
+            "pid": 0,
+            "tid": e.core,
+            "ts": e.start_ns as f64 / 1000.0,
+            "dur": (e.end_ns.saturating_sub(e.start_ns)) as f64 / 1000.0,
+            "args": {"task": format!("{:?}", crate::tensor::TaskId(e.task)), "ring": (e.task >> 32)},
+        }));
+    }
+    let f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    serde_json::to_writer(f, &serde_json::json!({ "traceEvents": ev, "displayTimeUnit": "ns" }))?;
+    Ok(path)
+}
+
 /// Peaks per ring read back from a scope-stats file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordedPeaks {

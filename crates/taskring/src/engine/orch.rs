@@ -104,6 +104,8 @@ pub struct OrchState {
     tasks: u64,
     /// Scope-stats samples of the current run, when enabled.
     pub(crate) stats: Option<crate::dfx::ScopeStats>,
+    /// The dependency graph of the current run, when enabled (`deps.json`).
+    pub(crate) deps: Option<Vec<crate::dfx::DepRecord>>,
     sites: Vec<String>,
 }
 
@@ -135,6 +137,7 @@ impl OrchState {
             epoch: 0,
             tasks: 0,
             stats: None,
+            deps: None,
             sites: Vec::new(),
         })
     }
@@ -158,7 +161,13 @@ impl OrchState {
         self.fanin.clear();
         self.tasks = 0;
         self.stats = None;
+        self.deps = None;
         self.sites.clear();
+    }
+
+    /// Record the dependency graph this run.
+    pub(crate) fn enable_deps(&mut self) {
+        self.deps = Some(Vec::new());
     }
 
     /// Record scope stats this run.
@@ -622,6 +631,30 @@ impl<'r> Orchestrator<'r> {
                         debug_assert!(ok);
                     }
                 }
+            }
+        }
+
+        if self.st.deps.is_some() {
+            let rec = crate::dfx::DepRecord {
+                id: id.0,
+                ring: ring as u32,
+                kernel: kernel.map(|k| k.name().to_string()).unwrap_or_else(|| if inline_complete { "alloc".into() } else { "dummy".into() }),
+                deps: self
+                    .st
+                    .fanin
+                    .iter()
+                    .map(|e| {
+                        let kind = match (e.flags & DEP_WAIT != 0, e.flags & DEP_RETAIN != 0) {
+                            (true, true) => "wait+retain",
+                            (true, false) => "wait",
+                            _ => "retain",
+                        };
+                        (e.producer.0, kind.to_string())
+                    })
+                    .collect(),
+            };
+            if let Some(d) = self.st.deps.as_mut() {
+                d.push(rec);
             }
         }
 

@@ -112,6 +112,10 @@ impl KernelRef {
     pub fn name(&self) -> &str {
         self.0.name()
     }
+    /// The name with the kernel's (static) lifetime.
+    pub fn name_static(&self) -> &'static str {
+        self.0.name()
+    }
     pub fn core(&self) -> CoreKind {
         self.0.core()
     }
