@@ -46,8 +46,11 @@ test-loom:
 	  RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --test loom_core; \
 	else echo "no loom model yet"; fi
 
-bench:
-	$(CARGO) bench --locked -p taskring
+# Benchmarks B2-B7 of BENCHMARKS.md (docs/performance.md): JSON results under
+# bench-results/, one summary line each. B7 (Python) also re-measures B2 for its ratio.
+bench: py-dev
+	$(CARGO) run --locked --release -p taskring-cli -- bench all
+	$(VPY) benches/b7_python.py
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,11 +1,17 @@
 """B7 python: the Python-side cost of one ``rt.submit`` against the same loop in the
 Rust API (B2, measured in the same run by ``taskring bench b2 --json``).
 
-The loop mirrors B2 exactly: a ``ChipWorker`` with one core; the orchestration submits
-a gate kernel (a Python kernel blocking on a ``threading.Event``, which releases the
-GIL), waits until the core runs it, then times ``n`` submits of the builtin ``noop``
-kernel in one ``rt.scope()`` with two numpy-backed inputs (program arguments) and one
-runtime output spec, then opens the gate. Nothing completes while the loop runs.
+The loop mirrors B2: the orchestration holds every core with a gate kernel (a Python
+kernel blocking on a ``threading.Event``, which releases the GIL), waits until they
+run, then times ``n`` submits of the builtin ``noop`` kernel in one ``rt.scope()`` with
+two numpy-backed inputs (program arguments) and one runtime output spec, then opens the
+gates. Nothing completes while the loop runs.
+
+One difference: B2's chip has one core; here the chip has two (one AIC, one AIV) and
+each gets a gate (``@taskring.kernel(core="aic")`` and ``core="aiv"``), because a
+one-core chip's single core is of kind "any" and does not take AIC/AIV-kind tasks
+(a Python kernel is always one of them): the run would hang until SCHEDULER_TIMEOUT.
+With every core held, the orchestrator's work per submit is the same.
 
 Cases (ns per submit, the median over ``--reps`` runs):
   * ``submit_2in_1spec``: ``rt.submit(noop, inputs=[a, b], outputs=[spec])`` with the
@@ -86,12 +92,17 @@ def rust_b2(binary: str | None, reps: int) -> dict:
 
 
 def measure(n: int, reps: int) -> dict:
-    started = threading.Event()
+    started = [threading.Event(), threading.Event()]
     release = threading.Event()
 
-    @taskring.kernel(core="aiv", name="gate")
-    def gate():
-        started.set()
+    @taskring.kernel(core="aic", name="gate_aic")
+    def gate_aic():
+        started[0].set()
+        release.wait()
+
+    @taskring.kernel(core="aiv", name="gate_aiv")
+    def gate_aiv():
+        started[1].set()
         release.wait()
 
     noop = taskring.kernels.noop
@@ -99,10 +110,14 @@ def measure(n: int, reps: int) -> dict:
 
     def make(case: str) -> Program:
         def orch(rt, a, b):
-            started.clear()
+            for e in started:
+                e.clear()
             release.clear()
-            rt.submit(gate)
-            started.wait()
+            rt.submit(gate_aic)
+            rt.submit(gate_aiv)
+            for e in started:
+                if not e.wait(10):
+                    raise RuntimeError("a gate kernel did not start")
             spec = rt.spec(a.shape, a.dtype)
             try:
                 with rt.scope():
@@ -130,15 +145,17 @@ def measure(n: int, reps: int) -> dict:
     a = np.ones(16, dtype=np.float32)
     b = np.full(16, 2.0, dtype=np.float32)
     samples = {c: [] for c in cases}
-    with ChipWorker(cores=1) as w:
+    with ChipWorker(cores=2) as w:
         for c in cases:  # warm-up
             w.run(progs[c], a, b)
         for r in range(reps):
             for c in cases:
                 w.run(progs[c], a, b)
                 samples[c].append(result[c])
-            print(f"\r  [b7] {r + 1}/{reps}", end="", file=sys.stderr, flush=True)
-    print("\r" + " " * 30 + "\r", end="", file=sys.stderr)
+            if sys.stderr.isatty():
+                print(f"\r  [b7] {r + 1}/{reps}", end="", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        print("\r" + " " * 30 + "\r", end="", file=sys.stderr)
     return samples
 
 
@@ -151,11 +168,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.reps < 5:
         ap.error("--reps must be at least 5")
+    sys.stdout.reconfigure(line_buffering=True)
     t_start = time.time()
     mach = machine()
     print("== b7 python: Python-side submit cost per task vs the same loop in the Rust API (B2)")
     print(f"   machine: nproc={mach['nproc']} cpu=\"{mach['cpu_model']}\" kernel={mach['kernel']} loadavg={mach['loadavg_start']}")
-    print(f"   python {mach['python']}, numpy {mach['numpy']}; reps={args.reps} n={args.n}, 1 chip core (held by the gate)")
+    print(f"   python {mach['python']}, numpy {mach['numpy']}; reps={args.reps} n={args.n}, 2 chip cores (each held by a gate)")
     sys.stdout.flush()
 
     py = measure(args.n, args.reps)
@@ -198,7 +216,7 @@ def main() -> int:
         "unix_time": int(time.time()),
         "duration_s": time.time() - t_start,
         "machine": mach,
-        "params": {"reps": args.reps, "submits_per_run": args.n, "chip_cores": 1, "kernel": "noop", "inputs": "2 numpy float32[16] program arguments", "output": "rt.spec((16,), float32)"},
+        "params": {"reps": args.reps, "submits_per_run": args.n, "chip_cores": 2, "gates": "one AIC + one AIV Python kernel", "kernel": "noop", "inputs": "2 numpy float32[16] program arguments", "output": "rt.spec((16,), float32)"},
         "cases": out_cases,
         "rust_b2": {"summary": b2["summary"], "machine": b2["machine"]},
         "summary": summary,

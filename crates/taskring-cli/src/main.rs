@@ -3,6 +3,10 @@
 //! - `taskring sizing <scope_stats.jsonl> [--headroom 1.25]`: the smallest valid ring
 //!   sizes per ring that would have held the peaks a run recorded, as a ready-to-paste
 //!   `runtime_env` and as `PTO2_RING_*` lines.
+//! - `taskring bench <b2|b3|b4|b5|b6|all> [--reps N] [--threads T] [--quick] [--json]`:
+//!   the benchmarks of BENCHMARKS.md (see `bench` and docs/performance.md).
+
+mod bench;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,11 +28,52 @@ enum Cmd {
         #[arg(long, default_value_t = 1.25)]
         headroom: f64,
     },
+    /// Run benchmarks: b2 (submit), b3 (overhead), b4 (ring curve), b5 (arena), b6 (l3),
+    /// or all (b2..b6 in sequence). Results go to bench-results/<id>_<name>.json.
+    Bench {
+        /// Benchmarks to run (b2 b3 b4 b5 b6, or all).
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// Repetitions per measured point (median of them; at least 5).
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+        /// Core threads of the chips and worker threads of the baselines (default: the
+        /// number of CPUs).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Smaller problems (a smoke run; noisier figures).
+        #[arg(long)]
+        quick: bool,
+        /// Also print each result document as JSON on stdout (human lines go to stderr).
+        #[arg(long)]
+        json: bool,
+        /// Directory for the JSON results.
+        #[arg(long, default_value = "bench-results")]
+        out_dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Bench { names, reps, threads, quick, json, out_dir } => {
+            let names: Vec<String> = if names.iter().any(|n| n == "all") {
+                ["b2", "b3", "b4", "b5", "b6"].iter().map(|s| s.to_string()).collect()
+            } else {
+                names
+            };
+            if reps < 5 {
+                eprintln!("taskring bench: --reps must be at least 5 (medians of at least 5 repetitions)");
+                return ExitCode::from(2);
+            }
+            let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1);
+            let opts = bench::Opts { reps, threads, quick, json, out_dir };
+            if bench::run(&names, &opts) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         Cmd::Sizing { file, headroom } => {
             let text = match std::fs::read_to_string(&file) {
                 Ok(t) => t,

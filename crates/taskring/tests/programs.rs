@@ -239,3 +239,25 @@ fn dummy_and_explicit_deps_in_manual_scope() {
         assert!(x.iter().all(|&v| v == 10.0));
     }
 }
+
+#[test]
+fn one_core_chip_runs_every_kind() {
+    // A one-core chip's core is of kind Any: it must take AIC and AIV tasks too.
+    let aiv = kernel::fn_kernel("aiv_only", CoreKind::Aiv, |_| {});
+    let mut w = chip(1);
+    let prog = Program::new("kinds", move |o, args| {
+        let (a, c) = (args[0].tensor()?, args[1].tensor()?);
+        o.scope(|o| {
+            submit(o, MATMUL, |t| {
+                t.input(a).input(a).output_existing(c);
+            })?;
+            o.submit(aiv, &TaskArgs::new()).map(|_| ())
+        })
+    });
+    let mut a = vec![1f32; 4];
+    let mut c = vec![0f32; 4];
+    let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
+    w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap();
+    let _ = &args;
+    assert_eq!(c, vec![2.0; 4]);
+}

@@ -543,15 +543,20 @@ impl EngineShared {
             if let Some(t) = self.queues[own].pop() {
                 return Some(TaskId(t));
             }
+            return self.queues[2].pop().map(TaskId);
         }
-        self.queues[2].pop().map(TaskId)
+        // A core of kind Any (a one-core chip) runs every kind.
+        self.queues[2].pop().or_else(|| self.queues[0].pop()).or_else(|| self.queues[1].pop()).map(TaskId)
     }
 
     /// Any task a core of `kind` could take?
     #[inline]
     pub fn has_ready(&self, kind: CoreKind) -> bool {
         let own = queue_index(kind);
-        !self.queues[2].is_empty() || (own != 2 && !self.queues[own].is_empty())
+        if own == 2 {
+            return self.queues.iter().any(|q| !q.is_empty());
+        }
+        !self.queues[2].is_empty() || !self.queues[own].is_empty()
     }
 
     /// Drop every queued task (abort).

@@ -1,0 +1,486 @@
+//! B3 overhead: end-to-end empty tasks (builtin NOOP) per DAG pattern, against a
+//! hand-rolled executor of the same DAG ([`super::baseline`]) with the same number of
+//! worker threads, in the same run (samples interleaved).
+//!
+//! Patterns (tasks are numbered in submission order; the baseline gets exactly the
+//! edges taskring infers):
+//! - `independent`: `n` tasks without arguments, in scopes of 1000;
+//! - `chain`: `n` tasks each INOUT on one host tensor (each depends on the previous), in
+//!   scopes of 1000;
+//! - `fanout`: blocks of 1 producer (a runtime output) + `k` consumers reading it, one
+//!   scope per block;
+//! - `fanin`: a radix-15 reduction tree per scope (a task takes at most 16 tensors: 15
+//!   inputs + its output): 3375 leaves with a runtime output each, then 225, 15 and 1
+//!   reducers reading 15 outputs each (3616 tasks, 3615 edges per tree);
+//! - `wavefront`: an R×C grid per scope, cell (i,j) reads cells (i−1,j) and (i,j−1) and
+//!   writes its own (OUTPUT_EXISTING), dependencies via the tensormap; each cell is a
+//!   16-float tensor of its own;
+//! - `wavefront_views`: the same with the cells as row views of one buffer. The
+//!   tensormap keys its buckets on the buffer's base address, so every live cell of the
+//!   grid is in one bucket chain and each lookup walks it (fewer grids: it is slow).
+//!
+//! taskring's time is the wall time of `ChipWorker::run_with_sizing` (submission
+//! overlaps execution). The baseline's time is building the DAG (edge list, CSR,
+//! counters) plus running it: the same information taskring derives from its
+//! submissions. Its execute-only time is reported too.
+//!
+//! `warm_1task`: the fixed cost of one warm dispatch of a 1-task program through
+//! `ChipWorker::run` (CallConfig path: config validation and sizing resolution against
+//! the environment, arena-cache hit, reset, orchestration, completion), against the
+//! baseline pool running a 1-node DAG.
+
+use super::baseline::{Dag, Pool};
+use super::*;
+use serde_json::json;
+use std::sync::Arc;
+use taskring::builtin::NOOP;
+use taskring::*;
+
+const SCOPE: u64 = 1000;
+
+/// Makes a pattern's DAG for the baseline: (nodes, forward edges).
+pub type EdgesFn = Arc<dyn Fn() -> (usize, Vec<(u32, u32)>) + Send + Sync>;
+
+/// A pattern: its taskring program, its task count and the same DAG for the baseline.
+pub struct Pattern {
+    pub name: &'static str,
+    pub desc: String,
+    pub tasks: u64,
+    /// f32 elements of the host buffer the program takes as its only argument (0: none).
+    pub buf_elems: usize,
+    pub program: Program,
+    pub edges: EdgesFn,
+}
+
+fn spec16() -> TensorSpec {
+    TensorSpec::new(&[16], DType::F32).expect("spec")
+}
+
+pub fn independent(n: u64) -> Pattern {
+    Pattern {
+        name: "independent",
+        desc: format!("{n} tasks, no arguments, scopes of {SCOPE}"),
+        tasks: n,
+        buf_elems: 0,
+        program: Program::new("independent", move |o, _| {
+            let mut left = n;
+            while left > 0 {
+                let m = left.min(SCOPE);
+                o.scope(|o| {
+                    for _ in 0..m {
+                        o.submit(NOOP, &TaskArgs::new())?;
+                    }
+                    Ok(())
+                })?;
+                left -= m;
+            }
+            Ok(())
+        }),
+        edges: Arc::new(move || (n as usize, vec![])),
+    }
+}
+
+pub fn chain(n: u64) -> Pattern {
+    Pattern {
+        name: "chain",
+        desc: format!("{n} tasks INOUT on one tensor, scopes of {SCOPE}"),
+        tasks: n,
+        buf_elems: 16,
+        program: Program::new("chain", move |o, args| {
+            let x = args[0].tensor()?;
+            let mut left = n;
+            while left > 0 {
+                let m = left.min(SCOPE);
+                o.scope(|o| {
+                    for _ in 0..m {
+                        let mut t = TaskArgs::new();
+                        t.inout(x);
+                        o.submit(NOOP, &t)?;
+                    }
+                    Ok(())
+                })?;
+                left -= m;
+            }
+            Ok(())
+        }),
+        edges: Arc::new(move || (n as usize, (1..n as u32).map(|i| (i - 1, i)).collect())),
+    }
+}
+
+pub fn fanout(blocks: u64, k: u64) -> Pattern {
+    Pattern {
+        name: "fanout",
+        desc: format!("{blocks} blocks of 1 producer -> {k} consumers (runtime output), one scope per block"),
+        tasks: blocks * (k + 1),
+        buf_elems: 0,
+        program: Program::new("fanout", move |o, _| {
+            for _ in 0..blocks {
+                o.scope(|o| {
+                    let mut p = TaskArgs::new();
+                    p.output(spec16());
+                    let out = o.submit(NOOP, &p)?.output(0);
+                    for _ in 0..k {
+                        let mut t = TaskArgs::new();
+                        t.input(out);
+                        o.submit(NOOP, &t)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        }),
+        edges: Arc::new(move || {
+            let n = (blocks * (k + 1)) as usize;
+            let mut e = Vec::with_capacity((blocks * k) as usize);
+            for b in 0..blocks {
+                let p = (b * (k + 1)) as u32;
+                for j in 1..=k as u32 {
+                    e.push((p, p + j));
+                }
+            }
+            (n, e)
+        }),
+    }
+}
+
+pub const RADIX: usize = 15;
+pub const LEAVES: usize = RADIX * RADIX * RADIX;
+
+/// Tasks of one radix-15 tree over LEAVES leaves.
+pub fn tree_tasks() -> u64 {
+    let mut n = 0;
+    let mut level = LEAVES;
+    while level > 1 {
+        n += level;
+        level = level.div_ceil(RADIX);
+    }
+    (n + 1) as u64
+}
+
+pub fn fanin(trees: u64) -> Pattern {
+    let per = tree_tasks();
+    Pattern {
+        name: "fanin",
+        desc: format!("{trees} radix-{RADIX} reduction trees of {LEAVES} leaves ({per} tasks each), one scope per tree"),
+        tasks: trees * per,
+        buf_elems: 0,
+        program: Program::new("fanin", move |o, _| {
+            let mut level: Vec<Tensor> = Vec::with_capacity(LEAVES);
+            let mut next: Vec<Tensor> = Vec::with_capacity(LEAVES / RADIX + 1);
+            for _ in 0..trees {
+                o.scope(|o| {
+                    level.clear();
+                    for _ in 0..LEAVES {
+                        let mut t = TaskArgs::new();
+                        t.output(spec16());
+                        level.push(o.submit(NOOP, &t)?.output(0));
+                    }
+                    while level.len() > 1 {
+                        next.clear();
+                        for chunk in level.chunks(RADIX) {
+                            let mut t = TaskArgs::new();
+                            for &x in chunk {
+                                t.input(x);
+                            }
+                            t.output(spec16());
+                            next.push(o.submit(NOOP, &t)?.output(0));
+                        }
+                        std::mem::swap(&mut level, &mut next);
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        }),
+        edges: Arc::new(move || {
+            let mut e = Vec::with_capacity((trees * per) as usize);
+            let mut id = 0u32;
+            for _ in 0..trees {
+                let mut level: Vec<u32> = (id..id + LEAVES as u32).collect();
+                id += LEAVES as u32;
+                while level.len() > 1 {
+                    let mut next = Vec::with_capacity(level.len() / RADIX + 1);
+                    for chunk in level.chunks(RADIX) {
+                        for &x in chunk {
+                            e.push((x, id));
+                        }
+                        next.push(id);
+                        id += 1;
+                    }
+                    level = next;
+                }
+            }
+            (id as usize, e)
+        }),
+    }
+}
+
+/// `views`: cells are row views of one buffer (all in one tensormap bucket); else each
+/// cell is a tensor of its own (its own base address).
+pub fn wavefront(grids: u64, r: u64, c: u64, views: bool) -> Pattern {
+    Pattern {
+        name: if views { "wavefront_views" } else { "wavefront" },
+        desc: format!(
+            "{grids} grids of {r}x{c}, cell (i,j) <- (i-1,j), (i,j-1), one scope per grid; {}",
+            if views { "cells are row views of one buffer" } else { "each cell its own 16-float tensor" }
+        ),
+        tasks: grids * r * c,
+        buf_elems: (grids * r * c * 16) as usize,
+        program: Program::new("wavefront", move |o, args| {
+            let buf = args[0].tensor()?;
+            let cells = buf.view(&[(grids * r * c) as u32, 16], 0, None).map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+            let base_addr = buf.data_ptr() as u64;
+            let cell = |k: u64| {
+                if views {
+                    cells.rows_slice(k, k + 1).expect("row")
+                } else {
+                    Tensor::from_raw(base_addr + k * 64, &[16], DType::F32)
+                }
+            };
+            for g in 0..grids {
+                o.scope(|o| {
+                    let base = g * r * c;
+                    for i in 0..r {
+                        for j in 0..c {
+                            let mut t = TaskArgs::new();
+                            if i > 0 {
+                                t.input(cell(base + (i - 1) * c + j));
+                            }
+                            if j > 0 {
+                                t.input(cell(base + i * c + j - 1));
+                            }
+                            t.output_existing(cell(base + i * c + j));
+                            o.submit(NOOP, &t)?;
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        }),
+        edges: Arc::new(move || {
+            let n = (grids * r * c) as usize;
+            let mut e = Vec::with_capacity(2 * n);
+            for g in 0..grids {
+                let base = g * r * c;
+                for i in 0..r {
+                    for j in 0..c {
+                        let me = (base + i * c + j) as u32;
+                        if i > 0 {
+                            e.push(((base + (i - 1) * c + j) as u32, me));
+                        }
+                        if j > 0 {
+                            e.push(((base + i * c + j - 1) as u32, me));
+                        }
+                    }
+                }
+            }
+            (n, e)
+        }),
+    }
+}
+
+pub fn patterns(quick: bool) -> Vec<Pattern> {
+    let s = if quick { 10 } else { 1 };
+    vec![
+        independent(200_000 / s),
+        chain(100_000 / s),
+        fanout(100 / s, 1000),
+        fanin((30 / s).max(1)),
+        // 64×64 cells (8064 edges) per scope: the dependency pool (16384 entries per ring)
+        // is reclaimed only when the scope's tasks retire.
+        wavefront(25 / s, 64, 64, false),
+        wavefront(if quick { 1 } else { 2 }, 64, 64, true),
+    ]
+}
+
+/// One taskring run of `p`: seconds.
+pub fn run_taskring(chip: &mut ChipWorker, p: &Pattern, buf: &mut [f32], sizing: &RingSizing) -> Result<f64, String> {
+    let args: Vec<Arg<'_>> = if p.buf_elems > 0 { vec![Arg::Tensor(HostTensor::f32(buf, &[p.buf_elems as u32]))] } else { vec![] };
+    let t0 = Instant::now();
+    let rep = chip.run_with_sizing(&p.program, &args, sizing).map_err(|e| format!("{}: {e}", p.name))?;
+    let dt = t0.elapsed().as_secs_f64();
+    if rep.tasks != p.tasks {
+        return Err(format!("{}: expected {} tasks, the run reports {}", p.name, p.tasks, rep.tasks));
+    }
+    Ok(dt)
+}
+
+/// One baseline run of `p`: (build + execute seconds, execute-only seconds, edges).
+pub fn run_baseline(pool: &Pool, p: &Pattern) -> (f64, f64, usize) {
+    let t0 = Instant::now();
+    let (n, edges) = (p.edges)();
+    let dag = Arc::new(Dag::from_edges(n, &edges));
+    let t1 = Instant::now();
+    pool.run(&dag);
+    let t2 = Instant::now();
+    assert_eq!(n as u64, p.tasks, "{}: baseline DAG size", p.name);
+    (t2.duration_since(t0).as_secs_f64(), t2.duration_since(t1).as_secs_f64(), dag.edges())
+}
+
+pub fn run(opts: &Opts) -> Result<Report, String> {
+    let mut b = Bench::start("b3", "overhead", "end-to-end empty tasks vs a hand-rolled work-stealing executor of the same DAG", opts);
+    let threads = opts.threads;
+    let reps = opts.reps.max(5);
+    let mut chip = ChipWorker::new(ChipOptions { cores: threads, prewarm: vec![RingSizing::default()], ..Default::default() }).map_err(|e| e.to_string())?;
+    let pool = Pool::new(threads);
+    let sizing = RingSizing::default();
+    let pats = patterns(opts.quick);
+    let mut bufs: Vec<Vec<f32>> = pats.iter().map(|p| vec![0f32; p.buf_elems]).collect();
+    let mut tr: Vec<Vec<f64>> = vec![vec![]; pats.len()];
+    let mut bl: Vec<Vec<f64>> = vec![vec![]; pats.len()];
+    let mut bx: Vec<Vec<f64>> = vec![vec![]; pats.len()];
+    let mut edges = vec![0usize; pats.len()];
+    // Warm-up (arena pages, allocator, baseline deques).
+    for (i, p) in pats.iter().enumerate() {
+        run_taskring(&mut chip, p, &mut bufs[i], &sizing)?;
+        run_baseline(&pool, p);
+    }
+    let mut prog = Progress::new("b3", reps * pats.len() + reps);
+    for _ in 0..reps {
+        for (i, p) in pats.iter().enumerate() {
+            let t = run_taskring(&mut chip, p, &mut bufs[i], &sizing)?;
+            let (tb, tx, e) = run_baseline(&pool, p);
+            tr[i].push(t * 1e9 / p.tasks as f64);
+            bl[i].push(tb * 1e9 / p.tasks as f64);
+            bx[i].push(tx * 1e9 / p.tasks as f64);
+            edges[i] = e;
+            prog.tick(p.name);
+        }
+    }
+    // Warm 1-task dispatch.
+    let one = Program::new("one", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ()));
+    let cfg = CallConfig::default();
+    let one_dag = || Arc::new(Dag::from_edges(1, &[]));
+    let batch = if opts.quick { 200 } else { 1000 };
+    for _ in 0..200 {
+        chip.run(&one, &[], &cfg).map_err(|e| e.to_string())?;
+        pool.run(&one_dag());
+    }
+    let (mut w_tr, mut w_bl, mut w_sz) = (vec![], vec![], vec![]);
+    for _ in 0..reps {
+        let mut v = Vec::with_capacity(batch);
+        for _ in 0..batch {
+            let t0 = Instant::now();
+            chip.run(&one, &[], &cfg).map_err(|e| e.to_string())?;
+            v.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        w_tr.push(median(&v));
+        let mut v = Vec::with_capacity(batch);
+        for _ in 0..batch {
+            let t0 = Instant::now();
+            chip.run_with_sizing(&one, &[], &sizing).map_err(|e| e.to_string())?;
+            v.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        w_sz.push(median(&v));
+        let mut v = Vec::with_capacity(batch);
+        for _ in 0..batch {
+            let t0 = Instant::now();
+            pool.run(&one_dag());
+            v.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        w_bl.push(median(&v));
+        prog.tick("warm 1-task");
+    }
+    prog.done();
+
+    let mut all_ratio_ok = true;
+    let mut parts = vec![];
+    b.say(&format!("   {:<12} {:>10} {:>12} {:>12} {:>8} {:>10}", "pattern", "tasks", "taskring/s", "baseline/s", "ratio", "ns/task"));
+    for (i, p) in pats.iter().enumerate() {
+        let s = Series::new("ns/task", tr[i].clone());
+        let base = Series::new("ns/task", bl[i].clone());
+        let exec = Series::new("ns/task", bx[i].clone());
+        let ratio = s.median / base.median;
+        let ok = ratio <= 1.5;
+        all_ratio_ok &= ok;
+        let mut c = Case::new(p.name, &format!("wall ns per task of one run ({}), {} threads", p.desc, threads), s.clone())
+            .with_baseline("work-stealing DAG executor (crossbeam-deque, atomic counters): build + execute", base.clone(), "taskring time / baseline time", ratio)
+            .bar("≤ 1.5× the baseline's time", ok)
+            .extra(json!({
+                "tasks": p.tasks,
+                "edges": edges[i],
+                "tasks_per_s": 1e9 / s.median,
+                "baseline_tasks_per_s": 1e9 / base.median,
+                "baseline_execute_only": exec,
+                "ratio_vs_execute_only": s.median / exec.median,
+            }));
+        match p.name {
+            "independent" => {
+                let tps = 1e9 / s.median;
+                c = c.bar("≥ 2 M tasks/s", tps >= 2e6);
+            }
+            "chain" => c = c.bar("≤ 1.5 µs/task", s.median <= 1500.0),
+            _ => {}
+        }
+        b.say(&format!(
+            "   {:<12} {:>10} {:>12.0} {:>12.0} {:>8.2} {:>10.0}   (baseline execute-only {:.0} ns/task)",
+            p.name,
+            p.tasks,
+            1e9 / s.median,
+            1e9 / base.median,
+            ratio,
+            s.median,
+            exec.median
+        ));
+        parts.push(format!("{} {:.2}M/s ({:.2}x)", p.name, 1e3 / s.median, ratio));
+        b.push(c);
+    }
+    let w = Series::new("µs/run", w_tr);
+    let wb = Series::new("µs/run", w_bl);
+    let ws = Series::new("µs/run", w_sz);
+    let wr = w.median / wb.median;
+    b.say(&format!(
+        "   warm 1-task run: {:.1} µs (run_with_sizing {:.1} µs), baseline {:.1} µs, ratio {:.2}",
+        w.median, ws.median, wb.median, wr
+    ));
+    b.push(
+        Case::new("warm_1task", &format!("median µs of {batch} warm ChipWorker::run dispatches of a 1-task program"), w.clone())
+            .with_baseline("the baseline pool running a 1-node DAG", wb, "taskring time / baseline time", wr)
+            .bar("≤ 50 µs", w.median <= 50.0)
+            .bar("≤ 1.5× the baseline's time", wr <= 1.5)
+            .extra(json!({ "run_with_sizing_us": ws })),
+    );
+    let summary = format!("{}; warm 1-task {:.1} µs ({:.2}x)", parts.join(", "), w.median, wr);
+    let _ = all_ratio_ok;
+    Ok(b.finish(
+        json!({
+            "threads": threads,
+            "chip": { "cores": threads, "aic_cores": "default (half)", "sizing": "default" },
+            "baseline": { "workers": threads, "executor": "crossbeam-deque work stealing, atomic predecessor counters, continuation of the first ready successor" },
+            "scope_size": SCOPE,
+            "patterns": pats.iter().map(|p| json!({"name": p.name, "desc": p.desc, "tasks": p.tasks})).collect::<Vec<_>>(),
+            "warm_batch": batch,
+            "reps": reps,
+        }),
+        summary,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pattern's taskring run submits the number of tasks the baseline DAG has,
+    /// and the baseline DAG has the edges the module doc states.
+    #[test]
+    fn patterns_agree_with_their_baseline_dags() {
+        let mut chip = ChipWorker::new(ChipOptions { cores: 2, ..Default::default() }).unwrap();
+        let pool = Pool::new(2);
+        for p in [independent(2500), chain(2500), fanout(3, 50), fanin(1), wavefront(2, 7, 9, false), wavefront(2, 7, 9, true)] {
+            let mut buf = vec![0f32; p.buf_elems];
+            run_taskring(&mut chip, &p, &mut buf, &RingSizing::default()).unwrap();
+            let (_, _, e) = run_baseline(&pool, &p);
+            let want = match p.name {
+                "independent" => 0,
+                "chain" => 2499,
+                "fanout" => 150,
+                "fanin" => tree_tasks() as usize - 1,
+                "wavefront" | "wavefront_views" => 2 * (6 * 9 + 7 * 8),
+                _ => unreachable!(),
+            };
+            assert_eq!(e, want, "{}", p.name);
+        }
+        assert_eq!(tree_tasks(), 3375 + 225 + 15 + 1);
+    }
+}
