@@ -613,7 +613,8 @@ impl<'r> Orchestrator<'r> {
                     let remove = tags[i] == ArgTag::Inout;
                     let st = &mut *self.st;
                     let (tm, fanin, rings, epoch) = (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
-                    tm.lookup(&t, remove, &la, |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT));
+                    let sh = self.sh;
+                    tm.lookup_pending(&t, remove, &la, |p| sh.is_completed(p), |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT));
                 }
             }
         }

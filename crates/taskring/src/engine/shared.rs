@@ -368,6 +368,15 @@ impl ArenaShared {
         self.rings[id.ring()].slot(id.local())
     }
 
+    /// Has `p` completed (or been retired, its slot reused)? A plain read, no lock: a
+    /// `true` is final, a `false` may be stale (the caller then treats `p` as pending).
+    #[inline]
+    pub fn is_completed(&self, p: TaskId) -> bool {
+        let s = self.slot(p);
+        let state = s.state.load(Acquire);
+        s.local.load(Relaxed) != p.local() || state >= COMPLETED
+    }
+
     /// Release one reference on `p` and retire it if that was the last.
     #[inline]
     pub fn release_ref(&self, p: TaskId, amount: u32, eng: &EngineShared) {

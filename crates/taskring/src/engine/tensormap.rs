@@ -198,7 +198,22 @@ impl TensorMap {
 
     /// Call `f(producer)` for every live entry of `probe`'s buffer that overlaps it; when
     /// `remove_covered`, entries the probe covers are removed (an INOUT supersedes them).
-    pub fn lookup(&mut self, probe: &Tensor, remove_covered: bool, last_alive: &[u32; 4], mut f: impl FnMut(TaskId)) {
+    pub fn lookup(&mut self, probe: &Tensor, remove_covered: bool, last_alive: &[u32; 4], f: impl FnMut(TaskId)) {
+        self.lookup_pending(probe, remove_covered, last_alive, |_| false, f)
+    }
+
+    /// As [`TensorMap::lookup`], also dropping entries whose producer `done` says has
+    /// completed: an edge to it would only be skipped (tensormap edges are WAIT-only),
+    /// and keeping it would make every later lookup on the buffer walk past it — the
+    /// chain of a buffer written view by view would grow with every task of the scope.
+    pub fn lookup_pending(
+        &mut self,
+        probe: &Tensor,
+        remove_covered: bool,
+        last_alive: &[u32; 4],
+        done: impl Fn(TaskId) -> bool,
+        mut f: impl FnMut(TaskId),
+    ) {
         let b = Self::bucket_of(probe.addr);
         let mut prev = NIL;
         let mut cur = self.head(b);
@@ -207,7 +222,7 @@ impl TensorMap {
             let next = e.next;
             let mut unlink = false;
             if e.tensor.addr == probe.addr {
-                if !alive(e.producer, last_alive) {
+                if !alive(e.producer, last_alive) || done(e.producer) {
                     unlink = true;
                 } else {
                     match check_overlap(probe, &e.tensor) {
@@ -359,5 +374,23 @@ mod tests {
         seen.clear();
         m.lookup(&t, false, &la, |p| seen.push(p));
         assert!(seen.is_empty());
+    }
+
+    #[test]
+    fn completed_producers_are_dropped_from_the_chain() {
+        let mut m = TensorMap::new().unwrap();
+        let t = buf();
+        let la = [0u32; 4];
+        for r in 0..8u64 {
+            assert!(m.insert(&t.rows_slice(r, r + 1).unwrap(), TaskId::new(1, r as u32)));
+        }
+        assert_eq!(m.used(), 8);
+        // Producers 0..6 completed: a lookup reports only the pending ones and unlinks
+        // the rest, so the chain no longer grows with every finished writer.
+        let mut seen = vec![];
+        m.lookup_pending(&t, false, &la, |p| p.local() < 6, |p| seen.push(p.local()));
+        seen.sort();
+        assert_eq!(seen, vec![6, 7]);
+        assert_eq!(m.used(), 2);
     }
 }
