@@ -624,27 +624,54 @@ fn core_loop(sh: &ChipShared, core: &Core) {
     let busy = &core.state;
     let eng = &sh.eng;
     let mut next: Option<TaskId> = None;
+    // Idle protocol: one core at a time may spin (bounded; a yield every 32 checks so
+    // the orchestrator is not starved on small machines), the others park at once.
+    // While a core spins, pushes skip the wake-up syscall (see `Sleep`).
     let mut idle_spins = 0u32;
+    let mut spinning = false;
     loop {
         let task = match next.take() {
             Some(t) => t,
             None => {
                 busy.store(CORE_SEARCHING, SeqCst);
                 match eng.pop_ready(kind) {
-                    Some(t) => t,
+                    Some(t) => {
+                        if spinning {
+                            spinning = false;
+                            eng.end_spin(true);
+                        }
+                        t
+                    }
                     None => {
                         busy.store(CORE_IDLE, SeqCst);
                         if eng.shutdown.load(Acquire) {
+                            if spinning {
+                                eng.end_spin(false);
+                            }
                             return;
                         }
+                        if idle_spins == 0 && !spinning {
+                            spinning = eng.try_spin();
+                        }
                         idle_spins += 1;
-                        if idle_spins < 64 {
-                            std::hint::spin_loop();
-                        } else if idle_spins < 72 {
-                            std::thread::yield_now();
-                        } else {
-                            eng.park_core(kind, Duration::from_millis(100));
+                        if spinning && idle_spins < 2048 {
+                            if idle_spins % 32 == 0 {
+                                std::thread::yield_now();
+                            } else {
+                                std::hint::spin_loop();
+                            }
+                        } else if spinning {
+                            // Give up spinning; look once more (a push may have skipped
+                            // its wake-up while we spun), then park.
+                            spinning = false;
+                            eng.end_spin(false);
                             idle_spins = 0;
+                            if !eng.has_ready(kind) {
+                                eng.park_core(kind, Duration::from_millis(100));
+                            }
+                        } else {
+                            idle_spins = 0;
+                            eng.park_core(kind, Duration::from_millis(100));
                         }
                         continue;
                     }

@@ -589,6 +589,21 @@ impl EngineShared {
         self.sleep.park(|| self.has_ready(kind) || self.shutdown.load(SeqCst), timeout)
     }
 
+    /// Try to become the spinning idle core (see [`Sleep`]).
+    #[inline]
+    pub fn try_spin(&self) -> bool {
+        self.sleep.try_spin()
+    }
+
+    /// Stop spinning; if work is still queued, wake a sleeper for it.
+    #[inline]
+    pub fn end_spin(&self, found_work: bool) {
+        self.sleep.end_spin();
+        if found_work && self.queues.iter().any(|q| !q.is_empty()) {
+            self.sleep.wake();
+        }
+    }
+
     /// Wake every parked core (shutdown).
     pub fn wake_all_cores(&self) {
         self.sleep.wake_all();
@@ -611,17 +626,40 @@ impl EngineShared {
 /// Parking for idle cores. A waker that pushed work checks `sleepers` after a SeqCst
 /// fence; a sleeper registers, fences, re-checks for work under the mutex, then waits.
 /// Either the waker sees the sleeper, or the sleeper sees the work.
+///
+/// Spinners: an idle core may first spin for a while (at most one at a time), counted in
+/// `spinning`. A push skips the wake-up while a core spins: the spinner re-checks the
+/// queues after it stops spinning (stop, fence, then pop or register as a sleeper and
+/// re-check), so the pushed task is seen either way; a spinner that found work wakes a
+/// sleeper if more work is queued.
 #[derive(Default)]
 pub struct Sleep {
     sleepers: AtomicUsize,
+    spinning: AtomicUsize,
     m: Mutex<()>,
     cv: Condvar,
 }
 
 impl Sleep {
+    /// Become the (one) spinning core; false if another core already spins.
+    #[inline]
+    pub fn try_spin(&self) -> bool {
+        self.spinning.compare_exchange(0, 1, SeqCst, Relaxed).is_ok()
+    }
+
+    /// Stop spinning (before looking at the queues one last time).
+    #[inline]
+    pub fn end_spin(&self) {
+        self.spinning.fetch_sub(1, SeqCst);
+        fence(SeqCst);
+    }
+
     #[inline]
     pub fn wake(&self) {
         fence(SeqCst);
+        if self.spinning.load(Relaxed) > 0 {
+            return;
+        }
         if self.sleepers.load(Relaxed) > 0 {
             let _g = self.m.lock();
             // All: sleepers are of different core kinds, and one woken for work it
