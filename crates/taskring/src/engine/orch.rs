@@ -490,9 +490,9 @@ impl<'r> Orchestrator<'r> {
         let mut heap_bytes = 0u64;
         for group in 0..4 {
             for a in &args.tensors[..args.n_tensors] {
-                let (tag, t) = match *a {
-                    ArgTensor::Existing(tag, t) => (tag, t),
-                    ArgTensor::Spec(s) => (ArgTag::Output, s.materialize(0, TaskId::INVALID)),
+                let tag = match a {
+                    ArgTensor::Existing(tag, _) => *tag,
+                    ArgTensor::Spec(_) => ArgTag::Output,
                 };
                 let g = match tag {
                     ArgTag::Input => 0,
@@ -503,6 +503,10 @@ impl<'r> Orchestrator<'r> {
                 if g != group {
                     continue;
                 }
+                let t = match a {
+                    ArgTensor::Existing(_, t) => *t,
+                    ArgTensor::Spec(s) => s.materialize(0, TaskId::INVALID),
+                };
                 if inline_complete && tag != ArgTag::Output {
                     return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
                 }
