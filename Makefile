@@ -38,7 +38,7 @@ test-python: py-dev
 	$(VPY) -m pytest -q python/tests
 
 test-rust:
-	$(CARGO) test --locked -p taskring
+	$(CARGO) test --locked -p taskring -p taskring-cli
 
 # Model checks of the ring/completion core (loom); a separate build with --cfg loom.
 test-loom:
