@@ -93,7 +93,11 @@ def main() -> None:
             s = t.ring_sizing
             print(f"chip {t.worker} {names[t.callable]:>6}: {t.tasks:3d} tasks, {t.elapsed_s * 1e3:6.3f} ms, arena_hit={t.arena_hit}")
             print(f"    window={s.task_window} heap={s.heap} dep_pool={s.dep_pool}")
-            print(f"    sources: window={[s.source('ring_task_window', r) for r in range(4)]}")
+            src = {
+                f: "".join("CED"[("call_config", "env", "default").index(s.source(f, r))] for r in range(4))
+                for f in ("ring_task_window", "ring_heap", "ring_dep_pool")
+            }
+            print(f"    sources per ring (C=call_config, E=env, D=default): window={src['ring_task_window']} heap={src['ring_heap']} dep_pool={src['ring_dep_pool']}")
             print(f"    peak: slots={t.peak.task_window} heap={t.peak.heap} deps={t.peak.dep_pool}")
 
     err = float(np.abs(attn - reference(q, kt, v)).max())
