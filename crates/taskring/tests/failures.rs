@@ -288,6 +288,17 @@ fn misuse_is_invalid_args_naming_the_call() {
                 .map(|_| ())
             }),
         ),
+        (
+            "is not a task of this run",
+            Box::new(|o, _| {
+                // An id with junk above the ring bits is not an alias of a real task.
+                let first = noop_task(o)?;
+                submit(o, NOOP, |t| {
+                    t.dep_wait(TaskId(first.id.0 | (1 << 63)));
+                })
+                .map(|_| ())
+            }),
+        ),
         ("no scope is open", Box::new(|o, _| o.end_scope())),
         (
             "at most 16 tensors",

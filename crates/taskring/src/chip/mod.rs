@@ -392,9 +392,12 @@ impl ChipWorker {
             *sh.trace_t0.lock() = Some(Instant::now());
         }
         sh.trace.store(tracing, SeqCst);
-        // Queues are empty here (drained when the previous run ended, after its cores
-        // went idle); publish the arena before lifting the previous run's fatal flag.
+        // Queues were drained when the previous run ended, after its cores went idle;
+        // a core may still have popped a stale task just before that drain — it drops
+        // it when it sees the fatal flag, which is still up. Wait for that, then
+        // publish the arena, then lift the flag.
         sh.eng.drain_queues();
+        wait_cores_idle(sh, self.scheduler_timeout);
         sh.arena.store(&arena.shared as *const ArenaShared as *mut ArenaShared, Release);
         *sh.eng.failure.lock() = None;
         sh.eng.fatal.store(false, SeqCst);
@@ -444,10 +447,15 @@ impl ChipWorker {
         if let Some(h) = blocking_hook {
             h(true);
         }
-        wait_cores_idle(sh);
+        let idle = wait_cores_idle(sh, self.scheduler_timeout);
         if let Some(h) = blocking_hook {
             h(false);
         }
+        if !idle {
+            // A kernel of the failed run never returned: give up on its core.
+            self.replace_stuck_cores();
+        }
+        let sh = &*self.shared;
         // No core holds a task: nothing can be pushed any more; drop what an aborted run
         // left queued, so no stale task meets the next run's arena.
         sh.eng.drain_queues();
@@ -599,10 +607,15 @@ fn classify_stall(sh: &ChipShared, a: &ArenaShared, timeout: Duration, submitted
     )
 }
 
-/// Wait until no core holds a task of the run (they finish within a kernel's time).
-fn wait_cores_idle(sh: &ChipShared) {
+/// Wait until no core holds a task of the run (they finish within a kernel's time), at
+/// most `limit`; false if a core still holds one then.
+fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
     let mut spins = 0u32;
+    let t0 = Instant::now();
     while sh.cores.read().iter().any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE) {
+        if spins % 1024 == 0 && t0.elapsed() >= limit {
+            return false;
+        }
         spins += 1;
         if spins < 100 {
             std::hint::spin_loop();
@@ -612,6 +625,7 @@ fn wait_cores_idle(sh: &ChipShared) {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+    true
 }
 
 #[inline]
@@ -630,6 +644,13 @@ fn core_loop(sh: &ChipShared, core: &Core) {
     let mut idle_spins = 0u32;
     let mut spinning = false;
     loop {
+        if core.abandoned.load(Relaxed) {
+            // Given up on (a replacement core runs in its place): touch nothing more.
+            if spinning {
+                eng.end_spin(false);
+            }
+            return;
+        }
         let task = match next.take() {
             Some(t) => t,
             None => {
@@ -651,7 +672,7 @@ fn core_loop(sh: &ChipShared, core: &Core) {
                             return;
                         }
                         if idle_spins == 0 && !spinning {
-                            spinning = eng.try_spin();
+                            spinning = eng.try_spin(kind);
                         }
                         idle_spins += 1;
                         if spinning && idle_spins < 2048 {
@@ -666,6 +687,10 @@ fn core_loop(sh: &ChipShared, core: &Core) {
                             spinning = false;
                             eng.end_spin(false);
                             idle_spins = 0;
+                            // Work of a kind we cannot run may have skipped its wake-up.
+                            if eng.ready_len() > 0 {
+                                eng.wake_cores();
+                            }
                             if !eng.has_ready(kind) {
                                 eng.park_core(kind, Duration::from_millis(100));
                             }

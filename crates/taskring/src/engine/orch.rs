@@ -538,7 +538,7 @@ impl<'r> Orchestrator<'r> {
             }
         }
         for &(d, _) in &args.deps[..args.n_deps] {
-            if !d.is_valid() || d.ring() > 3 || d.local() >= self.st.rings[d.ring()].next {
+            if !d.is_valid() || (d.0 >> 32) > 3 || d.local() >= self.st.rings[d.ring()].next {
                 return Err(self.fail(RuntimeFailure::invalid_args(
                     Some(ring),
                     format!("{what}: explicit dependency {d:?} is not a task of this run"),
@@ -772,7 +772,7 @@ impl<'r> Orchestrator<'r> {
 
     fn check_owner_live(&self, owner: TaskId) -> Result<(), String> {
         let r = owner.ring();
-        if r > 3 || owner.local() >= self.st.rings[r].next {
+        if (owner.0 >> 32) > 3 || owner.local() >= self.st.rings[r].next {
             return Err(format!("its producer {owner:?} is not a task of this run"));
         }
         let s = self.sh.slot(owner);
@@ -793,8 +793,12 @@ impl<'r> Orchestrator<'r> {
         self.st.fanin.clear();
         self.st.epoch = self.st.epoch.wrapping_add(1);
         if self.st.epoch == 0 {
+            // Once every 2^32 submits: forget every de-duplication mark (only those:
+            // the slots' heap and pool marks of live tasks must stay).
             for r in &mut self.st.rings {
-                r.slots.discard();
+                for os in r.slots.iter_mut() {
+                    os.seen_epoch = 0;
+                }
             }
             self.st.epoch = 1;
         }
@@ -940,13 +944,14 @@ impl<'r> Orchestrator<'r> {
             Blocked::Spill => (r.spill.used(), r.spill.used() + need),
             Blocked::Tensormap => (self.st.tensormap.used() as u64, self.st.tensormap.used() as u64 + need),
         };
-        let usage = format!(
-            "ring {ring}: {live} live tasks of window {}, heap {} of {} bytes in use, {resource_name} {in_use} of {configured} in use, {need} more needed",
-            self.sizing.task_window[ring],
-            r.heap.used(),
-            self.sizing.heap[ring],
-            resource_name = resource.name(),
-        );
+        let (window, heap_used, heap_size) = (self.sizing.task_window[ring], r.heap.used(), self.sizing.heap[ring]);
+        // Built only when a failure is reported (this runs on every back-pressure wait).
+        let usage = || {
+            format!(
+                "ring {ring}: {live} live tasks of window {window}, heap {heap_used} of {heap_size} bytes in use, {resource_name} {in_use} of {configured} in use, {need} more needed",
+                resource_name = resource.name(),
+            )
+        };
         if !matches!(blocked, Blocked::Tensormap) {
             if let Some(head) = self.head_pinned(ring) {
                 return Err(self.fail(RuntimeFailure::capacity(
@@ -956,7 +961,8 @@ impl<'r> Orchestrator<'r> {
                     configured,
                     Some(needed),
                     format!(
-                        "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({usage}); {} of at least {needed} would be needed",
+                        "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({}); {} of at least {needed} would be needed",
+                        usage(),
                         resource.name()
                     ),
                 )));
@@ -969,14 +975,16 @@ impl<'r> Orchestrator<'r> {
                 resource,
                 configured,
                 None,
-                format!("{what}: no reclaim progress for ~{} ms ({usage})", self.policy.backstop.as_millis()),
+                format!("{what}: no reclaim progress for ~{} ms ({})", self.policy.backstop.as_millis(), usage()),
             )));
         }
-        // Wait for the watermark to move (or anything to fail).
-        let seen = self.st.rings[ring].seen_la;
-        let lar = &self.sh.rings[ring].last_alive;
+        // Wait for a watermark to move (or anything to fail): the ring's own, or, for
+        // the tensormap (whose entries belong to producers of every ring), any ring's.
+        let seen: [u32; 4] = if matches!(blocked, Blocked::Tensormap) { self.watermarks() } else { [self.st.rings[ring].seen_la; 4] };
+        let rings: &[usize] = if matches!(blocked, Blocked::Tensormap) { &[0, 1, 2, 3] } else { std::slice::from_ref(&ring) };
+        let sh = self.sh;
         let eng = self.eng;
-        let moved = || lar.load(Acquire) != seen || eng.fatal.load(Acquire);
+        let moved = || eng.fatal.load(Acquire) || rings.iter().any(|&r| sh.rings[r].last_alive.load(Acquire) != seen[if rings.len() == 1 { 0 } else { r }]);
         for i in 0..64 {
             if moved() {
                 return Ok(());

@@ -540,7 +540,13 @@ impl EngineShared {
     /// Make `id` available to a core of `kind`.
     #[inline]
     pub fn push_ready(&self, id: TaskId, kind: CoreKind) {
-        self.queues[queue_index(kind)].push(id.0);
+        let q = queue_index(kind);
+        self.queues[q].push(id.0);
+        self.sleep.wake_for(q);
+    }
+
+    /// Wake parked cores (work may be queued that a spinner cannot take).
+    pub fn wake_cores(&self) {
         self.sleep.wake();
     }
 
@@ -591,8 +597,8 @@ impl EngineShared {
 
     /// Try to become the spinning idle core (see [`Sleep`]).
     #[inline]
-    pub fn try_spin(&self) -> bool {
-        self.sleep.try_spin()
+    pub fn try_spin(&self, kind: CoreKind) -> bool {
+        self.sleep.try_spin(queue_index(kind))
     }
 
     /// Stop spinning; if work is still queued, wake a sleeper for it.
@@ -636,15 +642,23 @@ impl EngineShared {
 pub struct Sleep {
     sleepers: AtomicUsize,
     spinning: AtomicUsize,
+    /// Queue index (core kind) of the spinning core: pushes it cannot take still wake.
+    spinner_kind: AtomicUsize,
     m: Mutex<()>,
     cv: Condvar,
 }
 
 impl Sleep {
-    /// Become the (one) spinning core; false if another core already spins.
+    /// Become the (one) spinning core, of queue index `kind`; false if another core
+    /// already spins.
     #[inline]
-    pub fn try_spin(&self) -> bool {
-        self.spinning.compare_exchange(0, 1, SeqCst, Relaxed).is_ok()
+    pub fn try_spin(&self, kind: usize) -> bool {
+        if self.spinning.compare_exchange(0, 1, SeqCst, Relaxed).is_ok() {
+            self.spinner_kind.store(kind, SeqCst);
+            true
+        } else {
+            false
+        }
     }
 
     /// Stop spinning (before looking at the queues one last time).
@@ -654,12 +668,27 @@ impl Sleep {
         fence(SeqCst);
     }
 
+    /// Wake for a task of queue index `kind` (see the type doc).
+    #[inline]
+    pub fn wake_for(&self, kind: usize) {
+        fence(SeqCst);
+        if self.spinning.load(Relaxed) > 0 {
+            let sk = self.spinner_kind.load(Relaxed);
+            if sk == 2 || kind == 2 || sk == kind {
+                return;
+            }
+        }
+        self.wake_sleepers();
+    }
+
     #[inline]
     pub fn wake(&self) {
         fence(SeqCst);
-        if self.spinning.load(Relaxed) > 0 {
-            return;
-        }
+        self.wake_sleepers();
+    }
+
+    #[inline]
+    fn wake_sleepers(&self) {
         if self.sleepers.load(Relaxed) > 0 {
             let _g = self.m.lock();
             // All: sleepers are of different core kinds, and one woken for work it

@@ -21,7 +21,8 @@
 //!    process that dies is noticed within a wait slice (50 ms) and reported with its
 //!    exit status; the other chips keep working.
 //! 4. [`Node::close`] (or drop) asks every chip to exit, reaps it (SIGKILL after a grace
-//!    period), and unmaps the mailboxes.
+//!    period), and unmaps the mailboxes. A chip process whose host dies notices it
+//!    (its parent changes) within half a second and exits.
 
 pub mod frame;
 pub mod mailbox;
@@ -624,7 +625,13 @@ impl Node {
         let host_pid = std::process::id() as i32;
         let mut chips: Vec<Chip> = Vec::with_capacity(opts.device_ids.len());
         for worker in 0..opts.device_ids.len() {
-            let mb = Arc::new(Mailbox::new().map_err(|e| NodeError::Config(format!("mailbox: {e}")))?);
+            let mb = match Mailbox::new() {
+                Ok(m) => Arc::new(m),
+                Err(e) => {
+                    shutdown_chips(&chips);
+                    return Err(NodeError::Config(format!("mailbox: {e}")));
+                }
+            };
             let ctx = ChipContext { host_pid, in_process: !opts.chip_processes, opts: opts.clone(), callables: callables.clone() };
             let (pid, thread) = if opts.chip_processes {
                 hooks.before();
@@ -633,8 +640,9 @@ impl Node {
                 let pid = unsafe { libc::fork() };
                 if pid == 0 {
                     hooks.after_child();
+                    // No PR_SET_PDEATHSIG: it fires when the forking *thread* exits, not
+                    // the host process. The chip polls getppid() between requests.
                     unsafe {
-                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                         if libc::getppid() != host_pid {
                             libc::_exit(1);
                         }
@@ -651,12 +659,15 @@ impl Node {
                 (pid, None)
             } else {
                 let m = mb.clone();
-                let t = std::thread::Builder::new()
-                    .name(format!("taskring-chip{worker}"))
-                    .spawn(move || {
-                        chip_main(ctx, &m);
-                    })
-                    .map_err(|e| NodeError::Config(format!("chip thread: {e}")))?;
+                let t = match std::thread::Builder::new().name(format!("taskring-chip{worker}")).spawn(move || {
+                    chip_main(ctx, &m);
+                }) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        shutdown_chips(&chips);
+                        return Err(NodeError::Config(format!("chip thread: {e}")));
+                    }
+                };
                 (host_pid, Some(t))
             };
             chips.push(Chip { worker, pid, mailbox: mb, seq: Mutex::new(0), dead: Mutex::new(None), thread: Mutex::new(thread) });
@@ -695,6 +706,10 @@ impl Node {
             aic_cores: Some(0),
             arena_cache_slots: opts.arena_cache_slots,
             shared_heaps: true,
+            // One node task is a whole L2 dispatch: no L2-sized timeouts here (a dead
+            // chip is caught by waitpid; a chip's own hangs by the chip's timeouts).
+            backstop: Duration::from_secs(365 * 24 * 3600),
+            scheduler_timeout: Duration::from_secs(365 * 24 * 3600),
             ..ChipOptions::default()
         }) {
             Ok(e) => e,
@@ -774,8 +789,10 @@ impl Node {
             return;
         }
         self.closed = true;
-        self.engine = None;
+        // Chips first: an in-flight round trip then returns at once (the chip is dead),
+        // so the node's cores can be joined.
         shutdown_chips(&self.shared.chips);
+        self.engine = None;
     }
 }
 
