@@ -1077,3 +1077,33 @@ def test_shared_array():
     out = taskring.shared_array((2, 8), "float32")
     taskring.run(vector_add, a, b, out)
     np.testing.assert_array_equal(out, 6)
+
+
+def test_tensor_handles_do_not_outlive_their_run():
+    """A Tensor handle kept past its run is refused (its memory belongs to that run)."""
+    kept = []
+
+    @taskring.program(signature=[taskring.IN, taskring.OUT])
+    def keep(rt, x, out):
+        t = rt.submit(taskring.kernels.copy, inputs=[x], outputs=[rt.spec(x.shape, x.dtype)]).outputs[0]
+        kept.append(t)
+        kept.append(x)
+        rt.submit(taskring.kernels.copy, inputs=[t], outputs=[out])
+
+    @taskring.program(signature=[taskring.IN, taskring.OUT])
+    def reuse(rt, x, out):
+        rt.submit(taskring.kernels.copy, inputs=[kept[0]], outputs=[out])
+
+    @taskring.program(signature=[taskring.IN, taskring.OUT])
+    def reuse_param(rt, x, out):
+        rt.submit(taskring.kernels.copy, inputs=[kept[1]], outputs=[out])
+
+    x = np.arange(8, dtype=np.float32)
+    out = np.zeros_like(x)
+    with taskring.ChipWorker() as w:
+        w.run(keep, x, out)
+        assert np.array_equal(out, x)
+        for prog in (reuse, reuse_param):
+            with pytest.raises(ValueError, match="belongs to another run"):
+                w.run(prog, x, out)
+        w.run(keep, x, out)  # still usable

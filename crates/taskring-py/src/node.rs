@@ -122,6 +122,7 @@ impl PyNodeRunReport {
 #[pyclass(module = "taskring", name = "NodeOrchestrator")]
 pub struct PyNodeOrchestrator {
     ptr: crate::runtime::RunPtr<NodeOrchestrator<'static, 'static>>,
+    run: u64,
     /// Owner worker of device tensors (`alloc_tensor`), by data address.
     owners: Py<PyAny>,
 }
@@ -132,7 +133,7 @@ impl PyNodeOrchestrator {
     }
 }
 
-fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owners: &Bound<'_, PyAny>) -> PyResult<NodeArg> {
+fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owners: &Bound<'_, PyAny>, run: u64) -> PyResult<NodeArg> {
     if a.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!("argument {i}: bool is not a valid scalar")));
     }
@@ -143,6 +144,9 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
         return Ok(NodeArg::Float(a.extract()?));
     }
     if let Ok(t) = a.extract::<PyRef<'_, PyTensor>>() {
+        if t.run != run {
+            return Err(crate::runtime::stale_tensor(&format!("argument {i}")));
+        }
         return Ok(NodeArg::Tensor(t.t));
     }
     let arr = a.cast::<PyUntypedArray>().map_err(|_| {
@@ -218,7 +222,7 @@ impl PyNodeOrchestrator {
         let owners = self.owners.bind(py);
         let mut list = vec![];
         for (i, a) in args.try_iter()?.enumerate() {
-            list.push(node_arg(py, i, &a?, worker, owners)?);
+            list.push(node_arg(py, i, &a?, worker, owners, self.run)?);
         }
         self.with(|o| o.submit_next_level(handle, &list, &cfg, worker).map(|id| id.0).map_err(|f| failure_err(py, &f)))?
     }
@@ -236,7 +240,8 @@ impl PyNodeOrchestrator {
     /// An allocation in the node's shared memory, alive until the current scope ends.
     fn alloc(&self, py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let s = PySpec::new(shape, dtype)?;
-        self.with(|o| o.alloc(s.s).map(|r| PyTensor { t: r.output(0) }).map_err(|f| failure_err(py, &f)))?
+        let run = self.run;
+        self.with(|o| o.alloc(s.s).map(|r| PyTensor { t: r.output(0), run }).map_err(|f| failure_err(py, &f)))?
     }
 
     #[getter]
@@ -409,7 +414,11 @@ impl PyNode {
                         *pend.lock().unwrap() = Some(e);
                         taskring::RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
                     };
-                    let po = Py::new(py, PyNodeOrchestrator { ptr: crate::runtime::RunPtr::new(), owners: owners.clone_ref(py) }).map_err(keep)?;
+                    let po = Py::new(py, PyNodeOrchestrator {
+                            ptr: crate::runtime::RunPtr::new(),
+                            run: crate::runtime::RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                            owners: owners.clone_ref(py),
+                        }).map_err(keep)?;
                     po.borrow(py).ptr.set(o as *mut NodeOrchestrator<'_, '_> as *mut NodeOrchestrator<'static, 'static>);
                     let r = orch.call1(py, (po.clone_ref(py),));
                     po.borrow(py).ptr.set(std::ptr::null_mut());

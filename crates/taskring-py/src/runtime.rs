@@ -88,6 +88,19 @@ fn parse_shape(v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
 #[derive(Clone)]
 pub struct PyTensor {
     pub t: Tensor,
+    /// The run the handle belongs to: a handle kept past its run would point at memory
+    /// that run no longer owns, so the orchestrators refuse it.
+    pub run: u64,
+}
+
+/// Ids of Python-driven runs (L2 orchestrations and L3 node runs).
+pub static RUN_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The error for a tensor handle used outside its run.
+pub fn stale_tensor(what: &str) -> PyErr {
+    PyValueError::new_err(format!(
+        "{what}: this Tensor handle belongs to another run; handles are valid only inside the orchestration that received or made them"
+    ))
 }
 
 #[pymethods]
@@ -123,7 +136,7 @@ impl PyTensor {
     fn view(&self, shape: &Bound<'_, PyAny>, offset: u64, strides: Option<Vec<u32>>) -> PyResult<PyTensor> {
         let shape = parse_shape(shape)?;
         let t = self.t.view(&shape, offset, strides.as_deref()).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok(PyTensor { t })
+        Ok(PyTensor { t, run: self.run })
     }
     /// Row slicing `t[i:j]` (step 1) or one row `t[i]` (keeps the dimension).
     fn __getitem__(&self, idx: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
@@ -144,7 +157,7 @@ impl PyTensor {
             return Err(PyValueError::new_err(format!("row slice {start}:{end} is out of range for {rows} rows")));
         }
         let t = self.t.rows_slice(start as u64, end as u64).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok(PyTensor { t })
+        Ok(PyTensor { t, run: self.run })
     }
     fn __repr__(&self) -> String {
         format!("Tensor(shape={:?}, dtype={}, offset={})", self.t.shape(), self.t.dtype.name(), self.t.offset)
@@ -374,7 +387,7 @@ impl PyTask {
 #[pyclass(module = "taskring", name = "TaskArgs")]
 #[derive(Default)]
 pub struct PyTaskArgs {
-    items: Vec<(ArgTag, Option<Tensor>, Option<TensorSpec>)>,
+    items: Vec<(ArgTag, Option<(Tensor, u64)>, Option<TensorSpec>)>,
     scalars: Vec<(u64, bool)>,
     deps: Vec<u64>,
     tensor_after_scalar: bool,
@@ -398,7 +411,7 @@ impl PyTaskArgs {
             self.items.push((tag, None, Some(s.s)));
         } else {
             let t = value.extract::<PyRef<'_, PyTensor>>().map_err(|_| PyTypeError::new_err(format!("a {} argument must be a taskring Tensor", tag.name())))?;
-            self.items.push((tag, Some(t.t), None));
+            self.items.push((tag, Some((t.t, t.run)), None));
         }
         Ok(())
     }
@@ -446,6 +459,7 @@ fn scalar_of(v: &Bound<'_, PyAny>) -> PyResult<(u64, bool)> {
 #[pyclass(module = "taskring", name = "Orchestrator")]
 pub struct PyOrchestrator {
     ptr: RunPtr<Orchestrator<'static>>,
+    run: u64,
 }
 
 /// A pointer to a run's orchestrator: set only while the orchestration call is on the
@@ -489,7 +503,7 @@ impl PyOrchestrator {
     }
 }
 
-fn tensors_of(v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<Tensor>> {
+fn tensors_of(v: Option<&Bound<'_, PyAny>>, what: &str, run: u64) -> PyResult<Vec<Tensor>> {
     let Some(v) = v else { return Ok(vec![]) };
     let mut out = vec![];
     for (i, it) in v.try_iter()?.enumerate() {
@@ -497,14 +511,18 @@ fn tensors_of(v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<Tensor>>
         let t = it
             .extract::<PyRef<'_, PyTensor>>()
             .map_err(|_| PyTypeError::new_err(format!("{what}[{i}] must be a taskring Tensor, got {}", it.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+        if t.run != run {
+            return Err(stale_tensor(&format!("{what}[{i}]")));
+        }
         out.push(t.t);
     }
     Ok(out)
 }
 
-fn submit_built(py: Python<'_>, o: &mut Orchestrator<'static>, kernel: KernelRef, a: &TaskArgs) -> PyResult<PyTask> {
+fn submit_built(py: Python<'_>, o: &mut Orchestrator<'static>, kernel: KernelRef, a: &TaskArgs, o_run: u64) -> PyResult<PyTask> {
     let r = o.submit(kernel, a).map_err(|f| failure_err(py, &f))?;
-    let outs: Vec<PyTensor> = r.outputs().iter().map(|&t| PyTensor { t }).collect();
+    let run = o_run;
+    let outs: Vec<PyTensor> = r.outputs().iter().map(|&t| PyTensor { t, run }).collect();
     Ok(PyTask { id: r.id.0, outputs: PyList::new(py, outs)?.unbind() })
 }
 
@@ -526,10 +544,10 @@ impl PyOrchestrator {
         deps: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTask> {
         let mut a = TaskArgs::new();
-        for t in tensors_of(inputs, "inputs")? {
+        for t in tensors_of(inputs, "inputs", self.run)? {
             a.input(t);
         }
-        for t in tensors_of(inouts, "inouts")? {
+        for t in tensors_of(inouts, "inouts", self.run)? {
             a.inout(t);
         }
         if let Some(outs) = outputs {
@@ -538,6 +556,9 @@ impl PyOrchestrator {
                 if let Ok(s) = it.extract::<PyRef<'_, PySpec>>() {
                     a.output(s.s);
                 } else if let Ok(t) = it.extract::<PyRef<'_, PyTensor>>() {
+                    if t.run != self.run {
+                        return Err(stale_tensor(&format!("outputs[{i}]")));
+                    }
                     a.output_existing(t.t);
                 } else {
                     return Err(PyTypeError::new_err(format!(
@@ -547,7 +568,7 @@ impl PyOrchestrator {
                 }
             }
         }
-        for t in tensors_of(no_dep, "no_dep")? {
+        for t in tensors_of(no_dep, "no_dep", self.run)? {
             a.no_dep(t);
         }
         if let Some(sc) = scalars {
@@ -564,16 +585,20 @@ impl PyOrchestrator {
             }
         }
         let k = kernel.k;
-        self.with(|o| submit_built(py, o, k, &a))?
+        let run = self.run;
+        self.with(|o| submit_built(py, o, k, &a, run))?
     }
 
     /// Submit with tagged `TaskArgs` (tensors reach the kernel in insertion order
     /// within each tag group: inputs, inouts, outputs, no_dep).
     fn submit_args(&self, py: Python<'_>, kernel: PyRef<'_, PyKernel>, args: PyRef<'_, PyTaskArgs>) -> PyResult<PyTask> {
         let mut a = TaskArgs::new();
-        for (tag, t, s) in &args.items {
+        for (i, (tag, t, s)) in args.items.iter().enumerate() {
             match (t, s) {
-                (Some(t), _) => {
+                (Some((t, run)), _) => {
+                    if *run != self.run {
+                        return Err(stale_tensor(&format!("TaskArgs entry {i}")));
+                    }
                     a.tensor(*tag, *t);
                 }
                 (None, Some(s)) => {
@@ -594,7 +619,8 @@ impl PyOrchestrator {
             a.dep(TaskId(d));
         }
         let k = kernel.k;
-        self.with(|o| submit_built(py, o, k, &a))?
+        let run = self.run;
+        self.with(|o| submit_built(py, o, k, &a, run))?
     }
 
     /// A dependency-only task (barrier).
@@ -619,7 +645,7 @@ impl PyOrchestrator {
         let s = PySpec::new(shape, dtype)?;
         self.with(|o| -> PyResult<PyTensor> {
             let r = o.alloc(&[s.s]).map_err(|f| failure_err(py, &f))?;
-            Ok(PyTensor { t: r.output(0) })
+            Ok(PyTensor { t: r.output(0), run: self.run })
         })?
     }
 
@@ -828,12 +854,13 @@ pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, std::sync::Arc<P
                 *pending_ref.lock().unwrap() = Some(e);
                 RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
             };
-            let rt = Py::new(py, PyOrchestrator { ptr: RunPtr::new() }).map_err(|e| keep(e, "could not create the orchestrator"))?;
+            let run = RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let rt = Py::new(py, PyOrchestrator { ptr: RunPtr::new(), run }).map_err(|e| keep(e, "could not create the orchestrator"))?;
             rt.borrow(py).ptr.set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
             let mut call_args: Vec<Bound<'_, PyAny>> = vec![rt.clone_ref(py).into_bound(py).into_any()];
             for a in args {
                 let v = match a {
-                    Arg::Tensor(t) => Bound::new(py, PyTensor { t: t.tensor() }).map(|b| b.into_any()),
+                    Arg::Tensor(t) => Bound::new(py, PyTensor { t: t.tensor(), run }).map(|b| b.into_any()),
                     Arg::Scalar(Scalar::F64(x)) => Ok(PyFloat::new(py, *x).into_any()),
                     Arg::Scalar(Scalar::I64(x)) => Ok(x.into_pyobject(py).expect("int conversion is infallible").into_any()),
                 };
