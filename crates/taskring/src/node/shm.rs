@@ -138,6 +138,22 @@ impl RegionMap {
             return Ok(b);
         }
         let fd = id as u32 as i32;
+        // A new region on an fd number seen before: the host closed the old region
+        // (fd numbers are reused only after close), so its mapping can go — this keeps a
+        // chip's mappings bounded by the host's open regions.
+        let stale: Vec<u64> = self.cache.keys().copied().filter(|&k| k as u32 as i32 == fd && k != id).collect();
+        for k in stale {
+            if let Some((b, l)) = self.cache.remove(&k) {
+                if let Some(i) = self.owned.iter().position(|&(p, _)| p == b) {
+                    self.owned.swap_remove(i);
+                    // safety: a mapping this map created, no longer referenced by any
+                    // task (its region was closed by the host before the fd was reused).
+                    unsafe {
+                        libc::munmap(b as *mut libc::c_void, l as usize);
+                    }
+                }
+            }
+        }
         let path = format!("/proc/{}/fd/{}\0", self.host_pid, fd);
         // safety: plain syscalls with checked results; the mapping is recorded and
         // unmapped when the map is dropped.
@@ -198,5 +214,13 @@ mod tests {
         drop(b);
         assert_eq!(locate(base, 1), None);
         assert!(RegionMap::new(std::process::id() as i32, true).resolve(id, 1).is_err());
+        // A new region reusing the fd number replaces the old mapping.
+        let b2 = SharedBuffer::new(4096).unwrap();
+        if b2.id() as u32 == id as u32 {
+            let before = m.owned.len();
+            m.resolve(b2.id(), 4096).unwrap();
+            assert_eq!(m.owned.len(), before);
+            assert!(!m.cache.contains_key(&id));
+        }
     }
 }
