@@ -5,8 +5,12 @@
 //!   `runtime_env` and as `PTO2_RING_*` lines.
 //! - `taskring bench <b2|b3|b4|b5|b6|all> [--reps N] [--threads T] [--quick] [--json]`:
 //!   the benchmarks of BENCHMARKS.md (see `bench` and docs/performance.md).
+//! - `taskring taskbench -steps N -width N -type PATTERN -kernel KERNEL ...`: a Task
+//!   Bench-compatible driver (B1; `benches/taskbench/metg.py` sweeps it against an
+//!   OpenMP baseline).
 
 mod bench;
+mod taskbench;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -54,6 +58,11 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Task Bench's single-dash flags are parsed by the driver itself, not by clap.
+    let mut argv = std::env::args();
+    if argv.nth(1).as_deref() == Some("taskbench") {
+        return taskbench::main(argv.collect());
+    }
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Bench { names, reps, threads, quick, json, out_dir } => {

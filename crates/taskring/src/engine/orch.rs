@@ -606,6 +606,9 @@ impl<'r> Orchestrator<'r> {
                 self.add_fanin(d, flags);
             }
         }
+        // Overlapping writers found already completed (dropped from the tensormap): no
+        // edge, but they count in the fanin demand like upstream's claimed producers.
+        let mut finished_producers = 0usize;
         let manual = frame.manual || self.in_manual_scope();
         if !manual {
             for i in 0..n {
@@ -618,7 +621,8 @@ impl<'r> Orchestrator<'r> {
                     let st = &mut *self.st;
                     let (tm, fanin, rings, epoch) = (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
                     let sh = self.sh;
-                    tm.lookup_pending(&t, remove, &la, |p| sh.is_completed(p), |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT));
+                    let done_edges = &mut finished_producers;
+                    tm.lookup_pending(&t, remove, &la, |p| sh.is_completed(p), |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT), |_| *done_edges += 1);
                 }
             }
         }
@@ -687,7 +691,7 @@ impl<'r> Orchestrator<'r> {
         // 6. fanin record + dependency nodes. The spill demand counts every live
         //    producer (as upstream's fanin list does), so whether it fits does not
         //    depend on how fast producers happen to complete.
-        let spill_need = live_edges.saturating_sub(FANIN_INLINE) as u64;
+        let spill_need = (live_edges + finished_producers).saturating_sub(FANIN_INLINE) as u64;
         let spill_start = if spill_need > 0 { self.reserve_pool(ring, spill_need, Blocked::Spill, what)? } else { 0 };
         // Nodes are reserved for every claimed WAIT edge, not only for producers still
         // running at claim time: the pool demand of a program then does not depend on

@@ -199,13 +199,16 @@ impl TensorMap {
     /// Call `f(producer)` for every live entry of `probe`'s buffer that overlaps it; when
     /// `remove_covered`, entries the probe covers are removed (an INOUT supersedes them).
     pub fn lookup(&mut self, probe: &Tensor, remove_covered: bool, last_alive: &[u32; 4], f: impl FnMut(TaskId)) {
-        self.lookup_pending(probe, remove_covered, last_alive, |_| false, f)
+        self.lookup_pending(probe, remove_covered, last_alive, |_| false, f, |_| {})
     }
 
     /// As [`TensorMap::lookup`], also dropping entries whose producer `done` says has
     /// completed: an edge to it would only be skipped (tensormap edges are WAIT-only),
     /// and keeping it would make every later lookup on the buffer walk past it — the
     /// chain of a buffer written view by view would grow with every task of the scope.
+    /// A dropped entry that overlaps the probe is reported to `on_done` (the caller
+    /// still counts it in the task's fanin demand, which then does not depend on how
+    /// fast producers complete).
     pub fn lookup_pending(
         &mut self,
         probe: &Tensor,
@@ -213,6 +216,7 @@ impl TensorMap {
         last_alive: &[u32; 4],
         done: impl Fn(TaskId) -> bool,
         mut f: impl FnMut(TaskId),
+        mut on_done: impl FnMut(TaskId),
     ) {
         let b = Self::bucket_of(probe.addr);
         let mut prev = NIL;
@@ -222,8 +226,13 @@ impl TensorMap {
             let next = e.next;
             let mut unlink = false;
             if e.tensor.addr == probe.addr {
-                if !alive(e.producer, last_alive) || done(e.producer) {
+                if !alive(e.producer, last_alive) {
                     unlink = true;
+                } else if done(e.producer) {
+                    unlink = true;
+                    if check_overlap(probe, &e.tensor) != Overlap::None {
+                        on_done(e.producer);
+                    }
                 } else {
                     match check_overlap(probe, &e.tensor) {
                         Overlap::None => {}
@@ -388,9 +397,11 @@ mod tests {
         // Producers 0..6 completed: a lookup reports only the pending ones and unlinks
         // the rest, so the chain no longer grows with every finished writer.
         let mut seen = vec![];
-        m.lookup_pending(&t, false, &la, |p| p.local() < 6, |p| seen.push(p.local()));
+        let mut dropped = 0;
+        m.lookup_pending(&t, false, &la, |p| p.local() < 6, |p| seen.push(p.local()), |_| dropped += 1);
         seen.sort();
         assert_eq!(seen, vec![6, 7]);
+        assert_eq!(dropped, 6);
         assert_eq!(m.used(), 2);
     }
 }
