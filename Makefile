@@ -25,7 +25,6 @@ test: test-rust test-loom test-python
 # by maturin into it (release mode), then pytest.
 $(VENV)/.ready: python/requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -r python/requirements-dev.txt
 	touch $@
 
