@@ -287,31 +287,20 @@ impl RingShared {
     }
 
     /// Advance `last_alive` over the consumed prefix. Returns true if it moved.
-    ///
-    /// Pairs with [`ArenaShared::check_consumed`], which only calls this when the slot it
-    /// consumed is the head: after publishing a new watermark the advancer fences and
-    /// re-checks the new head, while a consumer fences after its CONSUMED store and then
-    /// reads the watermark — so either the advancer sees the consumed head, or the
-    /// consumer sees that its slot became the head and advances itself. No advance is
-    /// lost, and consumers of non-head slots never touch the mutex.
     pub fn advance(&self) -> bool {
         let _g = self.advance.lock();
         let start = self.last_alive.load(Relaxed);
+        let cur = self.current.load(Acquire);
         let mut la = start;
-        loop {
-            let cur = self.current.load(Acquire);
-            while la < cur && self.slot(la).state.load(Acquire) == CONSUMED {
-                la += 1;
-            }
-            if la != self.last_alive.load(Relaxed) {
-                self.last_alive.store(la, SeqCst);
-            }
-            fence(SeqCst);
-            if !(la < cur && self.slot(la).state.load(SeqCst) == CONSUMED) {
-                break;
-            }
+        while la < cur && self.slot(la).state.load(Acquire) == CONSUMED {
+            la += 1;
         }
-        la != start
+        if la != start {
+            self.last_alive.store(la, Release);
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -406,13 +395,8 @@ impl ArenaShared {
         s.lock();
         let consumed = s.try_consume_locked();
         s.unlock();
-        if consumed {
-            // Only the head's consumer advances (see `RingShared::advance`).
-            fence(SeqCst);
-            let ring = &self.rings[id.ring()];
-            if ring.last_alive.load(SeqCst) == id.local() && ring.advance() {
-                eng.progress.notify();
-            }
+        if consumed && self.rings[id.ring()].advance() {
+            eng.progress.notify();
         }
     }
 
