@@ -36,6 +36,8 @@ def main() -> int:
     machines = set()
     for p in docs:
         doc = json.loads(p.read_text())
+        if "cases" not in doc:  # B1 (metg.py) writes its own summary format
+            continue
         m = doc["machine"]
         machines.add(f"nproc={m['nproc']}, {m['cpu_model']}, kernel {m['kernel']}")
         for c in doc["cases"]:
