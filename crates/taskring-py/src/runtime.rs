@@ -299,14 +299,6 @@ impl Kernel for PythonKernel {
     fn core(&self) -> CoreKind {
         self.core
     }
-    fn check(&self, _t: &[Tensor], _n: usize, _s: &[u64]) -> Result<(), String> {
-        Ok(())
-    }
-    fn run(&self, call: &KernelCall<'_>) {
-        if let Err(e) = self.try_run(call) {
-            panic!("{e}");
-        }
-    }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         Python::attach(|py| {
             let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(call.tensors.len() + call.scalars.len());

@@ -87,12 +87,20 @@ pub trait Kernel: Send + Sync + 'static {
     fn core(&self) -> CoreKind {
         CoreKind::Any
     }
-    /// Validate the arguments at submit. `n_inputs` tensors are read-only.
-    fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String>;
-    /// Run on a core thread.
-    fn run(&self, call: &KernelCall<'_>);
+    /// Validate the arguments at submit. `n_inputs` tensors are read-only. The default
+    /// accepts anything.
+    fn check(&self, _tensors: &[Tensor], _n_inputs: usize, _scalars: &[u64]) -> Result<(), String> {
+        Ok(())
+    }
+    /// Run on a core thread. Implement this or [`Kernel::try_run`] (each defaults to the
+    /// other).
+    fn run(&self, call: &KernelCall<'_>) {
+        if let Err(e) = self.try_run(call) {
+            panic!("{e}");
+        }
+    }
     /// Run, reporting a failure as an error message instead of a panic (kernels that
-    /// can fail without panicking, e.g. Python kernels, override this). A panic in
+    /// can fail without panicking, e.g. Python kernels, implement this). A panic in
     /// either fails the task too.
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         self.run(call);
@@ -143,9 +151,6 @@ where
     }
     fn core(&self) -> CoreKind {
         self.core
-    }
-    fn check(&self, _t: &[Tensor], _n: usize, _s: &[u64]) -> Result<(), String> {
-        Ok(())
     }
     fn run(&self, call: &KernelCall<'_>) {
         (self.f)(call)

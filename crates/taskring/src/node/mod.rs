@@ -269,14 +269,6 @@ impl Kernel for Dispatch {
     fn name(&self) -> &str {
         "chip-dispatch"
     }
-    fn check(&self, _t: &[Tensor], _n: usize, _s: &[u64]) -> Result<(), String> {
-        Ok(())
-    }
-    fn run(&self, call: &KernelCall<'_>) {
-        if let Err(e) = self.try_run(call) {
-            panic!("{e}");
-        }
-    }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         let idx = call.scalar_i64(0) as usize;
         let task = self.node.run.lock().tasks[idx].clone();
