@@ -632,6 +632,11 @@ impl Node {
                 let pid = unsafe { libc::fork() };
                 if pid == 0 {
                     hooks.after_child();
+                    // A lock another host thread held at fork() stays locked in the
+                    // child: std's stderr lock is one the default panic hook takes, so a
+                    // panicking kernel could hang the chip. Panics are reported through
+                    // their payload (the task's error text); print nothing here.
+                    std::panic::set_hook(Box::new(|_| {}));
                     // No PR_SET_PDEATHSIG: it fires when the forking *thread* exits, not
                     // the host process. The chip polls getppid() between requests.
                     unsafe {
