@@ -16,8 +16,61 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub use parking_lot::{Condvar, Mutex, MutexGuard};
     pub use std::hint::spin_loop;
+    use std::time::Duration;
+
+    /// std's mutex (futex-based, no process-global state — unlike parking_lot's parking
+    /// table, nothing a thread of the host held at `fork()` can stay locked in a chip
+    /// process) behind parking_lot's API: `lock()` returns the guard, poisoning ignored.
+    #[derive(Debug, Default)]
+    pub struct Mutex<T>(std::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub fn new(v: T) -> Mutex<T> {
+            Mutex(std::sync::Mutex::new(v))
+        }
+        #[inline]
+        pub fn lock(&self) -> MutexGuard<'_, T> {
+            MutexGuard(Some(self.0.lock().unwrap_or_else(|e| e.into_inner())))
+        }
+    }
+
+    /// The guard; an `Option` so that a condvar wait can take it by value.
+    pub struct MutexGuard<'a, T>(Option<std::sync::MutexGuard<'a, T>>);
+
+    impl<T> std::ops::Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0.as_ref().expect("guard present")
+        }
+    }
+    impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.0.as_mut().expect("guard present")
+        }
+    }
+
+    /// std's condition variable behind parking_lot's API.
+    #[derive(Debug, Default)]
+    pub struct Condvar(std::sync::Condvar);
+
+    impl Condvar {
+        pub fn new() -> Condvar {
+            Condvar(std::sync::Condvar::new())
+        }
+        pub fn notify_one(&self) {
+            self.0.notify_one();
+        }
+        pub fn notify_all(&self) {
+            self.0.notify_all();
+        }
+        /// Wait at most `timeout` (spurious wake-ups possible, as with any condvar).
+        pub fn wait_for<T>(&self, g: &mut MutexGuard<'_, T>, timeout: Duration) {
+            let inner = g.0.take().expect("guard present");
+            let (inner, _) = self.0.wait_timeout(inner, timeout).unwrap_or_else(|e| e.into_inner());
+            g.0 = Some(inner);
+        }
+    }
     pub use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub use std::thread::yield_now;
 
