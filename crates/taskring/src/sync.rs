@@ -6,7 +6,7 @@
 //! | item | normal build | `cfg(loom)` |
 //! | --- | --- | --- |
 //! | `AtomicBool/U32/U64/Usize`, `fence`, `Ordering` | `std::sync::atomic` | `loom::sync::atomic` |
-//! | `Mutex`, `MutexGuard`, `Condvar` | `parking_lot` | loom's, behind parking_lot's API |
+//! | `Mutex`, `MutexGuard`, `Condvar` | std's, behind parking_lot's API | loom's, behind the same API |
 //! | `spin_loop`, `yield_now` | `std::hint` / `std::thread` | `loom::hint` / `loom::thread` (a scheduling point) |
 //! | [`UnsafeCell`] | `std::cell::UnsafeCell` (transparent) | `loom::cell::UnsafeCell` (access-checked) |
 //! | [`Table`] | [`ZeroedArray`](crate::mem::ZeroedArray) (mmap, zero-valid) | `Box<[T]>` built with [`Fresh`] |
@@ -17,60 +17,10 @@
 #[cfg(not(loom))]
 mod imp {
     pub use std::hint::spin_loop;
-    use std::time::Duration;
-
-    /// std's mutex (futex-based, no process-global state — unlike parking_lot's parking
-    /// table, nothing a thread of the host held at `fork()` can stay locked in a chip
-    /// process) behind parking_lot's API: `lock()` returns the guard, poisoning ignored.
-    #[derive(Debug, Default)]
-    pub struct Mutex<T>(std::sync::Mutex<T>);
-
-    impl<T> Mutex<T> {
-        pub fn new(v: T) -> Mutex<T> {
-            Mutex(std::sync::Mutex::new(v))
-        }
-        #[inline]
-        pub fn lock(&self) -> MutexGuard<'_, T> {
-            MutexGuard(Some(self.0.lock().unwrap_or_else(|e| e.into_inner())))
-        }
-    }
-
-    /// The guard; an `Option` so that a condvar wait can take it by value.
-    pub struct MutexGuard<'a, T>(Option<std::sync::MutexGuard<'a, T>>);
-
-    impl<T> std::ops::Deref for MutexGuard<'_, T> {
-        type Target = T;
-        fn deref(&self) -> &T {
-            self.0.as_ref().expect("guard present")
-        }
-    }
-    impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
-        fn deref_mut(&mut self) -> &mut T {
-            self.0.as_mut().expect("guard present")
-        }
-    }
-
-    /// std's condition variable behind parking_lot's API.
-    #[derive(Debug, Default)]
-    pub struct Condvar(std::sync::Condvar);
-
-    impl Condvar {
-        pub fn new() -> Condvar {
-            Condvar(std::sync::Condvar::new())
-        }
-        pub fn notify_one(&self) {
-            self.0.notify_one();
-        }
-        pub fn notify_all(&self) {
-            self.0.notify_all();
-        }
-        /// Wait at most `timeout` (spurious wake-ups possible, as with any condvar).
-        pub fn wait_for<T>(&self, g: &mut MutexGuard<'_, T>, timeout: Duration) {
-            let inner = g.0.take().expect("guard present");
-            let (inner, _) = self.0.wait_timeout(inner, timeout).unwrap_or_else(|e| e.into_inner());
-            g.0 = Some(inner);
-        }
-    }
+    /// The lock primitives the wrappers below sit on: std's futex-based ones (no
+    /// process-global state — unlike parking_lot's parking table, nothing a thread of
+    /// the host held at `fork()` can stay locked in a chip process).
+    pub(super) use std::sync as base;
     pub use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub use std::thread::yield_now;
 
@@ -83,59 +33,9 @@ mod imp {
     pub use loom::hint::spin_loop;
     pub use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub use loom::thread::yield_now;
-    use std::time::Duration;
 
-    /// loom's mutex behind parking_lot's API (`lock()` returns the guard).
-    #[derive(Debug, Default)]
-    pub struct Mutex<T>(loom::sync::Mutex<T>);
-
-    impl<T> Mutex<T> {
-        pub fn new(v: T) -> Mutex<T> {
-            Mutex(loom::sync::Mutex::new(v))
-        }
-        pub fn lock(&self) -> MutexGuard<'_, T> {
-            MutexGuard(Some(self.0.lock().unwrap_or_else(|e| e.into_inner())))
-        }
-    }
-
-    /// The guard; an `Option` so that a condvar wait can take it by value.
-    pub struct MutexGuard<'a, T>(Option<loom::sync::MutexGuard<'a, T>>);
-
-    impl<T> std::ops::Deref for MutexGuard<'_, T> {
-        type Target = T;
-        fn deref(&self) -> &T {
-            self.0.as_ref().expect("guard present")
-        }
-    }
-    impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
-        fn deref_mut(&mut self) -> &mut T {
-            self.0.as_mut().expect("guard present")
-        }
-    }
-
-    /// loom's condition variable behind parking_lot's API. Timed waits do not time out.
-    #[derive(Debug, Default)]
-    pub struct Condvar(loom::sync::Condvar);
-
-    impl Condvar {
-        pub fn new() -> Condvar {
-            Condvar(loom::sync::Condvar::new())
-        }
-        pub fn notify_one(&self) {
-            self.0.notify_one();
-        }
-        pub fn notify_all(&self) {
-            self.0.notify_all();
-        }
-        pub fn wait<T>(&self, g: &mut MutexGuard<'_, T>) {
-            let inner = g.0.take().expect("guard present");
-            g.0 = Some(self.0.wait(inner).unwrap_or_else(|e| e.into_inner()));
-        }
-        /// Same as [`Condvar::wait`]: loom does not model time.
-        pub fn wait_for<T>(&self, g: &mut MutexGuard<'_, T>, _timeout: Duration) {
-            self.wait(g)
-        }
-    }
+    /// The lock primitives the wrappers below sit on.
+    pub(super) use loom::sync as base;
 
     /// A slot table under loom: boxed, every element built by [`Fresh`] (loom's
     /// atomics and cells carry model state and are not valid as zero bytes).
@@ -156,6 +56,65 @@ mod imp {
 }
 
 pub use imp::*;
+
+/// A mutex behind parking_lot's API (`lock()` returns the guard; poisoning ignored),
+/// over std's mutex, or loom's under `cfg(loom)`.
+#[derive(Debug, Default)]
+pub struct Mutex<T>(imp::base::Mutex<T>);
+
+impl<T> Mutex<T> {
+    pub fn new(v: T) -> Mutex<T> {
+        Mutex(imp::base::Mutex::new(v))
+    }
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        MutexGuard(Some(self.0.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+}
+
+/// The guard; an `Option` so that a condvar wait can take it by value.
+pub struct MutexGuard<'a, T>(Option<imp::base::MutexGuard<'a, T>>);
+
+impl<T> std::ops::Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("guard present")
+    }
+}
+impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.0.as_mut().expect("guard present")
+    }
+}
+
+/// A condition variable behind parking_lot's API.
+#[derive(Debug, Default)]
+pub struct Condvar(imp::base::Condvar);
+
+impl Condvar {
+    pub fn new() -> Condvar {
+        Condvar(imp::base::Condvar::new())
+    }
+    pub fn notify_one(&self) {
+        self.0.notify_one();
+    }
+    pub fn notify_all(&self) {
+        self.0.notify_all();
+    }
+    /// Wait at most `timeout` (spurious wake-ups possible). Under loom the wait does
+    /// not time out, so a lost wake-up shows up as a deadlock.
+    pub fn wait_for<T>(&self, g: &mut MutexGuard<'_, T>, timeout: std::time::Duration) {
+        let inner = g.0.take().expect("guard present");
+        #[cfg(not(loom))]
+        let inner = self.0.wait_timeout(inner, timeout).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+        #[cfg(loom)]
+        let inner = {
+            let _ = timeout;
+            self.0.wait(inner).unwrap_or_else(|e| e.into_inner())
+        };
+        g.0 = Some(inner);
+    }
+}
 
 /// A scheduling hint for loom, a no-op otherwise: under loom the calling thread lets
 /// the other threads run first. For a point right after a release after which the
