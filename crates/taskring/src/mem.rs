@@ -80,6 +80,22 @@ impl<T: ZeroValid> ZeroedArray<T> {
         })
     }
 
+    /// [`new`](Self::new), asking for transparent huge pages when the array spans at
+    /// least two of them. For dense, hot tables whose 4 KiB pages would each cost a TLB
+    /// miss on the hot path (the payload table of a large window is tens of MiB, and
+    /// every submit writes a new slot): the first touch of a 2 MiB region then commits
+    /// (and zeroes) all of it. A hint: where THP is off, nothing changes.
+    pub fn new_huge(len: usize) -> Result<Self, ReserveError> {
+        let a = Self::new(len)?;
+        if a.map_bytes >= (4 << 20) {
+            // safety: advice on our own mapping; failure (THP unsupported) is harmless.
+            unsafe {
+                libc::madvise(a.ptr.as_ptr() as *mut libc::c_void, a.map_bytes, libc::MADV_HUGEPAGE);
+            }
+        }
+        Ok(a)
+    }
+
     #[inline]
     pub fn len(&self) -> usize {
         self.len
@@ -159,4 +175,22 @@ mod tests {
         a.discard();
         assert_eq!(a[7], 0);
     }
+}
+
+/// Hint that the `lines` cache lines from `p` will be written soon (a no-op where the
+/// target has no prefetch instruction, and under loom). The submit path uses it for the
+/// slot it will fill a few tasks ahead, so the stores of the next submits hit lines that
+/// are already on their way instead of stalling the publishing `lock xadd` on misses.
+#[inline(always)]
+pub fn prefetch_write(p: *const u8, lines: usize) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    for i in 0..lines {
+        // safety: prefetch never faults and has no architectural effect.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(i * 64) as *const i8);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = (p, lines);
 }

@@ -45,6 +45,9 @@ mod imp {
         pub fn new(len: usize) -> Result<Table<T>, crate::mem::ReserveError> {
             Ok(Table((0..len).map(|_| T::fresh()).collect()))
         }
+        pub fn new_huge(len: usize) -> Result<Table<T>, crate::mem::ReserveError> {
+            Self::new(len)
+        }
     }
 
     impl<T> std::ops::Deref for Table<T> {

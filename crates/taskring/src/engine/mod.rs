@@ -247,17 +247,22 @@ impl TaskArgs {
 }
 
 /// What a task runs with; written by the orchestrator before publication.
+///
+/// Laid out for the submit path, which writes it into a slot that is usually cold: the
+/// header and the inline fanin first (the lines every task writes), then only as many
+/// tensor lines as the task has tensors; scalars last.
+#[repr(C, align(64))]
 pub struct Payload {
     pub kernel: Option<KernelRef>,
-    pub kind: CoreKind,
     pub id: TaskId,
+    pub fanin_spill_start: u64,
+    pub n_fanin: u32,
+    pub scalar_float_mask: u16,
+    pub kind: CoreKind,
     pub n_tensors: u8,
     pub n_inputs: u8,
     pub n_scalars: u8,
-    pub scalar_float_mask: u16,
-    pub n_fanin: u32,
-    pub fanin_spill_start: u64,
+    pub fanin_inline: [u64; FANIN_INLINE],
     pub tensors: [Tensor; MAX_TASK_TENSORS],
     pub scalars: [u64; MAX_TASK_SCALARS],
-    pub fanin_inline: [u64; FANIN_INLINE],
 }

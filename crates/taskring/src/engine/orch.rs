@@ -30,6 +30,11 @@ use crate::mem::{ReserveError, ZeroValid, ZeroedArray};
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
+/// How many submits ahead the submit path prefetches the slot it will fill (the slot
+/// tables of a large window do not stay in cache; a store miss there stalls the
+/// publishing atomic of the current submit).
+const PREFETCH_AHEAD: u32 = 3;
+
 /// Orchestrator-private record per slot.
 #[derive(Clone, Copy)]
 struct OrchSlot {
@@ -571,6 +576,12 @@ impl<'r> Orchestrator<'r> {
         let id = TaskId::new(ring as u8, local);
         let rs = &self.sh.rings[ring];
         rs.prepare(local);
+        rs.prefetch_slot(local.wrapping_add(PREFETCH_AHEAD));
+        {
+            let r = &self.st.rings[ring];
+            let ahead = (local.wrapping_add(PREFETCH_AHEAD) & r.mask) as usize;
+            crate::mem::prefetch_write(r.slots.as_ptr().wrapping_add(ahead) as *const u8, 1);
+        }
         self.st.scope_tasks.push(id);
         self.st.tasks += 1;
         {

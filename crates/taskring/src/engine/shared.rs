@@ -243,8 +243,8 @@ impl RingShared {
         Ok(RingShared {
             window,
             mask: (window - 1) as u32,
-            slots: Table::new(window as usize)?,
-            payloads: Table::new(window as usize)?,
+            slots: Table::new_huge(window as usize)?,
+            payloads: Table::new_huge(window as usize)?,
             dep_nodes: Table::new(dep_pool as usize)?,
             spill: Table::new(dep_pool as usize)?,
             current: CachePadded::new(AtomicU32::new(0)),
@@ -256,6 +256,16 @@ impl RingShared {
     #[inline]
     pub fn slot(&self, local: u32) -> &SlotState {
         &self.slots[(local & self.mask) as usize]
+    }
+
+    /// Hint that local id `local` will be submitted soon: prefetch, for writing, its
+    /// slot's state line and the payload's first lines (header, inline fanin, the first
+    /// tensors). A hint only: the slot may still hold a live task.
+    #[inline(always)]
+    pub fn prefetch_slot(&self, local: u32) {
+        let i = (local & self.mask) as usize;
+        crate::mem::prefetch_write(&self.slots[i] as *const SlotState as *const u8, 1);
+        crate::mem::prefetch_write(&self.payloads[i] as *const PayloadCell as *const u8, 4);
     }
 
     /// # Safety
