@@ -23,10 +23,13 @@ Drivers:
   OMP_WAIT_POLICY=passive). The ratio and the bar compare taskring with the one with the
   lowest METG, so the baseline is never the weaker configuration.
 - taskring: `taskring taskbench` (default target/release/taskring; --build runs
-  `cargo build --release -p taskring-cli` first). It runs as the driver does by default
-  ("taskring": ring 1's task window sized to the graph) and, for reference, with the
-  runtime's default ring sizing ("taskring_default_window", `-window 0`). The ratio and
-  the bar use the former; --no-default-window skips the latter.
+  `cargo build --release -p taskring-cli` first). "taskring" runs with as many threads as
+  the OpenMP team: CORES-1 core threads plus the orchestrator thread, which runs ready
+  tasks whenever it would otherwise wait (`-helper 1`), ring 1's task window sized to the
+  graph. For reference: "taskring_cores_plus_orch" (CORES core threads plus the
+  orchestrator, one thread more than CPUs; --no-cores-plus-orch skips it) and
+  "taskring_default_window" (the runtime's default ring sizing, `-window 0`;
+  --no-default-window skips it). The ratio and the bar use "taskring".
 
 --repeat N runs the whole sweep N times and reports the median METG and ratio over them;
 each sweep is kept in the JSON. Before each grain, the script waits (at most --max-wait s)
@@ -339,6 +342,8 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-default-window", action="store_true",
                     help="skip the taskring run with the runtime's default ring sizing (-window 0)")
+    ap.add_argument("--no-cores-plus-orch", action="store_true",
+                    help="skip the taskring run with one core thread per CPU plus the orchestrator thread")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
 
@@ -361,10 +366,17 @@ def main():
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
     base_env["OMP_NUM_THREADS"] = str(cores)
     tr_env = {k: v for k, v in base_env.items() if not k.startswith("PTO2_RING_")}
-    drivers = {"taskring": ([a.taskring, "taskbench", "-worker", str(cores), "-warmup", "1"], dict(tr_env))}
+    # "taskring": as many threads as the OpenMP team: cores-1 core threads plus the
+    # orchestrator thread, which runs ready tasks whenever it would wait (-helper 1).
+    # "taskring_cores_plus_orch": one core thread per CPU plus the orchestrator (one
+    # thread more than CPUs), the configuration used before the helper existed.
+    tr_cores = max(1, cores - 1)
+    drivers = {"taskring": ([a.taskring, "taskbench", "-worker", str(tr_cores), "-helper", "1", "-warmup", "1"], dict(tr_env))}
+    if not a.no_cores_plus_orch:
+        drivers["taskring_cores_plus_orch"] = ([a.taskring, "taskbench", "-worker", str(cores), "-warmup", "1"], dict(tr_env))
     if not a.no_default_window:
         drivers["taskring_default_window"] = (
-            [a.taskring, "taskbench", "-worker", str(cores), "-warmup", "1", "-window", "0"], dict(tr_env))
+            [a.taskring, "taskbench", "-worker", str(tr_cores), "-helper", "1", "-warmup", "1", "-window", "0"], dict(tr_env))
     omp_names = []
     for pol in [p.strip() for p in a.omp_policies.split(",") if p.strip()]:
         env = dict(base_env)
@@ -430,7 +442,7 @@ def main():
             met = got is not None and got <= val
             ok = ok and met
         bar_txt = f"{bar[2]}: {'met' if met else 'MISSED'}" if bar else "no bar"
-        others = ", ".join(f"{n} {fmt_us(agg[n]['metg_s'])}" for n in omp_names + ["taskring_default_window"]
+        others = ", ".join(f"{n} {fmt_us(agg[n]['metg_s'])}" for n in omp_names + ["taskring_cores_plus_orch", "taskring_default_window"]
                            if n != best and n in agg)
         per_sweep = ""
         if a.repeat > 1:

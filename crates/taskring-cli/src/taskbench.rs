@@ -56,6 +56,9 @@
 //! - `-worker N`: core threads (default: the number of CPUs);
 //! - `-window N`: ring 1's task window (power of 2; 0 = the runtime's default);
 //! - `-warmup N`: untimed runs of the same graphs before the timed one (default 0);
+//! - `-helper 1`: the orchestrator thread runs ready tasks whenever it waits for ring
+//!   space or for the run to finish (`ChipOptions::orchestrator_helps`); with
+//!   `-worker` = CPUs − 1 the run then uses as many threads as CPUs, like an OpenMP team;
 //! - `-v`: print the runtime mapping to stderr.
 //!
 //! `-field` and `-sample` are accepted and ignored (with a note on stderr).
@@ -76,7 +79,7 @@ use taskring::{
 
 const USAGE: &str = "usage: taskring taskbench [-steps N] [-width N] [-type PATTERN] [-radix N] [-period N]
                           [-fraction F] [-kernel KERNEL] [-iter N] [-output BYTES] [-scratch BYTES]
-                          [-and <flags of another graph>]... [-worker N] [-window N] [-warmup N] [-v]
+                          [-and <flags of another graph>]... [-worker N] [-window N] [-warmup N] [-helper 0|1] [-v]
   PATTERN: trivial no_comm stencil_1d stencil_1d_periodic dom tree fft all_to_all nearest spread random_nearest
   KERNEL:  empty busy_wait compute_bound memory_bound
   Defaults per graph: -steps 4 -width 4 -type trivial -radix 3 -period 3 (spread, random_nearest)
@@ -203,6 +206,8 @@ struct Opts {
     window: Option<u64>,
     warmup: u32,
     verbose: bool,
+    /// The orchestrator thread runs ready tasks while it waits (`-helper 1`).
+    helper: bool,
 }
 
 fn value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
@@ -215,7 +220,7 @@ fn num<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut opts = Opts { graphs: Vec::new(), workers: 0, window: None, warmup: 0, verbose: false };
+    let mut opts = Opts { graphs: Vec::new(), workers: 0, window: None, warmup: 0, verbose: false, helper: false };
     let mut g = GraphSpec::default();
     let mut i = 0;
     while i < args.len() {
@@ -244,6 +249,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-and" => opts.graphs.push(std::mem::take(&mut g)),
             "-worker" | "-workers" => opts.workers = num(value(args, &mut i, flag)?, flag)?,
             "-warmup" => opts.warmup = num(value(args, &mut i, flag)?, flag)?,
+            "-helper" => opts.helper = num::<u32>(value(args, &mut i, flag)?, flag)? != 0,
             "-window" => {
                 let w: u64 = num(value(args, &mut i, flag)?, flag)?;
                 if w != 0 && (!w.is_power_of_two() || !(4..=1 << 30).contains(&w)) {
@@ -1266,7 +1272,7 @@ fn run(opts: &Opts) -> Result<(), String> {
         tasks: ((sizing.task_window[1] / 2).max(1)) as usize,
         edges: ((sizing.dep_pool[1] / 2).max(1)) as usize,
     };
-    let mut chip = ChipWorker::new(ChipOptions { cores: opts.workers, prewarm: vec![sizing], ..Default::default() })
+    let mut chip = ChipWorker::new(ChipOptions { cores: opts.workers, prewarm: vec![sizing], orchestrator_helps: opts.helper, ..Default::default() })
         .map_err(|e| format!("could not start the chip: {e}"))?;
     let counters = Arc::new(Counters::new());
     let kernels: Vec<KernelRef> =

@@ -817,6 +817,11 @@ fn oracle_chip() -> ChipWorker {
     ChipWorker::new(ChipOptions { cores: 2, backstop: Duration::from_secs(20), ..Default::default() }).expect("chip")
 }
 
+/// One core thread, and the orchestrator runs ready tasks while it waits.
+fn helping_chip() -> ChipWorker {
+    ChipWorker::new(ChipOptions { cores: 1, orchestrator_helps: true, backstop: Duration::from_secs(20), ..Default::default() }).expect("chip")
+}
+
 fn run_ops(o: &mut Orchestrator<'_>, args: &[Arg<'_>], p: &Prog, log: &Log) -> Result<(), RuntimeFailure> {
     let k = oracle_kernel();
     let mut bufs: Vec<Tensor> = args.iter().map(|a| a.tensor()).collect::<Result<_, _>>()?;
@@ -1058,12 +1063,16 @@ fn raw_program() -> impl Strategy<Value = (usize, Vec<RawOp>)> {
 }
 
 fn property(profile: usize, cases: u32) {
+    property_on(profile, cases, oracle_chip);
+}
+
+fn property_on(profile: usize, cases: u32, make_chip: fn() -> ChipWorker) {
     // TASKRING_ORACLE_SCALE=n runs n times the cases (bug hunting).
     let scale = std::env::var("TASKRING_ORACLE_SCALE").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1).max(1);
     let cases = cases * scale;
     let config = PtConfig { cases, failure_persistence: None, ..PtConfig::default() };
     let mut runner = TestRunner::new(config);
-    let chip = RefCell::new(oracle_chip());
+    let chip = RefCell::new(make_chip());
     let t0 = Instant::now();
     let stats = RefCell::new((0usize, 0usize, 0usize, 0usize, 0usize));
     let r = runner.run(&raw_program(), |(k, raws)| {
@@ -1102,6 +1111,12 @@ fn property(profile: usize, cases: u32) {
 #[test]
 fn oracle_mixed_programs() {
     property(0, 1000);
+}
+
+/// Mixed programs on a chip whose orchestrator runs tasks while it waits (one core).
+#[test]
+fn oracle_mixed_programs_orchestrator_helps() {
+    property_on(0, 400, helping_chip);
 }
 
 /// Programs that nest deeper (ring 3 shared by depths 3..5) and open more manual scopes.

@@ -188,6 +188,15 @@ pub struct ChipOptions {
     pub scheduler_timeout: Duration,
     /// Keep ring heaps in shared memory (an L3 node, whose runtime outputs chips read).
     pub shared_heaps: bool,
+    /// The orchestrator thread runs ready tasks whenever it would otherwise wait: for
+    /// ring space (task window, heap, pools) and, after the program returns, for the
+    /// run's tasks to retire. With `cores = nproc - 1` the chip then uses exactly the
+    /// machine's CPUs (no third thread competing with two cores on two CPUs), as an
+    /// OpenMP master thread does. Off by default: a kernel that never returns then
+    /// hangs the orchestrator itself (no SCHEDULER_TIMEOUT can reclaim it), and kernels
+    /// run on the thread that called `run` (not for Python kernels, whose program
+    /// holds the GIL). Runs with the swimlane recorded do not help (no lane for it).
+    pub orchestrator_helps: bool,
 }
 
 fn env_ms(var: &str) -> Option<Duration> {
@@ -204,6 +213,7 @@ impl Default for ChipOptions {
             backstop: env_ms("TASKRING_ALLOC_TIMEOUT_MS").unwrap_or(Duration::from_millis(500)),
             scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS").unwrap_or(Duration::from_secs(10)),
             shared_heaps: false,
+            orchestrator_helps: false,
         }
     }
 }
@@ -243,6 +253,7 @@ pub struct ChipWorker {
     cache: ArenaCache,
     policy: WaitPolicy,
     scheduler_timeout: Duration,
+    orchestrator_helps: bool,
 }
 
 impl ChipWorker {
@@ -275,6 +286,7 @@ impl ChipWorker {
             cache,
             policy: WaitPolicy { backstop: opts.backstop },
             scheduler_timeout: opts.scheduler_timeout,
+            orchestrator_helps: opts.orchestrator_helps,
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;
@@ -403,9 +415,13 @@ impl ChipWorker {
         sh.eng.fatal.store(false, SeqCst);
         let completed_at_start = sh.eng.completed.load(SeqCst);
 
+        let help_kind = help_kind(&self.kinds);
+        let help_fn = || help_one(sh, &arena.shared, help_kind);
+        let help: Option<&dyn Fn() -> bool> = if self.orchestrator_helps && !tracing { Some(&help_fn) } else { None };
         let (result, peak, tasks) = {
             let mut o = Orchestrator::new(&sh.eng, &arena.shared, &mut arena.orch, *sizing, self.policy);
             o.blocking_hook = blocking_hook;
+            o.helper = help;
             let mut r = o.begin_scope(false);
             if r.is_ok() {
                 r = match catch_unwind(AssertUnwindSafe(|| (program.f)(&mut o, args))) {
@@ -426,7 +442,7 @@ impl ChipWorker {
         };
 
         let submitted = tasks;
-        let result = result.and_then(|()| wait_retired(sh, &arena.shared, blocking_hook, self.scheduler_timeout, submitted, completed_at_start));
+        let result = result.and_then(|()| wait_retired(sh, &arena.shared, blocking_hook, help, self.scheduler_timeout, submitted, completed_at_start));
         let result = match result {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -525,12 +541,16 @@ fn wait_retired(
     sh: &ChipShared,
     a: &ArenaShared,
     hook: Option<&dyn Fn(bool)>,
+    help: Option<&dyn Fn() -> bool>,
     timeout: Duration,
     submitted: u64,
     completed_at_start: u64,
 ) -> Result<(), RuntimeFailure> {
     let all_retired = || a.rings.iter().all(|r| r.last_alive.load(Acquire) == r.current.load(Acquire));
     let fatal = || sh.eng.fatal.load(Acquire);
+    if let Some(h) = help {
+        while !all_retired() && !fatal() && h() {}
+    }
     for _ in 0..200 {
         if all_retired() || fatal() {
             break;
@@ -624,6 +644,65 @@ fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
         } else {
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+    true
+}
+
+/// Call a task's kernel; `Some(message)` if it failed (returned an error or panicked).
+fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Option<String> {
+    let call = KernelCall {
+        tensors: &p.tensors[..p.n_tensors as usize],
+        scalars: &p.scalars[..p.n_scalars as usize],
+        n_inputs: p.n_inputs as usize,
+        scalar_float_mask: p.scalar_float_mask,
+    };
+    match catch_unwind(AssertUnwindSafe(|| k.0.try_run(&call))) {
+        Ok(Ok(())) => None,
+        Ok(Err(msg)) => Some(msg),
+        Err(e) => Some(panic_text(&e)),
+    }
+}
+
+fn task_failed(k: crate::kernel::KernelRef, task: TaskId, msg: String) -> RuntimeFailure {
+    RuntimeFailure::new(StatusCode::TaskFailed, Some(task.ring()), format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg))
+}
+
+/// The kinds of task the orchestrator may help with: those some core of the chip can
+/// run (a task no core can run stays a SCHEDULER_TIMEOUT, helper or not).
+fn help_kind(kinds: &[CoreKind]) -> CoreKind {
+    let has = |k: CoreKind| kinds.contains(&k);
+    match (has(CoreKind::Any) || (has(CoreKind::Aic) && has(CoreKind::Aiv)), has(CoreKind::Aic)) {
+        (true, _) => CoreKind::Any,
+        (false, true) => CoreKind::Aic,
+        (false, false) => CoreKind::Aiv,
+    }
+}
+
+/// The orchestrator's help ([`ChipOptions::orchestrator_helps`]): run one ready task
+/// that a core of `kind` could run, on the calling thread, and complete it. Returns
+/// whether it ran one.
+fn help_one(sh: &ChipShared, arena: &ArenaShared, kind: CoreKind) -> bool {
+    let eng = &sh.eng;
+    if eng.fatal.load(Acquire) {
+        return false;
+    }
+    let Some(task) = eng.pop_ready(kind) else { return false };
+    if eng.fatal.load(Acquire) {
+        // Dropped, as a core drops what it popped after a failure.
+        return false;
+    }
+    // safety: `task` was published (popped from a ready queue) and belongs to this run
+    // (queues are drained between runs).
+    let p = unsafe { arena.rings[task.ring()].payload(task.local()) };
+    if let Some(k) = p.kernel {
+        if let Some(msg) = call_kernel(k, p) {
+            eng.fail(task_failed(k, task, msg));
+            return true;
+        }
+    }
+    // safety: the task ran (or is a dummy) and is completed exactly once, here.
+    unsafe {
+        arena.complete(task, eng, |c| eng.push_ready(c, arena.rings[c.ring()].payload(c.local()).kind));
     }
     true
 }
@@ -723,14 +802,8 @@ fn core_loop(sh: &ChipShared, core: &Core) {
         // safety: `task` was published (popped from a ready queue or made ready by us).
         let p = unsafe { ring.payload(task.local()) };
         if let Some(k) = p.kernel {
-            let call = KernelCall {
-                tensors: &p.tensors[..p.n_tensors as usize],
-                scalars: &p.scalars[..p.n_scalars as usize],
-                n_inputs: p.n_inputs as usize,
-                scalar_float_mask: p.scalar_float_mask,
-            };
             let t_start = sh.trace.load(Relaxed).then(Instant::now);
-            let r = catch_unwind(AssertUnwindSafe(|| k.0.try_run(&call)));
+            let err = call_kernel(k, p);
             if let Some(t) = t_start {
                 if let Some(t0) = *sh.trace_t0.lock() {
                     let ns = |x: Instant| x.saturating_duration_since(t0).as_nanos() as u64;
@@ -742,17 +815,8 @@ fn core_loop(sh: &ChipShared, core: &Core) {
                 // The run gave up on this core; its arena may be in use by another run.
                 return;
             }
-            let err = match r {
-                Ok(Ok(())) => None,
-                Ok(Err(msg)) => Some(msg),
-                Err(e) => Some(panic_text(&e)),
-            };
             if let Some(msg) = err {
-                eng.fail(RuntimeFailure::new(
-                    StatusCode::TaskFailed,
-                    Some(task.ring()),
-                    format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg),
-                ));
+                eng.fail(task_failed(k, task, msg));
                 busy.store(CORE_IDLE, SeqCst);
                 continue;
             }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 /// How many submits ahead the submit path prefetches the slot it will fill (the slot
 /// tables of a large window do not stay in cache; a store miss there stalls the
 /// publishing atomic of the current submit).
-const PREFETCH_AHEAD: u32 = 3;
+const PREFETCH_AHEAD: u32 = 4;
 
 /// Orchestrator-private record per slot.
 #[derive(Clone, Copy)]
@@ -256,6 +256,10 @@ pub struct Orchestrator<'r> {
     /// Called around blocking waits (e.g. to release Python's GIL): `true` before
     /// waiting, `false` after.
     pub(crate) blocking_hook: Option<&'r dyn Fn(bool)>,
+    /// The executor's "run one ready task here" (ChipOptions::orchestrator_helps): while
+    /// the orchestrator waits for ring space it runs ready tasks instead of sleeping.
+    /// Returns whether it ran one.
+    pub(crate) helper: Option<&'r dyn Fn() -> bool>,
 }
 
 enum Blocked {
@@ -274,7 +278,7 @@ impl<'r> Orchestrator<'r> {
         sizing: RingSizing,
         policy: WaitPolicy,
     ) -> Orchestrator<'r> {
-        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None }
+        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None, helper: None }
     }
 
     /// The sizing this run uses.
@@ -997,6 +1001,12 @@ impl<'r> Orchestrator<'r> {
         // the tensormap (whose entries belong to producers of every ring), any ring's.
         let seen: [u32; 4] = if matches!(blocked, Blocked::Tensormap) { self.watermarks() } else { [self.st.rings[ring].seen_la; 4] };
         let rings: &[usize] = if matches!(blocked, Blocked::Tensormap) { &[0, 1, 2, 3] } else { std::slice::from_ref(&ring) };
+        // Help: run a ready task (its completion may be what frees the space).
+        if let Some(h) = self.helper {
+            if h() {
+                return Ok(());
+            }
+        }
         let sh = self.sh;
         let eng = self.eng;
         let moved = || eng.fatal.load(Acquire) || rings.iter().any(|&r| sh.rings[r].last_alive.load(Acquire) != seen[if rings.len() == 1 { 0 } else { r }]);

@@ -1,0 +1,153 @@
+//! `ChipOptions::orchestrator_helps`: the orchestrator thread runs ready tasks while it
+//! waits for ring space or for the run's tasks to retire.
+
+mod common;
+use common::*;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Mutex;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+use taskring::builtin::*;
+use taskring::*;
+
+fn helping_chip(cores: usize, aic_cores: Option<usize>) -> ChipWorker {
+    ChipWorker::new(ChipOptions {
+        cores,
+        aic_cores,
+        orchestrator_helps: true,
+        scheduler_timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// A closure kernel that can fail.
+struct TryFn<F>(&'static str, F);
+
+impl<F: Fn() -> Result<(), String> + Send + Sync + 'static> Kernel for TryFn<F> {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn try_run(&self, _call: &KernelCall<'_>) -> Result<(), String> {
+        (self.1)()
+    }
+}
+
+/// A kernel that holds its core until `done` reaches `n` (or fails after 5 s).
+fn gate(name: &'static str, done: &'static AtomicUsize, n: usize) -> KernelRef {
+    KernelRef::leak(TryFn(name, move || {
+        let t0 = Instant::now();
+        while done.load(SeqCst) < n {
+            if t0.elapsed() > Duration::from_secs(5) {
+                return Err(format!("only {} of {n} tasks ran while the core was held", done.load(SeqCst)));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }))
+}
+
+#[test]
+fn the_orchestrator_runs_tasks_while_the_only_core_is_held() {
+    static DONE: AtomicUsize = AtomicUsize::new(0);
+    static THREADS: Mutex<Option<HashSet<ThreadId>>> = Mutex::new(None);
+    let hold = gate("hold", &DONE, 20);
+    let count = kernel::fn_kernel("count", CoreKind::Any, |_| {
+        THREADS.lock().unwrap().get_or_insert_with(HashSet::new).insert(std::thread::current().id());
+        DONE.fetch_add(1, SeqCst);
+    });
+    let mut w = helping_chip(1, None);
+    let prog = Program::new("held", move |o, _| {
+        o.submit(hold, &TaskArgs::new())?;
+        // Let the core take the gate first.
+        std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..20 {
+            o.submit(count, &TaskArgs::new())?;
+        }
+        Ok(())
+    });
+    // Nobody but the orchestrator can run the 20 tasks while the gate holds the core.
+    let rep = w.run_with_sizing(&prog, &[], &RingSizing::default()).expect("the orchestrator ran the tasks");
+    assert_eq!(rep.tasks, 21);
+    assert_eq!(DONE.load(SeqCst), 20);
+    let threads = THREADS.lock().unwrap().take().unwrap();
+    assert!(threads.contains(&std::thread::current().id()), "no task ran on the orchestrator (calling) thread");
+}
+
+#[test]
+fn the_orchestrator_helps_when_the_window_is_full() {
+    // Window 4 on ring 1, 200 tasks in scopes of 2: the orchestrator waits for slots
+    // again and again, and runs tasks meanwhile; results must be right.
+    let inc = kernel::fn_kernel("inc", CoreKind::Any, |call| {
+        let p = call.tensors[0].addr as *mut f32;
+        // safety: the task's INOUT tensor: 16 contiguous f32 of the host buffer below.
+        unsafe {
+            for i in 0..16 {
+                *p.add(i) += 1.0;
+            }
+        }
+    });
+    let mut w = helping_chip(1, None);
+    let prog = Program::new("chain", move |o, args| {
+        let x = args[0].tensor()?;
+        for _ in 0..100 {
+            o.scope(|o| {
+                for _ in 0..2 {
+                    submit(o, inc, |t| {
+                        t.inout(x);
+                    })?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    });
+    let mut x = vec![0f32; 16];
+    let args = [host(&mut x, &[16])];
+    let rep = w.run_with_sizing(&prog, &args, &sizing(4, 4096, 16)).unwrap();
+    assert_eq!(rep.tasks, 200);
+    let _ = &args;
+    assert!(x.iter().all(|&v| v == 200.0), "{x:?}");
+}
+
+#[test]
+fn a_kernel_failing_on_the_orchestrator_fails_the_run_and_the_chip_recovers() {
+    static RAN: AtomicUsize = AtomicUsize::new(0);
+    let hold = gate("hold_for_fail", &RAN, 1);
+    let fail = KernelRef::leak(TryFn("fails", || {
+        RAN.fetch_add(1, SeqCst);
+        Err("deliberate failure".to_string())
+    }));
+    let mut w = helping_chip(1, None);
+    let prog = Program::new("fails", move |o, _| {
+        o.submit(hold, &TaskArgs::new())?;
+        std::thread::sleep(Duration::from_millis(20));
+        o.submit(fail, &TaskArgs::new()).map(|_| ())
+    });
+    let e = w.run_with_sizing(&prog, &[], &RingSizing::default()).unwrap_err();
+    assert_eq!(e.code, StatusCode::TaskFailed, "{e}");
+    assert!(e.detail.contains("kernel 'fails'") && e.detail.contains("deliberate failure"), "{e}");
+    // Usable afterwards.
+    let ok = Program::new("ok", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ()));
+    assert_eq!(w.run_with_sizing(&ok, &[], &RingSizing::default()).unwrap().tasks, 1);
+}
+
+#[test]
+fn the_orchestrator_does_not_run_a_kind_no_core_has() {
+    // Two AIV cores: an AIC-only task stays unrun (SCHEDULER_TIMEOUT S3), helper or not.
+    let mut w = helping_chip(2, Some(0));
+    let prog = Program::new("aic_only", |o, args| {
+        let (a, c) = (args[0].tensor()?, args[1].tensor()?);
+        submit(o, MATMUL, |t| {
+            t.input(a).input(a).output_existing(c);
+        })
+        .map(|_| ())
+    });
+    let mut a = vec![1f32; 4];
+    let mut c = vec![0f32; 4];
+    let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
+    let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    assert!(e.detail.contains("sub_class=S3"), "{e}");
+}
