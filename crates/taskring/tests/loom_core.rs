@@ -495,3 +495,33 @@ fn progress_wait_vs_notify() {
         core.join().unwrap();
     });
 }
+
+/// 7. Three tasks of one ring are consumed at once by three threads (each releases the
+/// scope reference of one of them), so three watermark advances race: whichever
+/// thread's scan runs last, no advance is lost and the watermark ends past all three
+/// (the combining `RingShared::advance`; a lost request would leave it at 0, 1 or 2).
+#[test]
+fn concurrent_consumption_advances_the_watermark() {
+    model(3, || {
+        let a = Arc::new(arena([4; 4], 2));
+        let eng = Arc::new(EngineShared::default());
+        let ids = [TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2)];
+        let marks = Arc::new(Marks::new(&ids));
+        for &t in &ids {
+            submit_root(&a, &eng, &marks, t);
+            run_chain(&a, &eng, &marks, t);
+        }
+        let others: Vec<_> = ids[1..]
+            .iter()
+            .map(|&t| {
+                let (a, eng) = (a.clone(), eng.clone());
+                thread::spawn(move || a.release_ref(t, SCOPE_BIT, &eng))
+            })
+            .collect();
+        a.release_ref(ids[0], SCOPE_BIT, &eng);
+        for h in others {
+            h.join().unwrap();
+        }
+        assert_retired(&a, 0, &ids);
+    });
+}

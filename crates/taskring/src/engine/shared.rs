@@ -230,7 +230,10 @@ pub struct RingShared {
     pub current: CachePadded<AtomicU32>,
     /// Every local id below this has retired.
     pub last_alive: CachePadded<AtomicU32>,
-    advance: Mutex<()>,
+    /// Watermark advance, combining style (see [`RingShared::advance`]): the flag of
+    /// the one thread advancing, and the requests it has yet to serve.
+    advancing: CachePadded<AtomicBool>,
+    advance_req: CachePadded<AtomicU32>,
 }
 
 // safety: the UnsafeCell tables are written only by the orchestrator before publication
@@ -249,7 +252,8 @@ impl RingShared {
             spill: Table::new(dep_pool as usize)?,
             current: CachePadded::new(AtomicU32::new(0)),
             last_alive: CachePadded::new(AtomicU32::new(0)),
-            advance: Mutex::new(()),
+            advancing: CachePadded::new(AtomicBool::new(false)),
+            advance_req: CachePadded::new(AtomicU32::new(0)),
         })
     }
 
@@ -296,20 +300,39 @@ impl RingShared {
         self.last_alive.store(0, Relaxed);
     }
 
-    /// Advance `last_alive` over the consumed prefix. Returns true if it moved.
+    /// Advance `last_alive` over the consumed prefix (called after consuming a task).
+    /// Returns true if this call moved it.
+    ///
+    /// Combining, without a lock to wait on: every caller posts a request; whoever
+    /// raises the `advancing` flag scans for all requests posted so far and keeps
+    /// scanning while new ones arrive; a caller that finds the flag up leaves its
+    /// request to the holder. After lowering the flag the holder looks at the requests
+    /// once more: a request posted while it scanned was either seen by its last scan or
+    /// is seen here (all SeqCst: a poster's failed raise reads the flag up, so its
+    /// request precedes the holder's lowering and this look), so no advance is lost.
     pub fn advance(&self) -> bool {
-        let _g = self.advance.lock();
-        let start = self.last_alive.load(Relaxed);
-        let cur = self.current.load(Acquire);
-        let mut la = start;
-        while la < cur && self.slot(la).state.load(Acquire) == CONSUMED {
-            la += 1;
-        }
-        if la != start {
-            self.last_alive.store(la, Release);
-            true
-        } else {
-            false
+        self.advance_req.fetch_add(1, SeqCst);
+        let mut moved = false;
+        loop {
+            if self.advancing.compare_exchange(false, true, SeqCst, Relaxed).is_err() {
+                return moved;
+            }
+            while self.advance_req.swap(0, SeqCst) != 0 {
+                let start = self.last_alive.load(Relaxed);
+                let cur = self.current.load(Acquire);
+                let mut la = start;
+                while la < cur && self.slot(la).state.load(Acquire) == CONSUMED {
+                    la += 1;
+                }
+                if la != start {
+                    self.last_alive.store(la, Release);
+                    moved = true;
+                }
+            }
+            self.advancing.store(false, SeqCst);
+            if self.advance_req.load(SeqCst) == 0 {
+                return moved;
+            }
         }
     }
 }
