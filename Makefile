@@ -47,9 +47,17 @@ test-loom:
 
 # Benchmarks B2-B7 of BENCHMARKS.md (docs/performance.md): JSON results under
 # bench-results/, one summary line each. B7 (Python) also re-measures B2 for its ratio.
-bench: py-dev
+$(VENV)/.bench-ready: benches/requirements.txt $(VENV)/.ready
+	$(VPY) -m pip install -q -r benches/requirements.txt
+	touch $@
+
+# B2-B6, B7 (Python), B1 (METG sweeps of trivial and stencil_1d against OpenMP), then
+# the PNG plots; results and plots in bench-results/. About 4 minutes on 2 cores.
+bench: py-dev $(VENV)/.bench-ready
 	$(CARGO) run --locked --release -p taskring-cli -- bench all
 	$(VPY) benches/b7_python.py
+	$(VPY) benches/taskbench/metg.py trivial stencil_1d
+	$(VPY) benches/plots.py
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""PNG plots of the benchmark results in bench-results/ (run by `make bench`).
+
+  b4_ring_curve.png   B4: throughput relative to the default sizing and peak RSS against
+                      ring_task_window (chain, stencil, fanout), and the heap curve
+  b3_overhead.png     B3: ns per task of taskring (both configurations) and of the
+                      hand-rolled executor, per DAG pattern
+
+B1's METG curves (b1_<pattern>.png) are drawn by benches/taskbench/metg.py itself.
+A result file that is missing is skipped with a note; matplotlib is required (it is
+pinned in benches/requirements.txt).
+
+usage: python3 benches/plots.py [--dir bench-results]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def load(d, name):
+    p = os.path.join(d, name)
+    if not os.path.exists(p):
+        print(f"plots.py: {p} missing; skipped", file=sys.stderr)
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def machine_line(doc):
+    m = doc.get("machine", {})
+    return f"{m.get('nproc', '?')} CPUs, {m.get('cpu_model', '?')}"
+
+
+def plot_b4(plt, doc, out):
+    curves = doc["params"]["curves"]
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.5))
+    for name in ("chain", "stencil", "fanout"):
+        c = curves.get(name)
+        if not c:
+            continue
+        pts = c["points"]
+        w = [p["window"] for p in pts]
+        ax1.plot(w, [p["tasks_per_s"] / 1e6 for p in pts], marker="o", label=name)
+        ax2.plot(w, [p["peak_rss_mib"] for p in pts], marker="o", label=name)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ring_task_window (all rings)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    ax1.set_ylabel("M tasks/s")
+    ax1.set_title("B4 throughput vs task window")
+    ax2.set_ylabel("peak RSS of the process (MiB)")
+    ax2.set_title("B4 peak RSS vs task window")
+    h = curves.get("fanout_heap")
+    if h:
+        pts = h["points"]
+        ax3.plot([p["heap"] for p in pts], [p["tasks_per_s"] / 1e6 for p in pts], marker="o", color="C3")
+        ax3.set_xscale("log", base=2)
+        ax3.set_xlabel("ring_heap (bytes, all rings)")
+        ax3.set_ylabel("M tasks/s")
+        ax3.set_title("B4 fan-out with 4 KiB outputs vs heap")
+        ax3.grid(True, alpha=0.3)
+    fig.suptitle(f"taskring B4 ring curve — {machine_line(doc)}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_b3(plt, doc, out):
+    cases = [c for c in doc["cases"] if c.get("baseline") and c["name"] != "warm_1task"]
+    names = [c["name"] for c in cases]
+    tr = [c["value"]["median"] for c in cases]
+    base = [c["baseline"]["value"]["median"] for c in cases]
+    helper = [c.get("extra", {}).get("orchestrator_helps", {}).get("ns_per_task", {}).get("median") for c in cases]
+    x = range(len(names))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    wd = 0.27
+    ax.bar([i - wd for i in x], tr, wd, label="taskring (cores + orchestrator)")
+    if all(v is not None for v in helper):
+        ax.bar(list(x), helper, wd, label="taskring (cores-1 + helping orchestrator)")
+    ax.bar([i + wd for i in x], base, wd, label="hand-rolled executor (build + run)")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(names)
+    ax.set_ylabel("wall ns per task (median)")
+    ax.set_title(f"taskring B3 overhead — {machine_line(doc)}")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default=os.path.join(ROOT, "bench-results"))
+    a = ap.parse_args()
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plots.py: matplotlib is not installed (pip install -r benches/requirements.txt)")
+    done = []
+    for fname, png, fn in (("b4_ring_curve.json", "b4_ring_curve.png", plot_b4), ("b3_overhead.json", "b3_overhead.png", plot_b3)):
+        doc = load(a.dir, fname)
+        if doc is None:
+            continue
+        out = os.path.join(a.dir, png)
+        fn(plt, doc, out)
+        done.append(out)
+    for p in done:
+        print(f"plots.py: wrote {os.path.relpath(p, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
