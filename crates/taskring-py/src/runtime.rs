@@ -514,7 +514,7 @@ fn tensors_of(v: Option<&Bound<'_, PyAny>>, what: &str, run: u64) -> PyResult<Ve
 fn submit_built(py: Python<'_>, o: &mut Orchestrator<'static>, kernel: KernelRef, a: &TaskArgs, o_run: u64) -> PyResult<PyTask> {
     let r = o.submit(kernel, a).map_err(|f| failure_err(py, &f))?;
     let run = o_run;
-    let outs: Vec<PyTensor> = r.outputs().iter().map(|&t| PyTensor { t, run }).collect();
+    let outs: Vec<PyTensor> = r.outputs().map(|t| PyTensor { t, run }).collect();
     Ok(PyTask { id: r.id.0, outputs: PyList::new(py, outs)?.unbind() })
 }
 

@@ -861,14 +861,14 @@ fn run_ops(o: &mut Orchestrator<'_>, args: &[Arg<'_>], p: &Prog, log: &Log) -> R
                 };
                 assert_eq!(ids.len(), *id);
                 ids.push(out.id);
-                bufs.extend_from_slice(out.outputs());
+                bufs.extend(out.outputs());
             }
             Op::Alloc { id, shapes } => {
                 let specs: Vec<TensorSpec> = shapes.iter().map(|&(r, c)| spec(&[r, c])).collect();
                 let out = o.alloc(&specs)?;
                 assert_eq!(ids.len(), *id);
                 ids.push(out.id);
-                bufs.extend_from_slice(out.outputs());
+                bufs.extend(out.outputs());
             }
         }
     }

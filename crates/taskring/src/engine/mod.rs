@@ -26,6 +26,7 @@ pub use orch::{Orchestrator, OrchState, PeakUse, TaskOutputs};
 use crate::kernel::{CoreKind, KernelRef};
 use crate::tensor::{DType, TaskId, Tensor, TensorError, MAX_DIMS};
 use std::fmt;
+use std::mem::MaybeUninit;
 
 /// Most tensors one task may take.
 pub const MAX_TASK_TENSORS: usize = 16;
@@ -141,14 +142,17 @@ pub(crate) enum ArgTensor {
 
 /// The arguments of one task, built without heap allocation. Misuse is recorded and
 /// reported by the submit (INVALID_ARGS), as upstream's `Arg` builder does.
+///
+/// Built per submit, so `new` writes only the counts: the arrays are filled as
+/// arguments are added (entries `[..n]` are initialised, the rest never read).
 #[derive(Clone)]
 pub struct TaskArgs {
-    pub(crate) tensors: [ArgTensor; MAX_TASK_TENSORS],
+    tensors: [MaybeUninit<ArgTensor>; MAX_TASK_TENSORS],
     pub(crate) n_tensors: usize,
-    pub(crate) scalars: [u64; MAX_TASK_SCALARS],
+    scalars: [MaybeUninit<u64>; MAX_TASK_SCALARS],
     pub(crate) n_scalars: usize,
     pub(crate) scalar_float_mask: u16,
-    pub(crate) deps: [(TaskId, u64); MAX_TASK_DEPS],
+    deps: [MaybeUninit<(TaskId, u64)>; MAX_TASK_DEPS],
     pub(crate) n_deps: usize,
     pub(crate) error: Option<ArgError>,
 }
@@ -156,15 +160,45 @@ pub struct TaskArgs {
 impl Default for TaskArgs {
     fn default() -> Self {
         TaskArgs {
-            tensors: [ArgTensor::Spec(TensorSpec { shape: [1; MAX_DIMS], ndims: 1, dtype: DType::U8 }); MAX_TASK_TENSORS],
+            tensors: [MaybeUninit::uninit(); MAX_TASK_TENSORS],
             n_tensors: 0,
-            scalars: [0; MAX_TASK_SCALARS],
+            scalars: [MaybeUninit::uninit(); MAX_TASK_SCALARS],
             n_scalars: 0,
             scalar_float_mask: 0,
-            deps: [(TaskId::INVALID, 0); MAX_TASK_DEPS],
+            deps: [MaybeUninit::uninit(); MAX_TASK_DEPS],
             n_deps: 0,
             error: None,
         }
+    }
+}
+
+/// The first `n` entries of `a`, which the caller has initialised.
+///
+/// # Safety
+/// `a[..n]` must be initialised.
+#[inline(always)]
+unsafe fn init_prefix<T>(a: &[MaybeUninit<T>], n: usize) -> &[T] {
+    std::slice::from_raw_parts(a.as_ptr() as *const T, n)
+}
+
+impl TaskArgs {
+    /// The tensors added so far, in argument order.
+    #[inline]
+    pub(crate) fn tensors(&self) -> &[ArgTensor] {
+        // safety: push_tensor initialises entry n_tensors before incrementing it.
+        unsafe { init_prefix(&self.tensors, self.n_tensors) }
+    }
+    /// The scalars added so far (bit patterns).
+    #[inline]
+    pub(crate) fn scalars(&self) -> &[u64] {
+        // safety: scalar_raw initialises entry n_scalars before incrementing it.
+        unsafe { init_prefix(&self.scalars, self.n_scalars) }
+    }
+    /// The explicit dependencies added so far (id, flags).
+    #[inline]
+    pub(crate) fn deps(&self) -> &[(TaskId, u64)] {
+        // safety: dep_flags initialises entry n_deps before incrementing it.
+        unsafe { init_prefix(&self.deps, self.n_deps) }
     }
 }
 
@@ -183,7 +217,7 @@ impl TaskArgs {
         } else if self.n_tensors == MAX_TASK_TENSORS {
             self.record(ArgError::TooManyTensors);
         } else {
-            self.tensors[self.n_tensors] = t;
+            self.tensors[self.n_tensors] = MaybeUninit::new(t);
             self.n_tensors += 1;
         }
         self
@@ -215,7 +249,7 @@ impl TaskArgs {
         if self.n_scalars == MAX_TASK_SCALARS {
             self.record(ArgError::TooManyScalars);
         } else {
-            self.scalars[self.n_scalars] = bits;
+            self.scalars[self.n_scalars] = MaybeUninit::new(bits);
             if is_float {
                 self.scalar_float_mask |= 1 << self.n_scalars;
             }
@@ -236,7 +270,7 @@ impl TaskArgs {
         if self.n_deps == MAX_TASK_DEPS {
             self.record(ArgError::TooManyDeps);
         } else {
-            self.deps[self.n_deps] = (id, flags);
+            self.deps[self.n_deps] = MaybeUninit::new((id, flags));
             self.n_deps += 1;
         }
         self

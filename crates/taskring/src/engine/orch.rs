@@ -207,29 +207,50 @@ impl OrchState {
 }
 
 /// The tensors a submit produced.
+///
+/// Compact (each output is its address and spec, 32 bytes, not an 80-byte tensor): it
+/// is returned by value from every submit, and a copy of 16 full tensors per submit was
+/// a measurable part of B2.
 #[derive(Clone, Copy)]
 pub struct TaskOutputs {
     pub id: TaskId,
-    /// The first `n` are initialised (no per-submit initialisation of the rest).
-    outputs: [std::mem::MaybeUninit<Tensor>; MAX_TASK_TENSORS],
     n: u8,
+    /// The first `n` are initialised (no per-submit initialisation of the rest).
+    outs: [std::mem::MaybeUninit<(u64, TensorSpec)>; MAX_TASK_TENSORS],
 }
 
 impl std::fmt::Debug for TaskOutputs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskOutputs").field("id", &self.id).field("outputs", &self.outputs()).finish()
+        f.debug_struct("TaskOutputs").field("id", &self.id).field("outputs", &self.outputs().collect::<Vec<_>>()).finish()
     }
 }
 
 impl TaskOutputs {
+    fn new(id: TaskId) -> TaskOutputs {
+        TaskOutputs { id, n: 0, outs: [const { std::mem::MaybeUninit::uninit() }; MAX_TASK_TENSORS] }
+    }
+    fn push(&mut self, t: &Tensor) {
+        self.outs[self.n as usize].write((t.addr, TensorSpec { shape: t.shape, ndims: t.ndims, dtype: t.dtype }));
+        self.n += 1;
+    }
+    /// Number of runtime-allocated outputs.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
     /// Runtime-allocated outputs (tag OUTPUT), in argument order. Valid for submits in
     /// the same scope or inner scopes.
-    pub fn outputs(&self) -> &[Tensor] {
-        // safety: the first `n` entries were written by the submit.
-        unsafe { std::slice::from_raw_parts(self.outputs.as_ptr() as *const Tensor, self.n as usize) }
+    pub fn outputs(&self) -> impl ExactSizeIterator<Item = Tensor> + '_ {
+        (0..self.len()).map(|i| self.output(i))
     }
+    /// Output `i` (panics if `i >= len()`).
     pub fn output(&self, i: usize) -> Tensor {
-        self.outputs()[i]
+        assert!(i < self.len(), "output {i} of a task with {} runtime outputs", self.len());
+        // safety: the first `n` entries were written by the submit.
+        let (addr, spec) = unsafe { self.outs[i].assume_init() };
+        spec.materialize(addr, self.id)
     }
 }
 
@@ -497,56 +518,92 @@ impl<'r> Orchestrator<'r> {
         let mut n = 0usize;
         let mut n_inputs = 0usize;
         let mut heap_bytes = 0u64;
-        for group in 0..4 {
-            for a in &args.tensors[..args.n_tensors] {
-                let tag = match a {
-                    ArgTensor::Existing(tag, _) => *tag,
-                    ArgTensor::Spec(_) => ArgTag::Output,
+        // Tensormap inserts this submit will need (INOUT / OUTPUT_EXISTING).
+        let mut tm_inserts = 0u32;
+        // Group of each argument; most submits list them in canonical order already,
+        // and then the order is the argument order (no sort).
+        let argv = args.tensors();
+        let mut order = [0u8; MAX_TASK_TENSORS];
+        {
+            let mut group = [0u8; MAX_TASK_TENSORS];
+            let mut count = [0usize; 4];
+            let mut sorted = true;
+            for (i, a) in argv.iter().enumerate() {
+                let g = match a {
+                    ArgTensor::Existing(ArgTag::Input, _) => 0,
+                    ArgTensor::Existing(ArgTag::Inout, _) => 1,
+                    ArgTensor::Existing(ArgTag::OutputExisting, _) | ArgTensor::Spec(_) => 2,
+                    ArgTensor::Existing(ArgTag::Output, _) => 2,
+                    ArgTensor::Existing(ArgTag::NoDep, _) => 3,
                 };
-                let g = match tag {
-                    ArgTag::Input => 0,
-                    ArgTag::Inout => 1,
-                    ArgTag::Output | ArgTag::OutputExisting => 2,
-                    ArgTag::NoDep => 3,
-                };
-                if g != group {
-                    continue;
+                sorted &= i == 0 || g >= group[i - 1];
+                group[i] = g;
+                count[g as usize] += 1;
+            }
+            if sorted {
+                for (i, o) in order.iter_mut().enumerate().take(argv.len()) {
+                    *o = i as u8;
                 }
-                let t = match a {
-                    ArgTensor::Existing(_, t) => *t,
-                    ArgTensor::Spec(s) => s.materialize(0, TaskId::INVALID),
-                };
-                if inline_complete && tag != ArgTag::Output {
-                    return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
+            } else {
+                // Stable counting sort by group.
+                let mut at = [0usize, count[0], count[0] + count[1], count[0] + count[1] + count[2]];
+                for i in 0..argv.len() {
+                    let g = group[i] as usize;
+                    order[at[g]] = i as u8;
+                    at[g] += 1;
                 }
+            }
+        }
+        for &oi in &order[..argv.len()] {
+            let a = &argv[oi as usize];
+            let (tag, t) = match a {
+                ArgTensor::Existing(tag, t) => (*tag, *t),
+                ArgTensor::Spec(s) => {
+                    // A spec only needs its rank and sizes checked (its layout is
+                    // row-major from offset 0 by construction).
+                    let nd = s.ndims as usize;
+                    if nd == 0 || nd > MAX_DIMS || s.shape[..nd].contains(&0) {
+                        let e = s.materialize(0, TaskId::INVALID).validate().err().map(|e| e.to_string()).unwrap_or_else(|| "invalid spec".into());
+                        return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} (OUTPUT): {e}"))));
+                    }
+                    (ArgTag::Output, s.materialize(0, TaskId::INVALID))
+                }
+            };
+            if inline_complete && tag != ArgTag::Output {
+                return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
+            }
+            if matches!(a, ArgTensor::Existing(..)) {
                 if let Err(e) = t.validate() {
                     return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {e}", tag.name()))));
                 }
-                if tag == ArgTag::Output {
-                    out_size[n] = align_output(t.nbytes());
-                    heap_bytes += out_size[n];
-                } else if t.owner.is_valid() {
-                    if let Err(msg) = self.check_owner_live(t.owner) {
-                        return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {msg}", tag.name()))));
-                    }
-                }
-                if tag == ArgTag::Input {
-                    n_inputs += 1;
-                }
-                tensor_buf[n].write(t);
-                tags[n] = tag;
-                n += 1;
             }
+            if tag == ArgTag::Output {
+                out_size[n] = align_output(t.nbytes());
+                heap_bytes += out_size[n];
+            } else if t.owner.is_valid() {
+                if let Err(msg) = self.check_owner_live(t.owner) {
+                    return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {msg}", tag.name()))));
+                }
+            }
+            if tag == ArgTag::Input {
+                n_inputs += 1;
+            }
+            if matches!(tag, ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
+                tm_inserts += 1;
+            }
+            tensor_buf[n].write(t);
+            tags[n] = tag;
+            n += 1;
         }
         // safety: entries 0..n were written just above.
         let tensors: &mut [Tensor] = unsafe { std::slice::from_raw_parts_mut(tensor_buf.as_mut_ptr() as *mut Tensor, n) };
-        let scalars = &args.scalars[..args.n_scalars];
+        let scalars = args.scalars();
         if let Some(k) = kernel {
             if let Err(msg) = k.0.check(&tensors[..n], n_inputs, scalars) {
                 return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: {msg}"))));
             }
         }
-        for &(d, _) in &args.deps[..args.n_deps] {
+        for &(d, _) in args.deps() {
             if !d.is_valid() || (d.0 >> 32) > 3 || d.local() >= self.st.rings[d.ring()].next {
                 return Err(self.fail(RuntimeFailure::invalid_args(
                     Some(ring),
@@ -597,7 +654,7 @@ impl<'r> Orchestrator<'r> {
         }
 
         // Materialize outputs.
-        let mut outputs = TaskOutputs { id, outputs: [const { std::mem::MaybeUninit::uninit() }; MAX_TASK_TENSORS], n: 0 };
+        let mut outputs = TaskOutputs::new(id);
         let base = self.st.rings[ring].heap_base + heap_off;
         let mut off = 0u64;
         for i in 0..n {
@@ -607,8 +664,11 @@ impl<'r> Orchestrator<'r> {
                 t.owner = id;
                 off += out_size[i];
                 tensors[i] = t;
-                outputs.outputs[outputs.n as usize].write(t);
-                outputs.n += 1;
+                outputs.push(&t);
+                debug_assert!({
+                    let back = outputs.output(outputs.len() - 1);
+                    back.addr == t.addr && back.offset == t.offset && back.buf_bytes == t.buf_bytes && back.shape == t.shape && back.strides == t.strides && back.owner == t.owner
+                });
             }
         }
 
@@ -616,7 +676,7 @@ impl<'r> Orchestrator<'r> {
         //    only keeps an entry that the claim then finds gone (generation check).
         let la = [0, 1, 2, 3].map(|r| self.st.rings[r].seen_la);
         self.begin_fanin();
-        for &(d, flags) in &args.deps[..args.n_deps] {
+        for &(d, flags) in args.deps() {
             if d.local() >= la[d.ring()] {
                 self.add_fanin(d, flags);
             }
@@ -644,9 +704,7 @@ impl<'r> Orchestrator<'r> {
 
         // 5. tensormap inserts.
         if !manual {
-            let need = (0..n)
-                .filter(|&i| matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !tensors[i].manual_dep)
-                .count() as u32;
+            let need = tm_inserts;
             if need > 0 {
                 self.reserve_tensormap(need, ring, what)?;
                 for i in 0..n {

@@ -269,7 +269,7 @@ impl RingShared {
     pub fn prefetch_slot(&self, local: u32) {
         let i = (local & self.mask) as usize;
         crate::mem::prefetch_write(&self.slots[i] as *const SlotState as *const u8, 1);
-        crate::mem::prefetch_write(&self.payloads[i] as *const PayloadCell as *const u8, 4);
+        crate::mem::prefetch_write(&self.payloads[i] as *const PayloadCell as *const u8, 7);
     }
 
     /// # Safety
