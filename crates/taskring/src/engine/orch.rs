@@ -833,7 +833,7 @@ impl<'r> Orchestrator<'r> {
             }
         }
         self.record_marks(ring, local);
-        if me.publish(done) {
+        if if waits == 0 { me.publish_unwaited() } else { me.publish(done) } {
             let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
             self.eng.push_ready(id, kind);
         }

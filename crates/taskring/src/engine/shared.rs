@@ -187,6 +187,17 @@ impl SlotState {
         prev + done + 1 == need
     }
 
+    /// [`SlotState::publish`] for a task wired with no WAIT edge: no producer links it,
+    /// so nothing else ever touches its `fanin_refcount` and the task is ready at once.
+    /// A plain store instead of a locked add (the ready-queue push that follows carries
+    /// the release of the payload to the core that pops it).
+    #[inline]
+    pub fn publish_unwaited(&self) -> bool {
+        debug_assert_eq!(self.fanin_count.load(Relaxed), 1);
+        self.fanin_refcount.store(1, Relaxed);
+        true
+    }
+
     /// Has the owning scope released its reference?
     #[inline]
     pub fn scope_released(&self) -> bool {
