@@ -556,8 +556,11 @@ impl<'r> Orchestrator<'r> {
         }
         for &oi in &order[..argv.len()] {
             let a = &argv[oi as usize];
-            let (tag, t) = match a {
-                ArgTensor::Existing(tag, t) => (*tag, *t),
+            let tag = match a {
+                ArgTensor::Existing(tag, t) => {
+                    tensor_buf[n].write(*t);
+                    *tag
+                }
                 ArgTensor::Spec(s) => {
                     // A spec only needs its rank and sizes checked (its layout is
                     // row-major from offset 0 by construction).
@@ -566,9 +569,12 @@ impl<'r> Orchestrator<'r> {
                         let e = s.materialize(0, TaskId::INVALID).validate().err().map(|e| e.to_string()).unwrap_or_else(|| "invalid spec".into());
                         return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} (OUTPUT): {e}"))));
                     }
-                    (ArgTag::Output, s.materialize(0, TaskId::INVALID))
+                    tensor_buf[n].write(s.materialize(0, TaskId::INVALID));
+                    ArgTag::Output
                 }
             };
+            // safety: written just above.
+            let t = unsafe { tensor_buf[n].assume_init_ref() };
             if inline_complete && tag != ArgTag::Output {
                 return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
             }
@@ -581,7 +587,8 @@ impl<'r> Orchestrator<'r> {
                 out_size[n] = align_output(t.nbytes());
                 heap_bytes += out_size[n];
             } else if t.owner.is_valid() {
-                if let Err(msg) = self.check_owner_live(t.owner) {
+                let owner = t.owner;
+                if let Err(msg) = self.check_owner_live(owner) {
                     return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {msg}", tag.name()))));
                 }
             }
@@ -591,7 +598,6 @@ impl<'r> Orchestrator<'r> {
             if matches!(tag, ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
                 tm_inserts += 1;
             }
-            tensor_buf[n].write(t);
             tags[n] = tag;
             n += 1;
         }
@@ -659,12 +665,12 @@ impl<'r> Orchestrator<'r> {
         let mut off = 0u64;
         for i in 0..n {
             if tags[i] == ArgTag::Output {
-                let mut t = tensors[i];
+                let t = &mut tensors[i];
                 t.addr = base + off;
                 t.owner = id;
                 off += out_size[i];
-                tensors[i] = t;
-                outputs.push(&t);
+                let t = &tensors[i];
+                outputs.push(t);
                 debug_assert!({
                     let back = outputs.output(outputs.len() - 1);
                     back.addr == t.addr && back.offset == t.offset && back.buf_bytes == t.buf_bytes && back.shape == t.shape && back.strides == t.strides && back.owner == t.owner
@@ -687,7 +693,7 @@ impl<'r> Orchestrator<'r> {
         let manual = frame.manual || self.in_manual_scope();
         if !manual {
             for i in 0..n {
-                let t = tensors[i];
+                let t = &tensors[i];
                 if tags[i] != ArgTag::Output && t.owner.is_valid() && t.owner.local() >= la[t.owner.ring()] {
                     self.add_fanin(t.owner, DEP_WAIT | DEP_RETAIN);
                 }
@@ -697,7 +703,7 @@ impl<'r> Orchestrator<'r> {
                     let (tm, fanin, rings, epoch) = (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
                     let sh = self.sh;
                     let done_edges = &mut finished_producers;
-                    tm.lookup_pending(&t, remove, &la, |p| sh.is_completed(p), |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT), |_| *done_edges += 1);
+                    tm.lookup_pending(t, remove, &la, |p| sh.is_completed(p), |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT), |_| *done_edges += 1);
                 }
             }
         }
