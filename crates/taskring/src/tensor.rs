@@ -251,19 +251,29 @@ impl Tensor {
         if n == 0 || n > MAX_DIMS {
             return Err(TensorError::Rank(n));
         }
-        if self.shape().iter().any(|&d| d == 0) {
+        // One pass (this runs for every host tensor of every submit); the errors keep
+        // their precedence: an empty dimension, then a zero stride, then the bounds.
+        let (mut zero_dim, mut zero_stride, mut extent) = (false, false, 1u128);
+        for i in 0..n {
+            let (d, st) = (self.shape[i], self.strides[i]);
+            zero_dim |= d == 0;
+            zero_stride |= st == 0;
+            extent += (d as u64).saturating_sub(1) as u128 * st as u128;
+        }
+        if zero_dim {
             return Err(TensorError::EmptyDim(self.shape().to_vec()));
         }
-        if self.strides().iter().any(|&s| s == 0) {
+        if zero_stride {
             return Err(TensorError::Stride(self.strides().to_vec()));
         }
-        let end = self.offset + self.extent();
-        if end > self.capacity_elems() {
+        // end > buf_bytes / size  <=>  end * size > buf_bytes (no division on this path).
+        let end = self.offset as u128 + extent;
+        if end * self.dtype.size_bytes() as u128 > self.buf_bytes as u128 {
             return Err(TensorError::OutOfBounds {
                 shape: self.shape().to_vec(),
                 strides: self.strides().to_vec(),
                 offset: self.offset,
-                end,
+                end: end.min(u64::MAX as u128) as u64,
                 capacity: self.capacity_elems(),
             });
         }
@@ -343,6 +353,27 @@ impl Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validate_rejects_views_whose_extent_overflows_u64() {
+        // 2^32-1 rows of stride 2^32-1 in each of 5 dims: the span overflows 64 bits and
+        // must not wrap around into something that fits a 64-byte buffer.
+        let mut t = Tensor::from_raw(0x1000, &[16], DType::F32);
+        t.ndims = 5;
+        t.shape = [u32::MAX; MAX_DIMS];
+        t.strides = [u32::MAX; MAX_DIMS];
+        assert!(matches!(t.validate(), Err(TensorError::OutOfBounds { .. })), "{:?}", t.validate());
+        // An offset near u64::MAX does not wrap either.
+        let mut t = Tensor::from_raw(0x1000, &[16], DType::F32);
+        t.offset = u64::MAX;
+        assert!(matches!(t.validate(), Err(TensorError::OutOfBounds { .. })));
+        // The bound is exact: 16 f32 fit a 64-byte buffer, 17 do not.
+        let t = Tensor::from_raw(0x1000, &[16], DType::F32);
+        assert!(t.validate().is_ok());
+        let mut t2 = t;
+        t2.offset = 1;
+        assert!(matches!(t2.validate(), Err(TensorError::OutOfBounds { end: 17, capacity: 16, .. })));
+    }
 
     #[test]
     fn task_id_encoding() {
