@@ -87,6 +87,7 @@ impl<T: ZeroValid> ZeroedArray<T> {
     /// (and zeroes) all of it. A hint: where THP is off, nothing changes.
     pub fn new_huge(len: usize) -> Result<Self, ReserveError> {
         let a = Self::new(len)?;
+        #[cfg(target_os = "linux")]
         if a.map_bytes >= (4 << 20) {
             // safety: advice on our own mapping; failure (THP unsupported) is harmless.
             unsafe {

@@ -301,6 +301,26 @@ fn misuse_is_invalid_args_naming_the_call() {
         ),
         ("no scope is open", Box::new(|o, _| o.end_scope())),
         (
+            // 2^16 x 2^16 x 2^16 x 2^16 f32: the byte size wraps 64 bits.
+            "does not fit 64-bit sizes",
+            Box::new(|o, _| {
+                submit(o, NOOP, |t| {
+                    t.output(TensorSpec { shape: [65536, 65536, 65536, 65536, 1], ndims: 4, dtype: DType::F32 });
+                })
+                .map(|_| ())
+            }),
+        ),
+        (
+            // A hand-built spec with too many dims is an error, not a panic.
+            "tensor 0 (OUTPUT)",
+            Box::new(|o, _| {
+                submit(o, NOOP, |t| {
+                    t.output(TensorSpec { shape: [2; 5], ndims: 6, dtype: DType::F32 });
+                })
+                .map(|_| ())
+            }),
+        ),
+        (
             "at most 16 tensors",
             Box::new(|o, x| {
                 submit(o, NOOP, |t| {

@@ -261,3 +261,39 @@ fn one_core_chip_runs_every_kind() {
     let _ = &args;
     assert_eq!(c, vec![2.0; 4]);
 }
+
+/// `TaskArgs::tensor(ArgTag::Output, t)` asks for a runtime output shaped like `t`: a new
+/// contiguous buffer, whatever `t`'s address, strides and offset; the kernel and the
+/// returned handle see the same tensor.
+#[test]
+fn tensor_tagged_output_is_a_runtime_output_of_its_shape() {
+    use std::sync::Mutex;
+    static SEEN: Mutex<Option<Tensor>> = Mutex::new(None);
+    let record = kernel::fn_kernel("record", CoreKind::Any, |call| {
+        *SEEN.lock().unwrap() = Some(call.tensors[0]);
+    });
+    let mut w = chip(1);
+    let got: std::sync::Arc<Mutex<Option<Tensor>>> = Default::default();
+    let g = got.clone();
+    let prog = Program::new("tagged_output", move |o, args| {
+        let x = args[0].tensor()?;
+        // A strided view with an offset: every other element of the last 4.
+        let strided = x.view(&[4], 1, Some(&[2])).map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+        let mut t = TaskArgs::new();
+        t.tensor(ArgTag::Output, strided);
+        let out = o.submit(record, &t)?;
+        *g.lock().unwrap() = Some(out.output(0));
+        Ok(())
+    });
+    let mut x = vec![0f32; 16];
+    let args = [host(&mut x, &[16])];
+    w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap();
+    let out = got.lock().unwrap().unwrap();
+    let seen = SEEN.lock().unwrap().unwrap();
+    assert_eq!(out.shape(), &[4]);
+    assert_eq!(out.strides(), &[1]);
+    assert_eq!(out.offset, 0);
+    assert_eq!(out.buf_bytes, 16);
+    assert_ne!(out.addr, args[0].tensor().unwrap().addr, "a new buffer, not the view's");
+    assert_eq!((seen.addr, seen.offset, seen.buf_bytes, seen.shape(), seen.strides()), (out.addr, out.offset, out.buf_bytes, out.shape(), out.strides()));
+}

@@ -564,6 +564,14 @@ fn wait_retired(
         let mut seen = sh.eng.completed.load(Relaxed);
         let mut since = Instant::now();
         while !all_retired() && !fatal() {
+            // Tasks may have become ready since (their producers ran on the cores).
+            if let Some(h) = help {
+                if h() {
+                    seen = sh.eng.completed.load(Relaxed);
+                    since = Instant::now();
+                    continue;
+                }
+            }
             sh.eng.progress.wait(|| all_retired() || fatal(), Duration::from_millis(50).min(timeout));
             let c = sh.eng.completed.load(Relaxed);
             if c != seen {

@@ -148,12 +148,12 @@ pub(crate) enum ArgTensor {
 #[derive(Clone)]
 pub struct TaskArgs {
     tensors: [MaybeUninit<ArgTensor>; MAX_TASK_TENSORS],
-    pub(crate) n_tensors: usize,
+    n_tensors: usize,
     scalars: [MaybeUninit<u64>; MAX_TASK_SCALARS],
-    pub(crate) n_scalars: usize,
+    n_scalars: usize,
     pub(crate) scalar_float_mask: u16,
     deps: [MaybeUninit<(TaskId, u64)>; MAX_TASK_DEPS],
-    pub(crate) n_deps: usize,
+    n_deps: usize,
     pub(crate) error: Option<ArgError>,
 }
 
@@ -222,7 +222,13 @@ impl TaskArgs {
         }
         self
     }
+    /// A tensor with an explicit tag. With [`ArgTag::Output`] only `t`'s shape and dtype
+    /// count: the runtime allocates a new buffer of that shape, as for
+    /// [`TaskArgs::output`] (`t`'s address, strides and offset are not used).
     pub fn tensor(&mut self, tag: ArgTag, t: Tensor) -> &mut Self {
+        if tag == ArgTag::Output {
+            return self.push_tensor(ArgTensor::Spec(TensorSpec { shape: t.shape, ndims: t.ndims, dtype: t.dtype }));
+        }
         self.push_tensor(ArgTensor::Existing(tag, t))
     }
     pub fn input(&mut self, t: Tensor) -> &mut Self {

@@ -533,6 +533,7 @@ impl<'r> Orchestrator<'r> {
                     ArgTensor::Existing(ArgTag::Input, _) => 0,
                     ArgTensor::Existing(ArgTag::Inout, _) => 1,
                     ArgTensor::Existing(ArgTag::OutputExisting, _) | ArgTensor::Spec(_) => 2,
+                    // (`TaskArgs::tensor` turns a tensor tagged OUTPUT into a spec.)
                     ArgTensor::Existing(ArgTag::Output, _) => 2,
                     ArgTensor::Existing(ArgTag::NoDep, _) => 3,
                 };
@@ -562,11 +563,18 @@ impl<'r> Orchestrator<'r> {
                     *tag
                 }
                 ArgTensor::Spec(s) => {
-                    // A spec only needs its rank and sizes checked (its layout is
-                    // row-major from offset 0 by construction).
+                    // Rank and size first: materialising needs a valid rank, and a
+                    // size that overflows 64 bits must not wrap into a small buffer.
                     let nd = s.ndims as usize;
-                    if nd == 0 || nd > MAX_DIMS || s.shape[..nd].contains(&0) {
-                        let e = s.materialize(0, TaskId::INVALID).validate().err().map(|e| e.to_string()).unwrap_or_else(|| "invalid spec".into());
+                    let bytes = s.shape[..nd.min(MAX_DIMS)].iter().fold(s.dtype.size_bytes() as u128, |b, &d| b * d as u128);
+                    let bad = if nd == 0 || nd > MAX_DIMS {
+                        Some(crate::tensor::TensorError::Rank(nd).to_string())
+                    } else if bytes > u64::MAX as u128 {
+                        Some(format!("an output of shape {:?} ({bytes} bytes) does not fit 64-bit sizes", &s.shape[..nd]))
+                    } else {
+                        None
+                    };
+                    if let Some(e) = bad {
                         return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} (OUTPUT): {e}"))));
                     }
                     tensor_buf[n].write(s.materialize(0, TaskId::INVALID));
@@ -578,7 +586,7 @@ impl<'r> Orchestrator<'r> {
             if inline_complete && tag != ArgTag::Output {
                 return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
             }
-            if matches!(a, ArgTensor::Existing(..)) {
+            {
                 if let Err(e) = t.validate() {
                     return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {e}", tag.name()))));
                 }

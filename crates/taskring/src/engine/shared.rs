@@ -325,7 +325,9 @@ impl RingShared {
         self.advance_req.fetch_add(1, SeqCst);
         let mut moved = false;
         loop {
-            if self.advancing.compare_exchange(false, true, SeqCst, Relaxed).is_err() {
+            // SeqCst on failure too: the argument above needs the failed raise in the
+            // single total order (a Relaxed failure would be a store-buffering pattern).
+            if self.advancing.compare_exchange(false, true, SeqCst, SeqCst).is_err() {
                 return moved;
             }
             while self.advance_req.swap(0, SeqCst) != 0 {
