@@ -563,12 +563,14 @@ impl<'r> Orchestrator<'r> {
                     *tag
                 }
                 ArgTensor::Spec(s) => {
-                    // Rank and size first: materialising needs a valid rank, and a
+                    // Rank, sizes, byte size: materialising needs a valid rank, and a
                     // size that overflows 64 bits must not wrap into a small buffer.
                     let nd = s.ndims as usize;
                     let bytes = s.shape[..nd.min(MAX_DIMS)].iter().fold(s.dtype.size_bytes() as u128, |b, &d| b * d as u128);
                     let bad = if nd == 0 || nd > MAX_DIMS {
                         Some(crate::tensor::TensorError::Rank(nd).to_string())
+                    } else if s.shape[..nd].contains(&0) {
+                        Some(crate::tensor::TensorError::EmptyDim(s.shape[..nd].to_vec()).to_string())
                     } else if bytes > u64::MAX as u128 {
                         Some(format!("an output of shape {:?} ({bytes} bytes) does not fit 64-bit sizes", &s.shape[..nd]))
                     } else {
@@ -586,7 +588,9 @@ impl<'r> Orchestrator<'r> {
             if inline_complete && tag != ArgTag::Output {
                 return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
             }
-            {
+            // A materialised spec is valid by construction once its rank, sizes and
+            // byte size are checked (contiguous from offset 0 over exactly its bytes).
+            if matches!(a, ArgTensor::Existing(..)) {
                 if let Err(e) = t.validate() {
                     return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {e}", tag.name()))));
                 }
@@ -688,7 +692,8 @@ impl<'r> Orchestrator<'r> {
 
         // 4. fanin. Liveness uses the orchestrator's cached watermarks: a stale value
         //    only keeps an entry that the claim then finds gone (generation check).
-        let la = [0, 1, 2, 3].map(|r| self.st.rings[r].seen_la);
+        let rr = &self.st.rings;
+        let la = [rr[0].seen_la, rr[1].seen_la, rr[2].seen_la, rr[3].seen_la];
         self.begin_fanin();
         for &(d, flags) in args.deps() {
             if d.local() >= la[d.ring()] {
@@ -705,7 +710,7 @@ impl<'r> Orchestrator<'r> {
                 if tags[i] != ArgTag::Output && t.owner.is_valid() && t.owner.local() >= la[t.owner.ring()] {
                     self.add_fanin(t.owner, DEP_WAIT | DEP_RETAIN);
                 }
-                if (tags[i] == ArgTag::Input || tags[i] == ArgTag::Inout) && !t.manual_dep {
+                if (tags[i] == ArgTag::Input || tags[i] == ArgTag::Inout) && !t.manual_dep && !self.st.tensormap.bucket_empty(t.addr) {
                     let remove = tags[i] == ArgTag::Inout;
                     let st = &mut *self.st;
                     let (tm, fanin, rings, epoch) = (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
@@ -758,6 +763,7 @@ impl<'r> Orchestrator<'r> {
         let mut waits = 0u32;
         let mut pending = 0u64;
         let mut live_edges = 0usize;
+        let no_fanin = self.st.fanin.is_empty();
         for e in self.st.fanin.iter_mut() {
             match self.sh.claim(e.producer, e.flags) {
                 Claim::Claimed { pending: p } => {
@@ -772,7 +778,9 @@ impl<'r> Orchestrator<'r> {
                 Claim::Skipped { live } => live_edges += live as usize,
             }
         }
-        self.st.fanin.retain(|e| e.claimed);
+        if !no_fanin {
+            self.st.fanin.retain(|e| e.claimed);
+        }
         let n_fanin = self.st.fanin.len();
 
         // 6. fanin record + dependency nodes. The spill demand counts every live
@@ -828,25 +836,30 @@ impl<'r> Orchestrator<'r> {
         let me = rs.slot(local);
         me.begin_wiring(waits);
         let mut done = 0u32;
-        let mut node_i = dep_start;
-        let n_nodes = rs.dep_nodes.len() as u64;
-        for e in self.st.fanin.iter() {
-            if e.flags & DEP_WAIT == 0 {
-                continue;
+        if n_fanin > 0 {
+            let mut node_i = dep_start;
+            let n_nodes = rs.dep_nodes.len() as u64;
+            for e in self.st.fanin.iter() {
+                if e.flags & DEP_WAIT == 0 {
+                    continue;
+                }
+                if self.sh.link(e.producer, id, (node_i % n_nodes) as usize) {
+                    node_i += 1;
+                } else {
+                    done += 1;
+                }
             }
-            if self.sh.link(e.producer, id, (node_i % n_nodes) as usize) {
-                node_i += 1;
-            } else {
-                done += 1;
+            for i in 0..self.st.fanin.len() {
+                let e = self.st.fanin[i];
+                if e.flags & DEP_RETAIN == 0 {
+                    self.sh.release_ref(e.producer, 1, self.eng);
+                }
             }
         }
-        for i in 0..self.st.fanin.len() {
-            let e = self.st.fanin[i];
-            if e.flags & DEP_RETAIN == 0 {
-                self.sh.release_ref(e.producer, 1, self.eng);
-            }
+        if spill_need > 0 || waits > 0 {
+            // The pools moved since the slot's marks were taken at allocation.
+            self.record_marks(ring, local);
         }
-        self.record_marks(ring, local);
         if if waits == 0 { me.publish_unwaited() } else { me.publish(done) } {
             let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
             self.eng.push_ready(id, kind);

@@ -174,6 +174,12 @@ impl TensorMap {
         self.capacity() - self.live
     }
 
+    /// No entry can match `addr` (its bucket is empty): the caller may skip the lookup.
+    #[inline(always)]
+    pub fn bucket_empty(&self, addr: u64) -> bool {
+        self.head(Self::bucket_of(addr)) == NIL
+    }
+
     #[inline]
     fn bucket_of(addr: u64) -> usize {
         (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TENSORMAP_BUCKETS.trailing_zeros())) as usize
