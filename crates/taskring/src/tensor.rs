@@ -253,12 +253,16 @@ impl Tensor {
         }
         // One pass (this runs for every host tensor of every submit); the errors keep
         // their precedence: an empty dimension, then a zero stride, then the bounds.
-        let (mut zero_dim, mut zero_stride, mut extent) = (false, false, 1u128);
+        // Each term (d-1)*stride fits 64 bits; their sum, the offset and the byte size
+        // may not: any overflow means out of bounds.
+        let (mut zero_dim, mut zero_stride, mut extent, mut ovf) = (false, false, 1u64, false);
         for i in 0..n {
             let (d, st) = (self.shape[i], self.strides[i]);
             zero_dim |= d == 0;
             zero_stride |= st == 0;
-            extent += (d as u64).saturating_sub(1) as u128 * st as u128;
+            let (e, o) = extent.overflowing_add(d.wrapping_sub(1) as u64 * st as u64);
+            extent = e;
+            ovf |= o;
         }
         if zero_dim {
             return Err(TensorError::EmptyDim(self.shape().to_vec()));
@@ -266,18 +270,23 @@ impl Tensor {
         if zero_stride {
             return Err(TensorError::Stride(self.strides().to_vec()));
         }
-        // end > buf_bytes / size  <=>  end * size > buf_bytes (no division on this path).
-        let end = self.offset as u128 + extent;
-        if end * self.dtype.size_bytes() as u128 > self.buf_bytes as u128 {
-            return Err(TensorError::OutOfBounds {
-                shape: self.shape().to_vec(),
-                strides: self.strides().to_vec(),
-                offset: self.offset,
-                end: end.min(u64::MAX as u128) as u64,
-                capacity: self.capacity_elems(),
-            });
+        let (end, o1) = self.offset.overflowing_add(extent);
+        let (end_bytes, o2) = end.overflowing_mul(self.dtype.size_bytes() as u64);
+        if ovf | o1 | o2 || end_bytes > self.buf_bytes {
+            return Err(self.out_of_bounds(if ovf | o1 { u64::MAX } else { end }));
         }
         Ok(())
+    }
+
+    #[cold]
+    fn out_of_bounds(&self, end: u64) -> TensorError {
+        TensorError::OutOfBounds {
+            shape: self.shape().to_vec(),
+            strides: self.strides().to_vec(),
+            offset: self.offset,
+            end,
+            capacity: self.capacity_elems(),
+        }
     }
 
     /// A new view over the same buffer. `offset` is in elements relative to this view's

@@ -331,12 +331,18 @@ impl<'r> Orchestrator<'r> {
         TensorSpec::new(shape, dtype).map_err(|e| RuntimeFailure::invalid_args(None, format!("spec: {e}")))
     }
 
+    #[inline]
     fn check_fatal(&self) -> Result<(), RuntimeFailure> {
         if self.eng.fatal.load(Acquire) {
-            let f = self.eng.failure.lock().clone();
-            return Err(f.unwrap_or_else(|| RuntimeFailure::new(StatusCode::TaskFailed, None, "the run already failed")));
+            return Err(self.latched_failure());
         }
         Ok(())
+    }
+
+    #[cold]
+    fn latched_failure(&self) -> RuntimeFailure {
+        let f = self.eng.failure.lock().clone();
+        f.unwrap_or_else(|| RuntimeFailure::new(StatusCode::TaskFailed, None, "the run already failed"))
     }
 
     /// Latch `f` as the run's failure (first wins) and return it.
@@ -811,7 +817,11 @@ impl<'r> Orchestrator<'r> {
                 (*p).scalar_float_mask = args.scalar_float_mask;
                 (*p).n_fanin = n_fanin as u32;
                 (*p).fanin_spill_start = spill_start;
-                (&mut (*p).tensors)[..n].copy_from_slice(&tensors[..n]);
+                // Element by element: a task has few tensors, and a `memcpy` call for a
+                // few hundred bytes costs more than the inline moves.
+                for (dst, src) in (&mut (*p).tensors)[..n].iter_mut().zip(tensors.iter()) {
+                    *dst = *src;
+                }
                 (&mut (*p).scalars)[..scalars.len()].copy_from_slice(scalars);
                 for (i, e) in self.st.fanin.iter().enumerate() {
                     let rec = e.producer.0 | e.flags;
