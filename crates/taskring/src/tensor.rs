@@ -172,6 +172,22 @@ pub enum TensorError {
     },
     #[error("row slice {start}..{end} is out of range for {rows} rows")]
     RowSlice { start: u64, end: u64, rows: u64 },
+    #[error("shape {0:?} needs a row-major stride beyond 2^32-1 elements (strides are 32-bit)")]
+    StrideOverflow(Vec<u32>),
+}
+
+/// Do the row-major strides of `shape` fit 32 bits? (The stride of dimension `i` is the
+/// product of the dimensions after it; [`contiguous_strides`] would cap a larger one and
+/// the rows would overlap.)
+pub fn contiguous_strides_fit(shape: &[u32]) -> bool {
+    let mut acc: u64 = 1;
+    for i in (1..shape.len()).rev() {
+        acc = acc.saturating_mul(shape[i] as u64);
+        if acc > u32::MAX as u64 {
+            return false;
+        }
+    }
+    true
 }
 
 /// Row-major strides for `shape`.
@@ -382,6 +398,15 @@ mod tests {
         let mut t2 = t;
         t2.offset = 1;
         assert!(matches!(t2.validate(), Err(TensorError::OutOfBounds { end: 17, capacity: 16, .. })));
+    }
+
+    #[test]
+    fn row_major_strides_must_fit_32_bits() {
+        assert!(contiguous_strides_fit(&[4, 65536, 65535]));
+        assert!(!contiguous_strides_fit(&[2, 65536, 65536]));
+        // The first dimension's size never is a stride.
+        assert!(contiguous_strides_fit(&[u32::MAX, 1]));
+        assert!(matches!(crate::engine::TensorSpec::new(&[2, 65536, 65536], DType::U8), Err(TensorError::StrideOverflow(_))));
     }
 
     #[test]

@@ -311,6 +311,17 @@ fn misuse_is_invalid_args_naming_the_call() {
             }),
         ),
         (
+            // 2 x 2^16 x 2^16 bytes: the first row-major stride (2^32) does not fit the
+            // 32-bit strides; capping it would make the rows overlap.
+            "row-major stride beyond 2^32-1",
+            Box::new(|o, _| {
+                submit(o, NOOP, |t| {
+                    t.output(TensorSpec { shape: [2, 65536, 65536, 1, 1], ndims: 3, dtype: DType::U8 });
+                })
+                .map(|_| ())
+            }),
+        ),
+        (
             // A hand-built spec with too many dims is an error, not a panic.
             "tensor 0 (OUTPUT)",
             Box::new(|o, _| {

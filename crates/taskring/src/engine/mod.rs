@@ -99,6 +99,9 @@ impl TensorSpec {
         if shape.iter().any(|&d| d == 0) {
             return Err(TensorError::EmptyDim(shape.to_vec()));
         }
+        if !crate::tensor::contiguous_strides_fit(shape) {
+            return Err(TensorError::StrideOverflow(shape.to_vec()));
+        }
         let mut s = [1u32; MAX_DIMS];
         s[..shape.len()].copy_from_slice(shape);
         Ok(TensorSpec { shape: s, ndims: shape.len() as u8, dtype })

@@ -579,6 +579,8 @@ impl<'r> Orchestrator<'r> {
                         Some(crate::tensor::TensorError::EmptyDim(s.shape[..nd].to_vec()).to_string())
                     } else if bytes > u64::MAX as u128 {
                         Some(format!("an output of shape {:?} ({bytes} bytes) does not fit 64-bit sizes", &s.shape[..nd]))
+                    } else if !crate::tensor::contiguous_strides_fit(&s.shape[..nd]) {
+                        Some(crate::tensor::TensorError::StrideOverflow(s.shape[..nd].to_vec()).to_string())
                     } else {
                         None
                     };
