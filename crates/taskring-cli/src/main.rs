@@ -32,10 +32,12 @@ enum Cmd {
         #[arg(long, default_value_t = 1.25)]
         headroom: f64,
     },
-    /// Run benchmarks: b2 (submit), b3 (overhead), b4 (ring curve), b5 (arena), b6 (l3),
-    /// or all (b2..b6 in sequence). Results go to bench-results/<id>_<name>.json.
+    /// Run benchmarks: b1 (taskbench METG sweep vs OpenMP), b2 (submit), b3 (overhead),
+    /// b4 (ring curve), b5 (arena), b6 (l3), b7 (python), or all (b2..b6 in sequence; b1
+    /// and b7 run Python scripts of the source tree). Results go to
+    /// bench-results/<id>_<name>.json.
     Bench {
-        /// Benchmarks to run (b2 b3 b4 b5 b6, or all).
+        /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7, or all = b2..b6).
         #[arg(required = true)]
         names: Vec<String>,
         /// Repetitions per measured point (median of them; at least 5).

@@ -334,6 +334,32 @@ pub fn fmt_num(x: f64) -> String {
     }
 }
 
+/// B1 (the METG sweep, which drives `taskring taskbench` and the OpenMP baseline) and B7
+/// (the Python API) are Python scripts of the repository: run one with the project's
+/// `.venv` interpreter (made by `make py-dev`; B7 needs the package installed there),
+/// else `python3`, passing `--reps` and `--out-dir` (and, for `--quick`, a shorter B1
+/// sweep). The script writes its JSON and prints its summary itself.
+fn run_script(rel: &str, args: &[&str], opts: &Opts) -> Result<(), String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = root.join(rel);
+    if !script.exists() {
+        return Err(format!("{} not found (this command runs the scripts of the source tree it was built from)", script.display()));
+    }
+    let venv = root.join(".venv/bin/python");
+    let python = if venv.exists() { venv } else { std::path::PathBuf::from("python3") };
+    let mut cmd = std::process::Command::new(&python);
+    cmd.arg(&script).args(args).arg("--reps").arg(opts.reps.to_string()).arg("--out-dir").arg(&opts.out_dir);
+    if opts.quick && rel.ends_with("metg.py") {
+        cmd.args(["--steps", "200", "--budget", "20"]);
+    }
+    let status = cmd.status().map_err(|e| format!("could not run {}: {e}", python.display()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{} {} exited with {status}", python.display(), script.display()))
+    }
+}
+
 /// Run every benchmark of `names` in order; returns false if one could not run.
 pub fn run(names: &[String], opts: &Opts) -> bool {
     let mut ok = true;
@@ -344,7 +370,9 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
             "b4" | "ring" | "ring-curve" => b4::run(opts).map(|_| ()),
             "b5" | "arena" => b5::run(opts).map(|_| ()),
             "b6" | "l3" => b6::run(opts).map(|_| ()),
-            other => Err(format!("unknown benchmark '{other}' (b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, all)")),
+            "b1" | "taskbench" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
+            "b7" | "python" => run_script("benches/b7_python.py", &[], opts),
+            other => Err(format!("unknown benchmark '{other}' (b1 taskbench, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, all)")),
         };
         if let Err(e) = r {
             eprintln!("taskring bench {n}: {e}");
