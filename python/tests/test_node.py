@@ -636,7 +636,8 @@ def test_shared_array_validation():
 # (the unraisable warning: see test_chip_thread_orchestration_error_does_not_leak_orchestrator)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("program,needle", [(failing, "ZeroDivisionError: kaboom inside the chip"), (failing_orchestration, "LookupError: the chip's own orchestration failed")])
-def test_chip_task_failure_reaches_caller(make_worker, program, needle):
+@pytest.mark.parametrize("pause", [False, True], ids=["fast", "failed-before-next-submit"])
+def test_chip_task_failure_reaches_caller(make_worker, program, needle, pause):
     w, (h, hf) = make_worker(3, programs=(vector_add, program))
     a, b = inputs(seed=18)
     mid, dependant_out, other_out = shared_array(N), shared_array(N), shared_array(N)
@@ -644,6 +645,10 @@ def test_chip_task_failure_reaches_caller(make_worker, program, needle):
 
     def orch(o, args, cfg):
         o.submit_next_level(hf, [a, mid], worker=1)
+        if pause:
+            # The chip fails before the next submit, which then re-raises the run's
+            # failure inside the orchestration: the caller still gets the chip's error.
+            time.sleep(0.3)
         o.submit_next_level(h, [mid, b, dependant_out], worker=2)  # depends on the failed task
 
     with pytest.raises(RuntimeError) as ei:

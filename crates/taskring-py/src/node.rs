@@ -62,6 +62,14 @@ fn node_err(py: Python<'_>, e: NodeError) -> PyErr {
     }
 }
 
+/// Is `e` the runtime's own TASK_FAILED (a `taskring.RuntimeFailure` with code 200)?
+fn is_task_failed(py: Python<'_>, e: &PyErr) -> bool {
+    let Ok(cls) = py.import("taskring._errors").and_then(|m| m.getattr("RuntimeFailure")) else { return false };
+    let v = e.value(py);
+    v.is_instance(&cls).unwrap_or(false)
+        && v.getattr("code").ok().and_then(|c| c.extract::<u32>().ok()) == Some(taskring::StatusCode::TaskFailed.code() as u32)
+}
+
 fn dirs_of(sig: Vec<u32>) -> PyResult<Vec<ArgDir>> {
     sig.into_iter()
         .map(|d| match d {
@@ -429,7 +437,13 @@ impl PyNode {
             Some(&gil_hook),
         );
         if let Some(e) = pending.lock().unwrap().take() {
-            return Err(e);
+            // The orchestration may have raised only because the run had already failed:
+            // a chip's task failed while it was still submitting, and its next submit
+            // re-raised the latched TASK_FAILED. Report the chip's own failure then, as
+            // when the chip fails after the last submit. Any other exception wins.
+            if !(matches!(r, Err(NodeError::Chip(_))) && is_task_failed(py, &e)) {
+                return Err(e);
+            }
         }
         let rep = r.map_err(|e| node_err(py, e))?;
         let mut tasks = vec![];
