@@ -413,17 +413,7 @@ fn task_no_core_can_run_is_scheduler_timeout_s3() {
         ..Default::default()
     })
     .unwrap();
-    let prog = Program::new("aic_only", |o, args| {
-        let (a, c) = (args[0].tensor()?, args[1].tensor()?);
-        submit(o, MATMUL, |t| {
-            t.input(a).input(a).output_existing(c);
-        })
-        .map(|_| ())
-    });
-    let mut a = vec![1f32; 4];
-    let mut c = vec![0f32; 4];
-    let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
-    let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+    let e = run_aic_only_task(&mut w).unwrap_err();
     assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
     assert!(e.detail.contains("sub_class=S3:ready-but-all-idle"), "{e}");
     assert_usable(&mut w);

@@ -137,17 +137,7 @@ fn a_kernel_failing_on_the_orchestrator_fails_the_run_and_the_chip_recovers() {
 fn the_orchestrator_does_not_run_a_kind_no_core_has() {
     // Two AIV cores: an AIC-only task stays unrun (SCHEDULER_TIMEOUT S3), helper or not.
     let mut w = helping_chip(2, Some(0));
-    let prog = Program::new("aic_only", |o, args| {
-        let (a, c) = (args[0].tensor()?, args[1].tensor()?);
-        submit(o, MATMUL, |t| {
-            t.input(a).input(a).output_existing(c);
-        })
-        .map(|_| ())
-    });
-    let mut a = vec![1f32; 4];
-    let mut c = vec![0f32; 4];
-    let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
-    let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+    let e = run_aic_only_task(&mut w).unwrap_err();
     assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
     assert!(e.detail.contains("sub_class=S3"), "{e}");
 }

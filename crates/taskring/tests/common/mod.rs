@@ -24,3 +24,19 @@ pub fn submit(o: &mut Orchestrator<'_>, k: KernelRef, build: impl FnOnce(&mut Ta
 pub fn host<'a>(v: &'a mut [f32], shape: &[u32]) -> Arg<'a> {
     Arg::Tensor(HostTensor::f32(v, shape))
 }
+
+/// Run a program with one AIC-only task (a 2x2 matmul) on `w`; on a chip without AIC
+/// cores nobody can take it: the run's SCHEDULER_TIMEOUT (S3) error is returned.
+pub fn run_aic_only_task(w: &mut ChipWorker) -> Result<RunReport, RuntimeFailure> {
+    let prog = Program::new("aic_only", |o, args| {
+        let (a, c) = (args[0].tensor()?, args[1].tensor()?);
+        submit(o, taskring::builtin::MATMUL, |t| {
+            t.input(a).input(a).output_existing(c);
+        })
+        .map(|_| ())
+    });
+    let mut a = vec![1f32; 4];
+    let mut c = vec![0f32; 4];
+    let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
+    w.run_with_sizing(&prog, &args, &RingSizing::default())
+}
