@@ -174,6 +174,7 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
     }
     // safety: reading the data pointer of a live array.
     let data = unsafe { (*arr.as_array_ptr()).data } as u64;
+    crate::runtime::check_aligned(i, data, dtype)?;
     let item = dtype.size_bytes() as u64;
     let nbytes = arr.len() as u64 * item;
     // Address the view inside its shared region, so overlapping views of one buffer are

@@ -6,7 +6,7 @@
 //! kernels on core threads can take it. Host arrays are used in place (zero copy); the
 //! run keeps references to them until it returns.
 
-use crate::config::{call_config_of, PyCallConfig, PyRingSizing};
+use crate::config::{call_config_of, PyRingSizing};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -83,6 +83,21 @@ fn parse_shape(v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
         .collect()
 }
 
+/// An int argument in `[lo, hi]`: `TypeError` for a non-int, `ValueError` (never
+/// `OverflowError`) for one out of range, however large.
+pub fn bounded_int(v: &Bound<'_, PyAny>, what: &str, lo: u64, hi: u64) -> PyResult<u64> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, got {}",
+            v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        )));
+    }
+    match v.extract::<u64>() {
+        Ok(x) if (lo..=hi).contains(&x) => Ok(x),
+        _ => Err(PyValueError::new_err(format!("{what} must be in [{lo}, {hi}], got {v}"))),
+    }
+}
+
 /// A tensor handle inside an orchestration (a view; never owns memory).
 #[pyclass(module = "taskring", name = "Tensor", frozen, skip_from_py_object)]
 #[derive(Clone)]
@@ -132,9 +147,14 @@ impl PyTensor {
     }
     /// A view over the same buffer: `offset` in elements from this view's start,
     /// `strides` in elements (row-major when None).
-    #[pyo3(signature = (shape, offset=0, strides=None))]
-    fn view(&self, shape: &Bound<'_, PyAny>, offset: u64, strides: Option<Vec<u32>>) -> PyResult<PyTensor> {
+    #[pyo3(signature = (shape, offset=None, strides=None))]
+    fn view(&self, shape: &Bound<'_, PyAny>, offset: Option<&Bound<'_, PyAny>>, strides: Option<Vec<Bound<'_, PyAny>>>) -> PyResult<PyTensor> {
         let shape = parse_shape(shape)?;
+        let offset = offset.map(|o| bounded_int(o, "offset", 0, u64::MAX)).transpose()?.unwrap_or(0);
+        let strides = match strides {
+            Some(v) => Some(v.iter().map(|s| bounded_int(s, "strides entries", 1, u32::MAX as u64).map(|x| x as u32)).collect::<PyResult<Vec<u32>>>()?),
+            None => None,
+        };
         let t = self.t.view(&shape, offset, strides.as_deref()).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyTensor { t, run: self.run })
     }
@@ -223,14 +243,38 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let dims: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
     // safety: reading the data pointer of a live array object.
     let data = unsafe { (*arr.as_array_ptr()).data } as u64;
+    check_aligned(i, data, dtype)?;
+    let item = dtype.size_bytes() as u64;
+    let nbytes = arr.len() as u64 * item;
     // A view of another array is a view of that array's buffer (so dependencies between
-    // overlapping views passed as different arguments are seen).
-    let (base, bytes) = root_buffer(a)?.filter(|&(b, n)| b <= data && data + arr.len() as u64 * dtype.size_bytes() as u64 <= b + n).unwrap_or((data, arr.len() as u64 * dtype.size_bytes() as u64));
+    // overlapping views passed as different arguments are seen). The buffer's start is
+    // rounded down to 8 bytes (the largest element size), so every view of one owner,
+    // whatever its dtype, has the same base and a whole number of elements from it; the
+    // extra bytes before the owner are never part of any view, so never touched.
+    let (base, bytes) = match root_buffer(a)?.filter(|&(b, n)| b <= data && data + nbytes <= b + n) {
+        Some((b, n)) => (b & !(MAX_ITEM - 1), n + (b & (MAX_ITEM - 1))),
+        None => (data, nbytes),
+    };
     let mut t = Tensor::from_raw(base, &dims, dtype);
     t.buf_bytes = bytes;
-    t.offset = (data - base) / dtype.size_bytes() as u64;
+    debug_assert_eq!((data - base) % item, 0);
+    t.offset = (data - base) / item;
     t.validate().map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
     Ok(t)
+}
+
+/// The largest element size of any dtype (bytes); buffer bases are rounded to it.
+const MAX_ITEM: u64 = 8;
+
+/// A host array's data must sit on a multiple of its element size: the runtime
+/// addresses tensors in whole elements, so a misaligned view would be read and written
+/// at the wrong bytes (API.md §2). Checked before anything runs.
+pub fn check_aligned(i: usize, data: u64, dtype: DType) -> PyResult<()> {
+    let item = dtype.size_bytes() as u64;
+    if data % item != 0 {
+        return Err(PyValueError::new_err(format!("argument {i}: array data is not aligned to its {item}-byte elements")));
+    }
+    Ok(())
 }
 
 /// The data pointer and byte size of the array that owns `a`'s memory (following
@@ -435,8 +479,14 @@ fn scalar_of(v: &Bound<'_, PyAny>) -> PyResult<(u64, bool)> {
         return Ok((v.extract::<bool>()? as u64, false));
     }
     if v.is_instance_of::<PyInt>() {
-        let x: i64 = v.extract()?;
-        return Ok((x as u64, false));
+        // A scalar is 64 bits: int64, or uint64 above 2**63 - 1 (the same bits).
+        if let Ok(x) = v.extract::<i64>() {
+            return Ok((x as u64, false));
+        }
+        if let Ok(x) = v.extract::<u64>() {
+            return Ok((x, false));
+        }
+        return Err(PyValueError::new_err(format!("scalar {v} does not fit 64 bits (int64 or uint64)")));
     }
     if let Ok(x) = v.extract::<f64>() {
         return Ok((x.to_bits(), true));
@@ -867,13 +917,58 @@ pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, std::sync::Arc<P
 }
 
 /// A resident simulated chip (native part of `taskring.ChipWorker`).
-#[pyclass(module = "taskring._native", name = "Chip")]
+///
+/// One chip may be used from several Python threads: its calls are serialised by
+/// `chip` (a thread waits for its turn without the GIL), and `close()` waits for the run
+/// in flight. A chip belongs to the process that made it: after `fork()` the child has
+/// none of its threads, so every call there fails at once (and dropping it in the child
+/// frees nothing the parent still owns).
+#[pyclass(module = "taskring._native", name = "Chip", frozen)]
 pub struct PyChip {
-    chip: Option<ChipWorker>,
+    chip: Mutex<Option<ChipWorker>>,
+    pid: u32,
 }
 
 /// The Python error raised by the orchestration, kept until the run returns.
 pub type PendingErr = Mutex<Option<PyErr>>;
+
+/// `RuntimeError` for an object used in a process other than the one that created it.
+pub fn forked_err(what: &str, pid: u32) -> PyErr {
+    PyRuntimeError::new_err(format!("this {what} was created in process {pid}; it cannot be used after fork()"))
+}
+
+/// Take `m` for this thread, waiting for it with the GIL released (the holder may be a
+/// run that needs the GIL for its Python kernels). Poisoning is ignored: a panic is
+/// caught inside the run and leaves the chip consistent.
+pub fn lock_detached<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> std::sync::MutexGuard<'a, T> {
+    loop {
+        match m.try_lock() {
+            Ok(g) => return g,
+            Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => py.detach(|| drop(m.lock())),
+        }
+    }
+}
+
+impl PyChip {
+    fn check_process(&self) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            return Err(forked_err("ChipWorker", self.pid));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PyChip {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A forked child: the core threads exist only in the parent, so joining them
+            // would wait forever. The memory is the child's copy; leave it to exit.
+            let chip = self.chip.get_mut().map(|c| c.take()).unwrap_or_else(|p| p.into_inner().take());
+            std::mem::forget(chip);
+        }
+    }
+}
 
 #[pymethods]
 impl PyChip {
@@ -894,36 +989,35 @@ impl PyChip {
         }
         let opts = ChipOptions { cores, aic_cores, arena_cache_slots, prewarm: sizings, ..ChipOptions::default() };
         let chip = py.detach(|| ChipWorker::new(opts)).map_err(|f| failure_err(py, &f))?;
-        Ok(PyChip { chip: Some(chip) })
+        Ok(PyChip { chip: Mutex::new(Some(chip)), pid: std::process::id() })
     }
 
     /// Run `orchestration(rt, *args)` with `config` (a CallConfig, RunConfig or None).
     /// numpy arrays become Tensors (zero copy); ints and floats are passed through.
     #[pyo3(signature = (orchestration, name, args, config=None))]
-    fn run(&mut self, py: Python<'_>, orchestration: Py<PyAny>, name: String, args: &Bound<'_, PyList>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyRunReport> {
+    fn run(&self, py: Python<'_>, orchestration: Py<PyAny>, name: String, args: &Bound<'_, PyList>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyRunReport> {
+        self.check_process()?;
         let cfg = call_config_of(py, config)?;
-        let chip = self.chip.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
         // Host arguments: arrays -> tensors (kept alive by `args` for the whole run).
         let mut host: Vec<Arg<'_>> = vec![];
-        let mut kinds: Vec<bool> = vec![];
         for (i, a) in args.iter().enumerate() {
             if a.is_instance_of::<PyFloat>() || a.is_instance_of::<PyInt>() {
                 let (bits, f) = scalar_of(&a)?;
                 host.push(Arg::Scalar(if f { Scalar::F64(f64::from_bits(bits)) } else { Scalar::I64(bits as i64) }));
-                kinds.push(false);
             } else {
                 let t = host_tensor(i, &a)?;
                 // safety: the array is referenced by `args`, which outlives the run.
                 host.push(Arg::Tensor(unsafe { HostTensor::from_raw(t) }));
-                kinds.push(true);
             }
         }
         let (program, pending) = python_program(orchestration.clone_ref(py), &name);
-        let _ = kinds;
+        let mut guard = lock_detached(py, &self.chip);
+        let chip = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
         let hook = gil_hook;
         let r = chip.run_with_hook(&program, &host, &cfg, &hook);
+        drop(guard);
         drop(host);
-        if let Some(e) = pending.lock().unwrap().take() {
+        if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(e);
         }
         match r {
@@ -933,27 +1027,30 @@ impl PyChip {
     }
 
     fn arena_stats(&self, py: Python<'_>) -> PyResult<PyArenaStats> {
-        let chip = self.chip.as_ref().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
-        arena_stats_py(py, chip.arena_stats())
+        self.check_process()?;
+        let stats = lock_detached(py, &self.chip).as_ref().map(|c| c.arena_stats());
+        arena_stats_py(py, stats.ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?)
     }
 
     #[getter]
-    fn cores(&self) -> usize {
-        self.chip.as_ref().map(|c| c.cores().len()).unwrap_or(0)
+    fn cores(&self, py: Python<'_>) -> usize {
+        lock_detached(py, &self.chip).as_ref().map(|c| c.cores().len()).unwrap_or(0)
     }
 
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(c) = self.chip.take() {
-            py.detach(move || drop(c));
+    /// Stop the chip (waits for a run in flight on another thread).
+    /// In a forked child, closing forgets the parent's chip without touching it.
+    fn close(&self, py: Python<'_>) {
+        let chip = lock_detached(py, &self.chip).take();
+        match chip {
+            Some(c) if std::process::id() != self.pid => std::mem::forget(c),
+            Some(c) => py.detach(move || drop(c)),
+            None => {}
         }
     }
 
     #[getter]
-    fn closed(&self) -> bool {
-        self.chip.is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        lock_detached(py, &self.chip).is_none()
     }
 }
 
-/// Used only to silence an unused-import lint when features change.
-#[allow(dead_code)]
-fn _unused(_: &PyCallConfig) {}

@@ -174,6 +174,8 @@ pub enum TensorError {
     RowSlice { start: u64, end: u64, rows: u64 },
     #[error("shape {0:?} needs a row-major stride beyond 2^32-1 elements (strides are 32-bit)")]
     StrideOverflow(Vec<u32>),
+    #[error("tensor data at {addr:#x} is not aligned to its {size}-byte elements")]
+    Misaligned { addr: u64, size: u64 },
 }
 
 /// Do the row-major strides of `shape` fit 32 bits? (The stride of dimension `i` is the
@@ -286,10 +288,15 @@ impl Tensor {
         if zero_stride {
             return Err(TensorError::Stride(self.strides().to_vec()));
         }
+        let size = self.dtype.size_bytes() as u64;
         let (end, o1) = self.offset.overflowing_add(extent);
-        let (end_bytes, o2) = end.overflowing_mul(self.dtype.size_bytes() as u64);
+        let (end_bytes, o2) = end.overflowing_mul(size);
         if ovf | o1 | o2 || end_bytes > self.buf_bytes {
             return Err(self.out_of_bounds(if ovf | o1 { u64::MAX } else { end }));
+        }
+        // Elements are addressed in whole units from `addr` (sizes are powers of two).
+        if self.addr & (size - 1) != 0 {
+            return Err(TensorError::Misaligned { addr: self.addr, size });
         }
         Ok(())
     }
@@ -378,6 +385,16 @@ impl Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validate_rejects_a_base_not_aligned_to_its_elements() {
+        let t = Tensor::from_raw(0x1001, &[8], DType::F32);
+        assert_eq!(t.validate(), Err(TensorError::Misaligned { addr: 0x1001, size: 4 }));
+        assert_eq!(t.validate().unwrap_err().to_string(), "tensor data at 0x1001 is not aligned to its 4-byte elements");
+        assert!(Tensor::from_raw(0x1002, &[8], DType::F16).validate().is_ok());
+        assert!(Tensor::from_raw(0x1001, &[8], DType::U8).validate().is_ok());
+        assert!(Tensor::from_raw(0x1004, &[8], DType::I64).validate().is_err());
+    }
 
     #[test]
     fn validate_rejects_views_whose_extent_overflows_u64() {
