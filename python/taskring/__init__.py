@@ -145,6 +145,8 @@ def kernel(
     Usable as ``@kernel`` or ``@kernel(core="aic")``."""
 
     def wrap(f: Callable) -> Kernel:
+        if not callable(f):
+            raise TypeError(f"kernel() needs a function, got {type(f).__name__}")
         if core not in ("aiv", "aic"):
             raise ValueError(f"core must be 'aiv' or 'aic', got {core!r}")
         return _native.make_python_kernel(f, name or f.__name__, core)

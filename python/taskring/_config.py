@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import List, Optional, Union
 
 from ._native import CallConfig
@@ -32,7 +33,8 @@ def _window_phrase(v) -> Optional[str]:
 
 
 def _heap_phrase(v) -> Optional[str]:
-    if not _is_int(v) or v < 1024 or not _pow2(v):
+    # Sizes travel as 64-bit integers: 2**64 and above cannot be a ring.
+    if not _is_int(v) or v < 1024 or v >= 2**64 or not _pow2(v):
         return "be a power of 2 >= 1024 (bytes per ring)"
     return None
 
@@ -106,8 +108,14 @@ class RunConfig:
             raise ValueError(f"enable_chip_swimlane must be a bool or an int in [0, 4], got {s!r}")
         if not _is_int(self.device_id) or self.device_id < 0:
             raise ValueError(f"device_id must be a non-negative int, got {self.device_id!r}")
-        if self.output_dir is not None and not isinstance(self.output_dir, str):
-            self.output_dir = str(self.output_dir)
+        for flag in ("enable_scope_stats", "enable_dep_gen"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
+        if self.output_dir is not None:
+            if not isinstance(self.output_dir, (str, bytes, os.PathLike)):
+                raise TypeError(f"output_dir must be a str or an os.PathLike, got {type(self.output_dir).__name__}")
+            # bytes and path objects name the directory they stand for (not "b'/tmp'").
+            self.output_dir = os.fsdecode(os.fspath(self.output_dir))
 
     def to_call_config(self, base: Optional[CallConfig] = None) -> CallConfig:
         """A fresh CallConfig: a copy of ``base`` (or the default) with this config's

@@ -356,11 +356,9 @@ impl PyRingSizing {
         (v[0], v[1], v[2], v[3])
     }
     /// Where a value came from: "call_config", "env" or "default".
-    fn source(&self, field: &str, ring: usize) -> PyResult<&'static str> {
+    fn source(&self, field: &str, ring: &Bound<'_, PyAny>) -> PyResult<&'static str> {
         let f = field_of(field).ok_or_else(|| PyValueError::new_err(format!("unknown field {field:?}; expected ring_task_window, ring_heap or ring_dep_pool")))?;
-        if ring >= 4 {
-            return Err(PyValueError::new_err(format!("ring must be in [0, 3], got {ring}")));
-        }
+        let ring = crate::runtime::bounded_int(ring, "ring", 0, 3)? as usize;
         Ok(self.inner.source(f, ring).as_str())
     }
     /// The 12-value tuple the arena cache is keyed on.

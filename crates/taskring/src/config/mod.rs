@@ -520,11 +520,19 @@ impl RingSizing {
     }
 
     /// [`resolve`](Self::resolve) against [`EnvSnapshot::from_process`] (read
-    /// now), printing each warning once on stderr.
+    /// now), printing each warning on stderr once per process and value (a bad
+    /// variable is reported once, not at every dispatch; a new bad value again).
     pub fn resolve_from_process(env_cfg: &RuntimeEnv) -> Result<RingSizing, ConfigError> {
         let (sizing, warnings) = Self::resolve(env_cfg, &EnvSnapshot::from_process())?;
-        for w in &warnings {
-            eprintln!("{w}");
+        if !warnings.is_empty() {
+            static SEEN: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
+            let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+            for w in &warnings {
+                if !seen.iter().any(|(var, value)| *var == w.var && *value == w.value) {
+                    seen.push((w.var, w.value.clone()));
+                    eprintln!("{w}");
+                }
+            }
         }
         Ok(sizing)
     }
