@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use taskring::builtin::*;
 use taskring::*;
@@ -52,12 +53,154 @@ fn scope_deadlock_code_1() {
     assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
     assert_eq!(e.ring, Some(1));
     assert_eq!(e.configured, Some(4));
-    assert_eq!(e.needed, Some(8));
+    // Eight tasks in one scope need a window that holds eight live tasks: 16.
+    assert_eq!(e.needed, Some(16));
     assert_eq!(e.resource, Some(Resource::TaskWindow));
     let s = e.to_string();
     assert!(s.starts_with("SCOPE_DEADLOCK (code 1) on ring 1: "), "{s}");
     assert!(s.contains("ring_task_window=4"), "{s}");
     assert_usable(&mut w);
+}
+
+/// A scope deadlock reports the window that would have held the whole scope (the rest
+/// of the scope is counted, not run), and the hint names it: one retry, not five.
+#[test]
+fn scope_deadlock_needed_is_the_window_that_fits_the_whole_scope() {
+    use std::sync::atomic::AtomicUsize;
+    static RAN: AtomicUsize = AtomicUsize::new(0);
+    let count = kernel::fn_kernel("count", CoreKind::Any, |_| {
+        RAN.fetch_add(1, Ordering::SeqCst);
+    });
+    let mut w = patient_chip();
+    let prog = Program::new("fifty_one_in_one_scope", move |o, args| {
+        let x = args[0].tensor()?;
+        o.scope(|o| {
+            for _ in 0..51 {
+                // Outputs of counted tasks are placeholders the program can pass on.
+                let copied = submit(o, COPY, |t| {
+                    t.input(x).output(spec(&[4]));
+                })?
+                .output(0);
+                submit(o, count, |t| {
+                    t.input(copied);
+                })?;
+            }
+            Ok(())
+        })?;
+        submit(o, count, |_| {}).map(|_| ())
+    });
+    let mut x = vec![1f32; 4];
+    let args = [host(&mut x, &[4])];
+    let e = w.run_with_sizing(&prog, &args, &sizing(4, 1 << 20, 256)).unwrap_err();
+    assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
+    assert_eq!((e.ring, e.configured, e.needed), (Some(1), Some(4), Some(128)), "{e}");
+    assert!(e.detail.contains("the scope at depth 1 submits 102 tasks"), "{e}");
+    assert!(e.detail.contains("a ring_task_window of 128 slots would have held it"), "{e}");
+    assert!(e.hint().starts_with("runtime_env ring_task_window[1] >= 128; raise ring_task_window"), "{}", e.hint());
+    assert!(e.to_string().contains(". Hint: runtime_env ring_task_window[1] >= 128; "), "{e}");
+    // Nothing after the overflow ran: only the first task of ring 1 could (the second
+    // submit, a `count`, was the third, but the run is failed before more run).
+    assert!(RAN.load(Ordering::SeqCst) <= 1, "{} tasks ran", RAN.load(Ordering::SeqCst));
+    assert_usable(&mut w);
+    // The advice fits at once.
+    RAN.store(0, Ordering::SeqCst);
+    w.run_with_sizing(&prog, &args, &sizing(128, 1 << 20, 256)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(RAN.load(Ordering::SeqCst), 52);
+}
+
+/// A program that submits until a submit fails still ends (counting stops at a limit);
+/// `needed` is then a lower bound, said as such.
+#[test]
+fn endless_scope_ends_with_a_lower_bound() {
+    let mut w = patient_chip();
+    let prog = Program::new("endless", |o, _| {
+        o.scope(|o| loop {
+            noop_task(o)?;
+        })
+    });
+    let t0 = std::time::Instant::now();
+    let e = w.run_with_sizing(&prog, &[], &sizing(4, 4096, 16)).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
+    assert!(e.detail.contains("submitted at least"), "{e}");
+    assert!(e.detail.contains("counting stopped before the scope ended"), "{e}");
+    assert!(e.needed.unwrap() >= 1 << 20, "{e}");
+    assert_usable(&mut w);
+}
+
+/// A kernel that returns only once `release` is set (a kernel that "never returns").
+fn hanging(name: &str, release: &'static AtomicBool) -> KernelRef {
+    kernel::fn_kernel(name, CoreKind::Any, move |_| {
+        while !release.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+/// A chip with a short backstop: a kernel that runs longer than it must not be taken for
+/// a deadlock (API.md §6.1).
+fn short_backstop_chip() -> ChipWorker {
+    ChipWorker::new(ChipOptions { cores: 2, backstop: Duration::from_millis(100), ..Default::default() }).unwrap()
+}
+
+/// One task per scope, each sleeping 3.5 backstops, under a window of 4 (the fourth
+/// submit waits for the first task) and under a 1 KiB heap (each 1 KiB output waits for
+/// the previous task): both wait and complete.
+#[test]
+fn slow_kernel_under_a_tiny_window_or_heap_waits_and_completes() {
+    let slow = kernel::fn_kernel("slow", CoreKind::Any, |_| std::thread::sleep(Duration::from_millis(350)));
+    let mut w = short_backstop_chip();
+    for (tasks, out, s) in [(6, false, sizing(4, 4096, 16)), (3, true, sizing(16, 1024, 16))] {
+        let prog = Program::new("slow", move |o, _| {
+            for _ in 0..tasks {
+                o.scope(|o| {
+                    submit(o, slow, |t| {
+                        if out {
+                            t.output(spec(&[256]));
+                        }
+                    })
+                    .map(|_| ())
+                })?;
+            }
+            Ok(())
+        });
+        let rep = w.run_with_sizing(&prog, &[], &s).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(rep.tasks, tasks);
+        assert_eq!((rep.peak.task_window[1], rep.peak.heap[1]), if out { (1, 1024) } else { (3, 0) });
+    }
+}
+
+/// A kernel that never returns while the orchestrator waits for ring space is a
+/// SCHEDULER_TIMEOUT naming it (S1), not a capacity deadlock; the chip recovers.
+#[test]
+fn stuck_kernel_while_the_orchestrator_waits_is_scheduler_timeout() {
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    let stuck = hanging("stuck", &RELEASE);
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        backstop: Duration::from_millis(100),
+        scheduler_timeout: Duration::from_millis(600),
+        ..Default::default()
+    })
+    .unwrap();
+    let prog = Program::new("stuck_head", move |o, _| {
+        o.scope(|o| o.submit(stuck, &TaskArgs::new()).map(|_| ()))?;
+        for _ in 0..5 {
+            o.scope(|o| noop_task(o).map(|_| ()))?;
+        }
+        Ok(())
+    });
+    let t0 = std::time::Instant::now();
+    let e = w.run_with_sizing(&prog, &[], &sizing(4, 4096, 16)).unwrap_err();
+    assert!(t0.elapsed() >= Duration::from_millis(550), "{:?}", t0.elapsed());
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    assert_eq!(e.ring, Some(1));
+    assert!(e.detail.contains("while the orchestrator waited for ring space"), "{e}");
+    assert!(e.detail.contains("sub_class=S1:running-stalled (detail=1)"), "{e}");
+    assert!(e.detail.contains("stuck_task_id=task(ring=1, local=0) running kernel 'stuck'"), "{e}");
+    assert!(e.detail.contains("orch_done=0"), "{e}");
+    assert_usable(&mut w);
+    RELEASE.store(true, Ordering::SeqCst);
 }
 
 #[test]
@@ -76,6 +219,12 @@ fn nested_scopes_flow_control_code_3() {
     assert_eq!(e.code, StatusCode::FlowControlDeadlock, "{e}");
     assert_eq!(e.ring, Some(3));
     assert!(e.detail.contains("provable head-of-line deadlock"), "{e}");
+    // Sizes in the resource's own unit: the window lacks one slot (not the submit's
+    // heap bytes).
+    assert!(e.detail.contains("ring_task_window 3 of 4 slots in use, 1 more slot needed"), "{e}");
+    assert!(e.detail.contains("ring_task_window of at least 8 slots would be needed"), "{e}");
+    assert_eq!(e.needed, Some(8));
+    assert!(e.hint().starts_with("runtime_env ring_task_window[3] >= 8; "), "{}", e.hint());
     assert_usable(&mut w);
 }
 
@@ -115,6 +264,32 @@ fn heap_pinned_by_open_scope_code_2() {
     assert_eq!(e.code, StatusCode::HeapRingDeadlock, "{e}");
     assert_eq!(e.ring, Some(1));
     assert!(e.detail.contains("provable head-of-line deadlock"), "{e}");
+    assert!(e.detail.contains("ring_heap 2048 of 2048 bytes in use, 1024 more bytes needed"), "{e}");
+    assert!(e.detail.contains("ring_heap of at least 4096 bytes would be needed"), "{e}");
+    assert_usable(&mut w);
+}
+
+/// A window that fills while the task being submitted has a 1 KiB output: the message
+/// speaks of slots, not of the output's bytes.
+#[test]
+fn window_failure_counts_slots_not_bytes() {
+    let mut w = patient_chip();
+    let prog = Program::new("window_with_outputs", |o, _| {
+        o.begin_scope(false)?;
+        o.begin_scope(false)?;
+        o.begin_scope(false)?;
+        for _ in 0..4 {
+            submit(o, FILL, |t| {
+                t.output(spec(&[256])).scalar(Scalar::F64(1.0));
+            })?;
+            o.begin_scope(false)?;
+        }
+        Ok(())
+    });
+    let e = w.run_with_sizing(&prog, &[], &sizing(4, 1 << 20, 16)).unwrap_err();
+    assert_eq!(e.code, StatusCode::FlowControlDeadlock, "{e}");
+    assert!(e.detail.contains("ring_task_window 3 of 4 slots in use, 1 more slot needed"), "{e}");
+    assert!(!e.detail.contains("1024 more"), "{e}");
     assert_usable(&mut w);
 }
 
@@ -187,7 +362,7 @@ fn back_pressure_chain_and_fanout_never_fail() {
 
 #[test]
 fn failing_kernel_fails_the_run_and_skips_dependants() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
     static RAN_AFTER: AtomicUsize = AtomicUsize::new(0);
     let boom = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("deliberate failure"));
     let after = kernel::fn_kernel("after", CoreKind::Any, |_| {
@@ -370,13 +545,8 @@ fn panicking_orchestration_is_reported() {
 
 #[test]
 fn hung_kernel_is_scheduler_timeout_s1_and_the_chip_recovers() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     static RELEASE: AtomicBool = AtomicBool::new(false);
-    let hang = kernel::fn_kernel("hang", CoreKind::Any, |_| {
-        while !RELEASE.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    let hang = hanging("hang", &RELEASE);
     let mut w = ChipWorker::new(ChipOptions {
         cores: 2,
         scheduler_timeout: Duration::from_millis(300),

@@ -16,7 +16,7 @@
 
 use crate::arena::{ArenaCache, ArenaStats};
 use crate::config::{CallConfig, ConfigError, RingSizing};
-use crate::engine::orch::WaitPolicy;
+use crate::engine::orch::{ExecutorProbe, WaitPolicy};
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, Scalar, StatusCode};
 use crate::kernel::{CoreKind, KernelCall};
@@ -284,7 +284,7 @@ impl ChipWorker {
             threads: Vec::with_capacity(cores),
             kinds: kinds.clone(),
             cache,
-            policy: WaitPolicy { backstop: opts.backstop },
+            policy: WaitPolicy { backstop: opts.backstop, scheduler_timeout: opts.scheduler_timeout },
             scheduler_timeout: opts.scheduler_timeout,
             orchestrator_helps: opts.orchestrator_helps,
         };
@@ -334,6 +334,12 @@ impl ChipWorker {
             // A core that cannot be restarted stays abandoned; the chip runs with fewer.
             let _ = self.start_core(i, kind);
         }
+    }
+
+    /// Threads of cores given up on (a kernel that never returned) that still run.
+    /// A host whose kernels can be interrupted (Python's) uses it to stop them.
+    pub fn abandoned_threads(&self) -> Vec<std::thread::ThreadId> {
+        self.threads.iter().filter(|(c, t)| c.abandoned.load(SeqCst) && !t.is_finished()).map(|(_, t)| t.thread().id()).collect()
     }
 
     /// Core kinds, one per core thread.
@@ -418,10 +424,12 @@ impl ChipWorker {
         let help_kind = help_kind(&self.kinds);
         let help_fn = || help_one(sh, &arena.shared, help_kind);
         let help: Option<&dyn Fn() -> bool> = if self.orchestrator_helps && !tracing { Some(&help_fn) } else { None };
+        let probe = CoreProbe { sh, arena: &arena.shared, completed_at_start };
         let (result, peak, tasks) = {
             let mut o = Orchestrator::new(&sh.eng, &arena.shared, &mut arena.orch, *sizing, self.policy);
             o.blocking_hook = blocking_hook;
             o.helper = help;
+            o.probe = Some(&probe);
             let mut r = o.begin_scope(false);
             if r.is_ok() {
                 r = match catch_unwind(AssertUnwindSafe(|| (program.f)(&mut o, args))) {
@@ -578,7 +586,7 @@ fn wait_retired(
                 seen = c;
                 since = Instant::now();
             } else if since.elapsed() >= timeout && !all_retired() {
-                sh.eng.fail(classify_stall(sh, a, timeout, submitted, c - completed_at_start));
+                sh.eng.fail(classify_stall(sh, a, timeout, submitted, c - completed_at_start, true));
             }
         }
         if let Some(h) = hook {
@@ -593,7 +601,7 @@ fn wait_retired(
 
 /// SCHEDULER_TIMEOUT with the stall sub-class (reference §12.3): a task on a core
 /// (S1) > a ready task nobody runs (S3) > only waiting tasks (S4).
-fn classify_stall(sh: &ChipShared, a: &ArenaShared, timeout: Duration, submitted: u64, completed: u64) -> RuntimeFailure {
+fn classify_stall(sh: &ChipShared, a: &ArenaShared, timeout: Duration, submitted: u64, completed: u64, orch_done: bool) -> RuntimeFailure {
     let cores = sh.cores.read();
     let running: Vec<(usize, TaskId)> = cores
         .iter()
@@ -628,11 +636,32 @@ fn classify_stall(sh: &ChipShared, a: &ArenaShared, timeout: Duration, submitted
         StatusCode::SchedulerTimeout,
         ring,
         format!(
-            "no task completed for {} ms: sub_class={label} (detail={detail}) completed={completed}/{submitted} running={} ready={ready} waiting={waiting} orch_done=1 stuck_task_id={stuck_task}{kernel} stuck_core={stuck_core}",
+            "no task completed for {} ms{}: sub_class={label} (detail={detail}) completed={completed}/{submitted} running={} ready={ready} waiting={waiting} orch_done={} stuck_task_id={stuck_task}{kernel} stuck_core={stuck_core}",
             timeout.as_millis(),
-            running.len()
+            if orch_done { "" } else { " while the orchestrator waited for ring space" },
+            running.len(),
+            orch_done as u8
         ),
     )
+}
+
+/// The chip's answer to the orchestrator's backstop (see `ExecutorProbe`): sampled
+/// only while the orchestrator waits for ring space. A core's `state` already says
+/// which task it runs, so the cores' hot path pays nothing for it.
+struct CoreProbe<'a> {
+    sh: &'a ChipShared,
+    arena: &'a ArenaShared,
+    completed_at_start: u64,
+}
+
+impl ExecutorProbe for CoreProbe<'_> {
+    fn busy(&self) -> bool {
+        self.sh.eng.ready_len() > 0 || self.sh.cores.read().iter().any(|c| c.state.load(SeqCst) < CORE_SEARCHING)
+    }
+    fn stall(&self, timeout: Duration, submitted: u64) -> RuntimeFailure {
+        let completed = self.sh.eng.completed.load(SeqCst) - self.completed_at_start;
+        classify_stall(self.sh, self.arena, timeout, submitted, completed, false)
+    }
 }
 
 /// Wait until no core holds a task of the run (they finish within a kernel's time), at

@@ -145,8 +145,14 @@ impl RuntimeFailure {
     pub fn name(&self) -> &'static str {
         self.code.name()
     }
-    pub fn hint(&self) -> &'static str {
-        self.code.hint()
+    /// The code's hint; for a capacity failure whose needed size is known, led by the
+    /// `runtime_env` value that would have held it (e.g. `runtime_env
+    /// ring_task_window[1] >= 64; raise ring_task_window ...`).
+    pub fn hint(&self) -> String {
+        match (self.resource, self.ring, self.needed) {
+            (Some(r), Some(ring), Some(n)) if r != Resource::Tensormap => format!("runtime_env {}[{ring}] >= {n}; {}", r.name(), self.code.hint()),
+            _ => self.code.hint().to_string(),
+        }
     }
     /// The fixed description of the code followed by this failure's specifics.
     pub fn description(&self) -> String {
@@ -171,7 +177,7 @@ impl fmt::Display for RuntimeFailure {
             self.code.code(),
             ring,
             self.description(),
-            self.code.hint()
+            self.hint()
         )
     }
 }
@@ -194,7 +200,7 @@ mod tests {
         );
         let s = e.to_string();
         assert!(s.starts_with("SCOPE_DEADLOCK (code 1) on ring 1: tasks submitted in one scope"));
-        assert!(s.contains("; scope at depth 1 holds 3 tasks. Hint: raise ring_task_window"));
+        assert!(s.contains("; scope at depth 1 holds 3 tasks. Hint: runtime_env ring_task_window[1] >= 9; raise ring_task_window"), "{s}");
         let n = RuntimeFailure::invalid_args(None, "x");
         assert!(n.to_string().starts_with("INVALID_ARGS (code 5) on ring None: "));
     }

@@ -21,7 +21,7 @@
 //!
 //! After any failure the run is fatal: every later call returns the latched failure.
 
-use super::ring::{align_output, window_admits, HeapAlloc, HeapRing, LinearPool};
+use super::ring::{align_output, window_admits, HeapAlloc, HeapRing, LinearPool, OUTPUT_ALIGN_BYTES};
 use super::shared::{ArenaShared, Claim, EngineShared, DEP_RETAIN, DEP_WAIT, SCOPE_BIT};
 use super::tensormap::TensorMap;
 use super::*;
@@ -257,14 +257,28 @@ impl TaskOutputs {
 /// Timeouts the orchestrator applies while it waits for space.
 #[derive(Clone, Copy, Debug)]
 pub struct WaitPolicy {
-    /// Fail after this long without any progress (backstop).
+    /// Fail with the resource's code after this long without any progress: no task
+    /// completed and no task ran on a core or waited in a ready queue (backstop).
     pub backstop: Duration,
+    /// Fail with SCHEDULER_TIMEOUT after this long without any task completing while
+    /// tasks were running (or ready): a kernel that never returns.
+    pub scheduler_timeout: Duration,
 }
 
 impl Default for WaitPolicy {
     fn default() -> Self {
-        WaitPolicy { backstop: Duration::from_millis(500) }
+        WaitPolicy { backstop: Duration::from_millis(500), scheduler_timeout: Duration::from_secs(10) }
     }
+}
+
+/// The executor's side of the backstop: what its cores are doing. Asked only while the
+/// orchestrator waits for space (never on the submit path).
+pub(crate) trait ExecutorProbe {
+    /// Is a task running on a core, or ready in a queue (about to be dispatched)?
+    fn busy(&self) -> bool;
+    /// The SCHEDULER_TIMEOUT failure (with its sub-class) of a run in which no task
+    /// completed for `timeout` while the orchestrator waited, `submitted` tasks so far.
+    fn stall(&self, timeout: Duration, submitted: u64) -> RuntimeFailure;
 }
 
 /// The orchestration API for one run. See the module doc.
@@ -281,6 +295,60 @@ pub struct Orchestrator<'r> {
     /// the orchestrator waits for ring space it runs ready tasks instead of sleeping.
     /// Returns whether it ran one.
     pub(crate) helper: Option<&'r dyn Fn() -> bool>,
+    /// What the executor's cores are doing (the backstop counts a running task as
+    /// progress). Without one, progress is a task completing.
+    pub(crate) probe: Option<&'r dyn ExecutorProbe>,
+    /// A SCOPE_DEADLOCK found but not yet reported: the rest of the scope is counted
+    /// (not run) so that the failure can say which window would have held it.
+    dry: Option<DryScope>,
+}
+
+/// The scope-deadlock count in progress (see `Orchestrator::dry`).
+struct DryScope {
+    /// `scopes.len()` while the overflowing scope is the innermost one.
+    level: usize,
+    ring: usize,
+    depth: usize,
+    window: u64,
+    /// Tasks the scope owns so far (submitted, or counted without running).
+    owned: u64,
+    /// Submits seen while counting (the scope's own and those of its inner scopes).
+    counted: u64,
+    /// The submit that overflowed (its text: `submit of kernel 'x'`).
+    what: String,
+}
+
+/// Most submits counted after a SCOPE_DEADLOCK (a program that only stops submitting
+/// when a submit fails must not run forever); beyond it `needed` is a lower bound.
+const DRY_COUNT_LIMIT: u64 = 1 << 20;
+
+impl DryScope {
+    /// The SCOPE_DEADLOCK: `complete` when the scope ended (its task count is exact),
+    /// else the count so far is a lower bound.
+    fn failure(&self, complete: bool) -> RuntimeFailure {
+        let DryScope { ring, depth, window, owned, ref what, .. } = *self;
+        let max = crate::config::MAX_RING_TASK_WINDOW;
+        // A scope of `owned` tasks needs `owned + 1 <= window - 1` at its last submit.
+        let needed = owned.saturating_add(1).checked_next_power_of_two().filter(|&n| n <= max);
+        let count = if complete {
+            format!("the scope at depth {depth} submits {owned} tasks (those beyond the window were counted to the end of the scope, not run)")
+        } else {
+            format!("the scope at depth {depth} submitted at least {owned} tasks (counting stopped before the scope ended)")
+        };
+        let fit = match needed {
+            Some(n) if complete => format!("a ring_task_window of {n} slots would have held it"),
+            Some(n) => format!("a ring_task_window of at least {n} slots is needed"),
+            None => format!("no valid ring_task_window (at most {max} slots) holds that many; split the scope"),
+        };
+        RuntimeFailure::capacity(
+            StatusCode::ScopeDeadlock,
+            ring,
+            Resource::TaskWindow,
+            window,
+            needed,
+            format!("{what}: {count} and ring {ring}'s ring_task_window={window} holds at most {} live tasks; {fit}", window - 1),
+        )
+    }
 }
 
 enum Blocked {
@@ -299,7 +367,7 @@ impl<'r> Orchestrator<'r> {
         sizing: RingSizing,
         policy: WaitPolicy,
     ) -> Orchestrator<'r> {
-        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None, helper: None }
+        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None, helper: None, probe: None, dry: None }
     }
 
     /// The sizing this run uses.
@@ -345,8 +413,12 @@ impl<'r> Orchestrator<'r> {
         f.unwrap_or_else(|| RuntimeFailure::new(StatusCode::TaskFailed, None, "the run already failed"))
     }
 
-    /// Latch `f` as the run's failure (first wins) and return it.
+    /// Latch `f` as the run's failure (first wins) and return it. A scope deadlock
+    /// still being counted is latched first (with what was counted so far).
     fn fail(&self, f: RuntimeFailure) -> RuntimeFailure {
+        if let Some(d) = &self.dry {
+            self.eng.fail(d.failure(false));
+        }
         self.eng.fail(f.clone());
         self.eng.failure.lock().clone().unwrap_or(f)
     }
@@ -445,6 +517,11 @@ impl<'r> Orchestrator<'r> {
             self.sh.release_ref(id, SCOPE_BIT, self.eng);
         }
         self.st.scope_tasks.truncate(frame.begin);
+        if matches!(&self.dry, Some(d) if self.st.scopes.len() < d.level) {
+            // The overflowing scope ended: its count is complete.
+            let d = self.dry.take().expect("checked");
+            self.eng.fail(d.failure(true));
+        }
     }
 
     /// Close every open scope, the root included (end of the orchestration).
@@ -509,6 +586,9 @@ impl<'r> Orchestrator<'r> {
 
     fn submit_impl(&mut self, kernel: Option<KernelRef>, args: &TaskArgs, inline_complete: bool) -> Result<TaskOutputs, RuntimeFailure> {
         self.check_fatal()?;
+        if self.dry.is_some() {
+            return self.count_dry(args);
+        }
         self.st.fanin.clear();
         let ring = self.current_ring();
         let what = What { kernel, alloc: inline_complete };
@@ -604,8 +684,10 @@ impl<'r> Orchestrator<'r> {
                 }
             }
             if tag == ArgTag::Output {
-                out_size[n] = align_output(t.nbytes());
-                heap_bytes += out_size[n];
+                // Saturating: a size near 2^64 must not wrap into a small allocation
+                // (it fails as larger than any heap instead).
+                out_size[n] = t.nbytes().checked_add(OUTPUT_ALIGN_BYTES - 1).map_or(u64::MAX, |_| align_output(t.nbytes()));
+                heap_bytes = heap_bytes.saturating_add(out_size[n]);
             } else if t.owner.is_valid() {
                 let owner = t.owner;
                 if let Err(msg) = self.check_owner_live(owner) {
@@ -643,19 +725,10 @@ impl<'r> Orchestrator<'r> {
         let frame = *self.st.scopes.last().expect("root scope is open during a run");
         let owned = (self.st.scope_tasks.len() - frame.begin) as u64;
         if owned + 1 >= window {
-            return Err(self.fail(RuntimeFailure::capacity(
-                StatusCode::ScopeDeadlock,
-                ring,
-                Resource::TaskWindow,
-                window,
-                Some((owned + 2).next_power_of_two()),
-                format!(
-                    "{what}: the scope at depth {} already owns {owned} tasks and ring {ring}'s ring_task_window={window} holds at most {} live tasks; a window of at least {} is needed",
-                    self.depth(),
-                    window - 1,
-                    (owned + 2).next_power_of_two()
-                ),
-            )));
+            // Structural: this scope can never fit. Count the rest of it without
+            // running anything, and report at its end which window would have held it.
+            self.dry = Some(DryScope { level: self.st.scopes.len(), ring, depth: self.depth(), window, owned, counted: 0, what: what.to_string() });
+            return self.count_dry(args);
         }
 
         // 3. slot + heap.
@@ -879,6 +952,38 @@ impl<'r> Orchestrator<'r> {
         Ok(outputs)
     }
 
+    /// A submit while a SCOPE_DEADLOCK is being counted: count it (when it belongs to
+    /// the overflowing scope), run nothing, return placeholder outputs (address 0, no
+    /// owner) so that the program can go on to the end of the scope.
+    #[cold]
+    fn count_dry(&mut self, args: &TaskArgs) -> Result<TaskOutputs, RuntimeFailure> {
+        let level = self.st.scopes.len();
+        let d = self.dry.as_mut().expect("counting");
+        d.counted += 1;
+        if level == d.level {
+            d.owned += 1;
+        }
+        let mut stop = d.counted > DRY_COUNT_LIMIT;
+        let mut outputs = TaskOutputs::new(TaskId::INVALID);
+        for a in args.tensors() {
+            if let ArgTensor::Spec(s) = a {
+                let nd = s.ndims as usize;
+                if nd == 0 || nd > MAX_DIMS {
+                    // (A real submit would fail here: stop counting.)
+                    stop = true;
+                    break;
+                }
+                outputs.push(&s.materialize(0, TaskId::INVALID));
+            }
+        }
+        if stop {
+            let f = d.failure(false);
+            self.dry = None;
+            return Err(self.fail(f));
+        }
+        Ok(outputs)
+    }
+
     fn record_marks(&mut self, ring: usize, local: u32) {
         let r = &mut self.st.rings[ring];
         let os = &mut r.slots[(local & r.mask) as usize];
@@ -962,13 +1067,18 @@ impl<'r> Orchestrator<'r> {
         let heap_size = self.sizing.heap[ring];
         let window = self.sizing.task_window[ring];
         if heap_bytes > heap_size {
+            let needed = heap_bytes.checked_next_power_of_two();
+            let fit = match needed {
+                Some(n) => format!("a ring_heap of at least {n} bytes is needed"),
+                None => "no valid ring_heap (a power of 2 of at most 2^63 bytes) holds them".to_string(),
+            };
             return Err(self.fail(RuntimeFailure::capacity(
                 StatusCode::HeapRingDeadlock,
                 ring,
                 Resource::Heap,
                 heap_size,
-                Some(heap_bytes.next_power_of_two()),
-                format!("{what}: its outputs need {heap_bytes} bytes (each output rounded up to 1 KiB) but ring {ring}'s ring_heap={heap_size}; a heap of at least {} is needed", heap_bytes.next_power_of_two()),
+                needed,
+                format!("{what}: its outputs need {heap_bytes} bytes (each output rounded up to 1 KiB) but ring {ring}'s ring_heap={heap_size} bytes; {fit}"),
             )));
         }
         let mut clock = Backstop::new(self);
@@ -1003,7 +1113,7 @@ impl<'r> Orchestrator<'r> {
                 Resource::DepPool,
                 cap,
                 Some(need),
-                format!("{what}: the task needs {need} {noun}{extra} but ring {ring}'s ring_dep_pool={cap}; a pool of at least {need} is needed"),
+                format!("{what}: the task needs {need} {noun}{extra} but ring {ring}'s ring_dep_pool={cap} entries; a ring_dep_pool of at least {need} entries is needed"),
             )));
         }
         let mut clock = Backstop::new(self);
@@ -1053,46 +1163,69 @@ impl<'r> Orchestrator<'r> {
         };
         let r = &self.st.rings[ring];
         let live = (r.next - r.seen_la) as u64;
+        // The size that would hold what is live now plus this submit (None: no valid
+        // size of the resource would).
         let (in_use, needed) = match blocked {
-            Blocked::Window => (live, (live + 2).next_power_of_two()),
-            Blocked::Heap => (r.heap.used(), (r.heap.used() + need).next_power_of_two()),
-            Blocked::Deps => (r.deps.used(), r.deps.used() + need),
-            Blocked::Spill => (r.spill.used(), r.spill.used() + need),
-            Blocked::Tensormap => (self.st.tensormap.used() as u64, self.st.tensormap.used() as u64 + need),
+            Blocked::Window => (live, (live + 2).checked_next_power_of_two().filter(|&n| n <= crate::config::MAX_RING_TASK_WINDOW)),
+            Blocked::Heap => (r.heap.used(), r.heap.used().saturating_add(need).checked_next_power_of_two()),
+            Blocked::Deps => (r.deps.used(), Some(r.deps.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL)),
+            Blocked::Spill => (r.spill.used(), Some(r.spill.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL)),
+            Blocked::Tensormap => (self.st.tensormap.used() as u64, Some(self.st.tensormap.used() as u64 + need)),
         };
         let (window, heap_used, heap_size) = (self.sizing.task_window[ring], r.heap.used(), self.sizing.heap[ring]);
+        // What the blocked resource lacks, in its own unit: one more slot for the task
+        // window, the submit's bytes for the heap, its entries for the pools.
+        let (more, unit) = match blocked {
+            Blocked::Window => (1, "slot"),
+            Blocked::Heap => (need, "bytes"),
+            Blocked::Deps | Blocked::Spill | Blocked::Tensormap => (need, "entries"),
+        };
+        let unit_of = |n: u64| if unit == "slot" && n != 1 { "slots" } else if unit == "entries" && n == 1 { "entry" } else { unit };
         // Built only when a failure is reported (this runs on every back-pressure wait).
         let usage = || {
             format!(
-                "ring {ring}: {live} live tasks of window {window}, heap {heap_used} of {heap_size} bytes in use, {resource_name} {in_use} of {configured} in use, {need} more needed",
+                "ring {ring}: {live} live tasks of window {window}, heap {heap_used} of {heap_size} bytes in use, {resource_name} {in_use} of {configured} {} in use, {more} more {} needed",
+                unit_of(configured),
+                unit_of(more),
                 resource_name = resource.name(),
             )
         };
         if !matches!(blocked, Blocked::Tensormap) {
             if let Some(head) = self.head_pinned(ring) {
+                let fit = match needed {
+                    Some(n) => format!("{} of at least {n} {} would be needed", resource.name(), unit_of(n)),
+                    None => format!("no valid {} holds that much", resource.name()),
+                };
                 return Err(self.fail(RuntimeFailure::capacity(
                     code,
                     ring,
                     resource,
                     configured,
-                    Some(needed),
+                    needed,
                     format!(
-                        "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({}); {} of at least {needed} would be needed",
+                        "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({}); {fit}",
                         usage(),
-                        resource.name()
                     ),
                 )));
             }
         }
-        if clock.expired(self) {
-            return Err(self.fail(RuntimeFailure::capacity(
-                code,
-                ring,
-                resource,
-                configured,
-                None,
-                format!("{what}: no reclaim progress for ~{} ms ({})", self.policy.backstop.as_millis(), usage()),
-            )));
+        match clock.check(self) {
+            Verdict::Wait => {}
+            Verdict::Deadlock => {
+                return Err(self.fail(RuntimeFailure::capacity(
+                    code,
+                    ring,
+                    resource,
+                    configured,
+                    None,
+                    format!(
+                        "{what}: no reclaim progress for ~{} ms: no task completed, ran on a core or waited to run ({})",
+                        self.policy.backstop.as_millis(),
+                        usage()
+                    ),
+                )));
+            }
+            Verdict::Stalled(f) => return Err(self.fail(f)),
         }
         // Wait for a watermark to move (or anything to fail): the ring's own, or, for
         // the tensormap (whose entries belong to producers of every ring), any ring's.
@@ -1171,25 +1304,59 @@ fn add_fanin_to(fanin: &mut Vec<FaninEdge>, rings: &mut [OrchRing; 4], epoch: u3
     fanin.push(FaninEdge { producer: p, flags, claimed: false, pending: false });
 }
 
-/// The no-progress clock: progress is any task completing anywhere. Started lazily at
-/// the first wait (the uncontended path reads no clock).
+/// The no-progress clock, started lazily at the first wait (the uncontended path reads
+/// no clock). Progress is a task completing anywhere; and while a task runs on a core
+/// or waits in a ready queue the orchestrator is not stalled either — it waits for that
+/// task, up to the scheduler timeout (then SCHEDULER_TIMEOUT names the task on the core
+/// or the ready task nobody runs). Only when nothing completes, runs or is ready for
+/// the backstop is the wait a capacity deadlock.
 struct Backstop {
+    /// Last completion seen (or the first wait).
     since: Option<Instant>,
     completed: u64,
+    /// Since when nothing ran or was ready (None while something does).
+    idle_since: Option<Instant>,
+}
+
+enum Verdict {
+    Wait,
+    /// Nothing completed, ran or was ready for the backstop.
+    Deadlock,
+    /// Tasks ran (or were ready) but none completed for the scheduler timeout.
+    Stalled(RuntimeFailure),
 }
 
 impl Backstop {
     fn new(_o: &Orchestrator<'_>) -> Backstop {
-        Backstop { since: None, completed: 0 }
+        Backstop { since: None, completed: 0, idle_since: None }
     }
-    fn expired(&mut self, o: &Orchestrator<'_>) -> bool {
+    fn check(&mut self, o: &Orchestrator<'_>) -> Verdict {
         let c = o.eng.completed.load(Relaxed);
-        match self.since {
-            Some(t) if c == self.completed => t.elapsed() >= o.policy.backstop,
+        let now = Instant::now();
+        let since = match self.since {
+            Some(t) if c == self.completed => t,
             _ => {
                 self.completed = c;
-                self.since = Some(Instant::now());
-                false
+                self.since = Some(now);
+                self.idle_since = Some(now);
+                return Verdict::Wait;
+            }
+        };
+        match o.probe {
+            Some(p) if p.busy() => {
+                self.idle_since = None;
+                if now.saturating_duration_since(since) >= o.policy.scheduler_timeout {
+                    return Verdict::Stalled(p.stall(o.policy.scheduler_timeout, o.st.tasks));
+                }
+                Verdict::Wait
+            }
+            _ => {
+                let idle = *self.idle_since.get_or_insert(now);
+                if now.saturating_duration_since(idle) >= o.policy.backstop {
+                    Verdict::Deadlock
+                } else {
+                    Verdict::Wait
+                }
             }
         }
     }
