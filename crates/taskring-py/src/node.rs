@@ -5,13 +5,13 @@ use crate::config::{call_config_of, PyRingSizing};
 use crate::runtime::{arena_stats_py, failure_err, gil_hook, python_program, PyArenaStats, PyPeak, PySpec, PyTensor};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use parking_lot::RwLock;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 use std::sync::Arc;
 use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
-use taskring::node::{ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeOptions, NodeOrchestrator};
+use taskring::node::{ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeHandle, NodeOptions, NodeOrchestrator};
 use taskring::{DType, Tensor};
 
 /// Shared memory that chip processes can map (backs `taskring.shared_array`).
@@ -59,6 +59,8 @@ fn node_err(py: Python<'_>, e: NodeError) -> PyErr {
         NodeError::Config(m) => PyValueError::new_err(m),
         NodeError::Chip(m) => PyRuntimeError::new_err(m),
         NodeError::Failure(f) => failure_err(py, &f),
+        NodeError::Interrupted(m) => PyKeyboardInterrupt::new_err(m),
+        NodeError::Forked(pid) => crate::runtime::forked_err("Worker", pid),
     }
 }
 
@@ -314,6 +316,14 @@ impl NodeScope {
 }
 
 /// Native part of `taskring.Worker(level=3)`.
+///
+/// Calls from several threads are serialised by `node` (a thread waits for its turn
+/// without the GIL, and Ctrl-C interrupts that wait); `close()` waits for the run in
+/// flight, after telling it to give up on chips that do not answer. A run waits for
+/// its chips with the GIL released and looks for Ctrl-C every 50 ms: `KeyboardInterrupt`
+/// cancels the run (the worker stays usable; see `taskring::node`). The worker belongs
+/// to the process that created it: in a child of `fork()` every call raises at once and
+/// `close()` (or dropping it) forgets it without touching the parent's chips.
 #[pyclass(module = "taskring._native", name = "Node")]
 pub struct PyNode {
     /// Held for a whole run; other calls wait for it with the GIL released.
@@ -323,18 +333,39 @@ pub struct PyNode {
     owners: Py<PyAny>,
     pids: Vec<i32>,
     started: std::sync::atomic::AtomicBool,
-    stats: taskring::node::ChipStatsHandle,
+    /// Statistics, cancel and close without the node lock; dropped by `close()`.
+    handle: parking_lot::Mutex<Option<NodeHandle>>,
+    /// The process that created the worker.
+    pid: u32,
+    /// `close()` was called: no run starts any more.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl PyNode {
-    /// The node, locked (waiting without the GIL while a run holds it).
-    fn lock<'a>(&'a self, py: Python<'_>) -> parking_lot::MutexGuard<'a, Option<Node>> {
+    /// The node, locked (waiting without the GIL while a run holds it; Ctrl-C raises).
+    fn lock<'a>(&'a self, py: Python<'_>) -> PyResult<parking_lot::MutexGuard<'a, Option<Node>>> {
+        let mut since_check = std::time::Instant::now();
         loop {
             if let Some(g) = self.node.try_lock() {
-                return g;
+                return Ok(g);
             }
             py.detach(|| std::thread::sleep(std::time::Duration::from_micros(200)));
+            if since_check.elapsed() >= std::time::Duration::from_millis(50) {
+                py.check_signals()?;
+                since_check = std::time::Instant::now();
+            }
         }
+    }
+
+    fn check_process(&self) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            return Err(crate::runtime::forked_err("Worker", self.pid));
+        }
+        Ok(())
+    }
+
+    fn handle(&self) -> PyResult<NodeHandle> {
+        self.handle.lock().clone().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))
     }
 }
 
@@ -380,9 +411,11 @@ impl PyNode {
         };
         let node = Node::new(opts, reg.clone(), &PythonForkHooks).map_err(|e| node_err(py, e))?;
         let pids = node.chip_pids();
-        let stats = node.stats_handle();
+        let handle = node.handle();
         Ok(PyNode {
-            stats,
+            handle: parking_lot::Mutex::new(Some(handle)),
+            pid: std::process::id(),
+            closing: std::sync::atomic::AtomicBool::new(false),
             node: parking_lot::Mutex::new(Some(node)),
             callables: reg,
             processes: chip_processes,
@@ -395,6 +428,7 @@ impl PyNode {
     /// Register one more program (chip threads see it at once; chip processes only
     /// know the programs registered before they started).
     fn register(&self, f: Py<PyAny>, name: String, signature: Vec<u32>) -> PyResult<u32> {
+        self.check_process()?;
         if self.processes && self.started.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(PyRuntimeError::new_err(
                 "register programs before init(): chip processes are forked at init() and only know the programs registered by then (or use chip_processes=False)",
@@ -409,17 +443,40 @@ impl PyNode {
     /// Run `orch(o)`; `config` sizes the node's own rings.
     #[pyo3(signature = (orch, config=None))]
     fn run(&self, py: Python<'_>, orch: Py<PyAny>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyNodeRunReport> {
+        self.check_process()?;
         let cfg = call_config_of(py, config)?;
         let owners = self.owners.clone_ref(py);
-        let mut guard = self.lock(py);
-        let node = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
+        let mut guard = self.lock(py)?;
+        let node = guard
+            .as_mut()
+            .filter(|_| !self.closing.load(std::sync::atomic::Ordering::SeqCst))
+            .ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
         let pending: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
         let pend = pending.clone();
+        // Ctrl-C while the run waits: the hook (called around every wait of this thread,
+        // at least every 50 ms) runs the signal handlers once it holds the GIL again; an
+        // exception they raise cancels the run and is raised when it returns.
+        let interrupt: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
+        let (intr, h) = (interrupt.clone(), node.handle());
+        let hook = move |blocking: bool| {
+            gil_hook(blocking);
+            // safety: PyGILState_Check needs no GIL; PyErr_CheckSignals is called only
+            // with the GIL held (it does nothing off the main thread).
+            if !blocking && unsafe { pyo3::ffi::PyGILState_Check() } == 1 && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0 {
+                let e = Python::attach(PyErr::fetch);
+                intr.lock().unwrap().get_or_insert(e);
+                h.cancel();
+            }
+        };
+        let h = node.handle();
         let r = node.run(
             move |o| {
                 Python::attach(|py| {
                     let keep = |e: PyErr| {
                         let text = format!("the orchestration raised: {}", e.value(py));
+                        if e.is_instance_of::<PyKeyboardInterrupt>(py) {
+                            h.cancel();
+                        }
                         *pend.lock().unwrap() = Some(e);
                         taskring::RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
                     };
@@ -435,8 +492,12 @@ impl PyNode {
                 })
             },
             &cfg,
-            Some(&gil_hook),
+            Some(&hook),
         );
+        drop(guard);
+        if let Some(e) = interrupt.lock().unwrap().take() {
+            return Err(e);
+        }
         if let Some(e) = pending.lock().unwrap().take() {
             // The orchestration may have raised only because the run had already failed:
             // a chip's task failed while it was still submitting, and its next submit
@@ -466,8 +527,9 @@ impl PyNode {
 
     /// Chip `worker`'s arena statistics.
     fn arena_stats(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<PyArenaStats> {
+        self.check_process()?;
         let w = worker_index(worker, self.pids.len())?;
-        let h = self.stats.clone();
+        let h = self.handle()?;
         let st = py.detach(move || h.chip_arena_stats(w)).map_err(|e| node_err(py, e))?;
         arena_stats_py(py, st)
     }
@@ -482,11 +544,29 @@ impl PyNode {
         self.pids.len()
     }
 
-    fn close(&self, py: Python<'_>) {
-        let taken = self.lock(py).take();
+    /// Stop every chip (idempotent). Waits for the run in flight, which gives up on
+    /// chips that do not answer (they are killed).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            // A child of fork(): the node is the parent's; forget it (its lock may have
+            // been held by another thread at fork() — never wait for it here).
+            if let Some(mut g) = self.node.try_lock() {
+                if let Some(mut n) = g.take() {
+                    n.close();
+                }
+            }
+            return Ok(());
+        }
+        self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.handle.lock().as_ref() {
+            h.request_close();
+        }
+        let taken = self.lock(py)?.take();
         if let Some(mut n) = taken {
             py.detach(move || n.close());
         }
+        self.handle.lock().take();
+        Ok(())
     }
 }
 

@@ -1,5 +1,9 @@
 //! L3 through the Rust API: chips as processes and as threads, per-task CallConfig,
-//! inferred dependencies between L2 tasks, chip failures and chip death.
+//! inferred dependencies between L2 tasks, chip failures and chip death, and the faults
+//! a node survives (stopped chip, cancel, close, fork, init/close cycles).
+//!
+//! Every test takes `SERIAL`: the fault tests count this process's mappings, fds and
+//! threads, and fork it.
 
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -50,19 +54,49 @@ fn read(b: &SharedBuffer, n: usize) -> Vec<f32> {
     unsafe { std::slice::from_raw_parts(b.as_ptr() as *const f32, n) }.to_vec()
 }
 
-fn node(processes: bool, chips: usize) -> Node {
-    let callables = Arc::new(RwLock::new(vec![vadd2(), boom()]));
+/// Sleeps for its scalar (ms), then sets its output to 1.
+fn nap() -> ChipCallable {
+    let k = kernel::fn_kernel("nap", CoreKind::Any, |c| {
+        std::thread::sleep(Duration::from_millis(c.scalar_i64(0) as u64));
+        // safety: the task's only tensor is its (shared, f32) output.
+        unsafe { *(c.tensors[0].data_ptr() as *mut f32) = 1.0 };
+    });
+    ChipCallable {
+        program: Program::new("nap", move |o, args| {
+            let out = args[0].tensor()?;
+            let ms = match args[1].scalar()? {
+                Scalar::I64(v) => v,
+                Scalar::F64(v) => v as i64,
+            };
+            let mut t = TaskArgs::new();
+            t.output_existing(out).scalar(Scalar::I64(ms));
+            o.submit(k, &t).map(|_| ())
+        }),
+        signature: vec![ArgDir::Out, ArgDir::Scalar],
+    }
+}
+
+static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+fn node_with(processes: bool, chips: usize, chip_timeout: Duration) -> Node {
+    let callables = Arc::new(RwLock::new(vec![vadd2(), boom(), nap()]));
     let opts = NodeOptions {
         device_ids: (0..chips as u32).collect(),
         chip_processes: processes,
         chip_cores: 1,
         prewarm: Some(CallConfig::default()),
+        chip_timeout,
         ..Default::default()
     };
     Node::new(opts, callables, &NoForkHooks).unwrap_or_else(|e| panic!("{e}"))
 }
 
+fn node(processes: bool, chips: usize) -> Node {
+    node_with(processes, chips, Duration::from_secs(2))
+}
+
 fn heterogeneous(processes: bool) {
+    let _serial = SERIAL.lock();
     let mut n = node(processes, 2);
     let (ba, a) = shared_f32(256, |i| i as f32);
     let (bb, b) = shared_f32(256, |_| 1.0);
@@ -127,6 +161,7 @@ fn heterogeneous_sizing_in_chip_threads() {
 
 #[test]
 fn chip_failure_and_chip_death() {
+    let _serial = SERIAL.lock();
     let mut n = node(true, 2);
     let e = n
         .run(|o| o.submit_next_level(1, &[], &CallConfig::default(), 1).map(|_| ()), &CallConfig::default(), None)
@@ -156,6 +191,7 @@ fn chip_failure_and_chip_death() {
 
 #[test]
 fn submit_checks() {
+    let _serial = SERIAL.lock();
     let mut n = node(false, 1);
     let private = vec![0f32; 4];
     let t = Tensor::from_raw(private.as_ptr() as u64, &[4], DType::F32);
@@ -171,6 +207,7 @@ fn submit_checks() {
 
 #[test]
 fn node_alloc_is_shared_with_chips() {
+    let _serial = SERIAL.lock();
     let mut n = node(true, 1);
     let (_ba, a) = shared_f32(64, |i| i as f32);
     let (bo, out) = shared_f32(64, |_| 0.0);
@@ -188,4 +225,158 @@ fn node_alloc_is_shared_with_chips() {
     .unwrap_or_else(|e| panic!("{e}"));
     let want: Vec<f32> = (0..64).map(|i| 2.0 * (4.0 * i as f32 + i as f32)).collect();
     assert_eq!(read(&bo, 64), want);
+}
+
+/// Chip `worker` runs `nap(ms)` writing `out`.
+fn nap_on(o: &mut NodeOrchestrator<'_, '_>, out: Tensor, ms: i64, worker: usize) -> Result<(), RuntimeFailure> {
+    o.submit_next_level(2, &[NodeArg::Tensor(out), NodeArg::Int(ms)], &CallConfig::default(), worker).map(|_| ())
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+}
+
+#[test]
+fn stopped_chip_fails_its_task_and_holds_up_no_one() {
+    let _serial = SERIAL.lock();
+    let mut n = node_with(true, 2, Duration::from_millis(400));
+    let pids = n.chip_pids();
+    let (b0, o0) = shared_f32(1, |_| 0.0);
+    let (b1, o1) = shared_f32(1, |_| 0.0);
+    unsafe { libc::kill(pids[0], libc::SIGSTOP) };
+    let t0 = Instant::now();
+    let e = n
+        .run(
+            move |o| {
+                nap_on(o, o0, 1, 0)?;
+                nap_on(o, o1, 1, 1)
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_err();
+    let took = t0.elapsed();
+    let text = e.to_string();
+    assert!(text.starts_with(&format!("chip 0 (pid {}): not responding: no heartbeat for ", pids[0])), "{text}");
+    assert!(text.contains("process state T, stopped"), "{text}");
+    assert!(took >= Duration::from_millis(400) && took < Duration::from_millis(1500), "stall noticed after {took:?}");
+    // The healthy chip's task ran meanwhile.
+    assert_eq!(read(&b1, 1), vec![1.0]);
+    assert_eq!(read(&b0, 1), vec![0.0]);
+    // Continued, the chip answers its old request, then works again.
+    unsafe { libc::kill(pids[0], libc::SIGCONT) };
+    n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(read(&b0, 1), vec![1.0]);
+    // Stopped again, with a run in flight on it from another thread: close returns
+    // within 2 s, killing it.
+    unsafe { libc::kill(pids[0], libc::SIGSTOP) };
+    let n = Arc::new(parking_lot::Mutex::new(n));
+    let h = n.lock().handle();
+    let runner = {
+        let n = n.clone();
+        std::thread::spawn(move || n.lock().run(move |o| nap_on(o, o0, 1, 0), &CallConfig::default(), None).map(|_| ()))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    h.request_close();
+    n.lock().close();
+    assert!(t0.elapsed() < Duration::from_secs(2), "close took {:?}", t0.elapsed());
+    let e = runner.join().unwrap().unwrap_err().to_string();
+    assert!(e.starts_with(&format!("chip 0 (pid {}): not responding", pids[0])), "{e}");
+    assert!(pids.iter().all(|&p| !alive(p)), "chips {pids:?} outlived close");
+}
+
+#[test]
+fn cancel_interrupts_a_waiting_run_and_the_node_stays_usable() {
+    let _serial = SERIAL.lock();
+    for processes in [true, false] {
+        let mut n = node(processes, 2);
+        let (b0, o0) = shared_f32(1, |_| 0.0);
+        let h = n.handle();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            h.cancel();
+        });
+        let t0 = Instant::now();
+        let e = n.run(move |o| nap_on(o, o0, 1500, 0), &CallConfig::default(), None).unwrap_err();
+        assert!(matches!(e, NodeError::Interrupted(_)), "{e}");
+        assert!(t0.elapsed() < Duration::from_millis(700), "cancel took {:?}", t0.elapsed());
+        canceller.join().unwrap();
+        assert_eq!(read(&b0, 1), vec![0.0]);
+        // The next run waits for the interrupted task's late reply, then runs.
+        let (b1, o1) = shared_f32(1, |_| 0.0);
+        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+        assert!(t0.elapsed() >= Duration::from_millis(1500));
+        assert_eq!((read(&b0, 1), read(&b1, 1)), (vec![1.0], vec![1.0]));
+        n.close();
+    }
+}
+
+fn count(dir: &str) -> usize {
+    std::fs::read_dir(dir).unwrap().count()
+}
+
+fn maps() -> usize {
+    std::fs::read_to_string("/proc/self/maps").unwrap().lines().count()
+}
+
+fn children() -> usize {
+    let mut n = 0;
+    for t in std::fs::read_dir("/proc/self/task").unwrap() {
+        let p = t.unwrap().path().join("children");
+        n += std::fs::read_to_string(p).unwrap_or_default().split_whitespace().count();
+    }
+    n
+}
+
+#[test]
+fn init_close_cycles_leak_nothing() {
+    let _serial = SERIAL.lock();
+    let (_b, t) = shared_f32(1, |_| 0.0);
+    let cycle = || {
+        let mut n = node(true, 2);
+        n.run(move |o| nap_on(o, t, 0, 0).and_then(|_| nap_on(o, t, 0, 1)), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+        n.chip_arena_stats(1).unwrap();
+        let pids = n.chip_pids();
+        drop(n);
+        pids
+    };
+    cycle();
+    let before = (maps(), count("/proc/self/fd"), count("/proc/self/task"), children());
+    for _ in 0..30 {
+        let pids = cycle();
+        assert!(pids.iter().all(|&p| !alive(p)));
+    }
+    let after = (maps(), count("/proc/self/fd"), count("/proc/self/task"), children());
+    eprintln!("maps/fds/threads/children before {before:?} after {after:?}");
+    assert!(after.0 <= before.0 + 4, "mappings {} -> {}", before.0, after.0);
+    assert_eq!((after.1, after.2, after.3), (before.1, before.2, before.3), "fds, threads, children (maps {} -> {})", before.0, after.0);
+}
+
+#[test]
+fn a_node_is_unusable_after_fork_and_the_parent_keeps_it() {
+    let _serial = SERIAL.lock();
+    let mut n = node(true, 1);
+    let parent = std::process::id();
+    let pids = n.chip_pids();
+    // safety: the child only runs the node's fork checks and drop, then _exits.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        let ok = matches!(n.run(|_| Ok(()), &CallConfig::default(), None), Err(NodeError::Forked(p)) if p == parent)
+            && matches!(n.chip_arena_stats(0), Err(NodeError::Forked(_)))
+            && NodeError::Forked(parent).to_string() == format!("this node was created in process {parent}; it cannot be used after fork()");
+        drop(n);
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    let t0 = Instant::now();
+    while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the child hangs");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+    assert!(alive(pids[0]));
+    let (b, o) = shared_f32(1, |_| 0.0);
+    n.run(move |o_| nap_on(o_, o, 0, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(read(&b, 1), vec![1.0]);
 }

@@ -12,6 +12,10 @@
 //! `state` tells the chip's life: STARTING → READY (or FAILED with the reason in the
 //! reply buffer) → SHUTDOWN (set by the host to make the chip exit). Waits are futex
 //! waits with a timeout, so each side can notice the other's death.
+//!
+//! `heartbeat` is bumped by a chip process's watchdog thread every [`HEARTBEAT`]: the
+//! host reads it to tell a chip that is busy (it beats) from one that is stopped or
+//! frozen (it does not); see the node module doc.
 
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
@@ -31,7 +35,12 @@ pub struct Header {
     pub state: AtomicU32,
     pub req_len: AtomicU32,
     pub resp_len: AtomicU32,
+    /// Bumped by the chip process every [`HEARTBEAT`] (never by chip threads).
+    pub heartbeat: AtomicU32,
 }
+
+/// How often a chip process bumps `heartbeat`.
+pub const HEARTBEAT: Duration = Duration::from_millis(20);
 
 /// See the module doc.
 pub struct Mailbox {

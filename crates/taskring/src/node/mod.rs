@@ -8,21 +8,65 @@
 //! tensormap from their tensor arguments, exactly as at L2.
 //!
 //! Life of a node:
-//! 1. [`Node::new`] creates one mailbox per chip, then forks the chip processes (before
-//!    the node starts any thread of its own; programs registered so far are inherited),
-//!    or starts chip threads. Each chip builds its `ChipWorker`, prewarms the
-//!    `prewarm` sizing and reports READY or FAILED; `new` waits for all with one
-//!    deadline and rolls everything back on any failure.
+//! 1. [`Node::new`] creates one mailbox and one *host pipe* per chip, then forks the
+//!    chip processes (before the node starts any thread of its own; programs registered
+//!    so far are inherited), or starts chip threads. Each chip builds its `ChipWorker`,
+//!    prewarms the `prewarm` sizing and reports READY or FAILED; `new` waits for all
+//!    with one deadline and rolls everything back on any failure.
 //! 2. [`Node::run`] runs an orchestration on the caller's thread; each
 //!    `submit_next_level` copies the task's whole `CallConfig` into the node's task
 //!    table; the chip resolves its sizing from it (then its own environment, then the
 //!    defaults) and answers with a [`ChipTaskReport`].
 //! 3. A chip whose task fails fails the run with `chip {worker} (pid {pid}): ...`; a chip
-//!    process that dies is noticed within a wait slice (50 ms) and reported with its
+//!    process that dies is noticed within a wait slice (20 ms) and reported with its
 //!    exit status; the other chips keep working.
-//! 4. [`Node::close`] (or drop) asks every chip to exit, reaps it (SIGKILL after a grace
-//!    period), and unmaps the mailboxes. A chip process whose host dies notices it
-//!    (its parent changes) within half a second and exits.
+//! 4. [`Node::close`] (or drop) asks every chip to exit and closes the host pipes (a
+//!    chip process exits at once when its pipe closes), kills the chips that do not
+//!    answer, reaps them (SIGKILL for any left after 1 s), and unmaps the mailboxes. The
+//!    whole node (mailboxes, pipes, engine threads and arenas) is freed: init/close
+//!    cycles leak nothing.
+//!
+//! # Faults (what a node survives)
+//!
+//! - **Stopped or frozen chip.** Every chip process runs a watchdog thread that bumps
+//!   the mailbox's `heartbeat` word every 20 ms ([`mailbox::HEARTBEAT`]), whatever its
+//!   cores do. A host thread waiting for a reply (or for its turn on a busy chip) checks
+//!   in 20 ms slices: `waitpid` (death), the heartbeat, and the run's cancel flag. When
+//!   the heartbeat has not moved for the chip timeout ([`NodeOptions::chip_timeout`]:
+//!   `TASKRING_CHIP_TIMEOUT_MS`, default 2000 ms) while the host watched continuously,
+//!   the waiting task fails with `chip {w} (pid {pid}): not responding: no heartbeat
+//!   for {n} ms (process state ...)` (the state, from `/proc/<pid>/stat`, says e.g.
+//!   `T (stopped)`). A chip that only runs a long or stuck kernel keeps beating: a
+//!   stuck kernel is the chip's own SCHEDULER_TIMEOUT (`PTO2_SCHEDULER_TIMEOUT_MS`,
+//!   default 10 s), which the chip reports as its task's failure. A chip stopped and
+//!   later continued answers its old request first, then works again.
+//! - **Other chips are not held up**: each chip has its own turn lock; a dispatch thread
+//!   of the node waits only for its own chip. The node has two dispatch threads per chip
+//!   (`node_cores`), so a stopped chip holds up another chip's ready task only when more
+//!   than `2 * chips - 1` of its own tasks are ready at once (until the chip timeout).
+//! - **Interrupt**: [`NodeHandle::cancel`] (Python: `KeyboardInterrupt`, polled every
+//!   ≤ 50 ms by the waiting thread) makes every waiting dispatch give up at once; the
+//!   run fails with [`NodeError::Interrupted`]. A chip may still be running the
+//!   interrupted task: the next run (or that chip's next request) first waits for its
+//!   late reply, so the worker stays usable; `close()` does not wait for it.
+//! - **`close()` while a run is in flight** (from another thread, after
+//!   [`NodeHandle::request_close`]) waits for the run, but dispatches give up on chips
+//!   whose heartbeat has not moved for 100 ms (or whose process is stopped), and such
+//!   chips are SIGKILLed at once: `close()` returns within about a second.
+//! - **Host death**: the host holds the only write end of each chip's pipe (the end is
+//!   registered process-wide and closed in every child of `fork()` by an atfork handler,
+//!   so neither other chips nor a user's `os.fork()` keep it open). The chip's watchdog
+//!   blocks in `poll` on the read end and `_exit`s as soon as it reads EOF — when the
+//!   host dies for any reason, also in the middle of a task (measured: ~10 ms).
+//!   (`PR_SET_PDEATHSIG` is not used: it fires when the forking *thread* exits, which
+//!   a Python host thread may do long before the process.) Chip processes ignore
+//!   SIGINT: Ctrl-C in a terminal reaches the whole process group, and only the host
+//!   decides what an interrupt means.
+//! - **`fork()` of the host**: a node belongs to the process that created it. In a
+//!   child every entry point fails at once (`... was created in process {pid}; it
+//!   cannot be used after fork()`), and dropping or closing it there touches nothing
+//!   the parent owns (no signal, no wait, no fd; the engine's threads, which do not
+//!   exist in the child, are not joined).
 
 pub mod frame;
 pub mod mailbox;
@@ -36,10 +80,24 @@ use crate::kernel::{Kernel, KernelCall, KernelRef};
 use crate::tensor::Tensor;
 use frame::{ReplyFrame, TaskFrame, WireArg, WireReport, WireTensor};
 use mailbox::{futex_wake, wait_until, Mailbox, STATE_FAILED, STATE_READY, STATE_SHUTDOWN, STATE_STARTING};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::cell::RefCell;
 use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How often a host thread waiting on a chip checks it (death, heartbeat, cancel).
+const SLICE: Duration = Duration::from_millis(20);
+/// How often the caller of [`Node::run`] calls its blocking hook while it waits.
+const HOOK_SLICE: Duration = Duration::from_millis(50);
+/// A gap this long between two looks at a chip's heartbeat is no evidence of a stall
+/// (the host was idle, or was itself stopped): the watch starts over.
+const WATCH_GAP: Duration = Duration::from_millis(250);
+/// While the node is closing, a chip whose heartbeat stood still this long is given up.
+const CLOSE_STALL: Duration = Duration::from_millis(100);
+/// How long `close` lets chips exit before it SIGKILLs them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// How a program uses each argument (its signature).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +146,9 @@ pub struct NodeOptions {
     pub init_timeout: Duration,
     /// Used by chips around their blocking waits (e.g. releasing an interpreter lock).
     pub blocking_hook: Option<BlockingHook>,
+    /// A chip process whose heartbeat stands still this long is `not responding` (the
+    /// task waiting on it fails). Default 2 s, or `TASKRING_CHIP_TIMEOUT_MS`.
+    pub chip_timeout: Duration,
 }
 
 impl Default for NodeOptions {
@@ -101,6 +162,12 @@ impl Default for NodeOptions {
             prewarm: None,
             init_timeout: Duration::from_secs(30),
             blocking_hook: None,
+            chip_timeout: std::env::var("TASKRING_CHIP_TIMEOUT_MS")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|&v| v > 0)
+                .map(Duration::from_millis)
+                .unwrap_or(Duration::from_secs(2)),
         }
     }
 }
@@ -138,17 +205,43 @@ pub enum NodeError {
     Chip(String),
     #[error("{0}")]
     Failure(RuntimeFailure),
+    /// The run was cancelled ([`NodeHandle::cancel`]).
+    #[error("{0}")]
+    Interrupted(String),
+    /// Used in a child of `fork()`; the node belongs to process `.0`.
+    #[error("this node was created in process {0}; it cannot be used after fork()")]
+    Forked(u32),
 }
 
 /// One chip endpoint (host side).
 struct Chip {
     worker: usize,
     pid: i32,
+    /// A child process (heartbeat, host pipe), or a thread of this process.
+    process: bool,
     mailbox: Arc<Mailbox>,
     /// Request number; held for a whole round trip (one task in flight per chip).
+    /// `resp_seq != *seq` means a request was given up on and its reply is still due.
     seq: Mutex<u32>,
     dead: Mutex<Option<String>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Write end of the chip's host pipe (-1 when closed or for a chip thread).
+    pipe: AtomicI32,
+    beat: Mutex<Beat>,
+}
+
+/// The host's watch of a chip's heartbeat.
+struct Beat {
+    value: u32,
+    since: Instant,
+    looked: Instant,
+}
+
+/// What waits on chips consult: the run's cancel flag, close, the chip timeout.
+struct Ctl {
+    cancel: AtomicBool,
+    closing: AtomicBool,
+    timeout: Duration,
 }
 
 impl Chip {
@@ -162,7 +255,7 @@ impl Chip {
         if d.is_some() {
             return d.clone();
         }
-        if self.pid > 0 && self.pid as u32 != std::process::id() {
+        if self.process {
             let mut status = 0;
             // safety: non-blocking reap of our own child.
             let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
@@ -183,18 +276,102 @@ impl Chip {
         d.clone()
     }
 
+    /// How long the chip's heartbeat has stood still while the host watched it (zero
+    /// for a chip thread, which shares the host's fate).
+    fn stalled_for(&self) -> Duration {
+        if !self.process {
+            return Duration::ZERO;
+        }
+        let v = self.mailbox.header().heartbeat.load(Acquire);
+        let now = Instant::now();
+        let mut b = self.beat.lock();
+        if b.value != v || now.duration_since(b.looked) > WATCH_GAP {
+            b.value = v;
+            b.since = now;
+        }
+        b.looked = now;
+        now.duration_since(b.since)
+    }
+
+    /// Why a host thread waiting on this chip should stop waiting, if it should.
+    fn give_up(&self, ctl: &Ctl) -> Option<String> {
+        if let Some(d) = self.check_dead() {
+            return Some(d);
+        }
+        if ctl.cancel.load(Acquire) {
+            return Some(format!("{}: interrupted", self.prefix()));
+        }
+        let stalled = self.stalled_for();
+        let closing = ctl.closing.load(Acquire);
+        let limit = if closing { CLOSE_STALL } else { ctl.timeout };
+        if self.process && (stalled >= limit || (closing && proc_state(self.pid).is_some_and(|c| c == 'T' || c == 't'))) {
+            let state = match proc_state(self.pid) {
+                Some('T') => "T, stopped".to_string(),
+                Some('t') => "t, stopped by a tracer".to_string(),
+                Some('D') => "D, uninterruptible sleep".to_string(),
+                Some(c) => c.to_string(),
+                None => "unknown".to_string(),
+            };
+            return Some(format!("{}: not responding: no heartbeat for {} ms (process state {state})", self.prefix(), stalled.as_millis()));
+        }
+        None
+    }
+
+    /// Wait until `cond` holds, sleeping on `word` in slices; `Err(why)` when a wait on
+    /// this chip should end ([`Chip::give_up`]) or `until` has passed.
+    fn wait(&self, ctl: &Ctl, word: &std::sync::atomic::AtomicU32, cond: impl Fn() -> bool, until: Option<Instant>) -> Result<(), Option<String>> {
+        let why = RefCell::new(None);
+        let stop = || {
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return true;
+            }
+            let r = self.give_up(ctl);
+            let stop = r.is_some();
+            *why.borrow_mut() = r;
+            stop
+        };
+        if wait_until(word, cond, stop, SLICE) {
+            Ok(())
+        } else {
+            Err(why.take())
+        }
+    }
+
+    /// This chip's turn (its request lock), waiting as long as the chip is alive.
+    fn turn(&self, ctl: &Ctl) -> Result<parking_lot::MutexGuard<'_, u32>, String> {
+        loop {
+            if let Some(g) = self.seq.try_lock_for(SLICE) {
+                return Ok(g);
+            }
+            if let Some(e) = self.give_up(ctl) {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Wait for the reply to request `want`.
+    fn await_reply(&self, ctl: &Ctl, want: u32) -> Result<(), String> {
+        let h = self.mailbox.header();
+        self.wait(ctl, &h.resp_seq, || h.resp_seq.load(Acquire) == want, None)
+            .map_err(|why| why.unwrap_or_else(|| format!("{}: no reply", self.prefix())))
+    }
+
     /// One round trip with a task.
-    fn call(&self, task: &TaskFrame) -> Result<ReplyFrame, String> {
-        self.round_trip(|buf| frame::encode_task(task, buf))
+    fn call(&self, ctl: &Ctl, task: &TaskFrame) -> Result<ReplyFrame, String> {
+        self.round_trip(ctl, |buf| frame::encode_task(task, buf))
     }
 
     /// One round trip with the request `encode` writes.
-    fn round_trip(&self, encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>) -> Result<ReplyFrame, String> {
-        let mut seq = self.seq.lock();
+    fn round_trip(&self, ctl: &Ctl, encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>) -> Result<ReplyFrame, String> {
+        let mut seq = self.turn(ctl)?;
         if let Some(d) = self.check_dead() {
             return Err(d);
         }
         let h = self.mailbox.header();
+        // A request given up on (an interrupted run) may still run there: its reply first.
+        if h.resp_seq.load(Acquire) != *seq {
+            self.await_reply(ctl, *seq)?;
+        }
         // safety: we hold the chip's lock and no request is in flight.
         let n = encode(unsafe { self.mailbox.req_buf() }).map_err(|e| format!("{}: cannot encode the request: {e}", self.prefix()))?;
         *seq = seq.wrapping_add(1);
@@ -202,14 +379,125 @@ impl Chip {
         h.req_len.store(n as u32, Relaxed);
         h.req_seq.store(want, Release);
         futex_wake(&h.req_seq);
-        let ok = wait_until(&h.resp_seq, || h.resp_seq.load(Acquire) == want, || self.check_dead().is_some(), Duration::from_millis(50));
-        if !ok {
-            return Err(self.check_dead().unwrap_or_else(|| format!("{}: no reply", self.prefix())));
-        }
+        self.await_reply(ctl, want)?;
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
         // safety: the chip wrote the reply before publishing resp_seq (acquired above).
         let buf = unsafe { &self.mailbox.resp_buf()[..len] };
         frame::decode_reply(buf).map_err(|e| format!("{}: bad reply frame: {e}", self.prefix()))
+    }
+
+    /// Wait up to `budget` for the late reply of a request given up on earlier. True
+    /// when none is due any more, or the chip is dead or not responding (its next
+    /// request then fails with that).
+    fn settle(&self, ctl: &Ctl, budget: Duration) -> bool {
+        let until = Instant::now() + budget;
+        let Some(seq) = self.seq.try_lock_for(budget) else { return false };
+        let h = self.mailbox.header();
+        let want = *seq;
+        match self.wait(ctl, &h.resp_seq, || h.resp_seq.load(Acquire) == want, Some(until)) {
+            Ok(()) => true,
+            Err(why) => why.is_some(),
+        }
+    }
+
+    /// Close the host pipe: a chip process exits as soon as it reads EOF.
+    fn close_pipe(&self) {
+        let fd = self.pipe.swap(-1, AcqRel);
+        if fd >= 0 {
+            host_pipes::unregister(fd);
+            // safety: our own fd, closed once (swapped out above).
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// The state letter of process `pid` (`/proc/<pid>/stat`), e.g. 'T' when stopped.
+fn proc_state(pid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// Process-wide registry of the write ends of chips' host pipes. The host must be the
+/// only holder of each (a chip reads EOF when the host dies), so every child of
+/// `fork()` — chips of this and other nodes, and a user's `os.fork()` — closes all of
+/// them first thing, in an atfork handler (fd numbers in a fixed array of atomics: the
+/// handler takes no lock and allocates nothing).
+mod host_pipes {
+    use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::*};
+
+    const SLOTS: usize = 1024;
+    static FDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(-1) }; SLOTS];
+    /// Slots ever used (the handler scans only those).
+    static USED: AtomicUsize = AtomicUsize::new(0);
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+
+    extern "C" fn close_all_in_child() {
+        for s in &FDS[..USED.load(Relaxed).min(SLOTS)] {
+            let fd = s.swap(-1, Relaxed);
+            if fd >= 0 {
+                // safety: an fd of the registry, inherited by this child; close is
+                // async-signal-safe.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+
+    /// A new host pipe `(read end, write end)`, both close-on-exec, the write end
+    /// registered.
+    pub fn create() -> std::io::Result<(i32, i32)> {
+        ATFORK.call_once(|| {
+            // safety: registers a child handler that only closes fds.
+            unsafe { libc::pthread_atfork(None, None, Some(close_all_in_child)) };
+        });
+        let mut fds = [-1i32; 2];
+        // safety: a plain syscall with a checked result.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        for (i, s) in FDS.iter().enumerate() {
+            if s.compare_exchange(-1, fds[1], AcqRel, Relaxed).is_ok() {
+                USED.fetch_max(i + 1, AcqRel);
+                return Ok((fds[0], fds[1]));
+            }
+        }
+        // safety: our own fresh fds.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        Err(std::io::Error::other(format!("more than {SLOTS} chip processes in this process")))
+    }
+
+    /// Forget `fd` (before closing it).
+    pub fn unregister(fd: i32) {
+        for s in &FDS[..USED.load(Acquire).min(SLOTS)] {
+            if s.compare_exchange(fd, -1, AcqRel, Relaxed).is_ok() {
+                return;
+            }
+        }
+    }
+}
+
+/// A chip process's watchdog: bumps the heartbeat every [`mailbox::HEARTBEAT`] and
+/// `_exit`s the process as soon as the host pipe reads EOF (the host died or closed
+/// the node), whatever the chip's other threads are doing.
+fn watchdog(mb: Arc<Mailbox>, pipe: i32) {
+    let h = mb.header();
+    loop {
+        let mut p = libc::pollfd { fd: pipe, events: libc::POLLIN, revents: 0 };
+        // safety: poll on our own fd.
+        let r = unsafe { libc::poll(&mut p, 1, mailbox::HEARTBEAT.as_millis() as i32) };
+        if r > 0 {
+            let mut b = [0u8; 64];
+            // safety: read into a local buffer. The host never writes: data or not, a
+            // readable pipe here means EOF (or an error) — the host is gone.
+            let n = unsafe { libc::read(pipe, b.as_mut_ptr() as *mut libc::c_void, b.len()) };
+            if n <= 0 && !(n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted) {
+                // safety: ends the process without running anything of it.
+                unsafe { libc::_exit(0) };
+            }
+        }
+        h.heartbeat.fetch_add(1, Release);
     }
 }
 
@@ -234,12 +522,24 @@ struct L3Task {
 struct RunState {
     tasks: Vec<L3Task>,
     reports: Vec<Option<ChipTaskReport>>,
+    /// L3 tasks whose dispatch ended (replied, failed or given up).
+    finished: usize,
     first_chip_error: Option<String>,
+}
+
+impl RunState {
+    /// Nothing more to wait for: every task dispatched, or the run failed.
+    fn over(&self) -> bool {
+        self.finished >= self.tasks.len() || self.first_chip_error.is_some()
+    }
 }
 
 struct NodeShared {
     chips: Vec<Chip>,
     run: Mutex<RunState>,
+    /// Notified when a dispatch ends.
+    done: Condvar,
+    ctl: Ctl,
 }
 
 /// The node's executor: ships a ready L3 task to its chip and waits for the reply.
@@ -273,17 +573,19 @@ impl Kernel for Dispatch {
         let idx = call.scalar_i64(0) as usize;
         let task = self.node.run.lock().tasks[idx].clone();
         let chip = &self.node.chips[task.worker];
-        let mut args = Vec::with_capacity(task.args.len());
-        for a in &task.args {
-            args.push(match *a {
-                ArgRef::Tensor(i) => WireArg::Tensor(Self::wire_tensor(&call.tensors[i]).map_err(|e| format!("{}: {e}", chip.prefix()))?),
-                ArgRef::Int(v) => WireArg::Int(v),
-                ArgRef::Float(v) => WireArg::Float(v),
-            });
-        }
-        let frame = TaskFrame { callable: task.callable, config: task.config.clone(), args };
-        let reply = chip.call(&frame);
+        let args: Result<Vec<WireArg>, String> = task
+            .args
+            .iter()
+            .map(|a| match *a {
+                ArgRef::Tensor(i) => Self::wire_tensor(&call.tensors[i]).map(WireArg::Tensor).map_err(|e| format!("{}: {e}", chip.prefix())),
+                ArgRef::Int(v) => Ok(WireArg::Int(v)),
+                ArgRef::Float(v) => Ok(WireArg::Float(v)),
+            })
+            .collect();
+        let reply = args.and_then(|args| chip.call(&self.node.ctl, &TaskFrame { callable: task.callable, config: task.config.clone(), args }));
         let mut st = self.node.run.lock();
+        st.finished += 1;
+        self.node.done.notify_all();
         let (report, err) = match reply {
             Ok(r) => {
                 let err = (r.status != 0).then(|| format!("{}: {}", chip.prefix(), r.error));
@@ -425,20 +727,42 @@ impl<'r> NodeOrchestrator<'_, 'r> {
     }
 }
 
-/// Asks chips for their arena statistics (usable while a run is in flight: a chip
-/// answers between two of its tasks).
+/// A handle on a node usable from other threads while a run is in flight: chip
+/// statistics (a chip answers between two of its tasks), cancelling the run, and
+/// announcing a close.
 #[derive(Clone)]
-pub struct ChipStatsHandle {
+pub struct NodeHandle {
     shared: Arc<NodeShared>,
+    creator: u32,
 }
 
-impl ChipStatsHandle {
+impl NodeHandle {
     /// Chip `worker`'s arena-cache statistics.
     pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
+        if std::process::id() != self.creator {
+            return Err(NodeError::Forked(self.creator));
+        }
         let chip = self.shared.chips.get(worker).ok_or_else(|| NodeError::Config(format!("worker {worker} is not a chip of this node")))?;
-        let r = chip.round_trip(frame::encode_stats_request).map_err(NodeError::Chip)?;
+        let r = chip.round_trip(&self.shared.ctl, frame::encode_stats_request).map_err(NodeError::Chip)?;
         let st = r.stats.ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
         Ok(crate::arena::ArenaStats { builds: st.builds, hits: st.hits, misses: st.misses, evictions: st.evictions, resident: st.resident, build_s: st.build_s })
+    }
+
+    /// Cancel the run in flight: every dispatch waiting on a chip gives up at once and
+    /// the run fails with [`NodeError::Interrupted`] (see the module doc). The flag is
+    /// cleared when the next run starts.
+    pub fn cancel(&self) {
+        self.shared.ctl.cancel.store(true, SeqCst);
+        for c in &self.shared.chips {
+            futex_wake(&c.mailbox.header().resp_seq);
+        }
+        self.shared.done.notify_all();
+    }
+
+    /// Announce that the node is about to close (from another thread than the run's):
+    /// dispatches stop waiting for chips that do not answer, and no new run starts.
+    pub fn request_close(&self) {
+        self.shared.ctl.closing.store(true, SeqCst);
     }
 }
 
@@ -447,8 +771,11 @@ pub struct Node {
     shared: Arc<NodeShared>,
     callables: Arc<RwLock<Vec<ChipCallable>>>,
     engine: Option<ChipWorker>,
-    dispatch: KernelRef,
+    /// The engine's chip-dispatch kernel (a leaked box, taken back in `close`).
+    dispatch: Option<KernelRef>,
     closed: bool,
+    /// The process that created the node (see "fork()" in the module doc).
+    creator: u32,
 }
 
 /// What a chip (process or thread) needs to serve tasks.
@@ -457,6 +784,8 @@ struct ChipContext {
     in_process: bool,
     opts: NodeOptions,
     callables: Arc<RwLock<Vec<ChipCallable>>>,
+    /// Read end of the host pipe (chip processes; -1 for chip threads).
+    pipe: i32,
 }
 
 /// Write a start-up failure into the reply buffer and publish FAILED.
@@ -471,8 +800,16 @@ fn report_start_failure(mb: &Mailbox, text: &str) {
 }
 
 /// A chip's life: build, prewarm, report, serve until shutdown. Returns an exit code.
-fn chip_main(ctx: ChipContext, mb: &Mailbox) -> i32 {
+fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     let h = mb.header();
+    if ctx.pipe >= 0 {
+        let m = mb.clone();
+        let pipe = ctx.pipe;
+        if let Err(e) = std::thread::Builder::new().name("taskring-chip-watchdog".into()).spawn(move || watchdog(m, pipe)) {
+            report_start_failure(mb, &format!("could not start the watchdog thread: {e}"));
+            return 1;
+        }
+    }
     let mut sizings = vec![];
     if let Some(c) = &ctx.opts.prewarm {
         match RingSizing::resolve_from_process(&c.runtime_env) {
@@ -624,7 +961,18 @@ impl Node {
                     return Err(NodeError::Config(format!("mailbox: {e}")));
                 }
             };
-            let ctx = ChipContext { host_pid, in_process: !opts.chip_processes, opts: opts.clone(), callables: callables.clone() };
+            let (pipe_r, pipe_w) = if opts.chip_processes {
+                match host_pipes::create() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        shutdown_chips(&chips);
+                        return Err(NodeError::Config(format!("host pipe of chip {worker}: {e}")));
+                    }
+                }
+            } else {
+                (-1, -1)
+            };
+            let ctx = ChipContext { host_pid, in_process: !opts.chip_processes, opts: opts.clone(), callables: callables.clone(), pipe: pipe_r };
             let (pid, thread) = if opts.chip_processes {
                 hooks.before();
                 // safety: fork; the child runs only `chip_main` and then `_exit`s, never
@@ -637,9 +985,12 @@ impl Node {
                     // panicking kernel could hang the chip. Panics are reported through
                     // their payload (the task's error text); print nothing here.
                     std::panic::set_hook(Box::new(|_| {}));
-                    // No PR_SET_PDEATHSIG: it fires when the forking *thread* exits, not
-                    // the host process. The chip polls getppid() between requests.
+                    // The atfork handler closed every host pipe's write end here (ours
+                    // too): the chip's watchdog reads EOF when the host dies (module
+                    // doc). No PR_SET_PDEATHSIG: it fires when the forking *thread*
+                    // exits, not the host process. Ctrl-C is the host's to handle.
                     unsafe {
+                        libc::signal(libc::SIGINT, libc::SIG_IGN);
                         if libc::getppid() != host_pid {
                             libc::_exit(1);
                         }
@@ -648,8 +999,13 @@ impl Node {
                     unsafe { libc::_exit(code) };
                 }
                 hooks.after_parent();
+                // safety: our own fd; the child has its copy.
+                unsafe { libc::close(pipe_r) };
                 if pid < 0 {
                     let e = std::io::Error::last_os_error();
+                    host_pipes::unregister(pipe_w);
+                    // safety: our own fd.
+                    unsafe { libc::close(pipe_w) };
                     shutdown_chips(&chips);
                     return Err(NodeError::Config(format!("fork of chip {worker}: {e}")));
                 }
@@ -667,27 +1023,34 @@ impl Node {
                 };
                 (host_pid, Some(t))
             };
-            chips.push(Chip { worker, pid, mailbox: mb, seq: Mutex::new(0), dead: Mutex::new(None), thread: Mutex::new(thread) });
+            let now = Instant::now();
+            chips.push(Chip {
+                worker,
+                pid,
+                process: opts.chip_processes,
+                mailbox: mb,
+                seq: Mutex::new(0),
+                dead: Mutex::new(None),
+                thread: Mutex::new(thread),
+                pipe: AtomicI32::new(pipe_w),
+                beat: Mutex::new(Beat { value: 0, since: now, looked: now }),
+            });
         }
-        // Wait for every chip, with one deadline.
+        // Wait for every chip, with one deadline (a chip that stops beating fails sooner).
         let deadline = Instant::now() + opts.init_timeout;
+        let ctl = Ctl { cancel: AtomicBool::new(false), closing: AtomicBool::new(false), timeout: opts.chip_timeout };
         for c in &chips {
             let h = c.mailbox.header();
-            let ok = wait_until(
-                &h.state,
-                || h.state.load(Acquire) != STATE_STARTING,
-                || Instant::now() >= deadline || c.check_dead().is_some(),
-                Duration::from_millis(20),
-            );
+            let r = c.wait(&ctl, &h.state, || h.state.load(Acquire) != STATE_STARTING, Some(deadline));
             let state = h.state.load(Acquire);
-            if !ok || state != STATE_READY {
+            if r.is_err() || state != STATE_READY {
                 let why = if state == STATE_FAILED {
                     let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
                     // safety: the chip published FAILED after writing its reason.
                     let buf = unsafe { &c.mailbox.resp_buf()[..len] };
                     frame::decode_reply(buf).map(|r| r.error).unwrap_or_else(|e| e.to_string())
-                } else if let Some(d) = c.check_dead() {
-                    d
+                } else if let Err(Some(e)) = r {
+                    e
                 } else {
                     format!("not ready within {} ms", opts.init_timeout.as_millis())
                 };
@@ -696,7 +1059,7 @@ impl Node {
                 return Err(NodeError::Chip(text));
             }
         }
-        let shared = Arc::new(NodeShared { chips, run: Mutex::new(RunState::default()) });
+        let shared = Arc::new(NodeShared { chips, run: Mutex::new(RunState::default()), done: Condvar::new(), ctl });
         let node_cores = if opts.node_cores == 0 { 2 * opts.device_ids.len() } else { opts.node_cores };
         let engine = match ChipWorker::new(ChipOptions {
             cores: node_cores,
@@ -715,8 +1078,11 @@ impl Node {
                 return Err(NodeError::Failure(e));
             }
         };
+        // The kernel holds the shared state, which the node owns: the box is taken back
+        // in `close`, after the engine (else each node would stay alive, mailboxes and
+        // all, for the life of the process).
         let dispatch = KernelRef::leak(Dispatch { node: shared.clone() });
-        Ok(Node { shared, callables, engine: Some(engine), dispatch, closed: false })
+        Ok(Node { shared, callables, engine: Some(engine), dispatch: Some(dispatch), closed: false, creator: std::process::id() })
     }
 
     /// Process ids of the chips (the host's own pid for chip threads).
@@ -731,21 +1097,31 @@ impl Node {
 
     /// Chip `worker`'s arena-cache statistics (asked of the chip).
     pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
-        self.stats_handle().chip_arena_stats(worker)
+        self.handle().chip_arena_stats(worker)
     }
 
-    /// A handle that can ask chips for their statistics while a run is in flight.
-    pub fn stats_handle(&self) -> ChipStatsHandle {
-        ChipStatsHandle { shared: self.shared.clone() }
+    /// A handle usable from other threads while a run is in flight (statistics,
+    /// cancel, close announcement).
+    pub fn handle(&self) -> NodeHandle {
+        NodeHandle { shared: self.shared.clone(), creator: self.creator }
     }
-
 
     /// The node's own engine (its L3 arena cache):
     pub fn engine(&self) -> Option<&ChipWorker> {
         self.engine.as_ref()
     }
 
-    /// Run `orch` (L3 orchestration) with the node's own sizing from `config`.
+    fn check_process(&self) -> Result<(), NodeError> {
+        if std::process::id() != self.creator {
+            return Err(NodeError::Forked(self.creator));
+        }
+        Ok(())
+    }
+
+    /// Run `orch` (L3 orchestration) with the node's own sizing from `config`. `hook`
+    /// is called around every blocking wait of the calling thread (`true` before,
+    /// `false` after; at least every 50 ms while the run waits for its chips), e.g. to
+    /// release an interpreter lock and look for an interrupt ([`NodeHandle::cancel`]).
     pub fn run(
         &mut self,
         orch: impl Fn(&mut NodeOrchestrator<'_, '_>) -> Result<(), RuntimeFailure> + Send + Sync + 'static,
@@ -753,21 +1129,47 @@ impl Node {
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<NodeRunReport, NodeError> {
         let t0 = Instant::now();
+        self.check_process()?;
+        if self.shared.ctl.closing.load(Acquire) {
+            return Err(NodeError::Config("the node is closed".into()));
+        }
         let engine = self.engine.as_mut().ok_or_else(|| NodeError::Config("the node is closed".into()))?;
-        *self.shared.run.lock() = RunState::default();
+        let sh = &*self.shared;
+        sh.ctl.cancel.store(false, SeqCst);
+        // A chip may still run a task of an interrupted run: wait for its late reply
+        // first, so that task's writes cannot overlap this run.
+        for c in &sh.chips {
+            while !c.settle(&sh.ctl, HOOK_SLICE) {
+                blocking(hook, || ());
+                if sh.ctl.cancel.load(Acquire) {
+                    return Err(NodeError::Interrupted("interrupted while chips finished an interrupted run".into()));
+                }
+            }
+        }
+        *sh.run.lock() = RunState::default();
         let shared = self.shared.clone();
         let callables = self.callables.clone();
-        let dispatch = self.dispatch;
+        let dispatch = self.dispatch.expect("an open node has its dispatch kernel");
+        // safety: the program (and so this reference) lives only during this call; the
+        // engine does not keep it past `run_with_hook`.
+        let hook_ref: Option<&'static (dyn Fn(bool) + 'static)> = hook.map(|h| unsafe { std::mem::transmute::<&dyn Fn(bool), &'static dyn Fn(bool)>(h) });
+        let hook_ptr = HookRef(hook_ref);
         let program = Program::new("l3", move |o, _| {
             let mut no = NodeOrchestrator { o, node: &shared, callables: &callables, dispatch };
-            orch(&mut no)
+            orch(&mut no)?;
+            // Wait for the dispatched tasks here rather than in the engine: this wait
+            // calls the hook every slice (how a Python host sees Ctrl-C).
+            wait_dispatched(&shared, hook_ptr.get());
+            Ok(())
         });
         let r = match hook {
             Some(h) => engine.run_with_hook(&program, &[], config, h),
             None => engine.run(&program, &[], config),
         };
-        let mut st = self.shared.run.lock();
+        let mut st = sh.run.lock();
+        let interrupted = sh.ctl.cancel.load(Acquire);
         match r {
+            _ if interrupted => Err(NodeError::Interrupted(st.first_chip_error.take().unwrap_or_else(|| "interrupted".into()))),
             Ok(_) => Ok(NodeRunReport {
                 tasks: st.reports.drain(..).map(|r| r.expect("every L2 task reported")).collect(),
                 elapsed_s: t0.elapsed().as_secs_f64(),
@@ -780,16 +1182,29 @@ impl Node {
         }
     }
 
-    /// Stop every chip and the node's engine (idempotent).
+    /// Stop every chip and the node's engine (idempotent). In a child of `fork()` it
+    /// only forgets the node: everything it refers to is the parent's.
     pub fn close(&mut self) {
         if self.closed {
             return;
         }
         self.closed = true;
-        // Chips first: an in-flight round trip then returns at once (the chip is dead),
-        // so the node's cores can be joined.
+        if self.check_process().is_err() {
+            // The engine's threads do not exist here (joining them would hang); the
+            // chips, their pipes and processes are the parent's.
+            std::mem::forget(self.engine.take());
+            std::mem::forget(self.shared.clone());
+            return;
+        }
+        self.shared.ctl.closing.store(true, SeqCst);
+        // Chips first (no run is in flight: `close` takes the node).
         shutdown_chips(&self.shared.chips);
         self.engine = None;
+        if let Some(k) = self.dispatch.take() {
+            // safety: `k` was leaked from a box in `new`; the engine that could use it
+            // is gone and no run is in flight, so nothing refers to it any more.
+            drop(unsafe { Box::from_raw(k.0 as *const dyn Kernel as *mut dyn Kernel) });
+        }
     }
 }
 
@@ -799,39 +1214,101 @@ impl Drop for Node {
     }
 }
 
-/// Ask every chip to exit and reap it (SIGKILL after a grace period).
+/// The run's hook, carried into the (`'static`) program of one run.
+#[derive(Clone, Copy)]
+struct HookRef(Option<&'static dyn Fn(bool)>);
+// safety: the hook is only called on the thread that runs the program, which is the
+// thread that called `Node::run` (the engine runs the orchestration on its caller).
+unsafe impl Send for HookRef {}
+unsafe impl Sync for HookRef {}
+
+impl HookRef {
+    fn get(self) -> Option<&'static dyn Fn(bool)> {
+        self.0
+    }
+}
+
+/// `f()` as a blocking wait of the calling thread: between `hook(true)` and `hook(false)`.
+fn blocking<R>(hook: Option<&dyn Fn(bool)>, f: impl FnOnce() -> R) -> R {
+    if let Some(h) = hook {
+        h(true);
+    }
+    let r = f();
+    if let Some(h) = hook {
+        h(false);
+    }
+    r
+}
+
+/// Wait until every L3 task of the run was dispatched and answered, or one failed, or
+/// the run was cancelled; calls the hook around every slice of at most 50 ms.
+fn wait_dispatched(sh: &NodeShared, hook: Option<&dyn Fn(bool)>) {
+    let over = |st: &RunState| st.over() || sh.ctl.cancel.load(Acquire);
+    for i in 0..200 {
+        if over(&sh.run.lock()) {
+            return;
+        }
+        if i < 100 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    while !blocking(hook, || {
+        let mut st = sh.run.lock();
+        if !over(&st) {
+            sh.done.wait_for(&mut st, HOOK_SLICE);
+        }
+        over(&st)
+    }) {}
+}
+
+/// Ask every chip to exit and reap it; chips that do not answer are killed (a stopped
+/// chip at once, any other after [`SHUTDOWN_GRACE`]).
 fn shutdown_chips(chips: &[Chip]) {
     for c in chips {
         let h = c.mailbox.header();
         h.state.store(STATE_SHUTDOWN, Release);
         futex_wake(&h.req_seq);
         futex_wake(&h.state);
+        c.close_pipe();
     }
-    let grace = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + SHUTDOWN_GRACE;
     for c in chips {
         if let Some(t) = c.thread.lock().take() {
-            let _ = t.join();
+            // A chip thread still running a task of an interrupted run may not return
+            // soon: it is left to finish on its own (it holds its own references).
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
             *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
             continue;
         }
-        if c.pid <= 0 || c.dead.lock().is_some() {
+        if !c.process || c.dead.lock().is_some() {
             continue;
         }
+        // A stopped chip never runs its watchdog: no need to wait for it.
+        let mut kill = proc_state(c.pid).is_some_and(|s| s == 'T' || s == 't');
         loop {
             let mut status = 0;
-            // safety: reaping our own child.
-            let r = unsafe { libc::waitpid(c.pid, &mut status, libc::WNOHANG) };
-            if r == c.pid || r < 0 {
-                break;
-            }
-            if Instant::now() >= grace {
+            if kill || Instant::now() >= deadline {
+                // safety: killing and reaping our own child.
                 unsafe {
                     libc::kill(c.pid, libc::SIGKILL);
                     libc::waitpid(c.pid, &mut status, 0);
                 }
                 break;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            // safety: reaping our own child.
+            let r = unsafe { libc::waitpid(c.pid, &mut status, libc::WNOHANG) };
+            if r == c.pid || r < 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            kill = proc_state(c.pid).is_some_and(|s| s == 'T' || s == 't');
         }
         *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
     }
