@@ -284,3 +284,36 @@ def test_bad_env_value_warns_once_per_process_and_value():
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if "PTO2_RING_HEAP" in ln]
     assert len(lines) == 1, r.stderr
+
+
+# ----- a Python kernel that never returns (item 10 of the hardening issue) ----------------------
+
+
+@taskring.kernel
+def _spin_forever(a, out):
+    while True:
+        pass
+
+
+@taskring.program(signature=[IN, OUT])
+def spinning(rt, a, out):
+    rt.submit(_spin_forever, inputs=[a], outputs=[out])
+
+
+def test_abandoned_spinning_python_kernel_is_stopped(monkeypatch):
+    monkeypatch.setenv("PTO2_SCHEDULER_TIMEOUT_MS", "300")
+    w = ChipWorker(cores=1)
+    a, out = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(taskring.RuntimeFailure) as ei:
+        w.run(spinning, a, out)
+    assert ei.value.name == "SCHEDULER_TIMEOUT" and "_spin_forever" in str(ei.value)
+    # the worker is usable with its replacement core
+    src = np.arange(4, dtype=np.float32)
+    w.run(copy_prog, src, out)
+    np.testing.assert_array_equal(out, src)
+    w.close()
+    time.sleep(0.2)  # the interrupted kernel leaves at its next bytecode
+    t0, c0 = time.monotonic(), time.process_time()
+    time.sleep(1.0)
+    burnt = (time.process_time() - c0) / (time.monotonic() - t0)
+    assert burnt < 0.2, f"{burnt:.2f} of a core still burnt after close()"

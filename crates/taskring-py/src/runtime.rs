@@ -345,6 +345,7 @@ impl Kernel for PythonKernel {
     }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         Python::attach(|py| {
+            let _running = RunningPyKernel::enter();
             let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(call.tensors.len() + call.scalars.len());
             for t in call.tensors {
                 let v = self
@@ -365,6 +366,52 @@ impl Kernel for PythonKernel {
             self.func.call1(py, args).map(|_| ()).map_err(|e| py_err_text(py, &e))
         })
     }
+}
+
+extern "C" {
+    // CPython's id of the calling thread (`threading.get_ident()`), the key that
+    // PyThreadState_SetAsyncExc takes.
+    fn PyThread_get_thread_ident() -> std::os::raw::c_ulong;
+}
+
+/// Threads inside a Python kernel right now: (Rust thread, Python thread ident).
+static PY_KERNEL_THREADS: Mutex<Vec<(std::thread::ThreadId, std::os::raw::c_ulong)>> = Mutex::new(Vec::new());
+
+/// Registers the calling thread in [`PY_KERNEL_THREADS`] while a Python kernel runs.
+struct RunningPyKernel(std::thread::ThreadId);
+
+impl RunningPyKernel {
+    fn enter() -> RunningPyKernel {
+        let me = std::thread::current().id();
+        // safety: called holding the GIL, on a thread CPython knows.
+        let ident = unsafe { PyThread_get_thread_ident() };
+        PY_KERNEL_THREADS.lock().unwrap_or_else(|p| p.into_inner()).push((me, ident));
+        RunningPyKernel(me)
+    }
+}
+
+impl Drop for RunningPyKernel {
+    fn drop(&mut self) {
+        PY_KERNEL_THREADS.lock().unwrap_or_else(|p| p.into_inner()).retain(|(t, _)| *t != self.0);
+    }
+}
+
+/// Stop the Python kernels still running on `threads` (cores the chip gave up on after
+/// SCHEDULER_TIMEOUT): each gets a `TimeoutError` at its next bytecode, so a spinning
+/// kernel ends instead of burning a core for the life of the process. A kernel blocked
+/// inside a C call ends when that call returns.
+pub fn interrupt_python_kernels(py: Python<'_>, threads: &[std::thread::ThreadId]) {
+    if threads.is_empty() {
+        return;
+    }
+    let running = PY_KERNEL_THREADS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for (t, ident) in running {
+        if threads.contains(&t) {
+            // safety: holding the GIL; the exception type is a borrowed static object.
+            unsafe { pyo3::ffi::PyThreadState_SetAsyncExc(ident as _, pyo3::ffi::PyExc_TimeoutError) };
+        }
+    }
+    let _ = py;
 }
 
 fn py_err_text(py: Python<'_>, e: &PyErr) -> String {
@@ -1015,6 +1062,9 @@ impl PyChip {
         let chip = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
         let hook = gil_hook;
         let r = chip.run_with_hook(&program, &host, &cfg, &hook);
+        if r.is_err() {
+            interrupt_python_kernels(py, &chip.abandoned_threads());
+        }
         drop(guard);
         drop(host);
         if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -1043,7 +1093,10 @@ impl PyChip {
         let chip = lock_detached(py, &self.chip).take();
         match chip {
             Some(c) if std::process::id() != self.pid => std::mem::forget(c),
-            Some(c) => py.detach(move || drop(c)),
+            Some(c) => {
+                interrupt_python_kernels(py, &c.abandoned_threads());
+                py.detach(move || drop(c))
+            }
             None => {}
         }
     }
