@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
+import os
 from typing import Any, Callable, List, Optional, Sequence, Union, overload
 
 from . import _native
@@ -90,6 +91,7 @@ __all__ = [
     "TensorSpec",
     "kernel",
     "kernels",
+    "load_kernel",
     "program",
     "resolve_ring_sizing",
     "run",
@@ -145,6 +147,8 @@ def kernel(
     Usable as ``@kernel`` or ``@kernel(core="aic")``."""
 
     def wrap(f: Callable) -> Kernel:
+        if type(f).__module__.startswith("numba") and hasattr(f, "address"):
+            return _numba_kernel(f, core, name)
         if not callable(f):
             raise TypeError(f"kernel() needs a function, got {type(f).__name__}")
         if core not in ("aiv", "aic"):
@@ -154,6 +158,71 @@ def kernel(
     if func is not None:
         return wrap(func)
     return wrap
+
+
+def _tensor_rules(tensors: Optional[Sequence[str]]) -> Optional[List[tuple]]:
+    """``["float32[2]", "int32", "*[1]", "*"]`` -> ``[(dtype or None, ndim or None), ...]``."""
+    if tensors is None:
+        return None
+    if isinstance(tensors, str):
+        raise TypeError("tensors must be a list of rules like 'float32[2]', not one string")
+    rules = []
+    for i, r in enumerate(tensors):
+        if not isinstance(r, str):
+            raise TypeError(f"tensors[{i}] must be a str like 'float32[2]', got {type(r).__name__}")
+        dtype, _, rest = r.partition("[")
+        ndim = None
+        if rest:
+            if not rest.endswith("]") or not rest[:-1].isdigit():
+                raise ValueError(f"tensors[{i}]: {r!r} is not a rule like 'float32[2]', 'float32', '*[2]' or '*'")
+            ndim = int(rest[:-1])
+        rules.append((None if dtype == "*" else dtype, ndim))
+    return rules
+
+
+def load_kernel(
+    path: Any,
+    symbol: str,
+    *,
+    core: str = "aiv",
+    name: Optional[str] = None,
+    tensors: Optional[Sequence[str]] = None,
+    scalars: Optional[int] = None,
+) -> Kernel:
+    """Load the C function ``symbol`` of the shared library at ``path`` as a kernel
+    (the ABI of ``include/taskring_kernel.h``; API.md §11). It runs on core threads
+    without the GIL. ``tensors`` (e.g. ``["float32[2]", "float32[2]", "*"]``, one rule
+    per tensor argument: dtype or ``*``, optional ``[ndim]``) and ``scalars`` (a count)
+    make a signature checked at every submit, so a mismatch is INVALID_ARGS at submit
+    instead of undefined behaviour in the kernel. A missing or unloadable library is an
+    ``OSError``, a missing symbol a ``ValueError``. Loading the same symbol again
+    returns the same kernel (cheap to call inside an orchestration, e.g. in a chip
+    process after ``init()``)."""
+    if not isinstance(symbol, str):
+        raise TypeError(f"symbol must be a str, got {type(symbol).__name__}")
+    if scalars is not None and (isinstance(scalars, bool) or not isinstance(scalars, int) or scalars < 0):
+        raise ValueError(f"scalars must be an int >= 0, got {scalars!r}")
+    rules = _tensor_rules(tensors)
+    key = (os.path.abspath(os.fsdecode(path)), symbol, core, name, None if rules is None else tuple(rules), scalars)
+    k = _LOADED.get(key)
+    if k is None:
+        k = _native.load_native_kernel(os.fsdecode(path), symbol, core, name, rules, scalars)
+        _LOADED[key] = k
+    return k
+
+
+_LOADED: dict = {}
+
+
+def _numba_kernel(f: Any, core: str, name: Optional[str]) -> Kernel:
+    """A ``numba.cfunc`` compiled with ``taskring.numba_abi.KERNEL_SIG``."""
+    sig = getattr(f, "_sig", None)
+    if sig is None or len(sig.args) != 6 or str(sig.return_type) != "int32":
+        raise TypeError(
+            "a numba cfunc kernel must have the taskring ABI signature "
+            "int32(tensors, ntensors, scalars, nscalars, err, errlen); use taskring.numba_abi.KERNEL_SIG"
+        )
+    return _native.native_kernel_from_address(f.address, name or f.__name__, core, f)
 
 
 class Program:

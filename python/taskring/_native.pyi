@@ -28,6 +28,8 @@ __all__ = [
     "ArenaStats",
     "PeakUse",
     "make_python_kernel",
+    "load_native_kernel",
+    "native_kernel_from_address",
     "builtin_kernels",
     "Scope",
     "SharedMem",
@@ -279,6 +281,22 @@ class Kernel:
     def core(self) -> Literal["aic", "aiv", "any"]:
         """The core kind it runs on: "aic", "aiv" or "any"."""
 
+def load_native_kernel(
+    path: str,
+    symbol: str,
+    core: str = "aiv",
+    name: str | None = None,
+    tensors: list[tuple[str | None, int | None]] | None = None,
+    scalars: int | None = None,
+) -> Kernel: ...
+def native_kernel_from_address(
+    address: int,
+    name: str,
+    core: str,
+    keep: object,
+    tensors: list[tuple[str | None, int | None]] | None = None,
+    scalars: int | None = None,
+) -> Kernel: ...
 def make_python_kernel(func: Callable[..., object], name: str, core: str = "aiv") -> Kernel:
     """Make a kernel from a Python function (used by `@taskring.kernel`); `core` is "aiv", "aic" or "any"."""
 

@@ -6,6 +6,7 @@
 //! decorators, `run`, `ChipWorker`).
 
 mod config;
+mod native;
 mod node;
 mod runtime;
 
@@ -29,6 +30,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyPeak>()?;
     m.add_function(wrap_pyfunction!(runtime::make_python_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::builtin_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(native::load_native_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(native::native_kernel_from_address, m)?)?;
     m.add_class::<runtime::PyScope>()?;
     m.add_class::<node::PySharedMem>()?;
     m.add_class::<node::PyNode>()?;

@@ -27,5 +27,6 @@ pub use config::{CallConfig, ConfigError, RingField, RingSizing, RuntimeEnv, Siz
 pub use engine::{
     ArgTag, Orchestrator, PeakUse, Resource, RuntimeFailure, Scalar, StatusCode, TaskArgs, TaskOutputs, TensorSpec,
 };
+pub use kernel::native::{NativeKernel, NativeKernelError, NativeSignature, TensorRule};
 pub use kernel::{builtin, CoreKind, Kernel, KernelCall, KernelRef};
 pub use tensor::{DType, TaskId, Tensor};

@@ -13,6 +13,7 @@
 //!    fails the task (caught by the core thread).
 
 pub mod builtin;
+pub mod native;
 
 use crate::tensor::Tensor;
 use std::fmt;
