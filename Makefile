@@ -76,6 +76,7 @@ $(VENV)/.bench-ready: benches/requirements.txt $(VENV)/.ready
 bench: py-dev $(VENV)/.bench-ready
 	$(CARGO) run --locked --release -p taskring-cli -- bench all
 	$(VPY) benches/b7_python.py
+	$(VPY) benches/b10_python.py
 	$(VPY) benches/taskbench/metg.py trivial stencil_1d
 	$(VPY) benches/plots.py
 

@@ -41,6 +41,16 @@ static float *nd_at(const tr_tensor *t, long flat) {
     return (float *)t->data + off;
 }
 
+/* Dense row-major (the common case: a plain loop, no index arithmetic). */
+static int is_contig(const tr_tensor *t) {
+    long want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != want) return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}
+
 static int same_f32_shape(const tr_tensor *a, const tr_tensor *b) {
     if (a->dtype != TR_F32 || b->dtype != TR_F32 || a->ndim != b->ndim) return 0;
     for (int d = 0; d < a->ndim; d++)
@@ -105,6 +115,10 @@ int32_t tr_copy(const tr_tensor *t, int32_t nt, const tr_scalar *s, int32_t ns, 
     (void)s, (void)ns;
     if (nt != 2 || !same_f32_shape(&t[0], &t[1])) return fail(err, errlen, "copy takes two float32 tensors of one shape");
     long n = nd_count(&t[0]);
+    if (is_contig(&t[0]) && is_contig(&t[1])) {
+        memcpy(t[1].data, t[0].data, (size_t)n * sizeof(float));
+        return 0;
+    }
     for (long f = 0; f < n; f++) *nd_at(&t[1], f) = *nd_at(&t[0], f);
     return 0;
 }
@@ -113,6 +127,11 @@ int32_t tr_fill(const tr_tensor *t, int32_t nt, const tr_scalar *s, int32_t ns, 
     if (nt != 1 || t[0].dtype != TR_F32 || ns != 1) return fail(err, errlen, "fill takes one float32 tensor and a value");
     float v = s[0].kind == TR_SCALAR_FLOAT64 ? (float)s[0].v.f : (float)s[0].v.i;
     long n = nd_count(&t[0]);
+    if (is_contig(&t[0])) {
+        float *p = (float *)t[0].data;
+        for (long f = 0; f < n; f++) p[f] = v;
+        return 0;
+    }
     for (long f = 0; f < n; f++) *nd_at(&t[0], f) = v;
     return 0;
 }
@@ -122,6 +141,12 @@ int32_t tr_add(const tr_tensor *t, int32_t nt, const tr_scalar *s, int32_t ns, c
     if (nt != 3 || !same_f32_shape(&t[0], &t[1]) || !same_f32_shape(&t[0], &t[2]))
         return fail(err, errlen, "add takes three float32 tensors of one shape");
     long n = nd_count(&t[0]);
+    if (is_contig(&t[0]) && is_contig(&t[1]) && is_contig(&t[2])) {
+        const float *a = (const float *)t[0].data, *b = (const float *)t[1].data;
+        float *c = (float *)t[2].data;
+        for (long f = 0; f < n; f++) c[f] = a[f] + b[f];
+        return 0;
+    }
     for (long f = 0; f < n; f++) *nd_at(&t[2], f) = *nd_at(&t[0], f) + *nd_at(&t[1], f);
     return 0;
 }

@@ -3,7 +3,7 @@
 //! - `taskring sizing <scope_stats.jsonl> [--headroom 1.25]`: the smallest valid ring
 //!   sizes per ring that would have held the peaks a run recorded, as a ready-to-paste
 //!   `runtime_env` and as `PTO2_RING_*` lines.
-//! - `taskring bench <b2|b3|b4|b5|b6|all> [--reps N] [--threads T] [--quick] [--json]`:
+//! - `taskring bench <b2|b3|b4|b5|b6|b10|all> [--reps N] [--threads T] [--quick] [--json]`:
 //!   the benchmarks of BENCHMARKS.md (see `bench` and docs/performance.md).
 //! - `taskring taskbench -steps N -width N -type PATTERN -kernel KERNEL ...`: a Task
 //!   Bench-compatible driver (B1; `benches/taskbench/metg.py` sweeps it against an
@@ -33,11 +33,11 @@ enum Cmd {
         headroom: f64,
     },
     /// Run benchmarks: b1 (taskbench METG sweep vs OpenMP), b2 (submit), b3 (overhead),
-    /// b4 (ring curve), b5 (arena), b6 (l3), b7 (python), or all (b2..b6 in sequence; b1
+    /// b4 (ring curve), b5 (arena), b6 (l3), b7 (python), b10 (native kernels), or all (b2..b6 and b10 in sequence; b1
     /// and b7 run Python scripts of the source tree). Results go to
     /// bench-results/<id>_<name>.json.
     Bench {
-        /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7, or all = b2..b6).
+        /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7 b10, or all = b2..b6 and b10).
         #[arg(required = true)]
         names: Vec<String>,
         /// Repetitions per measured point (median of them; at least 5).
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Bench { names, reps, threads, quick, json, out_dir } => {
             let names: Vec<String> = if names.iter().any(|n| n == "all") {
-                ["b2", "b3", "b4", "b5", "b6"].iter().map(|s| s.to_string()).collect()
+                ["b2", "b3", "b4", "b5", "b6", "b10"].iter().map(|s| s.to_string()).collect()
             } else {
                 names
             };

@@ -1,4 +1,4 @@
-//! `taskring bench <name>`: the benchmarks B2–B6 of BENCHMARKS.md (B7 is
+//! `taskring bench <name>`: the benchmarks B2–B6 and B10 of BENCHMARKS.md (B7 is
 //! `benches/b7_python.py`, B1 is `taskring taskbench`).
 //!
 //! Every benchmark pins its thread counts, takes the median of at least 5 repetitions
@@ -10,6 +10,7 @@
 //!
 //! What each benchmark measures, and how to read it: `docs/performance.md`.
 
+pub mod b10;
 pub mod b2;
 pub mod b3;
 pub mod b4;
@@ -370,9 +371,10 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
             "b4" | "ring" | "ring-curve" => b4::run(opts).map(|_| ()),
             "b5" | "arena" => b5::run(opts).map(|_| ()),
             "b6" | "l3" => b6::run(opts).map(|_| ()),
+            "b10" | "native" => b10::run(opts).map(|_| ()),
             "b1" | "taskbench" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
             "b7" | "python" => run_script("benches/b7_python.py", &[], opts),
-            other => Err(format!("unknown benchmark '{other}' (b1 taskbench, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, all)")),
+            other => Err(format!("unknown benchmark '{other}' (b1 taskbench, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b10 native, all)")),
         };
         if let Err(e) = r {
             eprintln!("taskring bench {n}: {e}");
