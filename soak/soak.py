@@ -682,6 +682,16 @@ class Soak:
             raise Lost(f"L3 run of {len(tasks)} tasks did not finish within {timeout} s")
         return h
 
+    def l3_error_of(self, w, tasks):
+        """(error text or None, seconds) of running `tasks` (a hang is an error text too)."""
+        t0 = time.monotonic()
+        try:
+            self.l3_submit(w, tasks, self.args.run_timeout).result()
+            err = None
+        except (RuntimeError, Lost) as e:
+            err = str(e)
+        return err, time.monotonic() - t0
+
     def l3_random(self):
         w = self.l3_worker()
         tasks = self.l3_plan(w, self.rng.randint(1, 6))
@@ -776,13 +786,7 @@ class Soak:
             time.sleep(self.rng.uniform(0, 0.1))
             tasks = self.l3_plan(w, 1)
             tasks[0]["worker"] = victim
-            t0 = time.monotonic()
-            err = None
-            try:
-                self.l3_submit(w, tasks, self.args.run_timeout).result()
-            except RuntimeError as e:
-                err = str(e)
-            took = time.monotonic() - t0
+            err, took = self.l3_error_of(w, tasks)
         if err is None:
             raise Lost(f"L3 kill: run on killed chip {victim} succeeded")
         if not re.match(rf"^chip {victim} \(pid {pid}\): .*(signal 9\b|SIGKILL)", err):
@@ -791,7 +795,6 @@ class Soak:
             self.lose("slow-report", f"L3 kill ({'mid-task' if mid_task else 'idle'}): reported after {took:.2f} s (contract: within 1 s)")
         if len(w.pids) > 1:
             self.l3_after_fault(w, avoid=victim)
-        t0 = time.monotonic()
         self.drop_l3()
         if not wait_reaped(pid):
             raise Lost(f"L3 kill: killed chip pid {pid} not reaped after close()")
@@ -813,15 +816,7 @@ class Soak:
             a[...] = self.np_rng.uniform(-1, 1, a.shape).astype(np.float32)
         vals, _ = self.l3_oracle(tasks)
         os.kill(pid, signal.SIGSTOP)
-        t0 = time.monotonic()
-        err = None
-        try:
-            self.l3_submit(w, tasks, self.args.run_timeout).result()
-        except RuntimeError as e:
-            err = str(e)
-        except Lost as e:
-            err = str(e)
-        took = time.monotonic() - t0
+        err, took = self.l3_error_of(w, tasks)
         ok = err is not None and err.startswith(f"chip {victim} (pid {pid}): not responding")
         self.sigstop_results.append((ok, took, err))
         if not ok:
