@@ -135,6 +135,9 @@ pub struct PyNodeOrchestrator {
     run: u64,
     /// Owner worker of device tensors (`alloc_tensor`), by data address.
     owners: Py<PyAny>,
+    /// The arrays passed to `submit_next_level`, kept alive until the run ends (a
+    /// temporary `shared_array` must not be freed while a chip may still use it).
+    keep: Arc<std::sync::Mutex<Vec<Py<PyAny>>>>,
 }
 
 impl PyNodeOrchestrator {
@@ -232,9 +235,15 @@ impl PyNodeOrchestrator {
         cfg.validate().map_err(|e| PyValueError::new_err(e.message))?;
         let owners = self.owners.bind(py);
         let mut list = vec![];
+        let mut keep = vec![];
         for (i, a) in args.try_iter()?.enumerate() {
-            list.push(node_arg(py, i, &a?, worker, owners, self.run)?);
+            let a = a?;
+            list.push(node_arg(py, i, &a, worker, owners, self.run)?);
+            if matches!(list[i], NodeArg::Tensor(_)) {
+                keep.push(a.unbind());
+            }
         }
+        self.keep.lock().unwrap().extend(keep);
         self.with(|o| o.submit_next_level(handle, &list, &cfg, worker).map(|id| id.0).map_err(|f| failure_err(py, &f)))?
     }
 
@@ -469,6 +478,8 @@ impl PyNode {
             }
         };
         let h = node.handle();
+        let keep: Arc<std::sync::Mutex<Vec<Py<PyAny>>>> = Arc::default();
+        let kept = keep.clone();
         let r = node.run(
             move |o| {
                 Python::attach(|py| {
@@ -484,6 +495,7 @@ impl PyNode {
                             ptr: crate::runtime::RunPtr::new(),
                             run: crate::runtime::RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                             owners: owners.clone_ref(py),
+                            keep: kept.clone(),
                         }).map_err(keep)?;
                     po.borrow(py).ptr.set(o as *mut NodeOrchestrator<'_, '_> as *mut NodeOrchestrator<'static, 'static>);
                     let r = orch.call1(py, (po.clone_ref(py),));
@@ -495,6 +507,7 @@ impl PyNode {
             Some(&hook),
         );
         drop(guard);
+        drop(std::mem::take(&mut *keep.lock().unwrap()));
         if let Some(e) = interrupt.lock().unwrap().take() {
             return Err(e);
         }

@@ -249,6 +249,10 @@ impl Chip {
         format!("chip {} (pid {})", self.worker, self.pid)
     }
 
+    fn interrupted(&self) -> String {
+        format!("{}: interrupted", self.prefix())
+    }
+
     /// Has the chip died? Records why.
     fn check_dead(&self) -> Option<String> {
         let mut d = self.dead.lock();
@@ -299,7 +303,7 @@ impl Chip {
             return Some(d);
         }
         if ctl.cancel.load(Acquire) {
-            return Some(format!("{}: interrupted", self.prefix()));
+            return Some(self.interrupted());
         }
         let stalled = self.stalled_for();
         let closing = ctl.closing.load(Acquire);
@@ -366,6 +370,9 @@ impl Chip {
         let mut seq = self.turn(ctl)?;
         if let Some(d) = self.check_dead() {
             return Err(d);
+        }
+        if ctl.cancel.load(Acquire) {
+            return Err(self.interrupted());
         }
         let h = self.mailbox.header();
         // A request given up on (an interrupted run) may still run there: its reply first.
@@ -524,13 +531,16 @@ struct RunState {
     reports: Vec<Option<ChipTaskReport>>,
     /// L3 tasks whose dispatch ended (replied, failed or given up).
     finished: usize,
+    /// Dispatches under way.
+    in_flight: usize,
     first_chip_error: Option<String>,
 }
 
 impl RunState {
-    /// Nothing more to wait for: every task dispatched, or the run failed.
+    /// Nothing more to wait for: every task dispatched, or the run failed and the
+    /// dispatches already under way ended.
     fn over(&self) -> bool {
-        self.finished >= self.tasks.len() || self.first_chip_error.is_some()
+        self.finished >= self.tasks.len() || (self.first_chip_error.is_some() && self.in_flight == 0)
     }
 }
 
@@ -571,7 +581,11 @@ impl Kernel for Dispatch {
     }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         let idx = call.scalar_i64(0) as usize;
-        let task = self.node.run.lock().tasks[idx].clone();
+        let task = {
+            let mut st = self.node.run.lock();
+            st.in_flight += 1;
+            st.tasks[idx].clone()
+        };
         let chip = &self.node.chips[task.worker];
         let args: Result<Vec<WireArg>, String> = task
             .args
@@ -585,6 +599,7 @@ impl Kernel for Dispatch {
         let reply = args.and_then(|args| chip.call(&self.node.ctl, &TaskFrame { callable: task.callable, config: task.config.clone(), args }));
         let mut st = self.node.run.lock();
         st.finished += 1;
+        st.in_flight -= 1;
         self.node.done.notify_all();
         let (report, err) = match reply {
             Ok(r) => {
@@ -718,7 +733,14 @@ impl<'r> NodeOrchestrator<'_, 'r> {
             st.tasks.len() - 1
         };
         ta.scalar(Scalar::I64(idx as i64));
-        self.o.submit(self.dispatch, &ta).map(|r| r.id)
+        let r = self.o.submit(self.dispatch, &ta).map(|r| r.id);
+        if r.is_err() {
+            // Never dispatched: not a task of the run (the run waits for its tasks).
+            let mut st = self.node.run.lock();
+            st.tasks.truncate(idx);
+            st.reports.truncate(idx);
+        }
+        r
     }
 
     /// An allocation in the node's (shared) memory, alive until the current scope ends.
