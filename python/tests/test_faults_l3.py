@@ -164,11 +164,21 @@ def test_close_with_a_run_in_flight_on_a_stopped_chip_returns_within_2s(monkeypa
 # ----- Ctrl-C --------------------------------------------------------------------------------
 
 
-def _interrupt_after(seconds):
+def _interrupted_run(w, orch, after=0.3):
+    """Run `orch` with SIGINT sent to this (main) thread `after` seconds in; assert the
+    run raises KeyboardInterrupt within 1 s of it. Returns when the run started."""
     main = threading.main_thread().ident
-    t = threading.Timer(seconds, lambda: signal.pthread_kill(main, signal.SIGINT))
-    t.start()
-    return t
+    timer = threading.Timer(after, lambda: signal.pthread_kill(main, signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            w.run(orch)
+        took = time.monotonic() - t0
+    finally:
+        timer.join()
+    assert took < after + 1.0, took
+    return t0
 
 
 def test_ctrl_c_interrupts_a_run_waiting_on_a_stopped_chip(monkeypatch):
@@ -177,13 +187,7 @@ def test_ctrl_c_interrupts_a_run_waiting_on_a_stopped_chip(monkeypatch):
         p0 = w.pids[0]
         os.kill(p0, signal.SIGSTOP)
         o0 = shared_array(2)
-        timer = _interrupt_after(0.3)
-        t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            w.run(_naps(h, [(o0, 0, 0)]))
-        took = time.monotonic() - t0
-        timer.join()
-        assert took < 0.3 + 1.0, took
+        _interrupted_run(w, _naps(h, [(o0, 0, 0)]))
         # The worker stays usable: continued, the chip first answers the interrupted task.
         os.kill(p0, signal.SIGCONT)
         o1 = shared_array(2)
@@ -198,12 +202,7 @@ def test_ctrl_c_interrupts_a_long_kernel_and_the_next_run_waits_for_it(monkeypat
     w, h, _ = _worker(monkeypatch)
     try:
         o0 = shared_array(2)
-        timer = _interrupt_after(0.3)
-        t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            w.run(_naps(h, [(o0, 1500, 0)]))
-        assert time.monotonic() - t0 < 1.3
-        timer.join()
+        t0 = _interrupted_run(w, _naps(h, [(o0, 1500, 0)]))
         assert list(o0) == [1.0, 0.0]  # still running on the chip
         o1 = shared_array(2)
         w.run(_naps(h, [(o1, 0, 0)]))
@@ -225,12 +224,7 @@ def test_ctrl_c_while_a_failed_run_waits_for_a_long_task_on_another_chip(monkeyp
             o.submit_next_level(h, [o1, 2000], worker=1)
             o.submit_next_level(hf, [o0, 0], worker=0)
 
-        timer = _interrupt_after(0.4)
-        t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            w.run(orch)
-        assert time.monotonic() - t0 < 1.4
-        timer.join()
+        _interrupted_run(w, orch, after=0.4)
         # Without Ctrl-C the failure is reported once the other chip's task ended.
         t0 = time.monotonic()
         with pytest.raises(RuntimeError, match=r"^chip 0 \(pid \d+\): .*kaboom"):
@@ -250,12 +244,7 @@ def test_ctrl_c_in_the_orchestration_itself(monkeypatch):
             o.submit_next_level(h, [o0, 0], worker=0)
             time.sleep(5)  # Python code of the orchestration: interrupted natively
 
-        timer = _interrupt_after(0.3)
-        t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            w.run(orch)
-        assert time.monotonic() - t0 < 1.3
-        timer.join()
+        _interrupted_run(w, orch)
     finally:
         os.kill(w.pids[0], signal.SIGCONT)
         w.close()
