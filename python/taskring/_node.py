@@ -176,7 +176,10 @@ class Worker:
         return self
 
     def close(self) -> None:
-        """Stop every chip (idempotent)."""
+        """Stop every chip (idempotent). At level 3 it waits for a run in flight on
+        another thread, which gives up on chips that do not answer; those are killed
+        (it returns within about a second then). In a child of ``os.fork()`` it only
+        forgets the parent's worker."""
         if self._node is not None:
             self._node.close()
             self._node = None
@@ -199,8 +202,13 @@ class Worker:
     def run(self, orch: Any, args: Any = None, config: Any = None) -> Any:
         """Level 3: run ``orch(o, args, cfg)`` (``cfg`` = ``config`` as a CallConfig;
         it sizes the node's own rings and is never applied to chip tasks implicitly).
-        Returns a ``NodeRunReport``. Level 2: ``run(handle_or_program, args, config)``
-        runs a registered program on the chip and returns a ``RunReport``."""
+        Returns a ``NodeRunReport``. A chip that stops answering (no heartbeat for
+        ``TASKRING_CHIP_TIMEOUT_MS``, default 2000) fails the run with ``chip {worker}
+        (pid {pid}): not responding ...``; Ctrl-C interrupts the wait within 1 s
+        (``KeyboardInterrupt``; the worker stays usable — the next run first waits for
+        chips still busy with the interrupted tasks). Level 2: ``run(handle_or_program,
+        args, config)`` runs a registered program on the chip and returns a
+        ``RunReport``."""
         cfg = _call_config(config)
         cfg.validate()
         if self.level == 2:

@@ -146,6 +146,29 @@ def test_a_run_on_the_healthy_chip_from_another_thread_waits_only_for_the_timeou
         w.close()
 
 
+def test_a_chip_stuck_in_a_kernel_fails_with_its_own_scheduler_timeout(monkeypatch):
+    # The chip keeps beating (its watchdog thread runs): its own SCHEDULER_TIMEOUT (from
+    # the environment it inherited) names the kernel; the host adds no wait of its own.
+    monkeypatch.setenv("PTO2_SCHEDULER_TIMEOUT_MS", "500")
+    w, h, _ = _worker(monkeypatch, timeout_ms=200)
+    try:
+        p0 = w.pids[0]
+        o0 = shared_array(2)
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError) as e:
+            w.run(_naps(h, [(o0, 5000, 0)]))
+        assert time.monotonic() - t0 < 0.5 + 1.0
+        text = str(e.value)
+        assert text.startswith(f"chip 0 (pid {p0}): SCHEDULER_TIMEOUT (code 100)"), text
+        assert "_mark_then_nap" in text, text
+        # The chip gave up on that core and works on.
+        o1 = shared_array(2)
+        w.run(_naps(h, [(o1, 0, 0)]))
+        assert list(o1) == [1.0, 2.0]
+    finally:
+        w.close()
+
+
 def test_close_with_a_run_in_flight_on_a_stopped_chip_returns_within_2s(monkeypatch):
     monkeypatch.delenv("TASKRING_CHIP_TIMEOUT_MS", raising=False)
     w, h, _ = _worker(monkeypatch)
