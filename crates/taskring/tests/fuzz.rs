@@ -36,7 +36,7 @@ use std::time::Instant;
 use taskring::config::{
     parse_env_value, EnvSnapshot, RingField, RingSizing, RuntimeEnv, SizeSource,
 };
-use taskring::dfx::{self, FailureRecord, RecordedPeaks};
+use taskring::dfx::{self, RecordedPeaks};
 use taskring::node::frame::*;
 use taskring::{CallConfig, DType};
 
@@ -1065,36 +1065,84 @@ fn sample_json() -> impl Strategy<Value = String> {
         })
 }
 
+/// Line 1 of a scope-stats file, built as JSON text (so these tests do not depend on
+/// the layout of the dfx structs): `max` and `peaks` as [window, heap, dep pool] per ring,
+/// `failure` as (ring, resource, needed).
+#[derive(Clone, Debug)]
+struct Hdr {
+    fatal: bool,
+    max: [[u64; 4]; 3],
+    peaks: Option<[[u64; 4]; 3]>,
+    failure: Option<(Option<u64>, Option<String>, Option<u64>)>,
+}
+
+impl Hdr {
+    fn peaks(task_window: [u64; 4], heap: [u64; 4], dep_pool: [u64; 4]) -> Hdr {
+        Hdr {
+            fatal: false,
+            max: [[16384; 4], [1 << 28; 4], [16384; 4]],
+            peaks: Some([task_window, heap, dep_pool]),
+            failure: None,
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut v = serde_json::json!({
+            "version": 6, "fatal": self.fatal, "dropped": 0, "total": 0, "tensormap_max": 0,
+            "task_window_max": self.max[0], "heap_max": self.max[1], "dep_pool_max": self.max[2],
+        });
+        if let Some(p) = self.peaks {
+            v["peak_task_window"] = serde_json::json!(p[0]);
+            v["peak_heap"] = serde_json::json!(p[1]);
+            v["peak_dep_pool"] = serde_json::json!(p[2]);
+        }
+        if let Some((ring, resource, needed)) = &self.failure {
+            v["failure"] = serde_json::json!({
+                "code": 2, "name": "HEAP_RING_DEADLOCK", "ring": ring, "resource": resource,
+                "configured": 1024, "needed": needed,
+            });
+        }
+        v.to_string()
+    }
+
+    fn read(&self) -> RecordedPeaks {
+        dfx::read_peaks(&self.text()).expect("a well-formed scope-stats header")
+    }
+}
+
+fn hdr(peak: BoxedStrategy<u64>, max: BoxedStrategy<u64>) -> impl Strategy<Value = Hdr> {
+    let arr3 = |v: BoxedStrategy<u64>| prop::array::uniform3(prop::array::uniform4(v));
+    let failure = (
+        prop::option::of(prop_oneof![4 => 0u64..4, 1 => any::<u64>()]),
+        prop::option::of(
+            prop::sample::select(vec![
+                "ring_task_window",
+                "ring_heap",
+                "ring_dep_pool",
+                "tensormap",
+            ])
+            .prop_map(str::to_string),
+        ),
+        prop::option::of(interesting_u64()),
+    );
+    (
+        any::<bool>(),
+        arr3(max),
+        prop::option::of(arr3(peak)),
+        prop::option::of(failure),
+    )
+        .prop_map(|(fatal, max, peaks, failure)| Hdr {
+            fatal,
+            max,
+            peaks,
+            failure,
+        })
+}
+
 /// A well-typed header as the runtime writes it (values anywhere in u64), with or without
 /// the peaks (without: they are derived from the samples).
 fn header_typed() -> impl Strategy<Value = String> {
-    let arr = || prop::array::uniform4(interesting_u64());
-    let failure = failure_record();
-    (
-        any::<bool>(),
-        arr(),
-        arr(),
-        arr(),
-        prop::option::of((arr(), arr(), arr())),
-        prop::option::of(failure),
-    )
-        .prop_map(|(fatal, w, h, d, peaks, failure)| {
-            let hdr = dfx::ScopeStatsHeader {
-                version: 6,
-                fatal,
-                dropped: 0,
-                total: 0,
-                task_window_max: w,
-                heap_max: h,
-                dep_pool_max: d,
-                tensormap_max: 0,
-                peak_task_window: peaks.map(|p| p.0),
-                peak_heap: peaks.map(|p| p.1),
-                peak_dep_pool: peaks.map(|p| p.2),
-                failure,
-            };
-            serde_json::to_string(&hdr).unwrap()
-        })
+    hdr(interesting_u64(), interesting_u64()).prop_map(|h| h.text())
 }
 
 fn scope_stats_text() -> impl Strategy<Value = String> {
@@ -1230,18 +1278,16 @@ fn check_advice(p: &RecordedPeaks, headroom: f64) -> Result<(), TestCaseError> {
             }
         }
     }
-    if let Some(FailureRecord {
-        ring: Some(r),
-        resource: Some(res),
-        needed: Some(n),
-        ..
-    }) = &p.failure
-    {
+    let failure = p
+        .failure
+        .as_ref()
+        .and_then(|f| Some((f.ring?, f.resource.clone()?, f.needed?)));
+    if let Some((r, res, n)) = failure {
         if let Some(i) = RingField::ALL.iter().position(|f| f.name() == res) {
-            if *r < 4 && *n <= [MAX_WINDOW, MAX_HEAP, MAX_DEP][i] {
-                let got = advice[i][*r];
+            if r < 4 && n <= [MAX_WINDOW, MAX_HEAP, MAX_DEP][i] {
+                let got = advice[i][r];
                 prop_assert!(
-                    got >= *n,
+                    got >= n,
                     "{}[{}] {} below the failure's needed {}",
                     res,
                     r,
@@ -1254,60 +1300,9 @@ fn check_advice(p: &RecordedPeaks, headroom: f64) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// A failure record as line 1 may hold it (any ring, any resource name, any sizes).
-fn failure_record() -> impl Strategy<Value = FailureRecord> {
-    (
-        any::<u32>(),
-        prop::option::of(prop_oneof![4 => 0usize..4, 1 => any::<usize>()]),
-        prop::option::of(
-            prop::sample::select(vec![
-                "ring_task_window",
-                "ring_heap",
-                "ring_dep_pool",
-                "tensormap",
-            ])
-            .prop_map(str::to_string),
-        ),
-        prop::option::of(interesting_u64()),
-        prop::option::of(interesting_u64()),
-    )
-        .prop_map(|(code, ring, resource, configured, needed)| FailureRecord {
-            code,
-            name: "X".into(),
-            ring,
-            resource,
-            configured,
-            needed,
-        })
-}
-
-fn recorded_peaks() -> impl Strategy<Value = RecordedPeaks> {
-    let failure = failure_record();
-    (
-        prop::array::uniform4(interesting_u64()),
-        prop::array::uniform4(interesting_u64()),
-        prop::array::uniform4(interesting_u64()),
-        prop::option::of(failure),
-        prop::option::of((
-            prop::array::uniform4(interesting_u64()),
-            prop::array::uniform4(interesting_u64()),
-            prop::array::uniform4(interesting_u64()),
-        )),
-    )
-        .prop_map(
-            |(task_window, heap, dep_pool, failure, floor)| RecordedPeaks {
-                task_window,
-                heap,
-                dep_pool,
-                failure,
-                floor,
-            },
-        )
-}
-
 /// Peaks a real run can record (window < 2^30, heap and dep pool within their ranges), a
 /// failed run's sizes valid, headroom in [1, 4]: the advice must be right here too.
-fn realistic_peaks() -> impl Strategy<Value = (RecordedPeaks, f64)> {
+fn realistic_peaks() -> impl Strategy<Value = (Hdr, f64)> {
     let sizes = (
         prop::array::uniform4((2u32..=30).prop_map(|s| 1u64 << s)),
         prop::array::uniform4((10u32..=40).prop_map(|s| 1u64 << s)),
@@ -1317,19 +1312,19 @@ fn realistic_peaks() -> impl Strategy<Value = (RecordedPeaks, f64)> {
         prop::array::uniform4(0u64..MAX_WINDOW),
         prop::array::uniform4(0u64..=(1 << 40)),
         prop::array::uniform4(0u64..=MAX_DEP),
-        prop::option::of(sizes),
+        any::<bool>(),
+        sizes,
         prop_oneof![Just(1.0), Just(1.25), Just(2.0), 1.0f64..4.0],
     )
-        .prop_map(|(task_window, heap, dep_pool, floor, h)| {
+        .prop_map(|(w, h, d, fatal, (mw, mh, md), headroom)| {
             (
-                RecordedPeaks {
-                    task_window,
-                    heap,
-                    dep_pool,
+                Hdr {
+                    fatal,
+                    max: [mw, mh, md],
+                    peaks: Some([w, h, d]),
                     failure: None,
-                    floor,
                 },
-                h,
+                headroom,
             )
         })
 }
@@ -1340,8 +1335,11 @@ fn dfx_advise_arbitrary_peaks() {
     fuzz(
         "dfx_advise_arbitrary_peaks",
         10000,
-        (recorded_peaks(), interesting_f64()),
-        |(p, h)| check_advice(&p, h),
+        (hdr(interesting_u64(), interesting_u64()), interesting_f64()),
+        |(hdr, h)| match dfx::read_peaks(&hdr.text()) {
+            Ok(p) => check_advice(&p, h),
+            Err(_) => Ok(()), // a reader that rejects impossible files is fine too
+        },
     );
 }
 
@@ -1373,7 +1371,8 @@ fn dfx_advise_realistic_peaks() {
         "dfx_advise_realistic_peaks",
         10000,
         realistic_peaks(),
-        |(p, h)| {
+        |(hdr, h)| {
+            let p = hdr.read();
             check_advice(&p, h)?;
             // More headroom never gives less.
             let (Some(a), Some(b)) = (
@@ -1403,88 +1402,58 @@ fn dfx_advise_realistic_peaks() {
 #[test]
 #[ignore = "KNOWN FAILING until the dfx advisor fix lands (see the cases' comments)"]
 fn dfx_advise_known_cases() {
-    let none = RecordedPeaks {
-        task_window: [0; 4],
-        heap: [0; 4],
-        dep_pool: [0; 4],
-        failure: None,
-        floor: None,
+    let none = Hdr::peaks([0; 4], [0; 4], [0; 4]);
+    let fail = |resource: &str, needed: u64| Hdr {
+        failure: Some((Some(1), Some(resource.into()), Some(needed))),
+        ..none.clone()
     };
-    let fail = |resource: &str, needed: u64| FailureRecord {
-        code: 2,
-        name: "X".into(),
-        ring: Some(1),
-        resource: Some(resource.into()),
-        configured: None,
-        needed: Some(needed),
-    };
-    let cases: Vec<(&str, RecordedPeaks, f64)> = vec![
+    let cases: Vec<(&str, Hdr, f64)> = vec![
         // `scaled(peak) + 1` overflows (release: wraps, window 4 for a peak of 2^64-1).
         (
             "window peak u64::MAX",
-            RecordedPeaks {
-                task_window: [u64::MAX, 0, 0, 0],
-                ..none.clone()
-            },
+            Hdr::peaks([u64::MAX, 0, 0, 0], [0; 4], [0; 4]),
             1.0,
         ),
         // next_power_of_two overflows above 2^63 (release: 0 -> heap 1024 for this peak).
         (
             "heap peak u64::MAX",
-            RecordedPeaks {
-                heap: [0, u64::MAX, 0, 0],
-                ..none.clone()
-            },
+            Hdr::peaks([0; 4], [0, u64::MAX, 0, 0], [0; 4]),
             1.0,
         ),
         (
             "window peak 2^63+1",
-            RecordedPeaks {
-                task_window: [(1 << 63) + 1, 0, 0, 0],
-                ..none.clone()
-            },
+            Hdr::peaks([(1 << 63) + 1, 0, 0, 0], [0; 4], [0; 4]),
             1.0,
         ),
         // A huge headroom saturates a small peak to u64::MAX: the same overflows.
         (
             "heap peak 2, headroom 1e300",
-            RecordedPeaks {
-                heap: [2, 0, 0, 0],
-                ..none.clone()
-            },
+            Hdr::peaks([0; 4], [2, 0, 0, 0], [0; 4]),
             1e300,
         ),
         (
             "window peak 2, headroom 1e300",
-            RecordedPeaks {
-                task_window: [2, 0, 0, 0],
-                ..none.clone()
-            },
+            Hdr::peaks([2, 0, 0, 0], [0; 4], [0; 4]),
             1e300,
         ),
-        // A failure's `needed` near 2^64 (heap) overflows next_power_of_two.
+        // A failure's `needed` near 2^64 overflows next_power_of_two.
         (
             "failure needed heap u64::MAX",
-            RecordedPeaks {
-                failure: Some(fail("ring_heap", u64::MAX)),
-                ..none.clone()
-            },
+            fail("ring_heap", u64::MAX),
             1.0,
         ),
         (
             "failure needed window u64::MAX",
-            RecordedPeaks {
-                failure: Some(fail("ring_task_window", u64::MAX)),
-                ..none.clone()
-            },
+            fail("ring_task_window", u64::MAX),
             1.0,
         ),
         // A failed run's recorded sizes are copied into the advice unchecked: a file that
-        // states window 5 / dep pool 2^31 / heap 3000 gets them back as advice.
+        // states window 5 / heap 3000 / dep pool 2^31 gets them back as advice.
         (
             "fatal run with invalid recorded sizes",
-            RecordedPeaks {
-                floor: Some(([5, 4, 4, 4], [3000, 1024, 1024, 1024], [1 << 31, 4, 4, 4])),
+            Hdr {
+                fatal: true,
+                max: [[5, 4, 4, 4], [3000, 1024, 1024, 1024], [1 << 31, 4, 4, 4]],
                 ..none.clone()
             },
             1.0,
@@ -1494,7 +1463,10 @@ fn dfx_advise_known_cases() {
     for (name, p, h) in cases {
         QUIET.with(|q| q.set(true));
         quiet_panics();
-        let r = std::panic::catch_unwind(|| check_advice(&p, h));
+        let r = std::panic::catch_unwind(|| match dfx::read_peaks(&p.text()) {
+            Ok(p) => check_advice(&p, h),
+            Err(_) => Ok(()), // rejecting the file is a valid answer too
+        });
         QUIET.with(|q| q.set(false));
         match r {
             Ok(Ok(())) => {}
