@@ -96,6 +96,11 @@ const MAX_EXPLICIT_DEPS: usize = 16;
 const MAX_IV: usize = 64;
 /// Rows of one buffer block (graphs up to this width use a single block).
 const BLOCK_ROWS_MIN: i64 = 256;
+/// Most (dependence set, point) entries of the write-after-read tables (each a small
+/// vector of reader points): 2^26, about 1.5 GiB of vector headers.
+const MAX_WAR_ENTRIES: u64 = 1 << 26;
+/// Most output bytes per point (a row's stride in 8-byte words must fit 32 bits).
+const MAX_OUTPUT_BYTES: u64 = 1 << 34;
 
 // ----- command line -----------------------------------------------------------------
 
@@ -247,7 +252,12 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-output" => g.output = num(value(args, &mut i, flag)?, flag)?,
             "-scratch" => g.scratch = num(value(args, &mut i, flag)?, flag)?,
             "-and" => opts.graphs.push(std::mem::take(&mut g)),
-            "-worker" | "-workers" => opts.workers = num(value(args, &mut i, flag)?, flag)?,
+            "-worker" | "-workers" => {
+                opts.workers = num(value(args, &mut i, flag)?, flag)?;
+                if opts.workers > taskring::chip::MAX_CORES {
+                    return Err(format!("-worker must be in 0..={} (got {}; 0 = the number of CPUs)", taskring::chip::MAX_CORES, opts.workers));
+                }
+            }
             "-warmup" => opts.warmup = num(value(args, &mut i, flag)?, flag)?,
             "-helper" => opts.helper = num::<u32>(value(args, &mut i, flag)?, flag)? != 0,
             "-window" => {
@@ -296,10 +306,28 @@ fn check_spec(g: &GraphSpec) -> Result<(), String> {
             g.output
         ));
     }
+    if g.output > MAX_OUTPUT_BYTES {
+        return Err(format!("-output must be at most {MAX_OUTPUT_BYTES} bytes (got {})", g.output));
+    }
     if g.kernel == KernelKind::MemoryBound && g.scratch < 16 {
         return Err(format!("-kernel memory_bound needs -scratch of at least 16 bytes (got {})", g.scratch));
     }
+    if g.kernel == KernelKind::MemoryBound && g.scratch > physical_memory() {
+        // (Each core thread keeps one scratch buffer; `run` checks all of them.)
+        return Err(format!("-scratch {} bytes is more than this machine's memory ({} bytes)", g.scratch, physical_memory()));
+    }
     Ok(())
+}
+
+/// Bytes of physical memory (what lazily committed buffers can really use; with
+/// overcommit an allocation far beyond it may succeed and the run then be killed).
+fn physical_memory() -> u64 {
+    // safety: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages <= 0 || page <= 0 {
+        return u64::MAX;
+    }
+    (pages as u64).saturating_mul(page as u64)
 }
 
 // ----- dependence patterns ----------------------------------------------------------
@@ -533,14 +561,23 @@ struct War {
 }
 
 impl War {
-    /// `None` when no timestep can need an explicit ordering.
-    fn build(s: &Shape) -> Option<War> {
+    /// `None` when no timestep can need an explicit ordering; an error when its tables
+    /// would not fit in memory.
+    fn build(s: &Shape) -> Result<Option<War>, String> {
         match s.pattern {
             // trivial: no task reads an output; all_to_all: every reader is an input.
-            Pattern::Trivial | Pattern::AllToAll => return None,
+            Pattern::Trivial | Pattern::AllToAll => return Ok(None),
             _ => {}
         }
         let w = s.width as usize;
+        if (s.ndsets as u64).saturating_mul(w as u64) > MAX_WAR_ENTRIES {
+            return Err(format!(
+                "-width {} with {} dependence sets (-period / fft stages) needs {} write-after-read table entries; at most {MAX_WAR_ENTRIES} are supported",
+                s.width,
+                s.ndsets,
+                (s.ndsets as u64).saturating_mul(w as u64)
+            ));
+        }
         let mut iv = Intervals::new();
         let mut readers = vec![vec![Vec::new(); w]; s.ndsets as usize];
         for d in 0..s.ndsets {
@@ -567,7 +604,7 @@ impl War {
                 }
             }
         }
-        needed.iter().any(|&n| n).then_some(War { readers, needed })
+        Ok(needed.iter().any(|&n| n).then_some(War { readers, needed }))
     }
 
     /// Call `f(k)` for each point `k` of timestep `t-1` that reads row `i` as written at
@@ -614,14 +651,13 @@ unsafe impl Send for RawBuf {}
 unsafe impl Sync for RawBuf {}
 
 impl RawBuf {
-    fn new(words: usize) -> RawBuf {
-        let layout = Layout::from_size_align(words.max(1) * 8, 64).expect("buffer layout");
+    /// `None` when the machine cannot give that much (never an abort).
+    fn new(words: usize) -> Option<RawBuf> {
+        let bytes = words.max(1).checked_mul(8)?;
+        let layout = Layout::from_size_align(bytes, 64).ok()?;
         // safety: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) } as *mut i64;
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        RawBuf { ptr, layout }
+        (!ptr.is_null()).then_some(RawBuf { ptr, layout })
     }
 }
 
@@ -669,12 +705,24 @@ impl Graph {
         let stride = out_words.div_ceil(8) * 8;
         let w = spec.width;
         let block_rows = if w <= BLOCK_ROWS_MIN { w } else { BLOCK_ROWS_MIN.max((w + 7) / 8) };
+        let buffer_bytes = (w as u64).saturating_mul(stride as u64).saturating_mul(16);
+        let too_big = || {
+            format!(
+                "the output buffers ({buffer_bytes} bytes: {w} points x {} bytes per row, twice) cannot be allocated on this machine ({} bytes of memory)",
+                stride.saturating_mul(8),
+                physical_memory()
+            )
+        };
+        if buffer_bytes > physical_memory() {
+            return Err(too_big());
+        }
         let mk = || -> Result<Vec<Block>, String> {
             let mut v = Vec::new();
             let mut first = 0;
             while first < w {
                 let rows = block_rows.min(w - first);
-                let buf = RawBuf::new(rows as usize * stride);
+                let words = (rows as usize).checked_mul(stride).ok_or_else(too_big)?;
+                let buf = RawBuf::new(words).ok_or_else(too_big)?;
                 let full = Tensor::from_raw(buf.ptr as u64, &[rows as u32, stride as u32], DType::I64);
                 let view = full
                     .view(&[rows as u32, out_words as u32], 0, Some(&[stride as u32, 1]))
@@ -685,15 +733,16 @@ impl Graph {
             Ok(v)
         };
         let blocks = [mk()?, mk()?];
+        // Checked: Task Bench's totals are 64-bit counts.
         let flops_per_task = match spec.kernel {
-            KernelKind::ComputeBound => 128 * spec.iter + 64,
+            KernelKind::ComputeBound => spec.iter.checked_mul(128).and_then(|f| f.checked_add(64)).ok_or("-iter is too large: FLOPs per task overflow 64 bits")?,
             _ => 0,
         };
         let bytes_per_task = match spec.kernel {
-            KernelKind::MemoryBound => spec.iter * spec.scratch,
+            KernelKind::MemoryBound => spec.iter.checked_mul(spec.scratch).ok_or("-iter x -scratch is too large: bytes per task overflow 64 bits")?,
             _ => 0,
         };
-        let war = War::build(&shape);
+        let war = War::build(&shape)?;
         let mut g = Graph {
             idx,
             spec: spec.clone(),
@@ -713,6 +762,9 @@ impl Graph {
             explicit_total: 0,
         };
         g.count()?;
+        if g.tasks.checked_mul(g.flops_per_task).is_none() || g.tasks.checked_mul(g.bytes_per_task).is_none() {
+            return Err("-steps x -width x (FLOPs or bytes per task) is too large: the totals overflow 64 bits".into());
+        }
         Ok(g)
     }
 
@@ -850,7 +902,7 @@ impl TbKernel {
             if !call.tensors.is_empty() {
                 return Err(format!("graph {} task (t={t}, i={i}): trivial tasks take no tensors", g.idx + 1));
             }
-            run_kernel(&g.spec, t, i);
+            run_kernel(&g.spec, t, i)?;
             let b = &g.blocks[p][g.block_of(i)];
             // safety: the row is inside the block; concurrent writers of the same row
             // (timesteps t and t±2, unordered in this pattern) use atomics.
@@ -959,7 +1011,7 @@ impl TbKernel {
             }
         }
 
-        run_kernel(&g.spec, t, i);
+        run_kernel(&g.spec, t, i)?;
 
         // safety: the row is this task's output (checked above); it is ordered after the
         // row's previous writer and readers by the runtime.
@@ -995,7 +1047,7 @@ impl Kernel for TbKernel {
 // ----- kernels -------------------------------------------------------------------------
 
 #[inline]
-fn run_kernel(spec: &GraphSpec, t: i64, i: i64) {
+fn run_kernel(spec: &GraphSpec, t: i64, i: i64) -> Result<(), String> {
     match spec.kernel {
         KernelKind::Empty => {}
         KernelKind::BusyWait => {
@@ -1008,8 +1060,9 @@ fn run_kernel(spec: &GraphSpec, t: i64, i: i64) {
         KernelKind::ComputeBound => {
             black_box(compute_bound(spec.iter, 0.5 + (i % 16) as f64 * 0.01));
         }
-        KernelKind::MemoryBound => memory_bound(spec.iter, spec.scratch as usize),
+        KernelKind::MemoryBound => return memory_bound(spec.iter, spec.scratch as usize),
     }
+    Ok(())
 }
 
 /// `iter` rounds of `x = x*x - 1.5` on 64 doubles (the map stays in [-1.5, 0.75], so no
@@ -1091,10 +1144,14 @@ unsafe fn compute_bound_avx2(iter: u64, x0: f64) -> f64 {
 }
 
 /// `iter` copies of one half of a per-thread scratch buffer of `bytes` into the other.
-fn memory_bound(iter: u64, bytes: usize) {
+fn memory_bound(iter: u64, bytes: usize) -> Result<(), String> {
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         if s.len() < bytes {
+            // Fallible: a scratch buffer the machine cannot give fails the task (the
+            // setup already checked one such buffer can be had), it does not abort.
+            let more = bytes - s.len();
+            s.try_reserve_exact(more).map_err(|e| format!("memory_bound: could not allocate the {bytes}-byte scratch buffer of this core: {e}"))?;
             s.resize(bytes, 1);
         }
         let half = bytes / 2;
@@ -1107,7 +1164,8 @@ fn memory_bound(iter: u64, bytes: usize) {
             }
             black_box(&mut *a);
         }
-    });
+        Ok(())
+    })
 }
 
 // ----- orchestration -------------------------------------------------------------------
@@ -1222,11 +1280,25 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("taskring taskbench: {e}\n{USAGE}");
+            eprintln!("taskring taskbench: {e} (taskring taskbench -h lists the flags)");
             return ExitCode::from(2);
         }
     };
-    match run(&opts) {
+    // Sizes the machine cannot hold (buffers, tables, 64-bit totals) are usage errors too.
+    let graphs: Vec<Arc<Graph>> = match opts.graphs.iter().enumerate().map(|(k, s)| Graph::new(k, s).map(Arc::new).map_err(|e| format!("task graph {}: {e}", k + 1))).collect() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("taskring taskbench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cores = if opts.workers > 0 { opts.workers } else { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) };
+    let scratch: u64 = opts.graphs.iter().filter(|g| g.kernel == KernelKind::MemoryBound).map(|g| g.scratch).max().unwrap_or(0);
+    if scratch.saturating_mul(cores as u64) > physical_memory() {
+        eprintln!("taskring taskbench: -scratch {scratch} bytes for each of {cores} core threads is more than this machine's memory ({} bytes)", physical_memory());
+        return ExitCode::from(2);
+    }
+    match run(&opts, graphs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("taskring taskbench: {e}");
@@ -1235,9 +1307,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
-fn run(opts: &Opts) -> Result<(), String> {
-    let graphs: Vec<Arc<Graph>> =
-        opts.graphs.iter().enumerate().map(|(k, s)| Graph::new(k, s).map(Arc::new).map_err(|e| format!("task graph {}: {e}", k + 1))).collect::<Result<_, _>>()?;
+fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
     let mut sizing = RingSizing::resolve_from_process(&RuntimeEnv::default()).map_err(|e| format!("ring sizing: {e}"))?;
     let cores = if opts.workers > 0 { opts.workers } else { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) };
     let window = match opts.window {
@@ -1279,8 +1349,9 @@ fn run(opts: &Opts) -> Result<(), String> {
         graphs.iter().map(|g| KernelRef::leak(TbKernel { g: g.clone(), counters: counters.clone() })).collect();
     let total_tasks: u64 = graphs.iter().map(|g| g.tasks).sum();
     let total_deps: u64 = graphs.iter().map(|g| g.deps).sum();
-    let total_flops: u64 = graphs.iter().map(|g| g.tasks * g.flops_per_task).sum();
-    let total_bytes: u64 = graphs.iter().map(|g| g.tasks * g.bytes_per_task).sum();
+    // (Each graph's product was checked at setup; several graphs saturate.)
+    let total_flops: u64 = graphs.iter().fold(0u64, |a, g| a.saturating_add(g.tasks * g.flops_per_task));
+    let total_bytes: u64 = graphs.iter().fold(0u64, |a, g| a.saturating_add(g.tasks * g.bytes_per_task));
 
     print_config(&graphs);
     if opts.verbose {
@@ -1393,9 +1464,9 @@ mod tests {
             (Pattern::Fft, 3, true),
             (Pattern::Spread, 3, true),
         ] {
-            assert_eq!(War::build(&shape(p, 8, 16, radix)).is_some(), needed, "{p:?} radix {radix}");
+            assert_eq!(War::build(&shape(p, 8, 16, radix)).unwrap().is_some(), needed, "{p:?} radix {radix}");
         }
-        assert!(War::build(&shape(Pattern::AllToAll, 8, 16, 3)).is_none());
+        assert!(War::build(&shape(Pattern::AllToAll, 8, 16, 3)).unwrap().is_none());
     }
 
     #[test]

@@ -218,6 +218,10 @@ impl Default for ChipOptions {
     }
 }
 
+/// Most core threads a chip may have (`ChipOptions::cores`): far above any real chip's
+/// core count, and low enough that the threads can always be started.
+pub const MAX_CORES: usize = 1024;
+
 /// `Core::state` when the core holds no task.
 const CORE_IDLE: u64 = u64::MAX;
 /// `Core::state` while the core looks for a task (it may be about to hold one).
@@ -259,8 +263,11 @@ pub struct ChipWorker {
 impl ChipWorker {
     /// Start the core threads and prewarm `opts.prewarm`.
     pub fn new(opts: ChipOptions) -> Result<ChipWorker, RuntimeFailure> {
+        if opts.cores > MAX_CORES {
+            return Err(RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("a chip has at most {MAX_CORES} cores (got cores={})", opts.cores)));
+        }
         let cores = if opts.cores == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(MAX_CORES)
         } else {
             opts.cores
         };

@@ -953,18 +953,21 @@ impl<'r> Orchestrator<'r> {
     }
 
     /// A submit while a SCOPE_DEADLOCK is being counted: count it (when it belongs to
-    /// the overflowing scope), run nothing, return placeholder outputs (address 0, no
-    /// owner) so that the program can go on to the end of the scope.
+    /// the overflowing scope), run nothing, return placeholder outputs (address 0) so
+    /// that the program can go on to the end of the scope.
     #[cold]
     fn count_dry(&mut self, args: &TaskArgs) -> Result<TaskOutputs, RuntimeFailure> {
         let level = self.st.scopes.len();
+        let ring = self.current_ring();
         let d = self.dry.as_mut().expect("counting");
         d.counted += 1;
         if level == d.level {
             d.owned += 1;
         }
         let mut stop = d.counted > DRY_COUNT_LIMIT;
-        let mut outputs = TaskOutputs::new(TaskId::INVALID);
+        // An id past every id of the run (on the ring the task would have gone to), never
+        // used: nothing is submitted any more in this run.
+        let mut outputs = TaskOutputs::new(TaskId::new(ring as u8, self.st.rings[ring].next.wrapping_add(d.counted as u32)));
         for a in args.tensors() {
             if let ArgTensor::Spec(s) = a {
                 let nd = s.ndims as usize;
@@ -973,7 +976,7 @@ impl<'r> Orchestrator<'r> {
                     stop = true;
                     break;
                 }
-                outputs.push(&s.materialize(0, TaskId::INVALID));
+                outputs.push(&s.materialize(0, outputs.id));
             }
         }
         if stop {
