@@ -69,7 +69,7 @@ fn is_task_failed(py: Python<'_>, e: &PyErr) -> bool {
     let Ok(cls) = py.import("taskring._errors").and_then(|m| m.getattr("RuntimeFailure")) else { return false };
     let v = e.value(py);
     v.is_instance(&cls).unwrap_or(false)
-        && v.getattr("code").ok().and_then(|c| c.extract::<u32>().ok()) == Some(taskring::StatusCode::TaskFailed.code() as u32)
+        && v.getattr("code").ok().and_then(|c| c.extract::<u32>().ok()) == Some(taskring::StatusCode::TaskFailed.code())
 }
 
 fn dirs_of(sig: Vec<u32>) -> PyResult<Vec<ArgDir>> {
@@ -497,6 +497,7 @@ impl PyNode {
                             owners: owners.clone_ref(py),
                             keep: kept.clone(),
                         }).map_err(keep)?;
+                    #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
                     po.borrow(py).ptr.set(o as *mut NodeOrchestrator<'_, '_> as *mut NodeOrchestrator<'static, 'static>);
                     let r = orch.call1(py, (po.clone_ref(py),));
                     po.borrow(py).ptr.set(std::ptr::null_mut());

@@ -193,7 +193,7 @@ fn chip_failure_and_chip_death() {
 fn submit_checks() {
     let _serial = SERIAL.lock();
     let mut n = node(false, 1);
-    let private = vec![0f32; 4];
+    let private = [0f32; 4];
     let t = Tensor::from_raw(private.as_ptr() as u64, &[4], DType::F32);
     let e = n.run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(t)], &CallConfig::default(), 0).map(|_| ()), &CallConfig::default(), None).unwrap_err();
     assert!(e.to_string().contains("argument 0 is not in shared memory"), "{e}");
