@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -16,24 +15,15 @@ from typing import List, Optional
 
 
 def _sizing(argv: List[str]) -> int:
-    from ._native import sizing_advice
+    # One implementation with the Rust `taskring sizing` (taskring::dfx::sizing_command):
+    # same arguments, same output byte for byte, same exit status.
+    from ._native import sizing_command
 
-    ap = argparse.ArgumentParser(prog="taskring sizing", description="Suggest ring sizes from scope stats.")
-    ap.add_argument("file")
-    ap.add_argument("--headroom", type=float, default=1.25)
-    a = ap.parse_args(argv)
-    try:
-        with open(a.file, encoding="utf-8") as f:
-            text = f.read()
-        env, lines, (w, h, d) = sizing_advice(text, a.headroom)
-    except (OSError, ValueError) as e:
-        print(f"taskring sizing: {a.file}: {e}", file=sys.stderr)
-        return 2
-    print(f"# recorded peaks per ring: task_window={w} heap={h} dep_pool={d}")
-    print(f"# suggested sizes (headroom {a.headroom:.2f}):")
-    print(env)
-    print(lines)
-    return 0
+    status, out, err = sizing_command(list(argv))
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    sys.stderr.write(err)
+    return status
 
 
 def _rust_tool(argv: List[str]) -> int:

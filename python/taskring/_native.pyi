@@ -218,6 +218,9 @@ class RingSizing:
 def resolve_ring_sizing(config: _ConfigLike = None, env: Mapping[str, Any] | None = None) -> RingSizing:
     """Resolve the ring sizing a dispatch with `config` would use, against `env` (a mapping) or the process environment."""
 
+def sizing_command(args: list[str]) -> tuple[int, str, str]:
+    """Run `taskring sizing <args>` (the Rust implementation): `(exit status, stdout, stderr)`."""
+
 # ----- tensors and kernels (runtime.rs) ------------------------------------------------------
 
 @final

@@ -1,9 +1,12 @@
 """`python -m taskring sizing`: advice from a real run's scope stats."""
 
+import os
+import pathlib
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import taskring
 from taskring import IN, OUT, kernels as K
@@ -44,3 +47,93 @@ def test_sizing_bad_file(tmp_path):
     p.write_text("not json\n")
     r = subprocess.run([sys.executable, "-m", "taskring", "sizing", str(p)], capture_output=True, text=True)
     assert r.returncode == 2 and "line 1" in r.stderr
+
+
+# ----- one sizing implementation, crafted files, bad headroom (API.md §6.1) ----------------------------
+
+# A crafted fatal header: invalid sizes the run "had" (5, 3000), a heap peak of 2^64 - 1 and a
+# scope deadlock that needed a window of 64 (crates/taskring-cli/tests/cli.rs holds the same file
+# and the same expected text for the Rust `taskring sizing`).
+CRAFTED = (
+    '{"version":6,"fatal":true,"dropped":0,"total":0,"task_window_max":[5,5,5,5],'
+    '"heap_max":[3000,3000,3000,3000],"dep_pool_max":[16,16,16,16],"tensormap_max":0,'
+    '"peak_task_window":[0,3,0,0],"peak_heap":[0,18446744073709551615,0,0],"peak_dep_pool":[0,2,0,0],'
+    '"failure":{"code":1,"name":"SCOPE_DEADLOCK","ring":1,"resource":"ring_task_window","configured":4,"needed":64}}\n'
+)
+CRAFTED_ADVICE = (
+    "# recorded peaks per ring: task_window=[0, 3, 0, 0] heap=[0, 18446744073709551615, 0, 0] dep_pool=[0, 2, 0, 0]\n"
+    "# the run failed: SCOPE_DEADLOCK (code 1) on ring 1, ring_task_window configured 4, needed 64\n"
+    "# no valid size fits: ring 1 needs ring_heap >= 18446744073709551615 but the largest valid ring_heap is "
+    "9223372036854775808; the advice below caps it there, which is still too small: change the program "
+    "(split the scope or the graph)\n"
+    "# suggested sizes (headroom 1.00):\n"
+    'runtime_env = {"ring_task_window": [8, 64, 8, 8], "ring_heap": [4096, 9223372036854775808, 4096, 4096], "ring_dep_pool": 16}\n'
+    "PTO2_RING_TASK_WINDOW=8,64,8,8\n"
+    "PTO2_RING_HEAP=4096,9223372036854775808,4096,4096\n"
+    "PTO2_RING_DEP_POOL=16\n"
+)
+
+
+def _py_sizing(*args):
+    return subprocess.run([sys.executable, "-m", "taskring", "sizing", *args], capture_output=True)
+
+
+def _rust_cli():
+    """A built Rust `taskring` binary, if there is one."""
+    exe = os.environ.get("TASKRING_CLI")
+    if exe and os.path.exists(exe):
+        return exe
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    for p in (repo / "target" / "release" / "taskring", repo / "target" / "debug" / "taskring"):
+        if p.exists():
+            return str(p)
+    return None
+
+
+def test_sizing_crafted_file_gives_valid_sizes_and_says_what_cannot_fit(tmp_path):
+    p = tmp_path / "crafted.jsonl"
+    p.write_text(CRAFTED)
+    r = _py_sizing(str(p), "--headroom", "1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == CRAFTED_ADVICE
+    # Every suggestion is a valid ring size.
+    env_line = [l for l in r.stdout.decode().splitlines() if l.startswith("runtime_env")][0]
+    advice = eval(env_line.split("=", 1)[1])
+    import taskring
+
+    cfg = taskring.CallConfig()
+    for k, v in advice.items():
+        setattr(cfg.runtime_env, k, v)
+    cfg.validate()
+
+
+def test_sizing_is_one_implementation_with_the_rust_command(tmp_path):
+    p = tmp_path / "crafted.jsonl"
+    p.write_text(CRAFTED)
+    exe = _rust_cli()
+    if exe is None:
+        pytest.skip("no built Rust taskring binary (cargo build -p taskring-cli)")
+    for args in ([str(p)], [str(p), "--headroom", "1"], [str(p), "--headroom", "nan"], ["/nonexistent.jsonl"], []):
+        py = _py_sizing(*args)
+        rs = subprocess.run([exe, "sizing", *args], capture_output=True)
+        assert (py.returncode, py.stdout, py.stderr) == (rs.returncode, rs.stdout, rs.stderr), args
+
+
+@pytest.mark.parametrize("h", ["nan", "-1", "0", "0.5", "inf"])
+def test_sizing_bad_headroom_exits_2(tmp_path, h):
+    p = tmp_path / "crafted.jsonl"
+    p.write_text(CRAFTED)
+    r = _py_sizing(str(p), "--headroom", h)
+    assert r.returncode == 2
+    assert r.stdout == b""
+    assert r.stderr.decode().startswith(
+        f"taskring sizing: --headroom must be a finite number >= 1 (a factor on the recorded peaks), got '{h}'\n"
+    )
+
+
+def test_sizing_reports_the_failed_run(tmp_path):
+    p = tmp_path / "crafted.jsonl"
+    p.write_text(CRAFTED)
+    r = _py_sizing(str(p))
+    assert r.returncode == 0, r.stderr
+    assert "# the run failed: SCOPE_DEADLOCK (code 1) on ring 1, ring_task_window configured 4, needed 64" in r.stdout.decode()

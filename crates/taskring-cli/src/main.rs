@@ -2,7 +2,8 @@
 //!
 //! - `taskring sizing <scope_stats.jsonl> [--headroom 1.25]`: the smallest valid ring
 //!   sizes per ring that would have held the peaks a run recorded, as a ready-to-paste
-//!   `runtime_env` and as `PTO2_RING_*` lines.
+//!   `runtime_env` and as `PTO2_RING_*` lines (`taskring::dfx::sizing_command`, which
+//!   `python -m taskring sizing` runs too).
 //! - `taskring bench <b2|b3|b4|b5|b6|b10|all> [--reps N] [--threads T] [--quick] [--json]`:
 //!   the benchmarks of BENCHMARKS.md (see `bench` and docs/performance.md).
 //! - `taskring taskbench -steps N -width N -type PATTERN -kernel KERNEL ...`: a Task
@@ -24,13 +25,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Suggest ring sizes from a scope-stats file (CallConfig.enable_scope_stats).
+    /// Suggest ring sizes from a scope-stats file (CallConfig.enable_scope_stats):
+    /// `taskring sizing <scope_stats.jsonl> [--headroom H]` (H >= 1, default 1.25).
+    /// Parsed by `taskring::dfx::sizing_command`, the implementation `python -m taskring
+    /// sizing` runs too (this entry only lists it in `--help`).
     Sizing {
-        /// Path to scope_stats/scope_stats.jsonl.
-        file: std::path::PathBuf,
-        /// Multiply the recorded peaks by this factor before rounding up.
-        #[arg(long, default_value_t = 1.25)]
-        headroom: f64,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Run benchmarks: b1 (taskbench METG sweep vs OpenMP), b2 (submit), b3 (overhead),
     /// b4 (ring curve), b5 (arena), b6 (l3), b7 (python), b10 (native kernels), or all (b2..b6 and b10 in sequence; b1
@@ -62,8 +63,10 @@ enum Cmd {
 fn main() -> ExitCode {
     // Task Bench's single-dash flags are parsed by the driver itself, not by clap.
     let mut argv = std::env::args();
-    if argv.nth(1).as_deref() == Some("taskbench") {
-        return taskbench::main(argv.collect());
+    match argv.nth(1).as_deref() {
+        Some("taskbench") => return taskbench::main(argv.collect()),
+        Some("sizing") => return sizing(&argv.collect::<Vec<_>>()),
+        _ => {}
     }
     let cli = Cli::parse();
     match cli.cmd {
@@ -85,38 +88,15 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Cmd::Sizing { file, headroom } => {
-            let text = match std::fs::read_to_string(&file) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("taskring sizing: cannot read {}: {e}", file.display());
-                    return ExitCode::from(2);
-                }
-            };
-            let peaks = match taskring::dfx::read_peaks(&text) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("taskring sizing: {}: {e}", file.display());
-                    return ExitCode::from(2);
-                }
-            };
-            let a = taskring::dfx::advise(&peaks, headroom);
-            println!("# recorded peaks per ring: task_window={:?} heap={:?} dep_pool={:?}", peaks.task_window, peaks.heap, peaks.dep_pool);
-            if let Some(f) = &peaks.failure {
-                println!(
-                    "# the run failed: {} (code {}) on ring {:?}, {} configured {:?}, needed {:?}",
-                    f.name,
-                    f.code,
-                    f.ring,
-                    f.resource.as_deref().unwrap_or("-"),
-                    f.configured,
-                    f.needed
-                );
-            }
-            println!("# suggested sizes (headroom {:.2}):", a.headroom);
-            println!("{}", a.runtime_env());
-            println!("{}", a.env_lines());
-            ExitCode::SUCCESS
-        }
+        Cmd::Sizing { args } => sizing(&args),
     }
+}
+
+/// `taskring sizing ...`: the library's command, printed as it says.
+fn sizing(args: &[String]) -> ExitCode {
+    use std::io::Write;
+    let out = taskring::dfx::sizing_command(args);
+    let _ = std::io::stdout().write_all(out.stdout.as_bytes());
+    let _ = std::io::stderr().write_all(out.stderr.as_bytes());
+    ExitCode::from(out.status)
 }

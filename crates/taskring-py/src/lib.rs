@@ -9,6 +9,7 @@ mod config;
 mod native;
 mod node;
 mod runtime;
+mod sizing;
 
 use pyo3::prelude::*;
 
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PyNodeOrchestrator>()?;
     m.add_class::<node::NodeScope>()?;
     m.add_function(wrap_pyfunction!(config::sizing_advice, m)?)?;
+    m.add_function(wrap_pyfunction!(sizing::sizing_command, m)?)?;
     m.add_class::<node::PyNodeRunReport>()?;
     m.add_class::<node::PyChipTaskReport>()?;
     m.add_function(wrap_pyfunction!(node::dtype_itemsize, m)?)?;

@@ -15,6 +15,7 @@
 //! kept in memory (at most [`MAX_SAMPLES`]; the rest are counted in `dropped`) and
 //! written when the run ends, also when it fails (`"fatal": true`).
 
+use crate::config::RingField;
 use crate::engine::RuntimeFailure;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -227,50 +228,208 @@ pub struct SizingAdvice {
     pub heap: [u64; 4],
     pub dep_pool: [u64; 4],
     pub headroom: f64,
+    /// Recorded needs that no valid size holds (the advice for them is the largest
+    /// valid size, which is still too small: the program must change).
+    pub unfit: Vec<Unfit>,
 }
 
+/// A recorded need beyond the largest valid size of its resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unfit {
+    /// `ring_task_window`, `ring_heap` or `ring_dep_pool`.
+    pub field: &'static str,
+    pub ring: usize,
+    /// The size the recorded peak (or the failure's `needed`) asks for, in the
+    /// resource's unit (slots, bytes, entries).
+    pub need: u64,
+    /// The largest valid size.
+    pub max: u64,
+}
+
+/// `v × headroom` rounded up, saturating, and never below `v` (a float product of a
+/// large `v` may round down).
 fn scaled(v: u64, headroom: f64) -> u64 {
-    ((v as f64) * headroom).ceil() as u64
+    // (`as` saturates: NaN -> 0, beyond u64::MAX -> u64::MAX.)
+    (((v as f64) * headroom).ceil() as u64).max(v)
+}
+
+/// The smallest valid size of `field` (config rules) that is at least `need`, or the
+/// largest valid size and `false` when none is.
+fn valid_at_least(field: RingField, need: u64) -> (u64, bool) {
+    use crate::config::{MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW};
+    let (min, max, pow2) = match field {
+        RingField::TaskWindow => (MIN_RING_TASK_WINDOW, MAX_RING_TASK_WINDOW, true),
+        RingField::Heap => (MIN_RING_HEAP, 1u64 << 63, true),
+        RingField::DepPool => (MIN_RING_DEP_POOL, MAX_RING_DEP_POOL, false),
+    };
+    let v = need.max(min);
+    let v = if pow2 { v.checked_next_power_of_two().unwrap_or(u64::MAX) } else { v };
+    let r = if v <= max { (v, true) } else { (max, false) };
+    debug_assert!(field.check(r.0));
+    r
 }
 
 /// The smallest valid sizes per ring that would have held `p` with `headroom` (≥ 1):
 /// window = the next power of two above `peak × headroom` (a ring holds window − 1
 /// tasks), at least 4; heap = the next power of two at or above `peak × headroom`, at
-/// least 1024; dep pool = `peak × headroom`, at least 4. For a failed run the advice
-/// never goes below the sizes it ran with, and the failure's `needed` size raises its
-/// ring's resource to at least that: a failed run only shows the part that ran, so the
-/// advice is a next step (run again with it and re-read the stats), not a final answer.
+/// least 1024; dep pool = `peak × headroom`, at least 4. Every suggestion is a valid
+/// size (config rules) and never below the recorded peak; a need beyond the largest
+/// valid size is listed in `unfit` (and the suggestion is that largest size). For a
+/// failed run the advice never goes below the sizes it ran with (rounded up to valid
+/// sizes), and the failure's `needed` size raises its ring's resource to at least that:
+/// a failed run only shows the part that ran, so the advice is a next step (run again
+/// with it and re-read the stats), not a final answer. Arithmetic saturates.
 ///
 /// The window and heap peaks of a program are deterministic; the dependency-pool peak is
 /// not quite: an edge found through the tensormap to a producer that has already
 /// completed needs no node, so a slower run can need a few more. Keep headroom there.
+///
+/// A `headroom` that is not a finite number ≥ 1 counts as 1 (the command line rejects
+/// it: [`check_headroom`]).
 pub fn advise(p: &RecordedPeaks, headroom: f64) -> SizingAdvice {
     let headroom = if headroom.is_finite() && headroom >= 1.0 { headroom } else { 1.0 };
-    let mut a = SizingAdvice { task_window: [4; 4], heap: [1024; 4], dep_pool: [4; 4], headroom };
+    let mut a = SizingAdvice { task_window: [4; 4], heap: [1024; 4], dep_pool: [4; 4], headroom, unfit: Vec::new() };
+    let raise = |a: &mut SizingAdvice, field: RingField, r: usize, need: u64| {
+        let (v, fits) = valid_at_least(field, need);
+        let slot = match field {
+            RingField::TaskWindow => &mut a.task_window[r],
+            RingField::Heap => &mut a.heap[r],
+            RingField::DepPool => &mut a.dep_pool[r],
+        };
+        *slot = (*slot).max(v);
+        if !fits {
+            let (max, _) = valid_at_least(field, u64::MAX);
+            if let Some(u) = a.unfit.iter_mut().find(|u| u.field == field.name() && u.ring == r) {
+                u.need = u.need.max(need);
+            } else {
+                a.unfit.push(Unfit { field: field.name(), ring: r, need, max });
+            }
+        }
+    };
     for r in 0..4 {
-        a.task_window[r] = (scaled(p.task_window[r], headroom) + 1).next_power_of_two().clamp(4, 1 << 30);
-        a.heap[r] = scaled(p.heap[r], headroom).next_power_of_two().max(1024);
-        a.dep_pool[r] = scaled(p.dep_pool[r], headroom).clamp(4, i32::MAX as u64);
+        // A window holds window − 1 live tasks.
+        raise(&mut a, RingField::TaskWindow, r, scaled(p.task_window[r], headroom).saturating_add(1));
+        raise(&mut a, RingField::Heap, r, scaled(p.heap[r], headroom));
+        raise(&mut a, RingField::DepPool, r, scaled(p.dep_pool[r], headroom));
     }
     if let Some((w, h, d)) = &p.floor {
         for r in 0..4 {
-            a.task_window[r] = a.task_window[r].max(w[r]);
-            a.heap[r] = a.heap[r].max(h[r]);
-            a.dep_pool[r] = a.dep_pool[r].max(d[r]);
+            // The sizes the failed run had (a crafted file may hold invalid ones: they
+            // are rounded up to valid sizes, or capped at the largest).
+            a.task_window[r] = a.task_window[r].max(valid_at_least(RingField::TaskWindow, w[r]).0);
+            a.heap[r] = a.heap[r].max(valid_at_least(RingField::Heap, h[r]).0);
+            a.dep_pool[r] = a.dep_pool[r].max(valid_at_least(RingField::DepPool, d[r]).0);
         }
     }
     if let Some(f) = &p.failure {
         if let (Some(r), Some(res), Some(n)) = (f.ring, f.resource.as_deref(), f.needed) {
             let r = r.min(3);
-            match res {
-                "ring_task_window" => a.task_window[r] = a.task_window[r].max(scaled(n, headroom).next_power_of_two().min(1 << 30)),
-                "ring_heap" => a.heap[r] = a.heap[r].max(scaled(n, headroom).next_power_of_two()),
-                "ring_dep_pool" => a.dep_pool[r] = a.dep_pool[r].max(scaled(n, headroom).min(i32::MAX as u64)),
-                _ => {}
+            if let Some(field) = RingField::ALL.into_iter().find(|fl| fl.name() == res) {
+                raise(&mut a, field, r, scaled(n, headroom));
             }
         }
     }
     a
+}
+
+/// The `--headroom` rule: a finite number ≥ 1 (`"1.25"`).
+pub fn check_headroom(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(h) if h.is_finite() && h >= 1.0 => Ok(h),
+        _ => Err(format!("--headroom must be a finite number >= 1 (a factor on the recorded peaks), got '{text}'")),
+    }
+}
+
+/// What a command prints and its exit status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandOutput {
+    pub status: u8,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Usage of the sizing command.
+pub const SIZING_USAGE: &str = "usage: taskring sizing <scope_stats.jsonl> [--headroom H]
+  Suggested ring sizes (runtime_env and PTO2_RING_* lines) from a run's scope stats
+  (CallConfig.enable_scope_stats). H: a factor >= 1 on the recorded peaks (default 1.25).";
+
+/// `taskring sizing <scope_stats.jsonl> [--headroom H]` — the one implementation behind
+/// the Rust `taskring sizing` and `python -m taskring sizing` (through the native
+/// module): same arguments, same output, same exit status (0; 2 for bad arguments or an
+/// unreadable file).
+pub fn sizing_command(args: &[String]) -> CommandOutput {
+    let usage_err = |msg: String| CommandOutput { status: 2, stdout: String::new(), stderr: format!("taskring sizing: {msg}\n{SIZING_USAGE}\n") };
+    let mut file: Option<&str> = None;
+    let mut headroom = 1.25;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "-h" || a == "--help" {
+            return CommandOutput { status: 0, stdout: format!("{SIZING_USAGE}\n"), stderr: String::new() };
+        }
+        let value = if a == "--headroom" {
+            i += 1;
+            match args.get(i) {
+                Some(v) => Some(v.as_str()),
+                None => return usage_err("--headroom needs a value".into()),
+            }
+        } else {
+            a.strip_prefix("--headroom=")
+        };
+        if let Some(v) = value {
+            headroom = match check_headroom(v) {
+                Ok(h) => h,
+                Err(e) => return usage_err(e),
+            };
+        } else if a.starts_with('-') && a.len() > 1 {
+            return usage_err(format!("unknown option '{a}'"));
+        } else if file.replace(a).is_some() {
+            return usage_err(format!("one scope-stats file only (got '{}' too)", a));
+        }
+        i += 1;
+    }
+    let Some(file) = file else { return usage_err("the scope-stats file is missing".into()) };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return CommandOutput { status: 2, stdout: String::new(), stderr: format!("taskring sizing: cannot read {file}: {e}\n") },
+    };
+    match sizing_report(&text, headroom) {
+        Ok(out) => CommandOutput { status: 0, stdout: out, stderr: String::new() },
+        Err(e) => CommandOutput { status: 2, stdout: String::new(), stderr: format!("taskring sizing: {file}: {e}\n") },
+    }
+}
+
+/// The sizing command's report for a scope-stats file's text.
+pub fn sizing_report(text: &str, headroom: f64) -> Result<String, String> {
+    use std::fmt::Write;
+    let peaks = read_peaks(text)?;
+    let a = advise(&peaks, headroom);
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    let mut o = String::new();
+    let _ = writeln!(o, "# recorded peaks per ring: task_window={:?} heap={:?} dep_pool={:?}", peaks.task_window, peaks.heap, peaks.dep_pool);
+    if let Some(f) = &peaks.failure {
+        let _ = writeln!(
+            o,
+            "# the run failed: {} (code {}) on ring {}, {} configured {}, needed {}",
+            f.name,
+            f.code,
+            f.ring.map_or("-".to_string(), |r| r.to_string()),
+            f.resource.as_deref().unwrap_or("-"),
+            opt(f.configured),
+            opt(f.needed)
+        );
+    }
+    for u in &a.unfit {
+        let _ = writeln!(
+            o,
+            "# no valid size fits: ring {} needs {} >= {} but the largest valid {} is {}; the advice below caps it there, which is still too small: change the program (split the scope or the graph)",
+            u.ring, u.field, u.need, u.field, u.max
+        );
+    }
+    let _ = writeln!(o, "# suggested sizes (headroom {:.2}):", a.headroom);
+    let _ = writeln!(o, "{}", a.runtime_env());
+    let _ = writeln!(o, "{}", a.env_lines());
+    Ok(o)
 }
 
 impl SizingAdvice {
@@ -386,5 +545,97 @@ mod tests {
         assert_eq!(a.task_window[2], 64);
         assert!(read_peaks("{\"version\":5}").is_err());
         assert!(read_peaks("").is_err());
+    }
+
+    fn all_valid(a: &SizingAdvice) {
+        for r in 0..4 {
+            assert!(RingField::TaskWindow.check(a.task_window[r]), "{a:?}");
+            assert!(RingField::Heap.check(a.heap[r]), "{a:?}");
+            assert!(RingField::DepPool.check(a.dep_pool[r]), "{a:?}");
+        }
+    }
+
+    fn peaks(w: [u64; 4], h: [u64; 4], d: [u64; 4]) -> RecordedPeaks {
+        RecordedPeaks { task_window: w, heap: h, dep_pool: d, failure: None, floor: None }
+    }
+
+    #[test]
+    fn huge_peaks_saturate_and_are_reported_unfit() {
+        // next_power_of_two of these wrapped to the minimum suggestion.
+        let p = peaks([u64::MAX, 1 << 30, (1 << 30) - 1, 0], [(1 << 63) + 1, 1 << 63, u64::MAX, 5], [u64::MAX, i32::MAX as u64, 4, 0]);
+        for h in [1.0, 1.25, 1e300] {
+            let a = advise(&p, h);
+            all_valid(&a);
+            assert_eq!(a.task_window[0], 1 << 30);
+            assert_eq!(a.heap[0], 1 << 63);
+            assert_eq!(a.dep_pool[0], i32::MAX as u64);
+            if h < 2.0 {
+                assert_eq!(a.heap[3], 1024);
+            }
+            if h == 1.0 {
+                // Never below a recorded peak when a valid size holds it.
+                assert_eq!(a.task_window[2], 1 << 30);
+                assert_eq!(a.heap[1], 1 << 63);
+                assert_eq!(a.dep_pool[1], i32::MAX as u64);
+            }
+            let unfit: Vec<(&str, usize)> = a.unfit.iter().map(|u| (u.field, u.ring)).collect();
+            for want in [("ring_task_window", 0), ("ring_task_window", 1), ("ring_heap", 0), ("ring_heap", 2), ("ring_dep_pool", 0)] {
+                assert!(unfit.contains(&want), "{want:?} not in {:?}", a.unfit);
+            }
+            let u = a.unfit.iter().find(|u| (u.field, u.ring) == ("ring_task_window", 1)).unwrap();
+            assert_eq!(u.max, 1 << 30);
+            assert!(u.need > 1 << 30);
+        }
+        let a = advise(&peaks([(1 << 30) - 1; 4], [1 << 63; 4], [i32::MAX as u64; 4]), 1.0);
+        assert!(a.unfit.is_empty(), "{:?}", a.unfit);
+        let text = sizing_report(&serde_json::to_string(&header(Some(([u64::MAX; 4], [u64::MAX; 4], [u64::MAX; 4])))).unwrap(), 1.25).unwrap();
+        assert!(text.contains("# no valid size fits: ring 0 needs ring_task_window >= 18446744073709551615 but the largest valid ring_task_window is 1073741824;"), "{text}");
+        assert!(text.contains("\"ring_task_window\": 1073741824, \"ring_heap\": 9223372036854775808, \"ring_dep_pool\": 2147483647"), "{text}");
+    }
+
+    #[test]
+    fn invalid_sizes_of_a_failed_run_become_valid_suggestions() {
+        let mut h = header(Some(([1, 1, 1, 1], [0; 4], [0; 4])));
+        h.fatal = true;
+        h.task_window_max = [5, 5, 16, 1 << 40];
+        h.heap_max = [3000, 1023, 0, u64::MAX];
+        h.dep_pool_max = [3, 5, 0, u64::MAX];
+        let p = read_peaks(&serde_json::to_string(&h).unwrap()).unwrap();
+        let a = advise(&p, 1.0);
+        all_valid(&a);
+        assert_eq!(a.task_window, [8, 8, 16, 1 << 30]);
+        assert_eq!(a.heap, [4096, 1024, 1024, 1 << 63]);
+        assert_eq!(a.dep_pool, [4, 5, 4, i32::MAX as u64]);
+        // A failure's needed size beyond the largest valid size is reported, not wrapped.
+        let mut p2 = p.clone();
+        p2.failure = Some(FailureRecord { code: 2, name: "HEAP_RING_DEADLOCK".into(), ring: Some(1), resource: Some("ring_heap".into()), configured: Some(1024), needed: Some(u64::MAX) });
+        let a = advise(&p2, 1.25);
+        all_valid(&a);
+        assert_eq!(a.heap[1], 1 << 63);
+        assert_eq!(a.unfit, vec![Unfit { field: "ring_heap", ring: 1, need: u64::MAX, max: 1 << 63 }]);
+    }
+
+    #[test]
+    fn headroom_must_be_a_finite_factor_of_at_least_one() {
+        for bad in ["nan", "NaN", "-1", "0", "0.5", "inf", "-inf", "", "x", "1e400"] {
+            let e = check_headroom(bad).unwrap_err();
+            assert_eq!(e, format!("--headroom must be a finite number >= 1 (a factor on the recorded peaks), got '{bad}'"));
+        }
+        assert_eq!(check_headroom("1"), Ok(1.0));
+        assert_eq!(check_headroom("1.25"), Ok(1.25));
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let o = sizing_command(&args(&["x.jsonl", "--headroom", "nan"]));
+        assert_eq!(o.status, 2);
+        assert!(o.stdout.is_empty());
+        assert!(o.stderr.starts_with("taskring sizing: --headroom must be a finite number >= 1"), "{}", o.stderr);
+        for a in [&["x.jsonl", "--headroom"][..], &["--headroom=0", "x.jsonl"], &[], &["a", "b"], &["x.jsonl", "--bogus"]] {
+            let o = sizing_command(&args(a));
+            assert_eq!(o.status, 2, "{a:?}");
+            assert!(o.stderr.starts_with("taskring sizing: "), "{a:?}: {}", o.stderr);
+        }
+        let o = sizing_command(&args(&["/nonexistent/scope_stats.jsonl"]));
+        assert_eq!(o.status, 2);
+        assert!(o.stderr.starts_with("taskring sizing: cannot read /nonexistent/scope_stats.jsonl: "), "{}", o.stderr);
+        assert_eq!(sizing_command(&args(&["-h"])).status, 0);
     }
 }
