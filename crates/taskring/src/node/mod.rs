@@ -1160,9 +1160,8 @@ impl Node {
         sh.ctl.cancel.store(false, SeqCst);
         // A chip may still run a task of an interrupted run: wait for its late reply
         // first, so that task's writes cannot overlap this run.
-        for c in &sh.chips {
-            while !c.settle(&sh.ctl, HOOK_SLICE) {
-                blocking(hook, || ());
+        for c in sh.chips.iter().filter(|c| !c.settle(&sh.ctl, Duration::ZERO)) {
+            while !blocking(hook, || c.settle(&sh.ctl, HOOK_SLICE)) {
                 if sh.ctl.cancel.load(Acquire) {
                     return Err(NodeError::Interrupted("interrupted while chips finished an interrupted run".into()));
                 }
