@@ -39,20 +39,33 @@
 //!   `T (stopped)`). A chip that only runs a long or stuck kernel keeps beating: a
 //!   stuck kernel is the chip's own SCHEDULER_TIMEOUT (`PTO2_SCHEDULER_TIMEOUT_MS`,
 //!   default 10 s), which the chip reports as its task's failure. A chip stopped and
-//!   later continued answers its old request first, then works again.
+//!   later continued answers its old request first, then works again. Not detected: a
+//!   chip whose own orchestration code never returns (it keeps beating, and no
+//!   SCHEDULER_TIMEOUT covers orchestration code) — cancel/Ctrl-C still ends the wait.
 //! - **Other chips are not held up**: each chip has its own turn lock; a dispatch thread
-//!   of the node waits only for its own chip. The node has two dispatch threads per chip
-//!   (`node_cores`), so a stopped chip holds up another chip's ready task only when more
-//!   than `2 * chips - 1` of its own tasks are ready at once (until the chip timeout).
-//! - **Interrupt**: [`NodeHandle::cancel`] (Python: `KeyboardInterrupt`, polled every
-//!   ≤ 50 ms by the waiting thread) makes every waiting dispatch give up at once; the
-//!   run fails with [`NodeError::Interrupted`]. A chip may still be running the
-//!   interrupted task: the next run (or that chip's next request) first waits for its
-//!   late reply, so the worker stays usable; `close()` does not wait for it.
+//!   of the node waits only for its own chip, and the other chips' tasks run meanwhile.
+//!   Limit: a dispatch occupies one of the node's dispatch threads (`node_cores`, two
+//!   per chip) while it waits, also for its chip's turn; when more than `2 * chips - 1`
+//!   tasks of one chip are ready at once, another chip's ready task waits for a free
+//!   thread (measured: 8 ready 50 ms tasks on chip 0 delay a task on chip 1 by ~250 ms;
+//!   with chip 0 stopped, until its timeout). Lifting it needs an engine task that can
+//!   complete after its kernel returns.
+//! - **A failed run** still waits (with the hook, below) for the dispatches under way
+//!   on other chips, so that no chip writes into the caller's memory after `run`
+//!   returns — except after an interrupt.
+//! - **Interrupt**: [`NodeHandle::cancel`] (Python: `KeyboardInterrupt` — the run's hook
+//!   runs the signal handlers at least every 50 ms while the run waits for its chips,
+//!   and every 20 ms while a submit waits for ring space) makes every waiting dispatch
+//!   give up at once; the run fails with [`NodeError::Interrupted`]. A chip may still
+//!   be running the interrupted task: the next run (or that chip's next request) first
+//!   waits for its late reply, so the worker stays usable; `close()` does not wait for
+//!   it (a chip process exits as its host pipe closes; a chip thread is left to finish
+//!   its task if it has not after 1 s).
 //! - **`close()` while a run is in flight** (from another thread, after
-//!   [`NodeHandle::request_close`]) waits for the run, but dispatches give up on chips
-//!   whose heartbeat has not moved for 100 ms (or whose process is stopped), and such
-//!   chips are SIGKILLed at once: `close()` returns within about a second.
+//!   [`NodeHandle::request_close`]) waits for the run as long as its chips beat (a stuck
+//!   kernel ends with the chip's SCHEDULER_TIMEOUT), but dispatches give up on chips
+//!   whose heartbeat has not moved for 100 ms or whose process is stopped, and such
+//!   chips are SIGKILLed at once: with a stopped chip `close()` returns in ~10 ms.
 //! - **Host death**: the host holds the only write end of each chip's pipe (the end is
 //!   registered process-wide and closed in every child of `fork()` by an atfork handler,
 //!   so neither other chips nor a user's `os.fork()` keep it open). The chip's watchdog
