@@ -258,6 +258,9 @@ pub struct ChipWorker {
     policy: WaitPolicy,
     scheduler_timeout: Duration,
     orchestrator_helps: bool,
+    /// An L3 node's engine (`ChipOptions::shared_heaps`): its dispatch records each task
+    /// when it is submitted, so a scope overflow is not counted on (see `Orchestrator`).
+    node_engine: bool,
 }
 
 impl ChipWorker {
@@ -294,6 +297,7 @@ impl ChipWorker {
             policy: WaitPolicy { backstop: opts.backstop, scheduler_timeout: opts.scheduler_timeout },
             scheduler_timeout: opts.scheduler_timeout,
             orchestrator_helps: opts.orchestrator_helps,
+            node_engine: opts.shared_heaps,
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;
@@ -437,6 +441,7 @@ impl ChipWorker {
             o.blocking_hook = blocking_hook;
             o.helper = help;
             o.probe = Some(&probe);
+            o.count_scope_overflow = !self.node_engine;
             let mut r = o.begin_scope(false);
             if r.is_ok() {
                 r = match catch_unwind(AssertUnwindSafe(|| (program.f)(&mut o, args))) {

@@ -301,6 +301,10 @@ pub struct Orchestrator<'r> {
     /// A SCOPE_DEADLOCK found but not yet reported: the rest of the scope is counted
     /// (not run) so that the failure can say which window would have held it.
     dry: Option<DryScope>,
+    /// Count a scope that overflows its window to its end (else SCOPE_DEADLOCK at the
+    /// overflowing submit, with a lower bound). Off for executors that cannot tell a
+    /// counted submit from a dispatched one (an L3 node records its tasks at submit).
+    pub(crate) count_scope_overflow: bool,
 }
 
 /// The scope-deadlock count in progress (see `Orchestrator::dry`).
@@ -333,7 +337,7 @@ impl DryScope {
         let count = if complete {
             format!("the scope at depth {depth} submits {owned} tasks (those beyond the window were counted to the end of the scope, not run)")
         } else {
-            format!("the scope at depth {depth} submitted at least {owned} tasks (counting stopped before the scope ended)")
+            format!("the scope at depth {depth} submitted at least {owned} tasks (the rest of the scope was not counted)")
         };
         let fit = match needed {
             Some(n) if complete => format!("a ring_task_window of {n} slots would have held it"),
@@ -367,7 +371,7 @@ impl<'r> Orchestrator<'r> {
         sizing: RingSizing,
         policy: WaitPolicy,
     ) -> Orchestrator<'r> {
-        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None, helper: None, probe: None, dry: None }
+        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None, helper: None, probe: None, dry: None, count_scope_overflow: true }
     }
 
     /// The sizing this run uses.
@@ -727,7 +731,12 @@ impl<'r> Orchestrator<'r> {
         if owned + 1 >= window {
             // Structural: this scope can never fit. Count the rest of it without
             // running anything, and report at its end which window would have held it.
-            self.dry = Some(DryScope { level: self.st.scopes.len(), ring, depth: self.depth(), window, owned, counted: 0, what: what.to_string() });
+            let d = DryScope { level: self.st.scopes.len(), ring, depth: self.depth(), window, owned, counted: 0, what: what.to_string() };
+            if !self.count_scope_overflow {
+                let d = DryScope { owned: owned + 1, ..d };
+                return Err(self.fail(d.failure(false)));
+            }
+            self.dry = Some(d);
             return self.count_dry(args);
         }
 
