@@ -611,3 +611,38 @@ fn task_no_core_can_run_is_scheduler_timeout_s3() {
     assert!(e.detail.contains("sub_class=S3:ready-but-all-idle"), "{e}");
     assert_usable(&mut w);
 }
+
+/// A ready task no core can run, while the orchestrator waits for ring space: the
+/// backstop does not call that a capacity deadlock (a task is waiting to run); after the
+/// scheduler timeout it is SCHEDULER_TIMEOUT S3.
+#[test]
+fn unrunnable_task_while_the_orchestrator_waits_is_scheduler_timeout_s3() {
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        aic_cores: Some(0),
+        backstop: Duration::from_millis(50),
+        scheduler_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .unwrap();
+    let prog = Program::new("aic_only_scopes", |o, args| {
+        let (a, c) = (args[0].tensor()?, args[1].tensor()?);
+        for _ in 0..5 {
+            o.scope(|o| {
+                submit(o, MATMUL, |t| {
+                    t.input(a).input(a).output_existing(c);
+                })
+                .map(|_| ())
+            })?;
+        }
+        Ok(())
+    });
+    let mut a = vec![1f32; 4];
+    let mut c = vec![0f32; 4];
+    let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
+    let e = w.run_with_sizing(&prog, &args, &sizing(4, 4096, 16)).unwrap_err();
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    assert!(e.detail.contains("while the orchestrator waited for ring space: sub_class=S3:ready-but-all-idle"), "{e}");
+    let _ = &args;
+    assert_usable(&mut w);
+}
