@@ -263,10 +263,17 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
     // The healthy chip's task ran meanwhile.
     assert_eq!(read(&b1, 1), vec![1.0]);
     assert_eq!(read(&b0, 1), vec![0.0]);
-    // Continued, the chip answers its old request, then works again.
+    // Continued, the chip answers its old request, then works again — also when the
+    // next run starts right away (before the chip's watchdog beats again).
     unsafe { libc::kill(pids[0], libc::SIGCONT) };
     n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read(&b0, 1), vec![1.0]);
+    for _ in 0..3 {
+        unsafe { libc::kill(pids[0], libc::SIGSTOP) };
+        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_err();
+        unsafe { libc::kill(pids[0], libc::SIGCONT) };
+        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("after SIGCONT: {e}"));
+    }
     // Stopped again, with a run in flight on it from another thread: close returns
     // within 2 s, killing it.
     unsafe { libc::kill(pids[0], libc::SIGSTOP) };

@@ -248,6 +248,8 @@ struct Beat {
     value: u32,
     since: Instant,
     looked: Instant,
+    /// Seen stopped (state T) during the current stall.
+    stopped: bool,
 }
 
 /// What waits on chips consult: the run's cancel flag, close, the chip timeout.
@@ -294,7 +296,9 @@ impl Chip {
     }
 
     /// How long the chip's heartbeat has stood still while the host watched it (zero
-    /// for a chip thread, which shares the host's fate).
+    /// for a chip thread, which shares the host's fate). A chip seen stopped and then
+    /// running again starts a new watch: its watchdog beats within one period of being
+    /// continued, and its old value is no evidence until then.
     fn stalled_for(&self) -> Duration {
         if !self.process {
             return Duration::ZERO;
@@ -303,10 +307,16 @@ impl Chip {
         let now = Instant::now();
         let mut b = self.beat.lock();
         if b.value != v || now.duration_since(b.looked) > WATCH_GAP {
-            b.value = v;
-            b.since = now;
+            *b = Beat { value: v, since: now, looked: now, stopped: false };
         }
         b.looked = now;
+        if now.duration_since(b.since) >= 5 * mailbox::HEARTBEAT {
+            let stopped = proc_state(self.pid).is_some_and(|c| c == 'T' || c == 't');
+            if b.stopped && !stopped {
+                b.since = now;
+            }
+            b.stopped = stopped;
+        }
         now.duration_since(b.since)
     }
 
@@ -1068,7 +1078,7 @@ impl Node {
                 dead: Mutex::new(None),
                 thread: Mutex::new(thread),
                 pipe: AtomicI32::new(pipe_w),
-                beat: Mutex::new(Beat { value: 0, since: now, looked: now }),
+                beat: Mutex::new(Beat { value: 0, since: now, looked: now, stopped: false }),
             });
         }
         // Wait for every chip, with one deadline (a chip that stops beating fails sooner).
