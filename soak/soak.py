@@ -31,6 +31,7 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
+import dataclasses
 import faulthandler
 import gc
 import os
@@ -302,6 +303,18 @@ def fitting_config(rng, spec, shape):
     return c
 
 
+def tight_config(rng, spec, shape):
+    """Random ring sizes between the minimum and what holds everything: the runtime
+    must reclaim as it goes. A run under them either is right or fails with a capacity
+    error (never a wrong result, a hang or another error)."""
+    tasks, heap, _, _ = needs(spec, shape)
+    fit = lambda v, tight: v if rng.random() < 0.6 else tight  # noqa: E731
+    win = [fit(pow2_at_least(max(4, t + 2)), 1 << rng.randint(2, max(2, pow2_at_least(t + 2).bit_length() - 1))) for t in tasks]
+    hp = [fit(pow2_at_least(b + 1024), 1 << rng.randint(10, max(10, pow2_at_least(b + 1024).bit_length() - 1))) for b in heap]
+    dep = [fit(4 * t + 16, rng.randint(4, 4 * t + 16)) for t in tasks]
+    return RunConfig(ring_task_window=win, ring_heap=hp, ring_dep_pool=dep)
+
+
 def undersized_config(rng, spec, shape):
     """(config, expected code, ring) with one ring too small for one scope's tasks or
     temporaries (a capacity failure whatever the timing), or None when the program has
@@ -473,7 +486,8 @@ class Soak:
     # -- bookkeeping --
     def lose(self, kind, detail):
         self.lost.append((kind, detail))
-        print(f"soak: LOST [{kind}] {detail}", file=sys.stderr, flush=True)
+        if sum(1 for k, _ in self.lost if k == kind) <= 5:  # the first few of each kind in full
+            print(f"soak: LOST [{kind}] {detail}", file=sys.stderr, flush=True)
 
     def summary(self):
         return f"soak: {self.runs} runs, {self.faults} faults injected, {len(self.lost)} lost"
@@ -539,6 +553,48 @@ class Soak:
         if bad:
             raise Lost(f"{spec.name}: report sizing {bad}")
 
+    def l2_tight(self):
+        spec = self.rng.choice(self.specs)
+        shape = self.shape()
+        ins, outs = self.arrays(spec, shape)
+        want, _ = oracle(spec, ins, outs)
+        cfg = tight_config(self.rng, spec, shape)
+        ex = self.l2_executor()
+        # Follow the failures' `needed` sizes until the program fits: a failure that says
+        # it needs no more than what is configured is inconsistent.
+        for attempt in range(10):
+            t0 = time.monotonic()
+            try:
+                self.l2_run(ex, self.progs[spec.name], ins + outs, cfg)
+                break
+            except RuntimeFailure as e:
+                if e.code not in CAPACITY:
+                    raise Lost(f"{spec.name} under tight rings {cfg}: {e}")
+                if time.monotonic() - t0 > 5:
+                    raise Lost(f"{spec.name}: capacity failure took {time.monotonic() - t0:.1f} s")
+                self.notes[f"tight rings: {e.name}"] += 1
+                field = {1: "ring_task_window", 2: "ring_heap", 3: "ring_task_window", 4: "ring_dep_pool"}[e.code]
+                values = list(getattr(cfg, field))
+                if e.ring is None or e.needed is None:
+                    self.notes[f"tight rings: {e.name} without ring/needed"] += 1
+                    return
+                if e.configured != values[e.ring]:
+                    raise Lost(f"{spec.name}: {e.name} on ring {e.ring} says configured {e.configured}, but {field}[{e.ring}] is {values[e.ring]}: {e}")
+                if e.needed <= values[e.ring]:
+                    # The hint names what is already configured: it cannot be followed.
+                    self.lose("hint", f"{spec.name}: {e.name} on ring {e.ring} with {field}[{e.ring}] = {values[e.ring]} says needed {e.needed}: {e}")
+                    values[e.ring] *= 2
+                else:
+                    values[e.ring] = e.needed if field == "ring_dep_pool" else pow2_at_least(e.needed)
+                cfg = dataclasses.replace(cfg, **{field: values})
+                for o in outs:
+                    o[...] = -7.0
+        else:
+            self.notes["tight rings: still failing after 10 raises"] += 1
+            return
+        self.notes[f"tight rings: fitted after {attempt} raise(s)" if attempt else "tight rings: fitted"] += 1
+        self.compare(spec.name + f" under tight rings {cfg}", outs, want)
+
     def l2_kernel_fault(self):
         spec = self.rng.choice(self.fail_specs)
         shape = self.shape()
@@ -587,6 +643,78 @@ class Soak:
             raise Lost(f"{spec.name}: capacity failure took {time.monotonic() - t0:.1f} s")
         self.after_fault_l2(ex)
 
+    def l2_threads(self):
+        """2-3 threads share one resident ChipWorker (calls are serialised): every result
+        is right."""
+        if self.chip is None:
+            self.l2_executor()
+        ex = self.chip or ChipWorker()
+        jobs, errors = [], []
+        for _ in range(self.rng.randint(2, 3)):
+            job = []
+            for _ in range(self.rng.randint(1, 3)):
+                spec = self.rng.choice(self.specs)
+                shape = self.shape()
+                ins, outs = self.arrays(spec, shape)
+                job.append((spec, ins, outs, oracle(spec, ins, outs)[0], fitting_config(self.rng, spec, shape)))
+            jobs.append(job)
+
+        def work(job):
+            try:
+                for spec, ins, outs, _, cfg in job:
+                    ex.run(self.progs[spec.name], *ins, *outs, config=cfg)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(j,)) for j in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.args.run_timeout)
+            if t.is_alive():
+                raise Lost("a thread sharing a ChipWorker did not finish")
+        if ex is not self.chip:
+            ex.close()
+        if errors:
+            raise Lost(f"a thread sharing a ChipWorker failed: {errors[0]!r}")
+        for job in jobs:
+            for spec, _, outs, want, _ in job:
+                self.compare(spec.name + " (threads)", outs, want)
+
+    def l2_env(self):
+        """PTO2_RING_* in the process environment (read at every dispatch): a fitting
+        value is used where the config leaves a ring at 0; garbage is ignored with a
+        warning and the run still works."""
+        spec = self.rng.choice(self.specs)
+        shape = self.shape()
+        ins, outs = self.arrays(spec, shape)
+        want, _ = oracle(spec, ins, outs)
+        tasks, heap, _, _ = needs(spec, shape)
+        fitting = {
+            "PTO2_RING_TASK_WINDOW": ("ring_task_window", pow2_at_least(max(4, max(tasks) + 2))),
+            "PTO2_RING_HEAP": ("ring_heap", pow2_at_least(max(1024, 2 * max(heap) + 8192))),
+            "PTO2_RING_DEP_POOL": ("ring_dep_pool", 4 * max(tasks) + 16),
+        }
+        var = self.rng.choice(sorted(fitting))
+        field, value = fitting[var]
+        garbage = self.rng.random() < 0.3
+        text = self.rng.choice(["-1", "abc", "3", "1,2", "", "0x10", "99999999999999999999999"]) if garbage else str(value)
+        old = os.environ.get(var)
+        os.environ[var] = text
+        try:
+            rep = self.l2_run(self.l2_executor(), self.progs[spec.name], ins + outs, None)
+        finally:
+            if old is None:
+                del os.environ[var]
+            else:
+                os.environ[var] = old
+        self.compare(spec.name + f" ({var}={text!r})", outs, want)
+        rs = rep.ring_sizing
+        for r in range(4):
+            got, src = getattr(rs, field.replace("ring_", ""))[r], rs.source(field, r)
+            if (garbage and src != "default") or (not garbage and (src != "env" or got != value)):
+                raise Lost(f"{var}={text!r}: {field}[{r}] = {got} from {src}")
+
     def after_fault_l2(self, ex):
         """The worker that saw a fault runs the next program correctly."""
         spec = self.rng.choice(self.specs)
@@ -617,7 +745,7 @@ class Soak:
             elif took > 2.5:
                 self.lose("slow-close", f"L3 close() took {took:.2f} s")
 
-    def l3_plan(self, w, n_tasks, fault=None):
+    def l3_plan(self, w, n_tasks, fault=None, tight=False):
         """Tasks (spec, worker, ins, outs, cfg) chained through shared arrays; `fault` =
         ("kernel" | "undersized", task index) puts a failing task at that index."""
         n_chips = len(w.pids)
@@ -644,6 +772,8 @@ class Soak:
                 outs.append(o)
             pool.extend(outs)
             cfg, expect = fitting_config(self.rng, spec, shape), None
+            if tight and self.rng.random() < 0.5:
+                cfg = tight_config(self.rng, spec, shape)
             if fault and fault[1] == t and fault[0] == "undersized":
                 u = undersized_config(self.rng, spec, shape)
                 if u is None:
@@ -692,11 +822,21 @@ class Soak:
             err = str(e)
         return err, time.monotonic() - t0
 
-    def l3_random(self):
+    def l3_random(self, tight=False):
         w = self.l3_worker()
-        tasks = self.l3_plan(w, self.rng.randint(1, 6))
+        tasks = self.l3_plan(w, self.rng.randint(1, 6), tight=tight)
         vals, _ = self.l3_oracle(tasks)
-        rep = self.l3_submit(w, tasks, self.args.run_timeout).result()
+        try:
+            rep = self.l3_submit(w, tasks, self.args.run_timeout).result()
+        except RuntimeError as e:
+            # Under tight rings a chip task may fail with a capacity error (only that).
+            m = re.match(r"^chip (\d+) \(pid (\d+)\): (\w+) \(code (\d+)\) on ring ", str(e))
+            if not (tight and m and int(m.group(4)) in CAPACITY and int(m.group(2)) == w.pids[int(m.group(1))]):
+                raise
+            self.notes[f"tight rings (L3): {m.group(3)}"] += 1
+            return
+        if tight:
+            self.notes["tight rings (L3): fitted"] += 1
         for t in tasks:
             self.compare(t["spec"].name + f" on chip {t['worker']}", t["outs"], [vals[id(o)] for o in t["outs"]])
         if len(rep.tasks) != len(tasks):
@@ -754,6 +894,36 @@ class Soak:
         self.l3_submit(w, tasks, self.args.run_timeout).result()
         for t in tasks:
             self.compare(t["spec"].name + " (after a fault)", t["outs"], [vals[id(o)] for o in t["outs"]])
+
+    def l3_interrupt(self):
+        """Ctrl-C (SIGINT to the main thread) while `run` waits for a long kernel on a
+        chip: KeyboardInterrupt within 1 s, and the worker keeps working."""
+        w = self.l3_worker()
+        victim = self.rng.randrange(len(w.pids))
+        a, flag = shared_array(16, np.float32), shared_array(16, np.float32)
+        main = threading.main_thread().ident
+
+        def poke():
+            deadline = time.monotonic() + 10
+            while flag[0] != 1.0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            state["sent"] = time.monotonic()
+            signal.pthread_kill(main, signal.SIGINT)
+
+        state = {}
+        timer = threading.Thread(target=poke, daemon=True)
+        timer.start()
+        try:
+            w.run(lambda o, args, cfg: o.submit_next_level(self.handles["long"], [a, flag], worker=victim))
+        except KeyboardInterrupt:
+            took = time.monotonic() - state.get("sent", 0)
+        else:
+            timer.join()
+            raise Lost(f"L3 Ctrl-C: the run on chip {victim} was not interrupted")
+        timer.join()
+        if took > 1.0:
+            self.lose("slow-interrupt", f"L3 Ctrl-C: run interrupted {took:.2f} s after SIGINT (contract: within 1 s)")
+        self.l3_after_fault(w)
 
     def l3_kill(self, mid_task):
         w = self.l3_worker()
@@ -835,15 +1005,22 @@ class Soak:
         s = [
             (30, "l2_random", False, self.l2_random),
             (25, "l3_random", False, self.l3_random),
+            (10, "l2_tight", False, self.l2_tight),
+            (8, "l3_tight", False, lambda: self.l3_random(tight=True)),
             (6, "l2_kernel_fault", True, self.l2_kernel_fault),
             (6, "l2_undersized", True, self.l2_undersized),
             (5, "l3_kernel_fault", True, lambda: self.l3_task_fault("kernel")),
             (5, "l3_undersized", True, lambda: self.l3_task_fault("undersized")),
             (3, "l3_kill_idle", True, lambda: self.l3_kill(False)),
             (3, "l3_kill_mid_task", True, lambda: self.l3_kill(True)),
+            (3, "l3_interrupt", True, self.l3_interrupt),
+            (4, "l2_threads", False, self.l2_threads),
+            (4, "l2_env", True, self.l2_env),
         ]
         if self.args.sigstop:
             s.append((3, "l3_sigstop", True, self.l3_sigstop))
+        if self.args.only:
+            s = [x for x in s if x[1] in self.args.only.split(",")]
         return s
 
     def warm_up(self):
@@ -943,8 +1120,13 @@ class Soak:
             print(f"soak: SIGSTOP detection: {ok}/{len(self.sigstop_results)} reported 'not responding'" + (f" after {min(times):.2f}..{max(times):.2f} s" if times else ""), flush=True)
         for n, c in sorted(self.notes.items()):
             print(f"soak: note: {n} ({c}x)", flush=True)
-        for kind, detail in self.lost[:30]:
-            print(f"soak: lost [{kind}] {detail.splitlines()[0] if detail else ''}", flush=True)
+        if self.lost:
+            print("soak: lost by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(Counter(k for k, _ in self.lost).items())), flush=True)
+        shown = Counter()
+        for kind, detail in self.lost:
+            shown[kind] += 1
+            if shown[kind] <= 3:
+                print(f"soak: lost [{kind}] {detail.splitlines()[0][:400] if detail else ''}", flush=True)
 
 
 def main():
@@ -953,6 +1135,7 @@ def main():
     p.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
     p.add_argument("--sigstop", action="store_true", help="also inject SIGSTOP of a chip (expects 'not responding')")
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds one run may take before it counts as a hang")
+    p.add_argument("--only", default="", help="comma-separated scenario names to run (default: all)")
     p.add_argument("--programs", type=int, default=24, help="size of the random program pool")
     a = p.parse_args()
     if not 0 < a.minutes <= 10:
