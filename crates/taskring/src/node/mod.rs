@@ -36,10 +36,12 @@
 //!   `TASKRING_CHIP_TIMEOUT_MS`, default 2000 ms) while the host watched continuously,
 //!   the waiting task fails with `chip {w} (pid {pid}): not responding: no heartbeat
 //!   for {n} ms (process state ...)` (the state, from `/proc/<pid>/stat`, says e.g.
-//!   `T (stopped)`). A chip that only runs a long or stuck kernel keeps beating: a
+//!   `T, stopped`). A chip that only runs a long or stuck kernel keeps beating: a
 //!   stuck kernel is the chip's own SCHEDULER_TIMEOUT (`PTO2_SCHEDULER_TIMEOUT_MS`,
 //!   default 10 s), which the chip reports as its task's failure. A chip stopped and
-//!   later continued answers its old request first, then works again. Not detected: a
+//!   later continued answers its old request first, then works again (once seen
+//!   stopped and then running, it gets a fresh watch: its old heartbeat value is no
+//!   evidence until the watchdog has run again). Not detected: a
 //!   chip whose own orchestration code never returns (it keeps beating, and no
 //!   SCHEDULER_TIMEOUT covers orchestration code) — cancel/Ctrl-C still ends the wait.
 //! - **Other chips are not held up**: each chip has its own turn lock; a dispatch thread
