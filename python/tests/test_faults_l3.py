@@ -257,6 +257,20 @@ def test_ctrl_c_while_a_failed_run_waits_for_a_long_task_on_another_chip(monkeyp
         w.close()
 
 
+def test_ctrl_c_while_waiting_for_another_threads_run(monkeypatch):
+    w, h, _ = _worker(monkeypatch)
+    try:
+        o0, o1 = shared_array(2), shared_array(2)
+        other = w.submit(_naps(h, [(o0, 1000, 0)]))
+        while o0[0] == 0:
+            time.sleep(0.005)
+        _interrupted_run(w, _naps(h, [(o1, 0, 1)]))
+        assert list(o1) == [0.0, 0.0]  # it never ran
+        assert other.result(timeout=5).tasks[0].error is None
+    finally:
+        w.close()
+
+
 def test_ctrl_c_in_the_orchestration_itself(monkeypatch):
     w, h, _ = _worker(monkeypatch, timeout_ms=60_000)
     try:
