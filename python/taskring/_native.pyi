@@ -331,8 +331,11 @@ class TaskArgs:
     def __new__(cls) -> Self:
         """An empty argument list."""
 
-    def add(self, value: Tensor | TensorSpec, tag: int) -> None:
-        """Add a tensor with a `TensorArgType` tag (0 INPUT, 1 OUTPUT, 2 INOUT, 3 OUTPUT_EXISTING, 4 NO_DEP); OUTPUT takes a TensorSpec."""
+    def add(self, value: Tensor | TensorSpec | np.ndarray, tag: int) -> None:
+        """Add a tensor with a `TensorArgType` tag (0 INPUT, 1 OUTPUT, 2 INOUT, 3 OUTPUT_EXISTING, 4 NO_DEP); at L2 OUTPUT takes a TensorSpec; at L3 arrays a chip can see."""
+
+    def add_tensor(self, value: Tensor | TensorSpec | np.ndarray, tag: int = 0) -> None:
+        """Upstream's spelling of `add` (tag INPUT when left out)."""
 
     def add_scalar(self, v: _Scalar) -> None:
         """Add a scalar (int or float); scalars come after all tensors."""

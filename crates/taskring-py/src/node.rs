@@ -138,6 +138,8 @@ pub struct PyNodeOrchestrator {
     /// The arrays passed to `submit_next_level`, kept alive until the run ends (a
     /// temporary `shared_array` must not be freed while a chip may still use it).
     keep: Arc<std::sync::Mutex<Vec<Py<PyAny>>>>,
+    /// The registered programs (their signatures order a `TaskArgs`).
+    callables: Arc<RwLock<Vec<ChipCallable>>>,
 }
 
 impl PyNodeOrchestrator {
@@ -234,6 +236,23 @@ impl PyNodeOrchestrator {
         let cfg: CallConfig = call_config_of(py, config)?;
         cfg.validate().map_err(|e| PyValueError::new_err(e.message))?;
         let owners = self.owners.bind(py);
+        // Simpler-style `TaskArgs` (API.md §4.1.1): put in the program's signature order.
+        let ordered = match args.extract::<PyRef<'_, crate::runtime::PyTaskArgs>>() {
+            Ok(ta) => {
+                let dirs: Vec<u32> = self
+                    .callables
+                    .read()
+                    .get(handle as usize)
+                    .map(|c| c.signature.iter().map(|d| *d as u32).collect())
+                    .ok_or_else(|| PyValueError::new_err(format!("unknown program handle {handle}")))?;
+                Some(PyList::new(py, ta.in_signature_order(py, &dirs)?)?)
+            }
+            Err(_) => None,
+        };
+        let args = match &ordered {
+            Some(l) => l.as_any(),
+            None => args,
+        };
         let mut list = vec![];
         let mut keep = vec![];
         for (i, a) in args.try_iter()?.enumerate() {
@@ -455,6 +474,7 @@ impl PyNode {
         self.check_process()?;
         let cfg = call_config_of(py, config)?;
         let owners = self.owners.clone_ref(py);
+        let callables = self.callables.clone();
         let mut guard = self.lock(py)?;
         let node = guard
             .as_mut()
@@ -496,6 +516,7 @@ impl PyNode {
                             run: crate::runtime::RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                             owners: owners.clone_ref(py),
                             keep: kept.clone(),
+                            callables: callables.clone(),
                         }).map_err(keep)?;
                     #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
                     po.borrow(py).ptr.set(o as *mut NodeOrchestrator<'_, '_> as *mut NodeOrchestrator<'static, 'static>);

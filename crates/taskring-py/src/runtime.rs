@@ -470,10 +470,22 @@ impl PyTask {
 #[pyclass(module = "taskring", name = "TaskArgs")]
 #[derive(Default)]
 pub struct PyTaskArgs {
-    items: Vec<(ArgTag, Option<(Tensor, u64)>, Option<TensorSpec>)>,
+    items: Vec<TaItem>,
+    /// Scalars as 64-bit patterns, and as given (for L3, where they travel as values).
     scalars: Vec<(u64, bool)>,
+    scalar_objs: Vec<Py<PyAny>>,
     deps: Vec<u64>,
     tensor_after_scalar: bool,
+}
+
+/// One tensor argument of a `TaskArgs`.
+enum TaItem {
+    /// A tensor handle of an orchestration (L2), with the run it belongs to.
+    Tensor(ArgTag, Tensor, u64),
+    /// A runtime output (tag OUTPUT, L2).
+    Spec(TensorSpec),
+    /// A host array (L3: a shared array, a device tensor): checked where it is used.
+    Host(ArgTag, Py<PyAny>),
 }
 
 #[pymethods]
@@ -483,23 +495,49 @@ impl PyTaskArgs {
         Self::default()
     }
     /// Add a tensor with a `TensorArgType` tag (0 INPUT, 1 OUTPUT, 2 INOUT,
-    /// 3 OUTPUT_EXISTING, 4 NO_DEP). OUTPUT takes a TensorSpec.
+    /// 3 OUTPUT_EXISTING, 4 NO_DEP). At L2 a tensor is a `Tensor` handle and OUTPUT
+    /// takes a `TensorSpec`; at L3 (`submit_next_level`) a tensor is an array a chip
+    /// can see (API.md §4.1.1).
     fn add(&mut self, value: &Bound<'_, PyAny>, tag: u32) -> PyResult<()> {
         let tag = tag_of(tag)?;
+        let item = if let Ok(s) = value.extract::<PyRef<'_, PySpec>>() {
+            if tag != ArgTag::Output {
+                return Err(PyTypeError::new_err(format!("a TensorSpec is an OUTPUT argument, not {}", tag.name())));
+            }
+            TaItem::Spec(s.s)
+        } else if let Ok(t) = value.extract::<PyRef<'_, PyTensor>>() {
+            if tag == ArgTag::Output {
+                return Err(PyTypeError::new_err(
+                    "an OUTPUT argument must be a TensorSpec (rt.spec(shape, dtype)); an existing tensor is OUTPUT_EXISTING",
+                ));
+            }
+            TaItem::Tensor(tag, t.t, t.run)
+        } else if value.cast::<PyUntypedArray>().is_ok() {
+            TaItem::Host(tag, value.clone().unbind())
+        } else if tag == ArgTag::Output {
+            return Err(PyTypeError::new_err("an OUTPUT argument must be a TensorSpec (rt.spec(shape, dtype)), or at L3 an array"));
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "a {} argument must be a taskring Tensor, or at L3 an array from taskring.shared_array; got {}",
+                tag.name(),
+                value.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            )));
+        };
         if !self.scalars.is_empty() {
             self.tensor_after_scalar = true;
         }
-        if tag == ArgTag::Output {
-            let s = value.extract::<PyRef<'_, PySpec>>().map_err(|_| PyTypeError::new_err("an OUTPUT argument must be a TensorSpec (rt.spec(shape, dtype))"))?;
-            self.items.push((tag, None, Some(s.s)));
-        } else {
-            let t = value.extract::<PyRef<'_, PyTensor>>().map_err(|_| PyTypeError::new_err(format!("a {} argument must be a taskring Tensor", tag.name())))?;
-            self.items.push((tag, Some((t.t, t.run)), None));
-        }
+        self.items.push(item);
         Ok(())
+    }
+    /// Upstream's spelling of [`add`](Self::add): `add_tensor(t, TensorArgType.X)`,
+    /// INPUT when the tag is left out.
+    #[pyo3(signature = (value, tag=0))]
+    fn add_tensor(&mut self, value: &Bound<'_, PyAny>, tag: u32) -> PyResult<()> {
+        self.add(value, tag)
     }
     fn add_scalar(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
         self.scalars.push(scalar_of(v)?);
+        self.scalar_objs.push(v.clone().unbind());
         Ok(())
     }
     fn add_dep(&mut self, id: u64) {
@@ -507,6 +545,57 @@ impl PyTaskArgs {
     }
     fn __len__(&self) -> usize {
         self.items.len()
+    }
+}
+
+impl PyTaskArgs {
+    /// The arguments in a program's signature order (`dirs`: 0 IN, 1 OUT, 2 INOUT,
+    /// 3 SCALAR): tensors fill the non-SCALAR positions in the order they were added,
+    /// scalars the SCALAR positions. Each tag must agree with its position's direction
+    /// (INPUT or NO_DEP ↔ IN, OUTPUT or OUTPUT_EXISTING ↔ OUT, INOUT ↔ INOUT).
+    pub fn in_signature_order<'py>(&self, py: Python<'py>, dirs: &[u32]) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        const DIR: [&str; 4] = ["IN", "OUT", "INOUT", "SCALAR"];
+        let (nt, ns) = (dirs.iter().filter(|&&d| d != 3).count(), dirs.iter().filter(|&&d| d == 3).count());
+        if nt != self.items.len() || ns != self.scalars.len() {
+            return Err(PyValueError::new_err(format!(
+                "TaskArgs has {} tensors and {} scalars; the program's signature [{}] takes {nt} and {ns}",
+                self.items.len(),
+                self.scalars.len(),
+                dirs.iter().map(|&d| DIR.get(d as usize).copied().unwrap_or("?")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let (mut ti, mut si) = (0, 0);
+        let mut out = Vec::with_capacity(dirs.len());
+        for (pos, &d) in dirs.iter().enumerate() {
+            if d == 3 {
+                out.push(self.scalar_objs[si].bind(py).clone());
+                si += 1;
+                continue;
+            }
+            let (tag, value) = match &self.items[ti] {
+                TaItem::Host(tag, v) => (*tag, v.bind(py).clone()),
+                TaItem::Tensor(tag, t, run) => (*tag, Bound::new(py, PyTensor { t: *t, run: *run })?.into_any()),
+                TaItem::Spec(_) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "argument {pos}: a TensorSpec (a runtime output) cannot be a chip task's argument; pass a shared array or o.alloc(...)"
+                    )))
+                }
+            };
+            ti += 1;
+            let agrees = matches!(
+                (tag, d),
+                (ArgTag::Input | ArgTag::NoDep, 0) | (ArgTag::Output | ArgTag::OutputExisting, 1) | (ArgTag::Inout, 2)
+            );
+            if !agrees {
+                return Err(PyValueError::new_err(format!(
+                    "argument {pos}: tag {} does not agree with the program's signature, which has {} there",
+                    tag.name(),
+                    DIR.get(d as usize).copied().unwrap_or("?")
+                )));
+            }
+            out.push(value);
+        }
+        Ok(out)
     }
 }
 
@@ -682,18 +771,23 @@ impl PyOrchestrator {
     /// within each tag group: inputs, inouts, outputs, no_dep).
     fn submit_args(&self, py: Python<'_>, kernel: PyRef<'_, PyKernel>, args: PyRef<'_, PyTaskArgs>) -> PyResult<PyTask> {
         let mut a = TaskArgs::new();
-        for (i, (tag, t, s)) in args.items.iter().enumerate() {
-            match (t, s) {
-                (Some((t, run)), _) => {
+        for (i, item) in args.items.iter().enumerate() {
+            match item {
+                TaItem::Tensor(tag, t, run) => {
                     if *run != self.run {
                         return Err(stale_tensor(&format!("TaskArgs entry {i}")));
                     }
                     a.tensor(*tag, *t);
                 }
-                (None, Some(s)) => {
+                TaItem::Spec(s) => {
                     a.output(*s);
                 }
-                _ => {}
+                TaItem::Host(tag, _) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "TaskArgs entry {i}: a {} argument of a kernel must be a taskring Tensor (arrays are arguments of chip tasks at L3)",
+                        tag.name()
+                    )))
+                }
             }
         }
         if args.tensor_after_scalar {
