@@ -317,3 +317,27 @@ def test_abandoned_spinning_python_kernel_is_stopped(monkeypatch):
     time.sleep(1.0)
     burnt = (time.process_time() - c0) / (time.monotonic() - t0)
     assert burnt < 0.2, f"{burnt:.2f} of a core still burnt after close()"
+
+
+# ----- scope sites are the user's lines (API.md §7) ---------------------------------------------
+
+
+def test_scope_site_is_the_users_line(tmp_path):
+    import inspect
+    import json
+
+    @taskring.program(signature=[IN, OUT])
+    def scoped(rt, a, out):
+        with rt.scope():  # SITE
+            rt.submit(K.copy, inputs=[a], outputs=[out])
+
+    src, first = inspect.getsourcelines(scoped.orchestration)
+    want = f"{__file__}:{first + next(i for i, l in enumerate(src) if '# SITE' in l)}"
+    cfg = taskring.CallConfig(enable_scope_stats=True, output_prefix=str(tmp_path))
+    for call in (lambda: taskring.run(scoped, np.ones(4, np.float32), np.zeros(4, np.float32), config=cfg),
+                 lambda: ChipWorker().run(scoped, np.ones(4, np.float32), np.zeros(4, np.float32), config=cfg)):
+        call()
+        lines = (tmp_path / "scope_stats" / "scope_stats.jsonl").read_text().splitlines()[1:]
+        sites = {json.loads(l)["site"] for l in lines if l.strip()}
+        assert want in sites, (want, sites)
+        assert not any("/taskring/" in s for s in sites), sites

@@ -866,16 +866,30 @@ impl PyOrchestrator {
     fn scope(slf: &Bound<'_, Self>, manual: bool) -> PyResult<PyScope> {
         let py = slf.py();
         let stats = slf.borrow().with(|o| o.stats_enabled())?;
-        let site = if stats {
-            let f = py.import("sys")?.call_method1("_getframe", (1,))?;
-            let file: String = f.getattr("f_code")?.getattr("co_filename")?.extract()?;
-            let line: u32 = f.getattr("f_lineno")?.extract()?;
-            Some(format!("{file}:{line}"))
-        } else {
-            None
-        };
+        let site = if stats { Some(user_site(py)?) } else { None };
         Ok(PyScope { rt: slf.clone().unbind(), manual, site })
     }
+}
+
+/// `file:line` of the user's code that is calling into taskring now: the innermost
+/// Python frame outside the `taskring` package (a call from Rust adds no frame, so the
+/// innermost frame is the line that called `rt.scope()` unless a taskring helper did).
+pub fn user_site(py: Python<'_>) -> PyResult<String> {
+    let pkg = py.import("taskring")?.getattr("__file__")?.extract::<String>()?;
+    let pkg_dir = std::path::Path::new(&pkg).parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let mut f = py.import("sys")?.call_method1("_getframe", (0,))?;
+    let mut first: Option<String> = None;
+    while !f.is_none() {
+        let file: String = f.getattr("f_code")?.getattr("co_filename")?.extract()?;
+        let line: u32 = f.getattr("f_lineno")?.extract()?;
+        let here = format!("{file}:{line}");
+        if !std::path::Path::new(&file).starts_with(&pkg_dir) {
+            return Ok(here);
+        }
+        first.get_or_insert(here);
+        f = f.getattr("f_back")?;
+    }
+    Ok(first.unwrap_or_else(|| "<unknown>:0".into()))
 }
 
 /// The context manager returned by `rt.scope()`.
