@@ -154,3 +154,10 @@ def test_at_l2_add_tensor_is_add():
 
     with pytest.raises(TypeError, match="TaskArgs entry 0: a INPUT argument of a kernel must be a taskring Tensor"):
         taskring.run(host_array_at_l2, a, out)
+
+
+def test_an_int_scalar_beyond_int64_is_a_value_error(worker):
+    w, (h_scaled, _) = worker
+    a, out = shared_array(N), shared_array(N)
+    with pytest.raises(ValueError, match=r"argument 2: scalar 18446744073709551616 does not fit int64"):
+        w.run(lambda o, args, cfg: o.submit_next_level(h_scaled, [a, out, 2**64], worker=0))

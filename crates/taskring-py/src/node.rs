@@ -153,7 +153,7 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
         return Err(PyTypeError::new_err(format!("argument {i}: bool is not a valid scalar")));
     }
     if a.is_instance_of::<PyInt>() {
-        return Ok(NodeArg::Int(a.extract()?));
+        return a.extract::<i64>().map(NodeArg::Int).map_err(|_| PyValueError::new_err(format!("argument {i}: scalar {a} does not fit int64")));
     }
     if a.is_instance_of::<PyFloat>() {
         return Ok(NodeArg::Float(a.extract()?));
