@@ -268,6 +268,25 @@ fn oversized_output_heap_code_2() {
     assert_usable(&mut w);
 }
 
+/// An output of 2^64 - 4 bytes (a valid 64-bit size) does not wrap to a small heap
+/// allocation when rounded up to 1 KiB: it is larger than any heap, said as such.
+#[test]
+fn output_near_2_pow_64_bytes_is_larger_than_any_heap() {
+    let mut w = patient_chip();
+    let prog = Program::new("huge_output", |o, _| {
+        // (2^31 + 1) x (2^31 - 1) f32 = 4 * (2^62 - 1) bytes; the row stride fits 32 bits.
+        submit(o, NOOP, |t| {
+            t.output(TensorSpec::new(&[(1 << 31) + 1, (1 << 31) - 1], DType::F32).unwrap());
+        })
+        .map(|_| ())
+    });
+    let e = w.run_with_sizing(&prog, &[], &sizing(4, 1 << 20, 16)).unwrap_err();
+    assert_eq!(e.code, StatusCode::HeapRingDeadlock, "{e}");
+    assert_eq!((e.configured, e.needed), (Some(1 << 20), None), "{e}");
+    assert!(e.detail.contains("no valid ring_heap (a power of 2 of at most 2^63 bytes) holds them"), "{e}");
+    assert_usable(&mut w);
+}
+
 #[test]
 fn heap_pinned_by_open_scope_code_2() {
     let mut w = patient_chip();
