@@ -9,7 +9,7 @@ VPY := $(VENV)/bin/python
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy clean
-.PHONY: fuzz soak
+.PHONY: fuzz soak browser
 
 # The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
 run: demo-l3
@@ -34,8 +34,18 @@ venv: $(VENV)/.ready
 py-dev: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
 
-test-python: py-dev
+test-python: py-dev browser
 	$(VPY) -m pytest -q python/tests
+
+# Headless Chromium for the report's browser test (python/tests/test_report.py): Debian's
+# `chromium`, installed when missing and running as root; otherwise this says what to
+# install (the test then skips, saying why).
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    || echo "make browser: could not install Debian's chromium; the report's browser test will skip"; \
+	else echo "make browser: chromium not found; install Debian's chromium (as root: apt-get update && apt-get install -y chromium) for the report's browser test"; fi
 
 test-rust:
 	$(CARGO) test --locked -p taskring -p taskring-cli

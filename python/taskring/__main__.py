@@ -2,6 +2,8 @@
 
 - ``taskring sizing <scope_stats.jsonl> [--headroom 1.25]`` — suggested ring sizes
   from a run's scope stats (``CallConfig.enable_scope_stats``).
+- ``taskring report <output_prefix> [-o FILE.html]`` — one self-contained HTML page of a
+  run's diagnostics (ring use against capacity, occupancy, suggested sizes, busy time).
 - ``taskring bench ...`` / ``taskring taskbench ...`` — run by the Rust ``taskring``
   binary of the repository (``cargo run --release -p taskring-cli -- ...``).
 """
@@ -45,9 +47,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "sizing":
         return _sizing(rest)
+    if cmd == "report":
+        from ._report import main as _report
+
+        return _report(rest)
     if cmd in ("bench", "taskbench"):
         return _rust_tool(argv)
-    print(f"taskring: unknown command {cmd!r}; expected sizing, bench or taskbench", file=sys.stderr)
+    print(f"taskring: unknown command {cmd!r}; expected sizing, report, bench or taskbench", file=sys.stderr)
     return 2
 
 

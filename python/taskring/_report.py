@@ -1,0 +1,743 @@
+"""`taskring report <output_prefix> [-o FILE.html] [--headroom H]`: one self-contained
+HTML page about a run, from what the run wrote under its ``output_prefix``.
+
+Inputs (API.md §7):
+
+* ``scope_stats/scope_stats.jsonl`` (required; ``enable_scope_stats``): line 1 is the
+  metadata (capacities ``task_window_max`` / ``heap_max`` / ``dep_pool_max`` per ring,
+  ``peak_*`` per ring, ``fatal``, ``failure``), then one sample per scope boundary
+  (``site``, ``phase``, ``depth``, ``ring`` and the ``*_start`` / ``*_end`` counters:
+  retired / allocated, so ``end - start`` is the ring's occupancy at that boundary).
+* ``merged_swimlane.json`` (optional; ``enable_chip_swimlane``): Chrome trace events,
+  ``ts`` / ``dur`` in microseconds; ``X`` (or ``B``/``E``) events are busy time of the
+  lane ``(pid, tid)``; ``process_name`` / ``thread_name`` metadata name chips and cores.
+* ``chip*/`` subdirectories (L3: each chip task's own DFX files) are shown as sections
+  of their own (their scope stats, their swimlane as that chip's cores).
+
+The suggested sizes come from the ONE sizing implementation (the native
+``sizing_command``, the same as ``taskring sizing``): its output is parsed here, the
+rules are not repeated.
+
+The page has no network reference at all: CSS inline, plots as base64 PNG (matplotlib,
+Agg backend).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import io
+import json
+import math
+import os
+import re
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+RINGS = 4
+# (key in the scope-stats file, label, unit, runtime_env field)
+RESOURCES = (
+    ("task_window", "task window", "slots", "ring_task_window"),
+    ("heap", "heap", "bytes", "ring_heap"),
+    ("dep_pool", "dep pool", "entries", "ring_dep_pool"),
+)
+WARN, DANGER = 50.0, 80.0
+
+
+class ReportError(Exception):
+    """Bad input: the command prints it on one line and exits 2."""
+
+
+# ----- scope stats ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ScopeStats:
+    path: str
+    header: Dict[str, Any]
+    samples: List[Dict[str, Any]]
+
+    @property
+    def fatal(self) -> bool:
+        return bool(self.header.get("fatal"))
+
+    @property
+    def failure(self) -> Optional[Dict[str, Any]]:
+        f = self.header.get("failure")
+        return f if isinstance(f, dict) else None
+
+    def capacity(self, res: str) -> List[int]:
+        return _ring4(self.header.get(f"{res}_max"))
+
+    def peaks(self, res: str) -> List[int]:
+        """Peak use per ring: the header's ``peak_*`` when it has them, else derived from the
+        samples as the advisor does (``end.{res}_end - begin.{res}_start`` per scope)."""
+        p = self.header.get(f"peak_{res}")
+        if isinstance(p, list) and len(p) == RINGS:
+            return _ring4(p)
+        out = [0] * RINGS
+        for b, e in scope_pairs(self.samples):
+            r = _ring_of(e)
+            out[r] = max(out[r], _reach(b, e, res))
+        return out
+
+
+def _ring4(v: Any) -> List[int]:
+    if isinstance(v, list) and len(v) == RINGS and all(isinstance(x, int) for x in v):
+        return list(v)
+    return [0] * RINGS
+
+
+def _ring_of(s: Dict[str, Any]) -> int:
+    try:
+        return max(0, min(int(s.get("ring", 0)), RINGS - 1))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _num(s: Dict[str, Any], key: str) -> int:
+    v = s.get(key, 0)
+    return v if isinstance(v, int) else 0
+
+
+def occupancy(s: Dict[str, Any], res: str) -> int:
+    """The ring's use at one boundary sample: allocated minus retired."""
+    return max(0, _num(s, f"{res}_end") - _num(s, f"{res}_start"))
+
+
+def _reach(b: Dict[str, Any], e: Dict[str, Any], res: str) -> int:
+    """Upper bound of the use during a scope: what was live at its begin plus all it added."""
+    return max(0, _num(e, f"{res}_end") - _num(b, f"{res}_start"))
+
+
+def scope_pairs(samples: Sequence[Dict[str, Any]]) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    """Matched (begin, end) samples (scopes nest: a stack)."""
+    open_: List[Dict[str, Any]] = []
+    pairs = []
+    for s in samples:
+        if s.get("phase") == "begin":
+            open_.append(s)
+        elif s.get("phase") == "end" and open_:
+            pairs.append((open_.pop(), s))
+    return pairs
+
+
+def load_scope_stats(path: str) -> ScopeStats:
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [l for l in f.read().splitlines() if l.strip()]
+    except OSError as e:
+        raise ReportError(f"cannot read {path}: {e.strerror or e}") from None
+    if not lines:
+        raise ReportError(f"{path}: empty scope-stats file")
+    try:
+        header = json.loads(lines[0])
+    except ValueError as e:
+        raise ReportError(f"{path}: line 1 is not scope-stats metadata: {e}") from None
+    if not isinstance(header, dict) or "task_window_max" not in header:
+        raise ReportError(f"{path}: line 1 is not scope-stats metadata")
+    samples = []
+    for i, l in enumerate(lines[1:], start=2):
+        try:
+            s = json.loads(l)
+        except ValueError as e:
+            raise ReportError(f"{path}: line {i}: {e}") from None
+        if isinstance(s, dict):
+            samples.append(s)
+    return ScopeStats(path, header, samples)
+
+
+def peak_sites(stats: ScopeStats) -> Dict[Tuple[str, int], Optional[str]]:
+    """``(resource, ring) -> site`` of the scope where the ring's peak happened.
+
+    A ring's use is known at its scopes' boundaries. Within a scope it is at least what
+    was seen at its begin or end and at most ``end.allocated - begin.retired``. The peak's
+    scope is the one whose boundaries saw the highest use; when no boundary saw the
+    recorded peak (it was passed and reclaimed between two boundaries), the scope whose
+    bounds hold the peak and saw the most.
+    """
+    pairs = scope_pairs(stats.samples)
+    out: Dict[Tuple[str, int], Optional[str]] = {}
+    for res, *_ in RESOURCES:
+        peaks = stats.peaks(res)
+        for r in range(RINGS):
+            best = None
+            best_key = None
+            for b, e in pairs:
+                if _ring_of(e) != r:
+                    continue
+                seen = max(occupancy(b, res), occupancy(e, res))
+                reach = _reach(b, e, res)
+                holds = seen >= peaks[r] or reach >= peaks[r]
+                # Prefer: boundary saw the peak, then holds it, then saw most, then tightest.
+                key = (seen >= peaks[r], holds, seen, -reach)
+                if best_key is None or key > best_key:
+                    best, best_key = e, key
+            out[(res, r)] = str(best.get("site")) if best is not None and peaks[r] > 0 else None
+    return out
+
+
+# ----- the one sizing implementation ------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Sizing:
+    status: int
+    stdout: str
+    stderr: str
+    comments: List[str]
+    runtime_env: Optional[Dict[str, Any]]
+    runtime_env_line: Optional[str]
+    env_lines: List[str]
+
+
+def run_sizing(path: str, headroom: Optional[str] = None) -> Sizing:
+    """``taskring sizing <path>`` through the native module, its output parsed."""
+    from ._native import sizing_command
+
+    args = [str(path)] + ([f"--headroom={headroom}"] if headroom is not None else [])
+    status, out, err = sizing_command(args)
+    comments, env_lines = [], []
+    renv, renv_line = None, None
+    for line in out.splitlines():
+        if line.startswith("#"):
+            comments.append(line.lstrip("# ").rstrip())
+        elif line.startswith("runtime_env = "):
+            renv_line = line
+            try:
+                renv = json.loads(line.split("=", 1)[1])
+            except ValueError:
+                renv = None
+        elif line.startswith("PTO2_RING_"):
+            env_lines.append(line)
+    return Sizing(status, out, err, comments, renv, renv_line, env_lines)
+
+
+def _stats_path(path_or_prefix: Union[str, "os.PathLike[str]"]) -> str:
+    p = os.fspath(path_or_prefix)
+    if os.path.isdir(p):
+        return os.path.join(p, "scope_stats", "scope_stats.jsonl")
+    if p.endswith(".html"):  # a report written into its output prefix
+        return os.path.join(os.path.dirname(os.path.abspath(p)), "scope_stats", "scope_stats.jsonl")
+    return p
+
+
+def suggest_sizing(path_or_report: Any, headroom: Optional[float] = None):
+    """The advisor's suggested ring sizes as a ``RunConfig`` (see ``taskring.suggest_sizing``)."""
+    from ._config import RunConfig
+
+    if isinstance(path_or_report, Report):
+        path = path_or_report.stats.path
+    elif isinstance(path_or_report, ScopeStats):
+        path = path_or_report.path
+    elif isinstance(path_or_report, (str, os.PathLike)):
+        path = _stats_path(path_or_report)
+    else:
+        raise TypeError(f"suggest_sizing() takes a path (scope_stats.jsonl or output prefix), got {type(path_or_report).__name__}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no scope stats at {path} (run with enable_scope_stats=True and an output_prefix)")
+    s = run_sizing(path, None if headroom is None else repr(float(headroom)))
+    if s.status != 0 or s.runtime_env is None:
+        raise ValueError((s.stderr or s.stdout).strip() or f"taskring sizing gave no suggestion for {path}")
+    return RunConfig(**{k: s.runtime_env[k] for k in ("ring_task_window", "ring_heap", "ring_dep_pool")})
+
+
+# ----- swimlane ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Lane:
+    process: str
+    name: str
+    busy_us: float
+    tasks: int
+    first_us: float
+    last_us: float
+
+
+def _union(intervals: List[Tuple[float, float]]) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str = "process") -> List[Lane]:
+    """Busy time per lane of a Chrome trace file (overlapping events of a lane counted once).
+    ``process_label`` names every lane's process; else a ``process_name`` metadata event,
+    else ``unnamed`` (with the pid when the file has several unnamed ones)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path}: not a Chrome trace: {e}") from None
+    events = data.get("traceEvents", []) if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ReportError(f"{path}: not a Chrome trace (no traceEvents list)")
+    pnames: Dict[Any, str] = {}
+    tnames: Dict[Tuple[Any, Any], str] = {}
+    spans: Dict[Tuple[Any, Any], List[Tuple[float, float]]] = {}
+    open_b: Dict[Tuple[Any, Any], List[float]] = {}
+    for ev in events:
+        if not isinstance(ev, dict):
+            continue
+        ph, key = ev.get("ph"), (ev.get("pid", 0), ev.get("tid", 0))
+        if ph == "M":
+            name = (ev.get("args") or {}).get("name")
+            if ev.get("name") == "process_name" and name is not None:
+                pnames[key[0]] = str(name)
+            elif ev.get("name") == "thread_name" and name is not None:
+                tnames[key] = str(name)
+            continue
+        try:
+            ts = float(ev.get("ts", 0.0))
+        except (TypeError, ValueError):
+            continue
+        if ph == "X":
+            try:
+                dur = max(0.0, float(ev.get("dur", 0.0)))
+            except (TypeError, ValueError):
+                dur = 0.0
+            spans.setdefault(key, []).append((ts, ts + dur))
+        elif ph == "B":
+            open_b.setdefault(key, []).append(ts)
+        elif ph == "E" and open_b.get(key):
+            spans.setdefault(key, []).append((open_b[key].pop(), ts))
+    lanes = []
+    keys = set(spans) | set(tnames)
+    unnamed_pids = {k[0] for k in keys if k[0] not in pnames}
+    for key in sorted(keys, key=lambda k: (str(k[0]), _natural(str(k[1])))):
+        iv = spans.get(key, [])
+        proc = process_label or pnames.get(key[0]) or (unnamed if len(unnamed_pids) == 1 else f"{unnamed} {key[0]}")
+        lanes.append(
+            Lane(
+                proc,
+                tnames.get(key, f"lane {key[1]}"),
+                _union(iv),
+                len(iv),
+                min((s for s, _ in iv), default=math.nan),
+                max((e for _, e in iv), default=math.nan),
+            )
+        )
+    return lanes
+
+
+def _natural(s: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+# ----- the page ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Report:
+    """What one output prefix holds (``load_report``)."""
+
+    prefix: str
+    stats: ScopeStats
+    sizing: Sizing
+    sites: Dict[Tuple[str, int], Optional[str]]
+    lanes: List[Lane]
+    swimlane_path: Optional[str]
+    chips: List["Report"]
+    title: str
+
+
+def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional[str] = None, _chips: bool = True) -> Report:
+    prefix = os.fspath(prefix)
+    if not os.path.isdir(prefix):
+        raise ReportError(f"no such directory: {prefix}")
+    sp = os.path.join(prefix, "scope_stats", "scope_stats.jsonl")
+    if not os.path.isfile(sp):
+        raise ReportError(f"{prefix} has no scope_stats/scope_stats.jsonl (run with enable_scope_stats=True and this output_prefix)")
+    stats = load_scope_stats(sp)
+    sizing = run_sizing(sp, headroom)
+    if sizing.status != 0:
+        msg = (sizing.stderr.strip().splitlines() or ["taskring sizing failed"])[0]
+        raise ReportError(msg.replace("taskring sizing: ", "", 1))
+    sw = os.path.join(prefix, "merged_swimlane.json")
+    subs = sorted((d for d in os.listdir(prefix) if re.fullmatch(r"chip\d+", d) and os.path.isdir(os.path.join(prefix, d))), key=_natural) if _chips else []
+    # L2: the file's lanes are the chip's cores; L3 (chip subdirectories): the host's lanes.
+    lanes = load_swimlane(sw, unnamed="host" if subs else "chip") if os.path.isfile(sw) else []
+    chips: List[Report] = []
+    if subs:
+        named = {l.process for l in lanes}
+        for d in subs:
+            full = os.path.join(prefix, d)
+            csw = os.path.join(full, "merged_swimlane.json")
+            label = f"chip {d[4:]}"
+            # A chip whose lanes are not in the merged file: take its own swimlane.
+            if os.path.isfile(csw) and not any(n.startswith(label + " ") or n == label for n in named):
+                lanes.extend(load_swimlane(csw, process_label=f"{label} ({d}/merged_swimlane.json)"))
+            if os.path.isfile(os.path.join(full, "scope_stats", "scope_stats.jsonl")):
+                c = load_report(full, headroom, _title=label, _chips=False)
+                c.lanes = []
+                chips.append(c)
+    return Report(prefix, stats, sizing, peak_sites(stats), lanes, sw if os.path.isfile(sw) else None, chips, _title or "run")
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _fmt_int(v: int, unit: str) -> str:
+    if unit == "bytes":
+        for k, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if v >= k:
+                x = v / k
+                return f"{v:,} ({x:.3g} {name})"
+    return f"{v:,}"
+
+
+def _fmt_us(us: float) -> str:
+    if math.isnan(us):
+        return "-"
+    if us >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f} ms"
+    return f"{us:.2f} µs"
+
+
+def _pct(peak: int, cap: int) -> Optional[float]:
+    return 100.0 * peak / cap if cap > 0 else None
+
+
+def _pct_text(pct: Optional[float]) -> str:
+    if pct is None:
+        return "-"
+    if 0 < pct < 0.1:
+        return f"{pct:.2g} %"
+    return f"{pct:.1f} %"
+
+
+def level_class(pct: Optional[float]) -> str:
+    if pct is None:
+        return "na"
+    return "danger" if pct >= DANGER else "warn" if pct >= WARN else "ok"
+
+
+def _short_site(site: Optional[str]) -> str:
+    if not site:
+        return ""
+    if site == "root":
+        return "root (the run's implicit scope)"
+    m = re.match(r"(.*):(\d+)$", site)
+    if m:
+        return f"{os.path.basename(m.group(1))}:{m.group(2)}"
+    return site
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _downsample(xs: List[int], ys: List[float], limit: int = 4000) -> Tuple[List[int], List[float]]:
+    """At most ``limit`` points, each bucket keeping its maximum (peaks stay visible)."""
+    if len(xs) <= limit:
+        return xs, ys
+    step = math.ceil(len(xs) / limit)
+    ox, oy = [], []
+    for i in range(0, len(xs), step):
+        j = max(range(i, min(i + step, len(xs))), key=lambda k: ys[k])
+        ox.append(xs[j])
+        oy.append(ys[j])
+    return ox, oy
+
+
+def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]]) -> Optional[str]:
+    """Per resource, each ring's use at every scope boundary of the run, in % of its capacity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not stats.samples:
+        return None
+    colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
+    fig, axes = plt.subplots(len(RESOURCES), 1, figsize=(10, 2.4 * len(RESOURCES) + 0.6), sharex=True)
+    for ax, (res, label, unit, _) in zip(axes, RESOURCES):
+        caps = stats.capacity(res)
+        peaks = stats.peaks(res)
+        top = 100.0
+        for r in range(RINGS):
+            xs = [i for i, s in enumerate(stats.samples) if _ring_of(s) == r]
+            if not xs or caps[r] <= 0:
+                continue
+            ys = [100.0 * occupancy(stats.samples[i], res) / caps[r] for i in xs]
+            if max(ys) == 0 and peaks[r] == 0:
+                continue
+            xs, ys = _downsample(xs, ys)
+            pk = 100.0 * peaks[r] / caps[r]
+            site = _short_site(sites.get((res, r)))
+            ax.plot(xs, ys, color=colors[r], marker="o" if len(xs) <= 200 else None, ms=3, lw=1.2,
+                    label=f"ring {r}: peak {peaks[r]:,} of {caps[r]:,} {unit} ({_pct_text(pk)})" + (f" @ {site}" if site else ""))
+            ax.axhline(pk, color=colors[r], lw=0.8, ls=":")
+            top = max(top, pk, max(ys))
+        ax.axhspan(WARN, DANGER, color="#f6d860", alpha=0.15, lw=0)
+        ax.axhspan(DANGER, max(top, 100.0) * 1.08, color="#e06060", alpha=0.12, lw=0)
+        ax.set_ylim(0, max(top, 100.0) * 1.08)
+        ax.set_ylabel(f"{label}\n% of capacity")
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    from matplotlib.ticker import MaxNLocator
+
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[-1].set_xlabel("scope boundary (begin/end samples in run order)")
+    fig.suptitle("Ring occupancy at each scope boundary")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def busy_plot(lanes: List[Lane]) -> Optional[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not lanes:
+        return None
+    procs = sorted({l.process for l in lanes}, key=_natural)
+    cmap = matplotlib.colormaps["tab10"]
+    labels = [f"{l.process} · {l.name}" if len(procs) > 1 else l.name for l in lanes]
+    vals = [l.busy_us for l in lanes]
+    unit, div = ("ms", 1e3) if max(vals, default=0) >= 1e3 else ("µs", 1.0)
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(lanes) + 1.4))
+    ys = list(range(len(lanes)))[::-1]
+    ax.barh(ys, [v / div for v in vals], color=[cmap(procs.index(l.process) % 10) for l in lanes])
+    ax.set_yticks(ys)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel(f"busy time ({unit})")
+    ax.set_title("Busy time per core")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1150px}
+h1{font-size:1.5em;margin-bottom:4px} h2{font-size:1.2em;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:3px}
+h3{font-size:1.05em;margin-bottom:4px}
+.meta{color:#666;font-size:.9em}
+table{border-collapse:collapse;margin:6px 0 14px 0;font-size:.92em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f0f0f0} td.l,th.l{text-align:left}
+tr.ok td.pct{background:#e3f4e3} tr.warn td.pct{background:#fbeaa5} tr.danger td.pct{background:#f5b3b3;font-weight:bold}
+tr.na td{color:#999} tr.failed td{outline:2px solid #b00020}
+.bar{display:inline-block;height:9px;background:#4c72b0;vertical-align:middle}
+tr.warn .bar{background:#d9a400} tr.danger .bar{background:#c0392b}
+.failure{border:3px solid #b00020;background:#fdecee;padding:10px 14px;margin:12px 0;border-radius:4px}
+.failure h2{color:#b00020;border:none;margin:0 0 6px 0}
+pre{background:#f6f8fa;border:1px solid #ddd;padding:8px;overflow-x:auto;font-size:.9em}
+img{max-width:100%} .legend span{padding:1px 6px;margin-right:6px}
+.legend .ok{background:#e3f4e3} .legend .warn{background:#fbeaa5} .legend .danger{background:#f5b3b3}
+"""
+
+
+def _ring_tables(rep: Report, hid: str) -> List[str]:
+    st = rep.stats
+    f = st.failure
+    out = []
+    for res, label, unit, field in RESOURCES:
+        caps, peaks = st.capacity(res), st.peaks(res)
+        out.append(f'<h3 id="{hid}-{res}">{_e(label.capitalize())} ({_e(unit)}) — <code>{field}</code></h3>')
+        out.append(f'<table class="rings" data-resource="{res}"><thead><tr><th class="l">ring</th><th>peak</th><th>capacity</th>'
+                   f'<th>use</th><th class="l">level</th><th class="l">scope site of the peak</th></tr></thead><tbody>')
+        for r in range(RINGS):
+            pct = _pct(peaks[r], caps[r])
+            failed = bool(f and f.get("ring") == r and f.get("resource") == field)
+            cls = "danger" if failed else level_class(pct)  # the resource the run failed on
+            site = rep.sites.get((res, r))
+            bar = f'<span class="bar" style="width:{min(pct or 0, 100):.0f}px"></span> ' if pct is not None else ""
+            note = f' — failed here: needed {f.get("needed")}' if failed and f.get("needed") is not None else (" — failed here" if failed else "")
+            out.append(
+                f'<tr class="{cls}{" failed" if failed else ""}" data-ring="{r}"><td class="l">{r}</td><td>{_e(_fmt_int(peaks[r], unit))}</td>'
+                f'<td>{_e(_fmt_int(caps[r], unit))}</td><td class="pct">{bar}{_pct_text(pct)}</td>'
+                f'<td class="l">{cls}{_e(note)}</td><td class="l site" title="{_e(site or "")}">{_e(_short_site(site))}</td></tr>'
+            )
+        out.append("</tbody></table>")
+    return out
+
+
+def _failure_box(rep: Report) -> List[str]:
+    f = rep.stats.failure
+    if not rep.stats.fatal:
+        return []
+    out = ['<div class="failure" id="failure"><h2>This run FAILED</h2>']
+    if f:
+        out.append(
+            f"<p><b>{_e(f.get('name'))}</b> (code {_e(f.get('code'))}) on ring {_e(f.get('ring', '-'))}"
+            + (f", <code>{_e(f.get('resource'))}</code> configured {_e(f.get('configured'))}, needed {_e(f.get('needed', '-'))}" if f.get("resource") else "")
+            + ".</p>"
+        )
+    else:
+        out.append("<p>The scope stats are marked <code>fatal</code> (no failure record).</p>")
+    out.append("<p>The peaks below cover only the part of the run that happened before the failure; "
+               "the suggestion is a next step: run again with it and re-read the report.</p></div>")
+    return out
+
+
+def _sizing_block(rep: Report) -> List[str]:
+    s = rep.sizing
+    out = []
+    if s.comments:
+        out.append("<ul class=\"advisor\">" + "".join(f"<li>{_e(c)}</li>" for c in s.comments) + "</ul>")
+    if s.runtime_env is not None:
+        renv = s.runtime_env
+        py = ("cfg = taskring.CallConfig()\n"
+              + "".join(f"cfg.runtime_env.{k} = {renv[k]!r}\n" for k in renv)
+              + "# or, high level:\n"
+              + "config = taskring.RunConfig(" + ", ".join(f"{k}={renv[k]!r}" for k in renv) + ")\n"
+              + "# or, in a scene-test case's config:\n"
+              + (s.runtime_env_line or ""))
+        out.append("<p>Python (<code>CallConfig.runtime_env</code> / <code>RunConfig</code>):</p>")
+        out.append(f'<pre class="runtime-env">{_e(py)}</pre>')
+    if s.env_lines:
+        out.append("<p>Environment (<code>PTO2_RING_*</code>, read by the process that runs the chip):</p>")
+        out.append(f'<pre class="env-lines">{_e(chr(10).join(s.env_lines))}</pre>')
+    return out
+
+
+def _swimlane_block(lanes: List[Lane], path: Optional[str]) -> List[str]:
+    if not lanes:
+        return []
+    out = ['<h2 id="swimlane">Busy time per core</h2>']
+    if path:
+        out.append(f'<p class="meta">From <code>{_e(path)}</code> (open it in Perfetto for the timeline).</p>')
+    procs = sorted({l.process for l in lanes}, key=_natural)
+    span: Dict[str, float] = {}
+    for p in procs:
+        starts = [l.first_us for l in lanes if l.process == p and not math.isnan(l.first_us)]
+        ends = [l.last_us for l in lanes if l.process == p and not math.isnan(l.last_us)]
+        span[p] = (max(ends) - min(starts)) if starts and ends else 0.0
+    out.append('<p class="meta">Span = first event start to last event end of the process (a chip\'s own file '
+               'has its own clock). Busy = time inside events on the lane.</p>')
+    out.append('<table class="chips"><thead><tr><th class="l">process</th><th>lanes</th><th>tasks</th><th>busy</th>'
+               '<th>span</th><th>busy / (lanes × span)</th></tr></thead><tbody>')
+    for p in procs:
+        ls = [l for l in lanes if l.process == p]
+        busy = sum(l.busy_us for l in ls)
+        util = f"{100 * busy / (len(ls) * span[p]):.1f} %" if span[p] > 0 else "-"
+        out.append(f'<tr><td class="l">{_e(p)}</td><td>{len(ls)}</td><td>{sum(l.tasks for l in ls)}</td><td>{_e(_fmt_us(busy))}</td>'
+                   f'<td>{_e(_fmt_us(span[p]))}</td><td>{util}</td></tr>')
+    out.append("</tbody></table>")
+    out.append('<table class="cores"><thead><tr><th class="l">process</th><th class="l">core</th><th>tasks</th><th>busy</th><th>busy / span</th></tr></thead><tbody>')
+    for l in lanes:
+        sp = span[l.process]
+        util = f"{100 * l.busy_us / sp:.1f} %" if sp > 0 else "-"
+        out.append(f'<tr><td class="l">{_e(l.process)}</td><td class="l">{_e(l.name)}</td><td>{l.tasks}</td><td>{_e(_fmt_us(l.busy_us))}</td><td>{util}</td></tr>')
+    out.append("</tbody></table>")
+    img = busy_plot(lanes)
+    if img:
+        out.append(f'<img class="plot" alt="busy time per core" src="{img}">')
+    return out
+
+
+def _stats_section(rep: Report, hid: str, level: int) -> List[str]:
+    st = rep.stats
+    h = "h2" if level == 2 else "h3"
+    out = _failure_box(rep)
+    hd = st.header
+    out.append(f'<p class="meta">Scope stats <code>{_e(st.path)}</code>: version {_e(hd.get("version"))}, '
+               f'{len(st.samples)} samples, {len(scope_pairs(st.samples))} scopes'
+               + (f', <b>{_e(hd.get("dropped"))} samples dropped</b>' if hd.get("dropped") else "") + ".</p>")
+    out.append(f'<{h} id="{hid}-rings">Peak use per ring</{h}>')
+    out.append('<p class="legend">Use = peak / capacity: <span class="ok">below 50 %</span><span class="warn">warn ≥ 50 %</span>'
+               '<span class="danger">danger ≥ 80 %</span> (a task window of N slots holds at most N − 1 live tasks).</p>')
+    out += _ring_tables(rep, hid)
+    img = occupancy_plot(st, rep.sites)
+    if img:
+        out.append(f'<{h} id="{hid}-occupancy">Occupancy across the run\'s scopes</{h}>')
+        out.append(f'<img class="plot" alt="ring occupancy per scope boundary" src="{img}">')
+    out.append(f'<{h} id="{hid}-suggestion">Suggested <code>runtime_env</code></{h}>')
+    out += _sizing_block(rep)
+    return out
+
+
+def render_html(rep: Report) -> str:
+    title = f"taskring report — {os.path.basename(os.path.abspath(rep.prefix))}"
+    body = [f"<h1>{_e(title)}</h1>", f'<p class="meta">Output prefix <code>{_e(os.path.abspath(rep.prefix))}</code>'
+            f'{" — <b>FAILED RUN</b>" if rep.stats.fatal else ""}</p>']
+    body += _stats_section(rep, "run", 2)
+    body += _swimlane_block(rep.lanes, rep.swimlane_path)
+    for c in rep.chips:
+        body.append(f'<h2 id="{_e(c.title.replace(" ", ""))}">{_e(c.title.capitalize())}: its task\'s scope stats '
+                    f'(<code>{_e(os.path.relpath(c.prefix, rep.prefix))}/</code>)</h2>')
+        body += _stats_section(c, c.title.replace(" ", ""), 3)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(prefix: str, output: Optional[str] = None, headroom: Optional[str] = None) -> str:
+    """Write the page for ``prefix`` (default ``{prefix}/report.html``); returns its path."""
+    rep = load_report(prefix, headroom)
+    out = output or os.path.join(prefix, "report.html")
+    page = render_html(rep)
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as e:
+        raise ReportError(f"cannot write {out}: {e.strerror or e}") from None
+    return out
+
+
+USAGE = """usage: taskring report <output_prefix> [-o FILE.html] [--headroom H]
+  One self-contained HTML page about a run (CallConfig.output_prefix / RunConfig.output_dir):
+  peak use per ring against capacity, occupancy across scopes, the suggested runtime_env
+  (taskring sizing, headroom H, default 1.25) and, with a swimlane, busy time per core.
+  Default FILE: <output_prefix>/report.html."""
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    prefix = output = headroom = None
+    i = 0
+    try:
+        while i < len(args):
+            a = args[i]
+            if a in ("-h", "--help"):
+                print(USAGE)
+                return 0
+            if a in ("-o", "--output", "--headroom"):
+                if i + 1 >= len(args):
+                    raise ReportError(f"{a} needs a value")
+                i += 1
+                if a == "--headroom":
+                    headroom = args[i]
+                else:
+                    output = args[i]
+            elif a.startswith("--output=") or a.startswith("--headroom="):
+                k, v = a.split("=", 1)
+                if k == "--headroom":
+                    headroom = v
+                else:
+                    output = v
+            elif a.startswith("-") and len(a) > 1:
+                raise ReportError(f"unknown option '{a}'")
+            elif prefix is not None:
+                raise ReportError(f"one output prefix only (got '{a}' too)")
+            else:
+                prefix = a
+            i += 1
+        if prefix is None:
+            raise ReportError("the output prefix is missing (usage: taskring report <output_prefix> [-o FILE.html])")
+        path = write_report(prefix, output, headroom)
+    except ReportError as e:
+        print(f"taskring report: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
