@@ -95,6 +95,7 @@ __all__ = [
     "program",
     "resolve_ring_sizing",
     "run",
+    "suggest_sizing",
 ]
 
 
@@ -293,6 +294,16 @@ def run(prog: Program, *args: Any, config: Any = None) -> RunReport:
         return chip.run(prog.orchestration, prog.name, list(host), cc)
     finally:
         chip.close()
+
+
+def suggest_sizing(path_or_report: Any, headroom: Optional[float] = None) -> RunConfig:
+    """The sizing advisor's suggested ring sizes (``taskring sizing``, headroom 1.25 unless
+    given) as a ``RunConfig``. ``path_or_report``: a ``scope_stats.jsonl``, a run's
+    output prefix (``CallConfig.output_prefix`` / ``RunConfig.output_dir``), or a report
+    of ``taskring report``. Raises ``FileNotFoundError`` when there are no scope stats."""
+    from ._report import suggest_sizing as _suggest
+
+    return _suggest(path_or_report, headroom)
 
 
 class ChipWorker:
