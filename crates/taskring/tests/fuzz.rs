@@ -4,7 +4,8 @@
 //! - (a) the L3 task frame and reply decoders (`taskring::node::frame`): arbitrary bytes,
 //!   valid headers over random bodies and mutated valid frames never panic and always give
 //!   `Ok` or a typed `FrameError`; encode → decode is the identity (and decode → encode →
-//!   decode is stable for whatever a mutated frame decodes to);
+//!   decode is stable for whatever a mutated frame decodes to); a tensor argument off the
+//!   wire that `Tensor::validate` accepts stays inside its shared-memory region;
 //! - (b) `PTO2_RING_*` parsing (`taskring::config`): arbitrary strings are either a value
 //!   that passes the field's rule or one warning naming the variable (checked against an
 //!   independent model of the rule), and resolution never panics and never yields an
@@ -13,20 +14,20 @@
 //! - (c) the scope-stats reader and the sizing advisor (`taskring::dfx`): arbitrary text
 //!   and crafted JSONL (huge numbers, negative, NaN, wrong types, missing fields) never
 //!   panic; advice is always a valid ring size and never below a recorded peak (when a
-//!   valid size at or above the peak exists).
+//!   valid size at or above the peak exists); the `taskring sizing` command never panics
+//!   and the `PTO2_RING_*` lines it prints parse back to the advice.
 //!
 //! Budget: every property runs `TASKRING_FUZZ_CASES` cases when set, else
 //! `PROPTEST_CASES`, else its own default (the defaults keep this whole file at a few
 //! seconds in the debug test build on 2 cores — `make test`). `make fuzz` runs the long
-//! budget in release. Each property prints `fuzz <name>: N cases in T s (seed S)` on
+//! budget (200000 cases per property, about 2.5 minutes on 2 cores) in the same build. Each property prints `fuzz <name>: N cases in T s (seed S)` on
 //! stderr (visible with `--nocapture`); a failure prints the shrunk input and the seed.
 //! `TASKRING_FUZZ_SEED=<u64>` replays a seed.
 //!
-//! KNOWN FAILING (marked `#[ignore]`, run by `make fuzz` / `--include-ignored`): the
-//! advisor properties `dfx_advise_*` — `advise` overflows on huge peaks (a panic in debug,
-//! advice below the peak in release), and copies a failed run's recorded sizes (which the
-//! file may state as invalid ring sizes) into its advice. The fix is in progress in
-//! `dfx/`; remove the `#[ignore]` once it lands.
+//! The advisor properties (`dfx_advise_*`) were written as KNOWN FAILING against the
+//! advisor before commit 6c233e1 (overflow on huge peaks: a panic in debug, advice below
+//! the peak in release; a failed run's invalid recorded sizes copied into the advice);
+//! `dfx_advise_known_cases` keeps those inputs as fixed cases.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
@@ -1330,7 +1331,6 @@ fn realistic_peaks() -> impl Strategy<Value = (Hdr, f64)> {
 }
 
 #[test]
-#[ignore = "KNOWN FAILING until the dfx advisor fix lands: advise overflows on peaks near 2^64 / 2^63 (debug panic, advice below the peak in release)"]
 fn dfx_advise_arbitrary_peaks() {
     fuzz(
         "dfx_advise_arbitrary_peaks",
@@ -1344,7 +1344,6 @@ fn dfx_advise_arbitrary_peaks() {
 }
 
 #[test]
-#[ignore = "KNOWN FAILING until the dfx advisor fix lands: huge / invalid numbers in a scope-stats file reach advise unchecked"]
 fn dfx_advise_from_crafted_files() {
     let parsed = std::sync::atomic::AtomicU64::new(0);
     fuzz(
@@ -1397,10 +1396,9 @@ fn dfx_advise_realistic_peaks() {
     );
 }
 
-/// The failure classes the fuzzer found in `advise`, as fixed inputs (one line each in the
-/// report): each must give valid advice at or above the peak without panicking.
+/// The failure classes the fuzzer found in `advise` before commit 6c233e1, as fixed
+/// inputs: each must give valid advice at or above the peak without panicking.
 #[test]
-#[ignore = "KNOWN FAILING until the dfx advisor fix lands (see the cases' comments)"]
 fn dfx_advise_known_cases() {
     let none = Hdr::peaks([0; 4], [0; 4], [0; 4]);
     let fail = |resource: &str, needed: u64| Hdr {
@@ -1564,4 +1562,70 @@ fn frame_tensor_views_stay_in_bounds() {
         "fuzz frame_tensor_views_stay_in_bounds: {} views accepted",
         accepted.into_inner()
     );
+}
+
+/// The `taskring sizing` command (one implementation for Rust and Python): arbitrary
+/// arguments and headroom texts never panic and exit 0 or 2; every report's
+/// `PTO2_RING_*` lines parse back, with the env parser, to valid sizes equal to the
+/// advice (what the advisor prints can be pasted into the environment as it is).
+#[test]
+fn dfx_sizing_command_and_report() {
+    let file = std::env::temp_dir().join(format!("taskring-fuzz-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &file,
+        Hdr::peaks([100, 7, 0, 0], [5000, 0, 0, 0], [10, 0, 0, 0]).text(),
+    )
+    .unwrap();
+    let path = file.to_string_lossy().into_owned();
+    let arg = prop_oneof![
+        3 => prop::sample::select(vec!["--headroom", "--headroom=1.5", "--headroom=0.5", "--headroom=nan", "--headroom=inf", "-h", "--help", "--bogus", "-", "/nonexistent/x.jsonl", "1e308", "2", ""]).prop_map(str::to_string),
+        2 => Just(path),
+        1 => ".{0,12}",
+    ];
+    let strategy = (
+        prop::collection::vec(arg, 0..5),
+        scope_stats_text(),
+        text(12),
+        interesting_f64(),
+    );
+    fuzz(
+        "dfx_sizing_command_and_report",
+        3000,
+        strategy,
+        |(args, stats, headroom_text, headroom)| {
+            let out = dfx::sizing_command(&args);
+            prop_assert!(out.status == 0 || out.status == 2, "status {}", out.status);
+            if let Ok(h) = dfx::check_headroom(&headroom_text) {
+                prop_assert!(h.is_finite() && h >= 1.0);
+            }
+            let h = if headroom.is_finite() && headroom >= 1.0 {
+                headroom
+            } else {
+                1.25
+            };
+            if let Ok(report) = dfx::sizing_report(&stats, h) {
+                let p = dfx::read_peaks(&stats).expect("a report was written from this file");
+                let Some(a) = dfx::advise(&p, h).into_advice() else {
+                    return Ok(());
+                };
+                for (i, f) in RingField::ALL.into_iter().enumerate() {
+                    let line = report
+                        .lines()
+                        .find_map(|l| l.strip_prefix(&format!("{}=", f.env_var())));
+                    prop_assert!(line.is_some(), "no {} line in {:?}", f.env_var(), report);
+                    let parsed = parse_env_value(f, line.unwrap());
+                    prop_assert!(
+                        parsed.is_ok(),
+                        "the advisor printed {}={} which the env parser rejects: {:?}",
+                        f.env_var(),
+                        line.unwrap(),
+                        parsed
+                    );
+                    prop_assert_eq!(parsed.unwrap(), [a.task_window, a.heap, a.dep_pool][i]);
+                }
+            }
+            Ok(())
+        },
+    );
+    let _ = std::fs::remove_file(&file);
 }
