@@ -114,7 +114,8 @@ def test_stopped_chip_fails_its_task_with_the_default_timeout_and_holds_up_no_on
         took = time.monotonic() - t0
         assert str(e.value).startswith(f"chip 0 (pid {p0}): not responding: no heartbeat for "), str(e.value)
         assert "process state T, stopped" in str(e.value)
-        assert 1.9 <= took < 3.0, took  # the stall may have begun just before the run
+        # Counted from the chip's last heartbeat, which may precede the run a little.
+        assert 1.5 <= took < 3.0, took
         # The other chip's task ran meanwhile; the stopped chip's did not.
         assert list(o1) == [1.0, 2.0] and list(o0) == [0.0, 0.0]
         # Continued, the chip answers its old request, then works again.

@@ -259,7 +259,9 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
     let text = e.to_string();
     assert!(text.starts_with(&format!("chip 0 (pid {}): not responding: no heartbeat for ", pids[0])), "{text}");
     assert!(text.contains("process state T, stopped"), "{text}");
-    assert!(took >= Duration::from_millis(400) && took < Duration::from_millis(1500), "stall noticed after {took:?}");
+    // The stall is counted from the chip's last heartbeat, which may precede the run
+    // (and, on a loaded machine, SIGSTOP by more than one period).
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(1500), "stall noticed after {took:?}");
     // The healthy chip's task ran meanwhile.
     assert_eq!(read(&b1, 1), vec![1.0]);
     assert_eq!(read(&b0, 1), vec![0.0]);
@@ -307,7 +309,7 @@ fn cancel_interrupts_a_waiting_run_and_the_node_stays_usable() {
         let t0 = Instant::now();
         let e = n.run(move |o| nap_on(o, o0, 1500, 0), &CallConfig::default(), None).unwrap_err();
         assert!(matches!(e, NodeError::Interrupted(_)), "{e}");
-        assert!(t0.elapsed() < Duration::from_millis(700), "cancel took {:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_millis(1000), "cancel took {:?}", t0.elapsed());
         canceller.join().unwrap();
         assert_eq!(read(&b0, 1), vec![0.0]);
         // The next run waits for the interrupted task's late reply, then runs.
