@@ -194,8 +194,12 @@ fn deps_json_and_swimlane() {
     let tasks = deps["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 3);
     assert_eq!(tasks[1]["kernel"], "scale");
-    assert_eq!(tasks[1]["deps"][0][0], tasks[0]["id"]);
-    assert_eq!(tasks[1]["deps"][0][1], "wait+retain");
+    // The creator edges fill -> scale -> copy (the full format: tests/deps_json.rs).
+    let edges = deps["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 2, "{edges:?}");
+    assert_eq!((&edges[0]["pred"], &edges[0]["succ"]), (&tasks[0]["id"], &tasks[1]["id"]));
+    assert_eq!(edges[0]["flags"], serde_json::json!(["wait", "retain"]));
+    assert_eq!(edges[0]["source"], "tensormap");
     let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("merged_swimlane.json")).unwrap()).unwrap();
     let runs: Vec<&serde_json::Value> = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").collect();
     assert_eq!(runs.len(), 3);

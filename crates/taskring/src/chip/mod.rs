@@ -504,7 +504,7 @@ impl ChipWorker {
         }
         if let Some(prefix) = &diag.deps_prefix {
             let (arena, _) = self.cache.acquire_resident(sizing).expect("the run's arena is resident");
-            if let Err(e) = crate::dfx::write_deps(prefix, arena.orch.deps.as_deref().unwrap_or(&[])) {
+            if let Err(e) = crate::dfx::write_deps(prefix, arena.orch.deps.as_deref()) {
                 eprintln!("taskring: could not write deps.json under {}: {e}", prefix.display());
             }
         }

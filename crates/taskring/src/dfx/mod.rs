@@ -118,24 +118,309 @@ pub fn write_scope_stats(prefix: &Path, header: &ScopeStatsHeader, stats: &Scope
     Ok(path)
 }
 
-/// One task of `deps.json` (`CallConfig.enable_dep_gen`): its id, kernel and the
-/// producers it was found to depend on (before completed or retired ones were dropped),
-/// with the edge kind.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DepRecord {
-    pub id: u64,
-    pub ring: u32,
-    pub kernel: String,
-    /// `(producer id, "wait" | "retain" | "wait+retain")`.
-    pub deps: Vec<(u64, String)>,
+// ----- deps.json -----------------------------------------------------------------------
+
+/// `deps.json` (`CallConfig.enable_dep_gen`): the run's tasks with their tensor
+/// arguments, the buffers those arguments refer to, and every dependency edge.
+///
+/// ```json
+/// {"tasks": [{"id": 4294967296, "kernel": "add", "ring": 1, "scope": 1,
+///             "args": [{"idx": 0, "tag": "INPUT", "tensor": 0, "shape": [4, 256],
+///                       "dtype": "float32", "offset": 0}, ...]}, ...],
+///  "tensors": [{"id": 0, "addr": 140212345678912, "dtype": "float32", "numel": 1024}, ...],
+///  "edges": [{"pred": 4294967296, "succ": 4294967297, "source": "tensormap",
+///             "flags": ["wait", "retain"]}, ...]}
+/// ```
+///
+/// - `tasks`, ordered by id (`(ring << 32) | local`): `kernel` is the kernel's name
+///   (`"dummy"` for a dummy task, `"alloc"` for an output-only allocation); `scope` is
+///   the scope instance the task was submitted in: scopes are numbered in the order
+///   they open during the run, 0 being the run's root scope. `args` are the tensor
+///   arguments in argument order (`idx`: position among the task's tensor arguments;
+///   scalars are not listed), each with its tag (`INPUT`, `OUTPUT`, `INOUT`,
+///   `OUTPUT_EXISTING`, `NO_DEP`), the `tensors` entry of its buffer, the view's shape
+///   and dtype and its offset in elements from the buffer's start.
+/// - `tensors`, one per distinct buffer, ordered by id (ids in order of first use):
+///   host arrays by base address, runtime outputs by their heap allocation (the address
+///   and the task that allocated it). `numel` is the buffer's size in elements of
+///   `dtype` (the dtype of its first use).
+/// - `edges`, ordered by `(succ, pred, source)`: `source` is `"explicit"` for a
+///   `deps` / `add_dep` dependency, `"tensormap"` for one the runtime inferred (an
+///   overlapping earlier writer found in the tensormap — flags `["wait"]` —, or the
+///   task that allocated a runtime output the task uses — `["wait", "retain"]`). One
+///   edge per `(pred, succ, source)`, flags merged; a dependency both declared and
+///   inferred is two edges.
+///
+/// Edges are what the program implies under the runtime's rules (reference §5: RAW
+/// and WAW through view overlap, WAR not tracked, nothing inferred in manual scopes),
+/// independent of timing: a producer that had already completed or retired when its
+/// consumer was submitted is still an edge, though the engine does not wait on it. So
+/// the file (up to `addr`) is the same on every run of a program.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DepsFile {
+    pub tasks: Vec<DepsTask>,
+    pub tensors: Vec<DepsTensor>,
+    pub edges: Vec<DepsEdge>,
 }
 
-/// Write `<prefix>/deps.json`.
-pub fn write_deps(prefix: &Path, tasks: &[DepRecord]) -> std::io::Result<PathBuf> {
+/// A task of [`DepsFile`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DepsTask {
+    pub id: u64,
+    pub kernel: String,
+    pub ring: u32,
+    pub scope: u32,
+    pub args: Vec<DepsArg>,
+}
+
+/// A tensor argument of a [`DepsTask`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DepsArg {
+    pub idx: u32,
+    pub tag: String,
+    pub tensor: u32,
+    pub shape: Vec<u32>,
+    pub dtype: String,
+    pub offset: u64,
+}
+
+/// A buffer of [`DepsFile`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DepsTensor {
+    pub id: u32,
+    pub addr: u64,
+    pub dtype: String,
+    pub numel: u64,
+}
+
+/// An edge of [`DepsFile`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DepsEdge {
+    pub pred: u64,
+    pub succ: u64,
+    /// `"tensormap"` or `"explicit"`.
+    pub source: String,
+    /// `"wait"` and/or `"retain"`, in that order.
+    pub flags: Vec<String>,
+}
+
+use crate::engine::tensormap::{check_overlap, Overlap};
+use crate::engine::ArgTag;
+use crate::tensor::{DType, TaskId, Tensor, MAX_DIMS};
+
+/// Edge flags as the engine spells them.
+const WAIT: u64 = crate::engine::shared::DEP_WAIT;
+const RETAIN: u64 = crate::engine::shared::DEP_RETAIN;
+
+#[derive(Clone, Copy, Debug)]
+struct RecTask {
+    id: u64,
+    kernel: &'static str,
+    ring: u8,
+    scope: u32,
+    /// Range in `DepGraph::args`.
+    args: (u32, u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RecArg {
+    idx: u8,
+    tag: ArgTag,
+    tensor: u32,
+    ndims: u8,
+    shape: [u32; MAX_DIMS],
+    dtype: DType,
+    offset: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RecTensor {
+    addr: u64,
+    dtype: DType,
+    numel: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RecEdge {
+    pred: u64,
+    succ: u64,
+    explicit: bool,
+    flags: u64,
+}
+
+/// The dependency graph of a run, recorded by the orchestrator while `enable_dep_gen`
+/// is on (nothing of it exists otherwise). Edges inferred through the tensormap are
+/// found again here, against every writer the run has had (the engine's tensormap
+/// forgets completed and retired writers, which would make the file depend on timing).
+#[derive(Debug, Default)]
+pub struct DepGraph {
+    tasks: Vec<RecTask>,
+    args: Vec<RecArg>,
+    tensors: Vec<RecTensor>,
+    /// `(addr, allocating task or INVALID for host arrays)` -> tensor id.
+    tensor_ids: std::collections::HashMap<(u64, u64), u32>,
+    edges: Vec<RecEdge>,
+    /// Writers (INOUT / OUTPUT_EXISTING outside manual scopes) per tensor id.
+    writers: Vec<Vec<(Tensor, TaskId)>>,
+}
+
+impl DepGraph {
+    /// Tasks recorded so far.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    fn tensor_id(&mut self, t: &Tensor) -> u32 {
+        let next = self.tensors.len() as u32;
+        let id = *self.tensor_ids.entry((t.addr, t.owner.0)).or_insert(next);
+        if id == next {
+            let numel = t.buf_bytes / t.dtype.size_bytes() as u64;
+            self.tensors.push(RecTensor { addr: t.addr, dtype: t.dtype, numel });
+            self.writers.push(Vec::new());
+        }
+        id
+    }
+
+    /// Add an edge into the task being recorded (whose edges start at `first`), merging
+    /// flags with an edge of the same producer and source.
+    fn edge(&mut self, first: usize, pred: TaskId, succ: TaskId, explicit: bool, flags: u64) {
+        if let Some(e) = self.edges[first..].iter_mut().find(|e| e.pred == pred.0 && e.explicit == explicit) {
+            e.flags |= flags;
+        } else {
+            self.edges.push(RecEdge { pred: pred.0, succ: succ.0, explicit, flags });
+        }
+    }
+
+    /// Record one submit: task `id` on `ring` in scope instance `scope`, its tensors in
+    /// the engine's canonical order (`tensors[i]` has tag `tags[i]` and was argument
+    /// `order[i]`), its explicit deps, and whether dependencies are inferred (outside
+    /// manual scopes). Mirrors the engine's steps 4 and 5: all lookups, then all inserts.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn record(
+        &mut self,
+        id: TaskId,
+        kernel: &'static str,
+        ring: usize,
+        scope: u32,
+        tensors: &[Tensor],
+        tags: &[ArgTag],
+        order: &[u8],
+        explicit: &[(TaskId, u64)],
+        infer: bool,
+    ) {
+        let a0 = self.args.len() as u32;
+        let mut tids = [0u32; crate::engine::MAX_TASK_TENSORS];
+        for (i, t) in tensors.iter().enumerate() {
+            let tensor = self.tensor_id(t);
+            tids[i] = tensor;
+            let mut shape = [0u32; MAX_DIMS];
+            let nd = (t.ndims as usize).min(MAX_DIMS);
+            shape[..nd].copy_from_slice(&t.shape[..nd]);
+            self.args.push(RecArg { idx: order[i], tag: tags[i], tensor, ndims: nd as u8, shape, dtype: t.dtype, offset: t.offset });
+        }
+        self.args[a0 as usize..].sort_by_key(|a| a.idx);
+        self.tasks.push(RecTask { id: id.0, kernel, ring: ring as u8, scope, args: (a0, self.args.len() as u32) });
+        let first = self.edges.len();
+        for &(d, flags) in explicit {
+            self.edge(first, d, id, true, flags & (WAIT | RETAIN));
+        }
+        if !infer {
+            return;
+        }
+        for (i, t) in tensors.iter().enumerate() {
+            let tag = tags[i];
+            if tag != ArgTag::Output && t.owner.is_valid() {
+                self.edge(first, t.owner, id, false, WAIT | RETAIN);
+            }
+            if (tag == ArgTag::Input || tag == ArgTag::Inout) && !t.manual_dep {
+                let tid = tids[i] as usize;
+                let mut w = std::mem::take(&mut self.writers[tid]);
+                w.retain(|(e, p)| match check_overlap(t, e) {
+                    Overlap::None => true,
+                    o => {
+                        self.edge(first, *p, id, false, WAIT);
+                        !(o == Overlap::Covered && tag == ArgTag::Inout)
+                    }
+                });
+                self.writers[tid] = w;
+            }
+        }
+        for (i, t) in tensors.iter().enumerate() {
+            if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
+                self.writers[tids[i] as usize].push((*t, id));
+            }
+        }
+    }
+
+    /// The file's content: everything ordered as [`DepsFile`] says.
+    pub fn to_file(&self) -> DepsFile {
+        let flag_names = |f: u64| {
+            let mut v = Vec::with_capacity(2);
+            if f & WAIT != 0 {
+                v.push("wait".to_string());
+            }
+            if f & RETAIN != 0 {
+                v.push("retain".to_string());
+            }
+            v
+        };
+        let mut tasks: Vec<DepsTask> = self
+            .tasks
+            .iter()
+            .map(|t| DepsTask {
+                id: t.id,
+                kernel: t.kernel.to_string(),
+                ring: t.ring as u32,
+                scope: t.scope,
+                args: self.args[t.args.0 as usize..t.args.1 as usize]
+                    .iter()
+                    .map(|a| DepsArg {
+                        idx: a.idx as u32,
+                        tag: a.tag.name().to_string(),
+                        tensor: a.tensor,
+                        shape: a.shape[..a.ndims as usize].to_vec(),
+                        dtype: a.dtype.name().to_string(),
+                        offset: a.offset,
+                    })
+                    .collect(),
+            })
+            .collect();
+        tasks.sort_by_key(|t| t.id);
+        let tensors = self
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| DepsTensor { id: i as u32, addr: t.addr, dtype: t.dtype.name().to_string(), numel: t.numel })
+            .collect();
+        let mut edges: Vec<&RecEdge> = self.edges.iter().collect();
+        // "explicit" < "tensormap"
+        edges.sort_by_key(|e| (e.succ, e.pred, !e.explicit));
+        let edges = edges
+            .into_iter()
+            .map(|e| DepsEdge {
+                pred: e.pred,
+                succ: e.succ,
+                source: if e.explicit { "explicit" } else { "tensormap" }.to_string(),
+                flags: flag_names(e.flags),
+            })
+            .collect();
+        DepsFile { tasks, tensors, edges }
+    }
+}
+
+/// Write `<prefix>/deps.json` (an empty graph when `graph` is `None`).
+pub fn write_deps(prefix: &Path, graph: Option<&DepGraph>) -> std::io::Result<PathBuf> {
+    use std::io::Write;
     std::fs::create_dir_all(prefix)?;
     let path = prefix.join("deps.json");
-    let f = std::io::BufWriter::new(std::fs::File::create(&path)?);
-    serde_json::to_writer(f, &serde_json::json!({ "version": 1, "tasks": tasks }))?;
+    let file = graph.map(DepGraph::to_file).unwrap_or_default();
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    serde_json::to_writer(&mut f, &file)?;
+    f.flush()?;
     Ok(path)
 }
 

@@ -77,6 +77,8 @@ struct ScopeFrame {
     begin: usize,
     manual: bool,
     site: Site,
+    /// The scope instance: scopes opened before it this run (the root scope is 0).
+    id: u32,
 }
 
 /// Where a scope was opened (for scope stats).
@@ -110,7 +112,9 @@ pub struct OrchState {
     /// Scope-stats samples of the current run, when enabled.
     pub(crate) stats: Option<crate::dfx::ScopeStats>,
     /// The dependency graph of the current run, when enabled (`deps.json`).
-    pub(crate) deps: Option<Vec<crate::dfx::DepRecord>>,
+    pub(crate) deps: Option<Box<crate::dfx::DepGraph>>,
+    /// Scopes opened so far this run (the next scope's instance id).
+    scopes_opened: u32,
     sites: Vec<String>,
 }
 
@@ -143,6 +147,7 @@ impl OrchState {
             tasks: 0,
             stats: None,
             deps: None,
+            scopes_opened: 0,
             sites: Vec::new(),
         })
     }
@@ -167,12 +172,13 @@ impl OrchState {
         self.tasks = 0;
         self.stats = None;
         self.deps = None;
+        self.scopes_opened = 0;
         self.sites.clear();
     }
 
     /// Record the dependency graph this run.
     pub(crate) fn enable_deps(&mut self) {
-        self.deps = Some(Vec::new());
+        self.deps = Some(Box::default());
     }
 
     /// Record scope stats this run.
@@ -463,7 +469,9 @@ impl<'r> Orchestrator<'r> {
             )));
         }
         let begin = self.st.scope_tasks.len();
-        self.st.scopes.push(ScopeFrame { begin, manual, site });
+        let id = self.st.scopes_opened;
+        self.st.scopes_opened = id.wrapping_add(1);
+        self.st.scopes.push(ScopeFrame { begin, manual, site, id });
         self.sample("begin", site);
         Ok(())
     }
@@ -825,28 +833,9 @@ impl<'r> Orchestrator<'r> {
             }
         }
 
-        if self.st.deps.is_some() {
-            let rec = crate::dfx::DepRecord {
-                id: id.0,
-                ring: ring as u32,
-                kernel: kernel.map(|k| k.name().to_string()).unwrap_or_else(|| if inline_complete { "alloc".into() } else { "dummy".into() }),
-                deps: self
-                    .st
-                    .fanin
-                    .iter()
-                    .map(|e| {
-                        let kind = match (e.flags & DEP_WAIT != 0, e.flags & DEP_RETAIN != 0) {
-                            (true, true) => "wait+retain",
-                            (true, false) => "wait",
-                            _ => "retain",
-                        };
-                        (e.producer.0, kind.to_string())
-                    })
-                    .collect(),
-            };
-            if let Some(d) = self.st.deps.as_mut() {
-                d.push(rec);
-            }
+        if let Some(g) = self.st.deps.as_deref_mut() {
+            let name = kernel.map(|k| k.name_static()).unwrap_or(if inline_complete { "alloc" } else { "dummy" });
+            g.record(id, name, ring, frame.id, tensors, &tags[..n], &order[..n], args.deps(), !manual);
         }
 
         // Claim producers.
