@@ -331,3 +331,47 @@ def test_report_in_headless_chromium(runs, tmp_path):
     rows = _ring_rows(dom, "task_window")
     assert rows[1][0] == "danger" and rows[1][1][3] == "87.5 %"
     assert any(t["class"] == "cores" for t in dom.tables)
+
+
+# ----- crafted inputs: a header without peaks, a merged multi-chip trace ----------------------------
+
+
+def test_report_crafted_header_without_peaks_and_merged_chip_trace(tmp_path):
+    """Peaks derived from the samples as the advisor does, the site of each; a merged trace
+    (API.md §7: one Perfetto process per chip) grouped per chip, B/E events counted, and
+    overlapping events of one lane counted once."""
+    head = {"version": 6, "fatal": False, "dropped": 0, "total": 6, "task_window_max": [16, 8, 8, 8],
+            "heap_max": [4096] * 4, "dep_pool_max": [100] * 4, "tensormap_max": 0}
+
+    def s(site, phase, depth, w0, w1, h0=0, h1=0):
+        return {"site": site, "phase": phase, "depth": depth, "ring": min(depth, 3), "task_window_start": w0,
+                "task_window_end": w1, "heap_start": h0, "heap_end": h1, "dep_pool_start": 0, "dep_pool_end": 0, "tensormap": 0}
+
+    samples = [s("root", "begin", 0, 0, 0), s("/u/a.py:3", "begin", 1, 0, 0), s("/u/a.py:3", "end", 1, 0, 2, 0, 3072),
+               s("/u/a.py:9", "begin", 1, 2, 2, 3072, 3072), s("/u/a.py:9", "end", 1, 2, 9, 3072, 4096), s("root", "end", 0, 0, 0)]
+    (tmp_path / "scope_stats").mkdir()
+    (tmp_path / "scope_stats" / "scope_stats.jsonl").write_text("\n".join(json.dumps(x) for x in [head, *samples]) + "\n")
+    trace = {"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "chip 0 (pid 7)"}},
+        {"ph": "M", "name": "process_name", "pid": 8, "args": {"name": "chip 1 (pid 8)"}},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 0, "args": {"name": "core 0"}},
+        {"ph": "X", "name": "k", "pid": 7, "tid": 0, "ts": 0.0, "dur": 10.0},
+        {"ph": "X", "name": "k", "pid": 7, "tid": 0, "ts": 5.0, "dur": 10.0},
+        {"ph": "B", "name": "k", "pid": 8, "tid": 3, "ts": 100.0},
+        {"ph": "E", "name": "k", "pid": 8, "tid": 3, "ts": 130.0},
+        {"ph": "s", "name": "flow", "pid": 7, "tid": 0, "ts": 1.0, "id": 1},
+    ]}
+    (tmp_path / "merged_swimlane.json").write_text(json.dumps(trace))
+    assert _report.main([str(tmp_path)]) == 0
+    text, page = _page(tmp_path)
+    rows = _ring_rows(page, "task_window")
+    # Ring 1: the second scope reached end 9 - begin 2 = 7 of 8 slots.
+    assert rows[1][0] == "danger" and rows[1][1][1] == "7" and rows[1][1][3] == "87.5 %" and rows[1][1][5] == "a.py:9"
+    # Heap: the first scope's 3 KiB (75 %) is ring 1's peak, the second added 1 KiB to a reclaimed ring.
+    heap = _ring_rows(page, "heap")[1]
+    assert heap[0] == "warn" and heap[1][1].startswith("3,072") and heap[1][5] == "a.py:3"
+    chips = {r["cells"][0]: r["cells"] for r in next(t for t in page.tables if t["class"] == "chips")["rows"][1:]}
+    assert set(chips) == {"chip 0 (pid 7)", "chip 1 (pid 8)"}
+    assert chips["chip 0 (pid 7)"][2] == "2" and chips["chip 0 (pid 7)"][3] == "15.00 µs"  # union of 0..10 and 5..15
+    assert chips["chip 1 (pid 8)"][2] == "1" and chips["chip 1 (pid 8)"][3] == "30.00 µs"
+    assert "lane 3" in text  # a lane without a thread_name
