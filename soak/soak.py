@@ -7,15 +7,22 @@ For `--minutes` (default 5, at most 10) it runs, in random order:
   random programs — DAGs of builtin kernels (add, sub, mul, copy, scale) and a Python
   kernel over small float32 arrays, in nested scopes (rings 0..3), with runtime
   temporaries and row-half views — under random per-task ring sizes that fit
-  (`RunConfig` scalar or per-ring lists, `CallConfig`, or none);
+  (`RunConfig` scalar or per-ring lists, `CallConfig`, `PTO2_RING_*` in the environment,
+  or none), from 2-3 threads sharing one `ChipWorker` now and then;
+- tight ring sizes (between the minimum and what holds everything: the runtime must
+  reclaim as it goes): each run is right or fails with a capacity error, and at L2 the
+  failures' `needed` sizes are followed until the program fits (a `needed` no larger than
+  what is configured is lost: the hint cannot be followed);
 - L3 (`taskring.Worker(level=3)` with chip processes, recreated now and then): several
   such programs per run on random chips, chained through shared arrays, each with its own
-  random `CallConfig`;
+  random `CallConfig` (fitting or tight);
 - injected faults: a Python kernel that raises (L2 and L3), undersized rings (a window of
   4 or a heap of 1024 bytes on a ring that needs more: a capacity `RuntimeFailure` at L2,
-  the chip's `chip N (pid P): ...` error at L3), SIGKILL of a chip (idle or while its task
-  runs: the `chip N (pid P): ...signal 9` error, the other chips keep working, close() is
-  quick, then a fresh worker) and, with `--sigstop`, SIGSTOP of a chip (`not responding`).
+  the chip's `chip N (pid P): ...` error at L3), garbage `PTO2_RING_*` values (ignored),
+  SIGKILL of a chip (idle or while its task runs: the `chip N (pid P): ...signal 9` error
+  within 1 s, the other chips keep working, close() is quick, then a fresh worker), Ctrl-C
+  while an L3 run waits (KeyboardInterrupt within 1 s, the worker keeps working) and,
+  with `--sigstop`, SIGSTOP of a chip (`not responding`; the other chip's task is done).
 
 Every result is checked against a sequential numpy oracle (outputs downstream of a failed
 task must stay untouched). Each run has a timeout (a watchdog thread interrupts it; a run

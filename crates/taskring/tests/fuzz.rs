@@ -1629,3 +1629,65 @@ fn dfx_sizing_command_and_report() {
     );
     let _ = std::fs::remove_file(&file);
 }
+
+/// A chip's reply carries its resolved sizing as 12 values and 12 source codes, rebuilt on
+/// the host by `RingSizing::from_key_and_sources`: any values and codes give a valid
+/// sizing or an error, never a panic; a sizing rebuilt from its own key round-trips.
+#[test]
+fn env_sizing_from_wire_values() {
+    // Half the keys mostly valid per field (so the Ok branch is reached), half any.
+    let key = (
+        runtime_env(),
+        prop::array::uniform12(interesting_u64()),
+        any::<bool>(),
+    )
+        .prop_map(|(e, any_key, valid)| {
+            if !valid {
+                return any_key;
+            }
+            let mut k = [0u64; 12];
+            k[..4].copy_from_slice(&e.ring_task_window);
+            k[4..8].copy_from_slice(&e.ring_heap);
+            k[8..].copy_from_slice(&e.ring_dep_pool);
+            for (i, v) in k.iter_mut().enumerate() {
+                if *v == 0 {
+                    *v = RingField::ALL[i / 4].default_value(); // resolved: no zeros
+                }
+            }
+            k
+        });
+    let accepted = std::sync::atomic::AtomicU64::new(0);
+    fuzz(
+        "env_sizing_from_wire_values",
+        20000,
+        (key, any::<[u8; 12]>()),
+        |(key, codes)| {
+            match RingSizing::from_key_and_sources(key, codes) {
+                Ok(s) => {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    prop_assert_eq!(s.key(), key);
+                    for (i, f) in RingField::ALL.into_iter().enumerate() {
+                        for r in 0..4 {
+                            prop_assert!(
+                                f.check(key[i * 4 + r]),
+                                "{}[{}] = {} accepted",
+                                f.name(),
+                                r,
+                                key[i * 4 + r]
+                            );
+                        }
+                    }
+                    let again =
+                        RingSizing::from_key_and_sources(s.key(), s.source_codes()).unwrap();
+                    prop_assert_eq!(again.source_codes(), s.source_codes());
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("RingSizing: "), "{}", e),
+            }
+            Ok(())
+        },
+    );
+    eprintln!(
+        "fuzz env_sizing_from_wire_values: {} sizings accepted",
+        accepted.into_inner()
+    );
+}
