@@ -436,12 +436,30 @@ def _short_site(site: Optional[str]) -> str:
     return site
 
 
+def _figure(**kw):
+    """A matplotlib figure drawn by the Agg canvas (no pyplot: the caller's backend and
+    figures are left alone), or None without matplotlib (the page then has no plots)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    fig = Figure(**kw)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -460,15 +478,13 @@ def _downsample(xs: List[int], ys: List[float], limit: int = 4000) -> Tuple[List
 
 def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]]) -> Optional[str]:
     """Per resource, each ring's use at every scope boundary of the run, in % of its capacity."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if not stats.samples:
         return None
     colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
-    fig, axes = plt.subplots(len(RESOURCES), 1, figsize=(10, 2.4 * len(RESOURCES) + 0.6), sharex=True)
+    fig = _figure(figsize=(10, 2.4 * len(RESOURCES) + 0.6))
+    if fig is None:
+        return None
+    axes = fig.subplots(len(RESOURCES), 1, sharex=True)
     for ax, (res, label, unit, _) in zip(axes, RESOURCES):
         caps = stats.capacity(res)
         peaks = stats.peaks(res)
@@ -504,19 +520,18 @@ def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]
 
 
 def busy_plot(lanes: List[Lane]) -> Optional[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if not lanes:
         return None
-    procs = sorted({l.process for l in lanes}, key=_natural)
+    fig = _figure(figsize=(10, 0.32 * len(lanes) + 1.4))
+    if fig is None:
+        return None
+    import matplotlib
+    procs = list(dict.fromkeys(l.process for l in lanes))  # in file order: the host first at L3
     cmap = matplotlib.colormaps["tab10"]
     labels = [f"{l.process} · {l.name}" if len(procs) > 1 else l.name for l in lanes]
     vals = [l.busy_us for l in lanes]
     unit, div = ("ms", 1e3) if max(vals, default=0) >= 1e3 else ("µs", 1.0)
-    fig, ax = plt.subplots(figsize=(10, 0.32 * len(lanes) + 1.4))
+    ax = fig.subplots()
     ys = list(range(len(lanes)))[::-1]
     ax.barh(ys, [v / div for v in vals], color=[cmap(procs.index(l.process) % 10) for l in lanes])
     ax.set_yticks(ys)
@@ -618,7 +633,7 @@ def _swimlane_block(lanes: List[Lane], path: Optional[str]) -> List[str]:
     out = ['<h2 id="swimlane">Busy time per core</h2>']
     if path:
         out.append(f'<p class="meta">From <code>{_e(path)}</code> (open it in Perfetto for the timeline).</p>')
-    procs = sorted({l.process for l in lanes}, key=_natural)
+    procs = list(dict.fromkeys(l.process for l in lanes))  # in file order: the host first at L3
     span: Dict[str, float] = {}
     for p in procs:
         starts = [l.first_us for l in lanes if l.process == p and not math.isnan(l.first_us)]
@@ -672,6 +687,9 @@ def render_html(rep: Report) -> str:
     title = f"taskring report — {os.path.basename(os.path.abspath(rep.prefix))}"
     body = [f"<h1>{_e(title)}</h1>", f'<p class="meta">Output prefix <code>{_e(os.path.abspath(rep.prefix))}</code>'
             f'{" — <b>FAILED RUN</b>" if rep.stats.fatal else ""}</p>']
+    if not have_matplotlib():
+        body.append('<p class="meta"><b>No plots:</b> matplotlib is not installed in this Python '
+                    '(<code>pip install matplotlib</code>); the tables hold every number.</p>')
     body += _stats_section(rep, "run", 2)
     body += _swimlane_block(rep.lanes, rep.swimlane_path)
     for c in rep.chips:
