@@ -299,7 +299,10 @@ impl DepGraph {
     /// the engine's canonical order (`tensors[i]` has tag `tags[i]` and was argument
     /// `order[i]`), its explicit deps, and whether dependencies are inferred (outside
     /// manual scopes). Mirrors the engine's steps 4 and 5: all lookups, then all inserts.
+    // Out of line and cold: the submit path keeps its shape when recording is off.
     #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
     pub(crate) fn record(
         &mut self,
         id: TaskId,
