@@ -473,6 +473,7 @@ class Soak:
         self.kinds = Counter()
         self.fault_kinds = Counter()
         self.notes = Counter()
+        self.raises = Counter()  # tight L2 runs that fitted, by how many raises it took
         self.sigstop_results = []
         self.chip = None
         self.chip_uses = 0
@@ -599,7 +600,8 @@ class Soak:
         else:
             self.notes["tight rings: still failing after 10 raises"] += 1
             return
-        self.notes[f"tight rings: fitted after {attempt} raise(s)" if attempt else "tight rings: fitted"] += 1
+        self.notes["tight rings: fitted" if not attempt else "tight rings: fitted after raising to the needed sizes"] += 1
+        self.raises[attempt] += 1
         self.compare(spec.name + f" under tight rings {cfg}", outs, want)
 
     def l2_kernel_fault(self):
@@ -1127,6 +1129,8 @@ class Soak:
             print(f"soak: SIGSTOP detection: {ok}/{len(self.sigstop_results)} reported 'not responding'" + (f" after {min(times):.2f}..{max(times):.2f} s" if times else ""), flush=True)
         for n, c in sorted(self.notes.items()):
             print(f"soak: note: {n} ({c}x)", flush=True)
+        if self.raises:
+            print("soak: note: tight L2 runs that fitted, by raises needed: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.raises.items())), flush=True)
         if self.lost:
             print("soak: lost by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(Counter(k for k, _ in self.lost).items())), flush=True)
         shown = Counter()
