@@ -192,6 +192,8 @@ def _interrupted_run(w, orch, after=0.3):
     """Run `orch` with SIGINT sent to this (main) thread `after` seconds in; assert the
     run raises KeyboardInterrupt within 1 s of it. Returns when the run started."""
     main = threading.main_thread().ident
+    # A process started in the background may inherit SIGINT ignored: handle it here.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(after, lambda: signal.pthread_kill(main, signal.SIGINT))
     timer.start()
     t0 = time.monotonic()
@@ -201,6 +203,7 @@ def _interrupted_run(w, orch, after=0.3):
         took = time.monotonic() - t0
     finally:
         timer.join()
+        signal.signal(signal.SIGINT, old)
     assert took < after + 1.0, took
     return t0
 
