@@ -35,6 +35,8 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 RINGS = 4
 # (key in the scope-stats file, label, unit, runtime_env field)
 RESOURCES = (
@@ -52,11 +54,15 @@ class ReportError(Exception):
 # ----- scope stats ------------------------------------------------------------------------------
 
 
+_I64 = (1 << 63) - 1
+
+
 @dataclasses.dataclass
 class ScopeStats:
     path: str
     header: Dict[str, Any]
     samples: List[Dict[str, Any]]
+    _cols: Optional[Dict[str, Any]] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def fatal(self) -> bool:
@@ -70,17 +76,54 @@ class ScopeStats:
     def capacity(self, res: str) -> List[int]:
         return _ring4(self.header.get(f"{res}_max"))
 
+    def columns(self) -> Dict[str, Any]:
+        """The samples as numpy columns (counters saturated at 2**63 - 1): ``ring``,
+        ``{res}_start`` / ``{res}_end``, and the matched scopes' sample indices
+        ``begin`` / ``end`` (scopes nest: a stack)."""
+        if self._cols is None:
+            n = len(self.samples)
+            cols: Dict[str, Any] = {"ring": np.fromiter((_ring_of(x) for x in self.samples), np.int64, n)}
+            for res, *_ in RESOURCES:
+                for k in ("start", "end"):
+                    key = f"{res}_{k}"
+                    cols[key] = np.fromiter((_num(x, key) for x in self.samples), np.int64, n)
+            open_: List[int] = []
+            begin, end = [], []
+            for i, x in enumerate(self.samples):
+                ph = x.get("phase")
+                if ph == "begin":
+                    open_.append(i)
+                elif ph == "end" and open_:
+                    begin.append(open_.pop())
+                    end.append(i)
+            cols["begin"] = np.array(begin, dtype=np.int64)
+            cols["end"] = np.array(end, dtype=np.int64)
+            self._cols = cols
+        return self._cols
+
+    def occupancy(self, res: str):
+        """Each sample's ring use: allocated minus retired (numpy array)."""
+        c = self.columns()
+        return np.maximum(c[f"{res}_end"] - c[f"{res}_start"], 0)
+
+    def reach(self, res: str):
+        """Per matched scope, the bound of its ring's use: ``end.allocated - begin.retired``."""
+        c = self.columns()
+        return np.maximum(c[f"{res}_end"][c["end"]] - c[f"{res}_start"][c["begin"]], 0)
+
+    @property
+    def scopes(self) -> int:
+        return len(self.columns()["end"])
+
     def peaks(self, res: str) -> List[int]:
         """Peak use per ring: the header's ``peak_*`` when it has them, else derived from the
         samples as the advisor does (``end.{res}_end - begin.{res}_start`` per scope)."""
         p = self.header.get(f"peak_{res}")
         if isinstance(p, list) and len(p) == RINGS:
             return _ring4(p)
-        out = [0] * RINGS
-        for b, e in scope_pairs(self.samples):
-            r = _ring_of(e)
-            out[r] = max(out[r], _reach(b, e, res))
-        return out
+        c = self.columns()
+        reach, rings = self.reach(res), c["ring"][c["end"]]
+        return [int(reach[rings == r].max()) if (rings == r).any() else 0 for r in range(RINGS)]
 
 
 def _ring4(v: Any) -> List[int]:
@@ -90,37 +133,13 @@ def _ring4(v: Any) -> List[int]:
 
 
 def _ring_of(s: Dict[str, Any]) -> int:
-    try:
-        return max(0, min(int(s.get("ring", 0)), RINGS - 1))
-    except (TypeError, ValueError):
-        return 0
+    r = s.get("ring", 0)
+    return min(r, RINGS - 1) if type(r) is int and r >= 0 else 0
 
 
 def _num(s: Dict[str, Any], key: str) -> int:
     v = s.get(key, 0)
-    return v if isinstance(v, int) else 0
-
-
-def occupancy(s: Dict[str, Any], res: str) -> int:
-    """The ring's use at one boundary sample: allocated minus retired."""
-    return max(0, _num(s, f"{res}_end") - _num(s, f"{res}_start"))
-
-
-def _reach(b: Dict[str, Any], e: Dict[str, Any], res: str) -> int:
-    """Upper bound of the use during a scope: what was live at its begin plus all it added."""
-    return max(0, _num(e, f"{res}_end") - _num(b, f"{res}_start"))
-
-
-def scope_pairs(samples: Sequence[Dict[str, Any]]) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    """Matched (begin, end) samples (scopes nest: a stack)."""
-    open_: List[Dict[str, Any]] = []
-    pairs = []
-    for s in samples:
-        if s.get("phase") == "begin":
-            open_.append(s)
-        elif s.get("phase") == "end" and open_:
-            pairs.append((open_.pop(), s))
-    return pairs
+    return min(v, _I64) if type(v) is int and v > 0 else 0
 
 
 def load_scope_stats(path: str) -> ScopeStats:
@@ -153,28 +172,32 @@ def peak_sites(stats: ScopeStats) -> Dict[Tuple[str, int], Optional[str]]:
 
     A ring's use is known at its scopes' boundaries. Within a scope it is at least what
     was seen at its begin or end and at most ``end.allocated - begin.retired``. The peak's
-    scope is the one whose boundaries saw the highest use; when no boundary saw the
-    recorded peak (it was passed and reclaimed between two boundaries), the scope whose
-    bounds hold the peak and saw the most.
+    scope is the first one whose boundaries saw the recorded peak; when none did (it was
+    passed and reclaimed between two boundaries), one whose bounds hold the peak, the
+    one that saw the most, then the tightest bound.
     """
-    pairs = scope_pairs(stats.samples)
+    c = stats.columns()
+    bi, ei = c["begin"], c["end"]
+    rings = c["ring"][ei]
+    order = np.arange(len(ei))
     out: Dict[Tuple[str, int], Optional[str]] = {}
     for res, *_ in RESOURCES:
         peaks = stats.peaks(res)
+        occ = stats.occupancy(res)
+        seen = np.maximum(occ[bi], occ[ei])
+        reach = stats.reach(res)
         for r in range(RINGS):
-            best = None
-            best_key = None
-            for b, e in pairs:
-                if _ring_of(e) != r:
-                    continue
-                seen = max(occupancy(b, res), occupancy(e, res))
-                reach = _reach(b, e, res)
-                holds = seen >= peaks[r] or reach >= peaks[r]
-                # Prefer: boundary saw the peak, then holds it, then saw most, then tightest.
-                key = (seen >= peaks[r], holds, seen, -reach)
-                if best_key is None or key > best_key:
-                    best, best_key = e, key
-            out[(res, r)] = str(best.get("site")) if best is not None and peaks[r] > 0 else None
+            m = np.flatnonzero(rings == r)
+            if peaks[r] <= 0 or not len(m):
+                out[(res, r)] = None
+                continue
+            pk = min(peaks[r], _I64)
+            saw = seen[m] >= pk
+            holds = saw | (reach[m] >= pk)
+            # np.lexsort: the last key is the primary one; the best is the last row.
+            k = np.lexsort((-order[m], -reach[m], seen[m], holds, saw))[-1]
+            # No scope's bounds hold the peak: the samples do not match the header; no site.
+            out[(res, r)] = str(stats.samples[ei[m[k]]].get("site")) if holds[k] else None
     return out
 
 
@@ -349,6 +372,7 @@ class Report:
     swimlane_path: Optional[str]
     chips: List["Report"]
     title: str
+    notes: List[str] = dataclasses.field(default_factory=list)
 
 
 def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional[str] = None, _chips: bool = True) -> Report:
@@ -368,6 +392,7 @@ def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional
     # L2: the file's lanes are the chip's cores; L3 (chip subdirectories): the host's lanes.
     lanes = load_swimlane(sw, unnamed="host" if subs else "chip") if os.path.isfile(sw) else []
     chips: List[Report] = []
+    notes: List[str] = []
     if subs:
         named = {l.process for l in lanes}
         for d in subs:
@@ -378,10 +403,14 @@ def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional
             if os.path.isfile(csw) and not any(n.startswith(label + " ") or n == label for n in named):
                 lanes.extend(load_swimlane(csw, process_label=f"{label} ({d}/merged_swimlane.json)"))
             if os.path.isfile(os.path.join(full, "scope_stats", "scope_stats.jsonl")):
-                c = load_report(full, headroom, _title=label, _chips=False)
+                try:
+                    c = load_report(full, headroom, _title=label, _chips=False)
+                except ReportError as err:  # one chip's unreadable files do not hide the rest
+                    notes.append(f"{d}/: {err}")
+                    continue
                 c.lanes = []
                 chips.append(c)
-    return Report(prefix, stats, sizing, peak_sites(stats), lanes, sw if os.path.isfile(sw) else None, chips, _title or "run")
+    return Report(prefix, stats, sizing, peak_sites(stats), lanes, sw if os.path.isfile(sw) else None, chips, _title or "run", notes)
 
 
 def _e(x: Any) -> str:
@@ -463,17 +492,16 @@ def _png(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _downsample(xs: List[int], ys: List[float], limit: int = 4000) -> Tuple[List[int], List[float]]:
-    """At most ``limit`` points, each bucket keeping its maximum (peaks stay visible)."""
+def _downsample(xs, ys, limit: int = 4000):
+    """At most about ``limit`` points, each bucket keeping its maximum (peaks stay visible)."""
     if len(xs) <= limit:
         return xs, ys
     step = math.ceil(len(xs) / limit)
-    ox, oy = [], []
-    for i in range(0, len(xs), step):
-        j = max(range(i, min(i + step, len(xs))), key=lambda k: ys[k])
-        ox.append(xs[j])
-        oy.append(ys[j])
-    return ox, oy
+    n = len(xs) // step * step
+    idx = np.arange(0, n, step) + ys[:n].reshape(-1, step).argmax(axis=1)
+    if n < len(xs):
+        idx = np.append(idx, n + int(ys[n:].argmax()))
+    return xs[idx], ys[idx]
 
 
 def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]]) -> Optional[str]:
@@ -485,16 +513,18 @@ def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]
     if fig is None:
         return None
     axes = fig.subplots(len(RESOURCES), 1, sharex=True)
+    rings = stats.columns()["ring"]
     for ax, (res, label, unit, _) in zip(axes, RESOURCES):
         caps = stats.capacity(res)
         peaks = stats.peaks(res)
+        occ = stats.occupancy(res).astype(np.float64)
         top = 100.0
         for r in range(RINGS):
-            xs = [i for i, s in enumerate(stats.samples) if _ring_of(s) == r]
-            if not xs or caps[r] <= 0:
+            xs = np.flatnonzero(rings == r)
+            if not len(xs) or caps[r] <= 0:
                 continue
-            ys = [100.0 * occupancy(stats.samples[i], res) / caps[r] for i in xs]
-            if max(ys) == 0 and peaks[r] == 0:
+            ys = 100.0 * occ[xs] / caps[r]
+            if ys.max() == 0 and peaks[r] == 0:
                 continue
             xs, ys = _downsample(xs, ys)
             pk = 100.0 * peaks[r] / caps[r]
@@ -502,7 +532,7 @@ def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]
             ax.plot(xs, ys, color=colors[r], marker="o" if len(xs) <= 200 else None, ms=3, lw=1.2,
                     label=f"ring {r}: peak {peaks[r]:,} of {caps[r]:,} {unit} ({_pct_text(pk)})" + (f" @ {site}" if site else ""))
             ax.axhline(pk, color=colors[r], lw=0.8, ls=":")
-            top = max(top, pk, max(ys))
+            top = max(top, pk, float(ys.max()))
         ax.axhspan(WARN, DANGER, color="#f6d860", alpha=0.15, lw=0)
         ax.axhspan(DANGER, max(top, 100.0) * 1.08, color="#e06060", alpha=0.12, lw=0)
         ax.set_ylim(0, max(top, 100.0) * 1.08)
@@ -668,7 +698,7 @@ def _stats_section(rep: Report, hid: str, level: int) -> List[str]:
     out = _failure_box(rep)
     hd = st.header
     out.append(f'<p class="meta">Scope stats <code>{_e(st.path)}</code>: version {_e(hd.get("version"))}, '
-               f'{len(st.samples)} samples, {len(scope_pairs(st.samples))} scopes'
+               f'{len(st.samples)} samples, {st.scopes} scopes'
                + (f', <b>{_e(hd.get("dropped"))} samples dropped</b>' if hd.get("dropped") else "") + ".</p>")
     out.append(f'<{h} id="{hid}-rings">Peak use per ring</{h}>')
     out.append('<p class="legend">Use = peak / capacity: <span class="ok">below 50 %</span><span class="warn">warn ≥ 50 %</span>'
@@ -690,6 +720,8 @@ def render_html(rep: Report) -> str:
     if not have_matplotlib():
         body.append('<p class="meta"><b>No plots:</b> matplotlib is not installed in this Python '
                     '(<code>pip install matplotlib</code>); the tables hold every number.</p>')
+    for n in rep.notes:
+        body.append(f'<p class="meta"><b>Not shown:</b> {_e(n)}</p>')
     body += _stats_section(rep, "run", 2)
     body += _swimlane_block(rep.lanes, rep.swimlane_path)
     for c in rep.chips:
