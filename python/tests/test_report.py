@@ -297,9 +297,11 @@ def _chromium():
     return exe
 
 
-def _browser(exe, *args, timeout=60):
+def _browser(exe, profile, *args, timeout=60):
+    # A profile of its own: runs of this test at the same time do not share one.
     return subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", *args],
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+         f"--user-data-dir={profile}", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")},
     )
 
@@ -308,7 +310,7 @@ def test_report_in_headless_chromium(runs, tmp_path):
     exe = _chromium()
     url = (runs["ok"] / "report.html").as_uri()
     shot = tmp_path / "report.png"
-    r = _browser(exe, f"--screenshot={shot}", "--window-size=1200,1600", url)
+    r = _browser(exe, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1200,1600", url)
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
     from PIL import Image
 
@@ -324,7 +326,7 @@ def test_report_in_headless_chromium(runs, tmp_path):
     assert sum(n for n, c in colors if c == (0xF5, 0xB3, 0xB3)) > 200
     if os.environ.get("TASKRING_REPORT_SCREENSHOT"):
         shutil.copyfile(shot, os.environ["TASKRING_REPORT_SCREENSHOT"])
-    r = _browser(exe, "--dump-dom", url)
+    r = _browser(exe, tmp_path / "profile", "--dump-dom", url)
     assert r.returncode == 0, r.stderr[-2000:]
     dom = Page(r.stdout)
     assert dom.title.startswith("taskring report")
