@@ -312,9 +312,10 @@ def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str =
     for ev in events:
         if not isinstance(ev, dict):
             continue
-        ph, key = ev.get("ph"), (ev.get("pid", 0), ev.get("tid", 0))
+        ph, key = ev.get("ph"), (str(ev.get("pid", 0)), str(ev.get("tid", 0)))
         if ph == "M":
-            name = (ev.get("args") or {}).get("name")
+            args = ev.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             if ev.get("name") == "process_name" and name is not None:
                 pnames[key[0]] = str(name)
             elif ev.get("name") == "thread_name" and name is not None:
@@ -337,7 +338,7 @@ def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str =
     lanes = []
     keys = set(spans) | set(tnames)
     unnamed_pids = {k[0] for k in keys if k[0] not in pnames}
-    for key in sorted(keys, key=lambda k: (str(k[0]), _natural(str(k[1])))):
+    for key in sorted(keys, key=lambda k: (_natural(k[0]), _natural(k[1]))):
         iv = spans.get(key, [])
         proc = process_label or pnames.get(key[0]) or (unnamed if len(unnamed_pids) == 1 else f"{unnamed} {key[0]}")
         lanes.append(
@@ -376,6 +377,8 @@ class Report:
 
 
 def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional[str] = None, _chips: bool = True) -> Report:
+    """Read an output prefix (``_chips=False``: a chip's own subdirectory, whose swimlane
+    the parent reads)."""
     prefix = os.fspath(prefix)
     if not os.path.isdir(prefix):
         raise ReportError(f"no such directory: {prefix}")
@@ -390,9 +393,14 @@ def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional
     sw = os.path.join(prefix, "merged_swimlane.json")
     subs = sorted((d for d in os.listdir(prefix) if re.fullmatch(r"chip\d+", d) and os.path.isdir(os.path.join(prefix, d))), key=_natural) if _chips else []
     # L2: the file's lanes are the chip's cores; L3 (chip subdirectories): the host's lanes.
-    lanes = load_swimlane(sw, unnamed="host" if subs else "chip") if os.path.isfile(sw) else []
     chips: List[Report] = []
     notes: List[str] = []
+    lanes: List[Lane] = []
+    if os.path.isfile(sw) and _chips:
+        try:
+            lanes = load_swimlane(sw, unnamed="host" if subs else "chip")
+        except ReportError as err:  # the swimlane is optional: say why it is not shown
+            notes.append(str(err))
     if subs:
         named = {l.process for l in lanes}
         for d in subs:
@@ -401,14 +409,16 @@ def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional
             label = f"chip {d[4:]}"
             # A chip whose lanes are not in the merged file: take its own swimlane.
             if os.path.isfile(csw) and not any(n.startswith(label + " ") or n == label for n in named):
-                lanes.extend(load_swimlane(csw, process_label=f"{label} ({d}/merged_swimlane.json)"))
+                try:
+                    lanes.extend(load_swimlane(csw, process_label=f"{label} ({d}/merged_swimlane.json)"))
+                except ReportError as err:
+                    notes.append(str(err))
             if os.path.isfile(os.path.join(full, "scope_stats", "scope_stats.jsonl")):
                 try:
                     c = load_report(full, headroom, _title=label, _chips=False)
                 except ReportError as err:  # one chip's unreadable files do not hide the rest
                     notes.append(f"{d}/: {err}")
                     continue
-                c.lanes = []
                 chips.append(c)
     return Report(prefix, stats, sizing, peak_sites(stats), lanes, sw if os.path.isfile(sw) else None, chips, _title or "run", notes)
 
