@@ -1,3 +1,4 @@
+import faulthandler
 import os
 
 import pytest
@@ -10,3 +11,13 @@ def _no_ring_env(monkeypatch):
     for k in ("PTO2_RING_TASK_WINDOW", "PTO2_RING_HEAP", "PTO2_RING_DEP_POOL"):
         monkeypatch.delenv(k, raising=False)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _watchdog():
+    """A hang must not hang the suite: a run that deadlocks while holding the GIL (or a
+    hung chip protocol) cannot be interrupted from Python, so faulthandler's C watchdog
+    dumps every thread's stack and exits instead (TASKRING_TEST_WATCHDOG_S, default 60)."""
+    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()

@@ -6,31 +6,20 @@ Chip process ids come from ``Worker.pids``. Timeouts are shortened through
 ``TASKRING_CHIP_TIMEOUT_MS`` (read when the worker starts) where the default (2 s) is
 not what a test is about."""
 
-import faulthandler
 import gc
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import taskring
 from taskring import IN, OUT, SCALAR, Worker, shared_array
 
 K = taskring.kernels
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    """A hang here must not hang the suite: dump the stacks and exit instead."""
-    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @taskring.kernel

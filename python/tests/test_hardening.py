@@ -2,7 +2,6 @@
 Python face: misaligned views, one worker shared by threads, fork after init, and the
 small validation holes (each pinned so it cannot come back)."""
 
-import faulthandler
 import os
 import subprocess
 import sys
@@ -16,13 +15,6 @@ import taskring
 from taskring import IN, OUT, ChipWorker, RunConfig
 
 K = taskring.kernels
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @taskring.program(signature=[IN, OUT])

@@ -2,8 +2,6 @@
 `add_scalar` passed to `submit_next_level`, ordered by the program's signature, tags
 checked against it."""
 
-import faulthandler
-import os
 
 import numpy as np
 import pytest
@@ -13,13 +11,6 @@ from taskring import IN, INOUT, OUT, SCALAR, TaskArgs, TensorArgType, shared_arr
 
 K = taskring.kernels
 N = 32
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @taskring.program(signature=[IN, OUT, SCALAR])

@@ -19,13 +19,6 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 EXAMPLE = os.path.join(ROOT, "examples", "native", "paged_decode.py")
 
 
-@pytest.fixture(autouse=True)
-def _watchdog():
-    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
 @pytest.fixture(scope="module")
 def example():
     spec = importlib.util.spec_from_file_location("paged_decode_example", EXAMPLE)

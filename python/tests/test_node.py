@@ -11,7 +11,6 @@ failures and chip death reach the caller as `chip {worker} (pid {pid}): ...`; th
 arena caches; argument and config validation at submit."""
 
 import dataclasses
-import faulthandler
 import gc
 import os
 import re
@@ -47,15 +46,6 @@ MiB = 1024 * 1024
 N = 64
 FIELDS = ("ring_task_window", "ring_heap", "ring_dep_pool")
 DEFAULT_KEY = (DEFAULT_RING_TASK_WINDOW,) * 4 + (DEFAULT_RING_HEAP,) * 4 + (DEFAULT_RING_DEP_POOL,) * 4
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    """A hung chip protocol cannot be interrupted from Python: dump the stacks and exit
-    instead of hanging the suite."""
-    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 # ----- programs the chips run ------------------------------------------------------------------

@@ -8,7 +8,6 @@ how docs/img/report.png is made).
 import html.parser
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys

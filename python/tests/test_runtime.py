@@ -2,7 +2,6 @@
 numpy, per-call ring sizing in the reports, the arena cache, Python kernels, capacity
 failures, misuse, and the GIL being released while the runtime waits."""
 
-import faulthandler
 import os
 import threading
 import time
@@ -32,15 +31,6 @@ from taskring import (
 K = taskring.kernels
 MiB = 1024 * 1024
 DEFAULT_KEY = (DEFAULT_RING_TASK_WINDOW,) * 4 + (DEFAULT_RING_HEAP,) * 4 + (DEFAULT_RING_DEP_POOL,) * 4
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    """A run that deadlocks while holding the GIL cannot be interrupted from Python;
-    faulthandler's C watchdog dumps the stacks and exits instead of hanging the suite."""
-    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @taskring.program(signature=[IN, IN, OUT])

@@ -5,7 +5,6 @@ CallConfigs, no environment mutation, golden comparison, pytest ids, standalone
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
