@@ -13,14 +13,16 @@ For `--minutes` (default 5, at most 10) it runs, in random order:
   reclaim as it goes): each run is right or fails with a capacity error, and at L2 the
   failures' `needed` sizes are followed until the program fits (a `needed` no larger than
   what is configured is lost: the hint cannot be followed);
-- L3 (`taskring.Worker(level=3)` with chip processes, recreated now and then): several
+- L3 (`taskring.Worker(level=3)`, chips as processes or, a quarter of the workers, as threads;
+  recreated now and then): several
   such programs per run on random chips, chained through shared arrays, each with its own
   random `CallConfig` (fitting or tight);
 - injected faults: a Python kernel that raises (L2 and L3), undersized rings (a window of
   4 or a heap of 1024 bytes on a ring that needs more: a capacity `RuntimeFailure` at L2,
   the chip's `chip N (pid P): ...` error at L3), garbage `PTO2_RING_*` values (ignored),
   SIGKILL of a chip (idle or while its task runs: the `chip N (pid P): ...signal 9` error
-  within 1 s, the other chips keep working, close() is quick, then a fresh worker), Ctrl-C
+  within 1 s, the other chips keep working, close() is quick, then a fresh worker), a
+  kernel that ends its chip process (`... exited with status 3`), Ctrl-C
   while an L3 run waits (KeyboardInterrupt within 1 s, the worker keeps working) and,
   with `--sigstop`, SIGSTOP of a chip (`not responding`; the other chip's task is done).
 
@@ -74,6 +76,11 @@ def soak_py_axpy(a, b, out):
 @taskring.kernel
 def soak_fail_kernel(a, out):
     raise ValueError(FAULT_MSG)
+
+
+@taskring.kernel
+def soak_exit_kernel(a, out):
+    os._exit(3)  # the chip process dies mid-task with status 3
 
 
 @taskring.kernel
@@ -489,6 +496,12 @@ class Soak:
             rt.submit(soak_mark_then_sleep, inputs=[a], outputs=[out])
 
         self.long_prog = soak_long
+
+        @taskring.program(signature=[IN, OUT])
+        def soak_exit(rt, a, out):
+            rt.submit(soak_exit_kernel, inputs=[a], outputs=[out])
+
+        self.exit_prog = soak_exit
         self.wd = Watchdog(self.fatal)
 
     # -- bookkeeping --
@@ -734,12 +747,16 @@ class Soak:
         self.compare(spec.name + " (after a fault)", outs, want)
 
     # -- L3 --
-    def l3_worker(self, fresh=False):
-        if fresh or self.l3 is None or self.l3_uses > self.rng.randint(15, 40):
+    def l3_worker(self, fresh=False, processes=False):
+        """The resident L3 worker (recreated every 15-40 uses); a quarter of them run their
+        chips as threads (same protocol) unless `processes` is asked for."""
+        if fresh or self.l3 is None or self.l3_uses > self.rng.randint(15, 40) or (processes and not self.l3.chip_processes):
             self.drop_l3()
-            w = Worker(level=3, device_ids=list(range(self.rng.randint(2, 3))), chip_processes=True, arena_cache_slots=self.rng.randint(1, 4))
+            procs = processes or self.rng.random() < 0.75
+            w = Worker(level=3, device_ids=list(range(self.rng.randint(2, 3))), chip_processes=procs, arena_cache_slots=self.rng.randint(1, 4))
             self.handles = {name: w.register(p) for name, p in self.progs.items()}
             self.handles["long"] = w.register(self.long_prog)
+            self.handles["exit"] = w.register(self.exit_prog)
             w.init(prewarm_config=None if self.rng.random() < 0.5 else RunConfig(ring_task_window=1024, ring_heap=1 << 20, ring_dep_pool=4096))
             self.l3, self.l3_uses = w, 0
         self.l3_uses += 1
@@ -831,6 +848,18 @@ class Soak:
             err = str(e)
         return err, time.monotonic() - t0
 
+    def l3_error_of_orch(self, w, orch):
+        """(error text or None, seconds) of running `orch` on `w`."""
+        t0 = time.monotonic()
+        h = w.submit(orch)
+        if not h.wait(self.args.run_timeout):
+            return f"the run did not finish within {self.args.run_timeout} s", time.monotonic() - t0
+        try:
+            h.result()
+            return None, time.monotonic() - t0
+        except RuntimeError as e:
+            return str(e), time.monotonic() - t0
+
     def l3_random(self, tight=False):
         w = self.l3_worker()
         tasks = self.l3_plan(w, self.rng.randint(1, 6), tight=tight)
@@ -907,7 +936,7 @@ class Soak:
     def l3_interrupt(self):
         """Ctrl-C (SIGINT to the main thread) while `run` waits for a long kernel on a
         chip: KeyboardInterrupt within 1 s, and the worker keeps working."""
-        w = self.l3_worker()
+        w = self.l3_worker(processes=True)
         victim = self.rng.randrange(len(w.pids))
         a, flag = shared_array(16, np.float32), shared_array(16, np.float32)
         main = threading.main_thread().ident
@@ -934,8 +963,26 @@ class Soak:
             self.lose("slow-interrupt", f"L3 Ctrl-C: run interrupted {took:.2f} s after SIGINT (contract: within 1 s)")
         self.l3_after_fault(w)
 
+    def l3_exit(self):
+        """A kernel ends its chip process (os._exit(3)): `chip N (pid P): the chip
+        process exited with status 3`, the other chips keep working, then a fresh worker."""
+        w = self.l3_worker(processes=True)
+        victim = self.rng.randrange(len(w.pids))
+        pid = w.pids[victim]
+        a, out = shared_array(16, np.float32), shared_array(16, np.float32)
+        err, _ = self.l3_error_of_orch(w, lambda o, args, cfg: o.submit_next_level(self.handles["exit"], [a, out], worker=victim))
+        want = f"chip {victim} (pid {pid}): the chip process exited with status 3"
+        if err != want:
+            raise Lost(f"L3 chip exit reported as {err!r}, expected {want!r}")
+        if len(w.pids) > 1:
+            self.l3_after_fault(w, avoid=victim)
+        self.drop_l3()
+        if not wait_reaped(pid):
+            raise Lost(f"L3 chip exit: pid {pid} not reaped after close()")
+        self.l3_worker(fresh=True)
+
     def l3_kill(self, mid_task):
-        w = self.l3_worker()
+        w = self.l3_worker(processes=True)
         victim = self.rng.randrange(len(w.pids))
         pid = w.pids[victim]
         if mid_task:
@@ -980,7 +1027,7 @@ class Soak:
         self.l3_worker(fresh=True)
 
     def l3_sigstop(self):
-        w = self.l3_worker()
+        w = self.l3_worker(processes=True)
         if len(w.pids) < 2:
             return self.l3_random()
         victim = self.rng.randrange(len(w.pids))
@@ -1023,6 +1070,7 @@ class Soak:
             (3, "l3_kill_idle", True, lambda: self.l3_kill(False)),
             (3, "l3_kill_mid_task", True, lambda: self.l3_kill(True)),
             (3, "l3_interrupt", True, self.l3_interrupt),
+            (2, "l3_chip_exit", True, self.l3_exit),
             (4, "l2_threads", False, self.l2_threads),
             (4, "l2_env", True, self.l2_env),
         ]
