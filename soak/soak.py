@@ -13,10 +13,10 @@ For `--minutes` (default 5, at most 10) it runs, in random order:
   reclaim as it goes): each run is right or fails with a capacity error, and at L2 the
   failures' `needed` sizes are followed until the program fits (a `needed` no larger than
   what is configured is lost: the hint cannot be followed);
-- L3 (`taskring.Worker(level=3)`, chips as processes or, a quarter of the workers, as threads;
-  recreated now and then): several
-  such programs per run on random chips, chained through shared arrays, each with its own
-  random `CallConfig` (fitting or tight);
+- L3 (`taskring.Worker(level=3)`, chips as processes or, for a quarter of the workers, as
+  threads; recreated now and then): several such programs per run on random chips,
+  chained through shared arrays, each with its own random `CallConfig` (fitting or
+  tight);
 - injected faults: a Python kernel that raises (L2 and L3), undersized rings (a window of
   4 or a heap of 1024 bytes on a ring that needs more: a capacity `RuntimeFailure` at L2,
   the chip's `chip N (pid P): ...` error at L3), garbage `PTO2_RING_*` values (ignored),
