@@ -99,7 +99,17 @@ impl Program {
     pub fn name(&self) -> &str {
         &self.name
     }
+    /// Run the orchestration.
+    pub(crate) fn call(&self, o: &mut Orchestrator<'_>, args: &[Arg<'_>]) -> Result<(), RuntimeFailure> {
+        (self.f)(o, args)
+    }
 }
+
+/// The orchestration of one dispatch: a program's, or a replay's.
+pub(crate) type OrchBody<'a> = dyn Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure> + 'a;
+
+/// Worker ids (a captured graph belongs to its worker).
+static NEXT_WORKER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What a run did.
 #[derive(Clone, Debug, PartialEq)]
@@ -114,6 +124,8 @@ pub struct RunReport {
     pub arena_hit: bool,
     pub arena_build_s: f64,
     pub elapsed_s: f64,
+    /// A replay of a captured graph ([`crate::engine::replay::Captured::replay`]).
+    pub replayed: bool,
 }
 
 /// Why a dispatch did not run or failed.
@@ -261,9 +273,17 @@ pub struct ChipWorker {
     /// An L3 node's engine (`ChipOptions::shared_heaps`): its dispatch records each task
     /// when it is submitted, so a scope overflow is not counted on (see `Orchestrator`).
     node_engine: bool,
+    /// This worker's id (unique in the process).
+    id: u64,
 }
 
 impl ChipWorker {
+    /// This worker's id, unique in the process (a captured graph replays only on the
+    /// worker that captured it).
+    pub fn worker_id(&self) -> u64 {
+        self.id
+    }
+
     /// Start the core threads and prewarm `opts.prewarm`.
     pub fn new(opts: ChipOptions) -> Result<ChipWorker, RuntimeFailure> {
         if opts.cores > MAX_CORES {
@@ -298,6 +318,7 @@ impl ChipWorker {
             scheduler_timeout: opts.scheduler_timeout,
             orchestrator_helps: opts.orchestrator_helps,
             node_engine: opts.shared_heaps,
+            id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;
@@ -362,6 +383,12 @@ impl ChipWorker {
         self.cache.stats()
     }
 
+    /// The instant the last run with a swimlane started recording (its file's `ts = 0`;
+    /// None before any). An L3 chip hands it to the host, which merges the timelines.
+    pub fn trace_start(&self) -> Option<Instant> {
+        *self.shared.trace_t0.lock()
+    }
+
     /// Build `sizing`'s arena now if it is not resident.
     pub fn prewarm(&mut self, sizing: &RingSizing) -> Result<(), RuntimeFailure> {
         self.cache
@@ -400,6 +427,24 @@ impl ChipWorker {
         blocking_hook: Option<&dyn Fn(bool)>,
         diag: &Diagnostics,
     ) -> Result<RunReport, RuntimeFailure> {
+        self.run_body(&program.name, &*program.f, args, sizing, blocking_hook, diag, None, false)
+    }
+
+    /// One dispatch of the orchestration `body`. `capture`: a recorder to install for
+    /// the run (it is put back when the orchestration returned); `replayed` marks the
+    /// report.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_body(
+        &mut self,
+        name: &str,
+        body: &OrchBody<'_>,
+        args: &[Arg<'_>],
+        sizing: &RingSizing,
+        blocking_hook: Option<&dyn Fn(bool)>,
+        diag: &Diagnostics,
+        mut capture: Option<&mut Option<Box<crate::engine::replay::Recorder>>>,
+        replayed: bool,
+    ) -> Result<RunReport, RuntimeFailure> {
         let t0 = Instant::now();
         let sh = &*self.shared;
         let (arena, acq) = self
@@ -412,6 +457,9 @@ impl ChipWorker {
         }
         if diag.deps_prefix.is_some() {
             arena.orch.enable_deps();
+        }
+        if let Some(c) = capture.as_deref_mut() {
+            arena.orch.install_capture(c.take());
         }
         let tracing = diag.swimlane_prefix.is_some();
         if tracing {
@@ -444,17 +492,20 @@ impl ChipWorker {
             o.count_scope_overflow = !self.node_engine;
             let mut r = o.begin_scope(false);
             if r.is_ok() {
-                r = match catch_unwind(AssertUnwindSafe(|| (program.f)(&mut o, args))) {
+                r = match catch_unwind(AssertUnwindSafe(|| body(&mut o, args))) {
                     Ok(r) => r,
                     Err(p) => Err(RuntimeFailure::new(
                         StatusCode::ExplicitOrchFatal,
                         None,
-                        format!("orchestration of program '{}' panicked: {}", program.name, panic_text(&p)),
+                        format!("orchestration of program '{}' panicked: {}", name, panic_text(&p)),
                     )),
                 };
             }
             o.close_all_scopes();
             drop(o);
+            if let Some(c) = capture {
+                *c = arena.orch.take_capture();
+            }
             if let Err(e) = &r {
                 sh.eng.fail(e.clone());
             }
@@ -528,6 +579,7 @@ impl ChipWorker {
             arena_hit: acq.hit,
             arena_build_s: acq.build_s,
             elapsed_s: t0.elapsed().as_secs_f64(),
+            replayed,
         })
     }
 }

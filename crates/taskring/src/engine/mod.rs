@@ -16,6 +16,7 @@
 
 pub mod error;
 pub mod orch;
+pub mod replay;
 pub mod ring;
 pub mod shared;
 pub mod tensormap;

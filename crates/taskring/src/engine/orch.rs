@@ -113,6 +113,10 @@ pub struct OrchState {
     pub(crate) stats: Option<crate::dfx::ScopeStats>,
     /// The dependency graph of the current run, when enabled (`deps.json`).
     pub(crate) deps: Option<Box<crate::dfx::DepGraph>>,
+    /// The recording of the current run, when it is being captured (`ChipWorker::capture`).
+    capture: Option<Box<super::replay::Recorder>>,
+    /// `deps` or `capture` is on (one test on the submit path).
+    recording: bool,
     /// Scopes opened so far this run (the next scope's instance id).
     scopes_opened: u32,
     sites: Vec<String>,
@@ -147,6 +151,8 @@ impl OrchState {
             tasks: 0,
             stats: None,
             deps: None,
+            capture: None,
+            recording: false,
             scopes_opened: 0,
             sites: Vec::new(),
         })
@@ -172,6 +178,8 @@ impl OrchState {
         self.tasks = 0;
         self.stats = None;
         self.deps = None;
+        self.capture = None;
+        self.recording = false;
         self.scopes_opened = 0;
         self.sites.clear();
     }
@@ -179,6 +187,32 @@ impl OrchState {
     /// Record the dependency graph this run.
     pub(crate) fn enable_deps(&mut self) {
         self.deps = Some(Box::default());
+        self.recording = true;
+    }
+
+    /// Capture this run's graph into `rec` (take it back with `take_capture`).
+    pub(crate) fn install_capture(&mut self, rec: Option<Box<super::replay::Recorder>>) {
+        self.recording |= rec.is_some();
+        self.capture = rec;
+    }
+
+    pub(crate) fn take_capture(&mut self) -> Option<Box<super::replay::Recorder>> {
+        self.capture.take()
+    }
+
+    /// Record one submit in the dependency graph and / or the capture. Out of line and
+    /// cold: when neither is on, the submit path pays one not-taken branch.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn record(&mut self, head: &super::replay::TaskHead, block: u64, scope: u32, tensors: &[Tensor], tags: &[ArgTag], order: &[u8], args: &TaskArgs, infer: bool) {
+        if let Some(g) = self.deps.as_deref_mut() {
+            let name = head.kernel.map(|k| k.name_static()).unwrap_or(if head.alloc { "alloc" } else { "dummy" });
+            g.record(head.id, name, head.id.ring(), scope, tensors, tags, order, args.deps(), infer);
+        }
+        if let Some(c) = self.capture.as_deref_mut() {
+            c.task(head, block, tensors, tags, args.scalars(), args.deps(), infer);
+        }
     }
 
     /// Record scope stats this run.
@@ -472,6 +506,9 @@ impl<'r> Orchestrator<'r> {
         let id = self.st.scopes_opened;
         self.st.scopes_opened = id.wrapping_add(1);
         self.st.scopes.push(ScopeFrame { begin, manual, site, id });
+        if let Some(c) = self.st.capture.as_deref_mut() {
+            c.begin_scope(manual);
+        }
         self.sample("begin", site);
         Ok(())
     }
@@ -524,6 +561,9 @@ impl<'r> Orchestrator<'r> {
         let Some(&frame) = self.st.scopes.last() else { return };
         self.sample("end", frame.site);
         self.st.scopes.pop();
+        if let Some(c) = self.st.capture.as_deref_mut() {
+            c.end_scope();
+        }
         for i in frame.begin..self.st.scope_tasks.len() {
             let id = self.st.scope_tasks[i];
             self.sh.release_ref(id, SCOPE_BIT, self.eng);
@@ -749,29 +789,10 @@ impl<'r> Orchestrator<'r> {
         }
 
         // 3. slot + heap.
-        let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, what)?;
-        let id = TaskId::new(ring as u8, local);
-        let rs = &self.sh.rings[ring];
-        rs.prepare(local);
-        rs.prefetch_slot(local.wrapping_add(PREFETCH_AHEAD));
-        {
-            let r = &self.st.rings[ring];
-            let ahead = (local.wrapping_add(PREFETCH_AHEAD) & r.mask) as usize;
-            crate::mem::prefetch_write(r.slots.as_ptr().wrapping_add(ahead) as *const u8, 1);
-        }
-        self.st.scope_tasks.push(id);
-        self.st.tasks += 1;
-        {
-            let r = &mut self.st.rings[ring];
-            let os = &mut r.slots[(local & r.mask) as usize];
-            os.heap_end = heap_end;
-            os.dep_mark = r.deps.top;
-            os.spill_mark = r.spill.top;
-        }
+        let (id, base) = self.take_slot(ring, heap_bytes, what)?;
 
         // Materialize outputs.
         let mut outputs = TaskOutputs::new(id);
-        let base = self.st.rings[ring].heap_base + heap_off;
         let mut off = 0u64;
         for i in 0..n {
             if tags[i] == ArgTag::Output {
@@ -833,11 +854,46 @@ impl<'r> Orchestrator<'r> {
             }
         }
 
-        if let Some(g) = self.st.deps.as_deref_mut() {
-            let name = kernel.map(|k| k.name_static()).unwrap_or(if inline_complete { "alloc" } else { "dummy" });
-            g.record(id, name, ring, frame.id, tensors, &tags[..n], &order[..n], args.deps(), !manual);
+        if self.st.recording {
+            let head = super::replay::TaskHead { id, kernel, alloc: inline_complete, heap_bytes, n_inputs: n_inputs as u8, scalar_float_mask: args.scalar_float_mask };
+            self.st.record(&head, base, frame.id, tensors, &tags[..n], &order[..n], args, !manual);
         }
+        let task = Submitted { id, kernel, inline_complete, n_inputs, scalar_float_mask: args.scalar_float_mask, what };
+        self.finish_submit(&task, tensors, scalars, finished_producers)?;
+        Ok(outputs)
+    }
 
+    /// Step 3: a slot and `heap_bytes` of the current ring's heap (back-pressure, or
+    /// the capacity failure). Returns the task's id and the address of its output block.
+    #[inline(always)]
+    fn take_slot(&mut self, ring: usize, heap_bytes: u64, what: What) -> Result<(TaskId, u64), RuntimeFailure> {
+        let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, what)?;
+        let id = TaskId::new(ring as u8, local);
+        let rs = &self.sh.rings[ring];
+        rs.prepare(local);
+        rs.prefetch_slot(local.wrapping_add(PREFETCH_AHEAD));
+        {
+            let r = &self.st.rings[ring];
+            let ahead = (local.wrapping_add(PREFETCH_AHEAD) & r.mask) as usize;
+            crate::mem::prefetch_write(r.slots.as_ptr().wrapping_add(ahead) as *const u8, 1);
+        }
+        self.st.scope_tasks.push(id);
+        self.st.tasks += 1;
+        let r = &mut self.st.rings[ring];
+        let os = &mut r.slots[(local & r.mask) as usize];
+        os.heap_end = heap_end;
+        os.dep_mark = r.deps.top;
+        os.spill_mark = r.spill.top;
+        Ok((id, r.heap_base + heap_off))
+    }
+
+    /// Steps 4 (claims) to 7 of a submit whose slot is taken and whose fanin
+    /// (`self.st.fanin`) is gathered: the pools, the payload, wiring and publication.
+    #[inline(always)]
+    fn finish_submit(&mut self, task: &Submitted, tensors: &[Tensor], scalars: &[u64], finished_producers: usize) -> Result<(), RuntimeFailure> {
+        let Submitted { id, kernel, inline_complete, n_inputs, scalar_float_mask, what } = *task;
+        let (ring, local, n) = (id.ring(), id.local(), tensors.len());
+        let rs = &self.sh.rings[ring];
         // Claim producers.
         let mut waits = 0u32;
         let mut pending = 0u64;
@@ -887,7 +943,7 @@ impl<'r> Orchestrator<'r> {
                 (*p).n_tensors = n as u8;
                 (*p).n_inputs = n_inputs as u8;
                 (*p).n_scalars = scalars.len() as u8;
-                (*p).scalar_float_mask = args.scalar_float_mask;
+                (*p).scalar_float_mask = scalar_float_mask;
                 (*p).n_fanin = n_fanin as u32;
                 (*p).fanin_spill_start = spill_start;
                 // Element by element: a task has few tensors, and a `memcpy` call for a
@@ -912,7 +968,7 @@ impl<'r> Orchestrator<'r> {
             rs.slot(local).mark_completed();
             self.eng.completed.fetch_add(1, Relaxed);
             self.record_marks(ring, local);
-            return Ok(outputs);
+            return Ok(());
         }
 
         // 7. wiring and publication.
@@ -947,7 +1003,7 @@ impl<'r> Orchestrator<'r> {
             let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
             self.eng.push_ready(id, kind);
         }
-        Ok(outputs)
+        Ok(())
     }
 
     /// A submit while a SCOPE_DEADLOCK is being counted: count it (when it belongs to
@@ -983,6 +1039,50 @@ impl<'r> Orchestrator<'r> {
             return Err(self.fail(f));
         }
         Ok(outputs)
+    }
+
+    /// Submit a recorded task (replay, `ChipWorker::capture`): no argument validation,
+    /// no tensormap, no inference — the fanin is the recorded one. Scope admission,
+    /// the slot, the heap, the pools, claims and wiring are those of any submit (so
+    /// back-pressure and every capacity check still hold). `tensors` are in canonical
+    /// order with every address resolved except the task's own runtime outputs,
+    /// `outs` (tensor index, byte offset in the task's output block), which are set
+    /// here. `scope_total`: the tasks the innermost scope owns in the recording (the
+    /// SCOPE_DEADLOCK's count). Returns the address of the task's output block.
+    pub(crate) fn submit_replayed(&mut self, t: &super::replay::ReplaySubmit<'_>, tensors: &mut [Tensor], scope_total: u64) -> Result<u64, RuntimeFailure> {
+        self.check_fatal()?;
+        let ring = self.current_ring();
+        let h = &t.head;
+        let what = What { kernel: h.kernel, alloc: h.alloc };
+        let window = self.sizing.task_window[ring];
+        let frame = *self.st.scopes.last().expect("root scope is open during a run");
+        if (self.st.scope_tasks.len() - frame.begin) as u64 + 1 >= window {
+            let d = DryScope { level: self.st.scopes.len(), ring, depth: self.depth(), window, owned: scope_total, counted: 0, what: what.to_string() };
+            return Err(self.fail(d.failure(true)));
+        }
+        let (id, base) = self.take_slot(ring, h.heap_bytes, what)?;
+        debug_assert_eq!(id, h.id, "a replay submits the recorded tasks in the recorded order");
+        for &(i, off) in t.outs {
+            let o = &mut tensors[i as usize];
+            o.addr = base + off;
+            o.owner = id;
+        }
+        let rr = &self.st.rings;
+        let la = [rr[0].seen_la, rr[1].seen_la, rr[2].seen_la, rr[3].seen_la];
+        self.st.fanin.clear();
+        for &(p, flags) in t.fanin {
+            if p.local() >= la[p.ring()] {
+                self.st.fanin.push(FaninEdge { producer: p, flags, claimed: false, pending: false });
+            }
+        }
+        let task = Submitted { id, kernel: h.kernel, inline_complete: h.alloc, n_inputs: h.n_inputs as usize, scalar_float_mask: h.scalar_float_mask, what };
+        self.finish_submit(&task, tensors, t.scalars, 0)?;
+        Ok(base)
+    }
+
+    /// Open a scope of a replay (recorded, so valid).
+    pub(crate) fn begin_replayed_scope(&mut self, manual: bool) -> Result<(), RuntimeFailure> {
+        self.begin_scope_at(manual, Site::Root)
     }
 
     fn record_marks(&mut self, ring: usize, local: u32) {
@@ -1260,6 +1360,17 @@ impl<'r> Orchestrator<'r> {
         }
         Ok(())
     }
+}
+
+/// What `finish_submit` needs to know of the task besides its tensors and scalars.
+#[derive(Clone, Copy)]
+struct Submitted {
+    id: TaskId,
+    kernel: Option<KernelRef>,
+    inline_complete: bool,
+    n_inputs: usize,
+    scalar_float_mask: u16,
+    what: What,
 }
 
 /// Names the call in error messages (formatted only when an error is built).

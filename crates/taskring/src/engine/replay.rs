@@ -1,0 +1,577 @@
+//! Capture and replay (API.md §10): record the task graph of one run, then feed the
+//! recorded tasks to the engine again without running the orchestration, without the
+//! tensormap and without inferring dependencies.
+//!
+//! Capture ([`Recorder`], installed in the orchestrator's state for one run) records,
+//! per submit, in submission order: the kernel, the scalars, each tensor argument as a
+//! view relative to its base — a program argument (by index), the runtime output block
+//! of an earlier task (by task index), the task's own output block, or a fixed address
+//! (memory the program found elsewhere) — and the task's *full* fanin: explicit deps,
+//! creator edges (WAIT | RETAIN) and every overlapping earlier writer (WAIT), found
+//! against every writer of the run (the engine's tensormap forgets completed writers,
+//! whose edges a replay may need: they may not have completed yet then). Edges to the
+//! same producer are merged (flags or-ed), as the engine's fanin does. Scope begins and
+//! ends are recorded between the tasks.
+//!
+//! Replay ([`replay_ops`]) walks the recorded ops: scopes open and close as recorded
+//! (their ends release the scope references, as in a normal run); each task goes
+//! through [`Orchestrator::submit_replayed`]: scope admission, slot and heap from the
+//! ring (back-pressure, structural-deadlock and backstop checks as for any submit),
+//! runtime outputs placed in the fresh block, the recorded fanin filtered to producers
+//! still alive, claims, pools, payload, wiring, publication — the completion side is
+//! the engine's, unchanged. Task ids are the recorded ones: ids count per ring from 0
+//! in submission order, and the replay submits the same tasks on the same rings in the
+//! same order.
+
+use super::orch::PeakUse;
+use super::shared::{DEP_FLAGS, DEP_RETAIN, DEP_WAIT};
+use super::tensormap::{check_overlap, Overlap};
+use super::*;
+use crate::chip::{Arg, ChipWorker, RunError, RunReport};
+use crate::config::{CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW};
+use std::collections::HashMap;
+use std::fmt;
+
+/// One recorded step of the orchestration.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Op {
+    /// A scope opens; `total`: the tasks it owns directly.
+    Begin { manual: bool, total: u32 },
+    End,
+    /// Task `i` (index into the recorded tasks).
+    Task(u32),
+}
+
+/// What a recorded tensor's address is relative to.
+#[derive(Clone, Copy, Debug)]
+enum Base {
+    /// Program argument `i`'s buffer.
+    Arg(u16),
+    /// The output block of recorded task `i`.
+    Out(u32),
+    /// The task's own output block (a runtime output, tag OUTPUT).
+    Own,
+    /// An absolute address (neither an argument nor a runtime output).
+    Fixed,
+}
+
+#[derive(Clone, Copy)]
+struct RecTensor {
+    /// The view as submitted (canonical order); its address is replaced at replay.
+    view: Tensor,
+    base: Base,
+    /// Byte offset of `view.addr` from the base.
+    rel: u64,
+}
+
+type Range = (u32, u32);
+
+fn slice<T>(v: &[T], r: Range) -> &[T] {
+    &v[r.0 as usize..r.1 as usize]
+}
+
+/// A submitted task apart from its tensors, scalars and fanin.
+#[derive(Clone, Copy)]
+pub(crate) struct TaskHead {
+    pub id: TaskId,
+    pub kernel: Option<KernelRef>,
+    /// An `alloc()` (completes at once).
+    pub alloc: bool,
+    /// Its outputs' bytes (each rounded up to 1 KiB).
+    pub heap_bytes: u64,
+    pub n_inputs: u8,
+    pub scalar_float_mask: u16,
+}
+
+#[derive(Clone, Copy)]
+struct RecTask {
+    head: TaskHead,
+    tensors: Range,
+    scalars: Range,
+    fanin: Range,
+    outs: Range,
+}
+
+/// A recorded task as [`Orchestrator::submit_replayed`] takes it.
+pub(crate) struct ReplaySubmit<'a> {
+    pub head: TaskHead,
+    pub scalars: &'a [u64],
+    pub fanin: &'a [(TaskId, u64)],
+    /// The task's runtime outputs: (tensor index, byte offset in its block).
+    pub outs: &'a [(u8, u64)],
+}
+
+/// The graph being recorded during a capture run (see the module doc).
+#[derive(Default)]
+pub(crate) struct Recorder {
+    ops: Vec<Op>,
+    tasks: Vec<RecTask>,
+    tensors: Vec<RecTensor>,
+    scalars: Vec<u64>,
+    fanin: Vec<(TaskId, u64)>,
+    outs: Vec<(u8, u64)>,
+    /// Task id -> index in `tasks`.
+    index: HashMap<TaskId, u32>,
+    /// Output block address of each task in the capture run.
+    blocks: Vec<u64>,
+    /// Writers (INOUT / OUTPUT_EXISTING outside manual scopes) per buffer (addr, owner).
+    writers: HashMap<(u64, u64), Vec<(Tensor, TaskId)>>,
+    /// The program arguments' buffers (address, bytes; bytes 0 for a scalar).
+    args: Vec<(u64, u64)>,
+    /// Indices in `ops` of the open scopes' `Begin`.
+    open: Vec<usize>,
+}
+
+impl Recorder {
+    pub(crate) fn new(args: &[Arg<'_>]) -> Recorder {
+        let args = args
+            .iter()
+            .map(|a| match a {
+                Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
+                Arg::Scalar(_) => (0, 0),
+            })
+            .collect();
+        Recorder { args, ..Recorder::default() }
+    }
+
+    pub(crate) fn begin_scope(&mut self, manual: bool) {
+        self.open.push(self.ops.len());
+        self.ops.push(Op::Begin { manual, total: 0 });
+    }
+
+    pub(crate) fn end_scope(&mut self) {
+        self.open.pop();
+        self.ops.push(Op::End);
+    }
+
+    fn base_of(&self, t: &Tensor) -> (Base, u64) {
+        if t.owner.is_valid() {
+            if let Some(&j) = self.index.get(&t.owner) {
+                return (Base::Out(j), t.addr.wrapping_sub(self.blocks[j as usize]));
+            }
+        }
+        // An argument's buffer: the one starting at the view's base address, else one
+        // that contains it.
+        let exact = self.args.iter().position(|&(a, b)| b > 0 && a == t.addr);
+        let within = || self.args.iter().position(|&(a, b)| b > 0 && t.addr > a && t.addr - a < b);
+        match exact.or_else(within) {
+            Some(j) => (Base::Arg(j as u16), t.addr - self.args[j].0),
+            None => (Base::Fixed, 0),
+        }
+    }
+
+    /// Record one submit (tensors in canonical order, `tags[i]` for `tensors[i]`);
+    /// `block`: the address of the task's output block in this run. Called from the
+    /// orchestrator's cold recording path.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn task(&mut self, s: &TaskHead, block: u64, tensors: &[Tensor], tags: &[ArgTag], scalars: &[u64], explicit: &[(TaskId, u64)], infer: bool) {
+        let idx = self.tasks.len() as u32;
+        let (t0, o0, f0, s0) = (self.tensors.len() as u32, self.outs.len() as u32, self.fanin.len(), self.scalars.len() as u32);
+        for (i, t) in tensors.iter().enumerate() {
+            let (base, rel) = if tags[i] == ArgTag::Output {
+                self.outs.push((i as u8, t.addr - block));
+                (Base::Own, 0)
+            } else {
+                self.base_of(t)
+            };
+            self.tensors.push(RecTensor { view: *t, base, rel });
+        }
+        self.scalars.extend_from_slice(scalars);
+        let fanin = &mut self.fanin;
+        let mut add = |p: TaskId, flags: u64| match fanin[f0..].iter_mut().find(|e| e.0 == p) {
+            Some(e) => e.1 |= flags,
+            None => fanin.push((p, flags)),
+        };
+        for &(d, flags) in explicit {
+            add(d, flags & DEP_FLAGS);
+        }
+        if infer {
+            for (i, t) in tensors.iter().enumerate() {
+                let tag = tags[i];
+                if tag != ArgTag::Output && t.owner.is_valid() {
+                    add(t.owner, DEP_WAIT | DEP_RETAIN);
+                }
+                if (tag == ArgTag::Input || tag == ArgTag::Inout) && !t.manual_dep {
+                    if let Some(w) = self.writers.get_mut(&(t.addr, t.owner.0)) {
+                        w.retain(|(e, p)| match check_overlap(t, e) {
+                            Overlap::None => true,
+                            o => {
+                                add(*p, DEP_WAIT);
+                                !(o == Overlap::Covered && tag == ArgTag::Inout)
+                            }
+                        });
+                    }
+                }
+            }
+            for (i, t) in tensors.iter().enumerate() {
+                if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
+                    self.writers.entry((t.addr, t.owner.0)).or_default().push((*t, s.id));
+                }
+            }
+        }
+        self.tasks.push(RecTask {
+            head: *s,
+            tensors: (t0, self.tensors.len() as u32),
+            scalars: (s0, self.scalars.len() as u32),
+            fanin: (f0 as u32, self.fanin.len() as u32),
+            outs: (o0, self.outs.len() as u32),
+        });
+        self.index.insert(s.id, idx);
+        self.blocks.push(block);
+        if let Some(&b) = self.open.last() {
+            if let Op::Begin { total, .. } = &mut self.ops[b] {
+                *total += 1;
+            }
+        }
+        self.ops.push(Op::Task(idx));
+    }
+
+    fn finish(self) -> Graph {
+        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs }
+    }
+}
+
+/// A recorded graph (immutable).
+struct Graph {
+    ops: Vec<Op>,
+    tasks: Vec<RecTask>,
+    tensors: Vec<RecTensor>,
+    scalars: Vec<u64>,
+    fanin: Vec<(TaskId, u64)>,
+    outs: Vec<(u8, u64)>,
+}
+
+/// Feed the recorded ops to the orchestrator (the root scope is open already: op 0).
+/// `blocks[i]` receives task `i`'s output block address.
+fn replay_ops(o: &mut Orchestrator<'_>, g: &Graph, args: &[Arg<'_>], blocks: &mut [u64]) -> Result<(), RuntimeFailure> {
+    let mut totals = [0u32; MAX_SCOPE_DEPTH + 1];
+    let mut depth = 1usize;
+    if let Some(Op::Begin { total, .. }) = g.ops.first() {
+        totals[0] = *total;
+    }
+    for op in g.ops.iter().skip(1) {
+        match *op {
+            Op::Begin { manual, total } => {
+                o.begin_replayed_scope(manual)?;
+                totals[depth] = total;
+                depth += 1;
+            }
+            Op::End => {
+                o.close_scope();
+                depth -= 1;
+            }
+            Op::Task(i) => {
+                let t = &g.tasks[i as usize];
+                let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
+                let rec = slice(&g.tensors, t.tensors);
+                for (dst, r) in buf.iter_mut().zip(rec) {
+                    let mut v = r.view;
+                    match r.base {
+                        Base::Arg(j) => {
+                            if let Arg::Tensor(h) = &args[j as usize] {
+                                v.addr = h.tensor().addr + r.rel;
+                            }
+                        }
+                        Base::Out(j) => v.addr = blocks[j as usize].wrapping_add(r.rel),
+                        Base::Own | Base::Fixed => {}
+                    }
+                    dst.write(v);
+                }
+                // safety: the first `rec.len()` entries were written just above.
+                let tensors = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut Tensor, rec.len()) };
+                let s = ReplaySubmit {
+                    head: t.head,
+                    scalars: slice(&g.scalars, t.scalars),
+                    fanin: slice(&g.fanin, t.fanin),
+                    outs: slice(&g.outs, t.outs),
+                };
+                blocks[i as usize] = o.submit_replayed(&s, tensors, totals[depth - 1] as u64)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one program argument looked like at capture.
+#[derive(Clone, Debug, PartialEq)]
+enum ArgSig {
+    Tensor { shape: Vec<u32>, dtype: DType, bytes: u64 },
+    Scalar,
+}
+
+/// Why a replay did not run, or failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ReplayError {
+    /// The graph was captured on another worker (or one that was closed).
+    #[error("this captured program belongs to another ChipWorker (captured on worker {captured}, replayed on worker {given})")]
+    WrongWorker { captured: u64, given: u64 },
+    /// An argument does not match the capture (count, kind, shape or dtype).
+    #[error("{message}")]
+    Args { index: Option<usize>, message: String },
+    /// The replay's dispatch failed (config, or a runtime failure).
+    #[error("{0}")]
+    Run(#[from] RunError),
+}
+
+/// A captured program: the graph of one run of a program, replayable on the worker that
+/// captured it ([`ChipWorker::capture`]). See the module doc.
+pub struct Captured {
+    name: String,
+    worker: u64,
+    graph: Graph,
+    sigs: Vec<ArgSig>,
+    sizing: RingSizing,
+    report: RunReport,
+    /// Output block per task during a replay (kept to avoid allocating per replay).
+    blocks: parking_lot::Mutex<Vec<u64>>,
+    needs: Needs,
+}
+
+impl fmt::Debug for Captured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Captured(program='{}', tasks={}, edges={})", self.name, self.tasks(), self.edges())
+    }
+}
+
+impl ChipWorker {
+    /// Run `program` once (a normal run) and record its task graph for
+    /// [`Captured::replay`]. A failing run fails the capture.
+    pub fn capture(&mut self, program: &crate::chip::Program, args: &[Arg<'_>], config: &CallConfig) -> Result<Captured, RunError> {
+        self.capture_with_hook(program, args, config, None)
+    }
+
+    /// As [`ChipWorker::capture`], with a blocking hook (see `run_with_hook`).
+    pub fn capture_with_hook(&mut self, program: &crate::chip::Program, args: &[Arg<'_>], config: &CallConfig, hook: Option<&dyn Fn(bool)>) -> Result<Captured, RunError> {
+        config.validate()?;
+        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
+        let diag = crate::chip::Diagnostics::from_config(config);
+        let mut rec = Some(Box::new(Recorder::new(args)));
+        let report = self.run_body(program.name(), &|o, a| program.call(o, a), args, &sizing, hook, &diag, Some(&mut rec), false)?;
+        let graph = rec.expect("the recorder comes back from the run").finish();
+        let sigs = args
+            .iter()
+            .map(|a| match a {
+                Arg::Tensor(h) => {
+                    let t = h.tensor();
+                    ArgSig::Tensor { shape: t.shape[..t.ndims as usize].to_vec(), dtype: t.dtype, bytes: t.buf_bytes }
+                }
+                Arg::Scalar(_) => ArgSig::Scalar,
+            })
+            .collect();
+        let needs = Needs::of(&graph);
+        Ok(Captured {
+            name: program.name().to_string(),
+            worker: self.worker_id(),
+            blocks: parking_lot::Mutex::new(vec![0; graph.tasks.len()]),
+            graph,
+            sigs,
+            sizing,
+            report,
+            needs,
+        })
+    }
+}
+
+impl Captured {
+    /// The program's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Recorded tasks (including alloc and dummy tasks).
+    pub fn tasks(&self) -> usize {
+        self.graph.tasks.len()
+    }
+    /// Recorded dependency edges (one per (producer, consumer) pair).
+    pub fn edges(&self) -> usize {
+        self.graph.fanin.len()
+    }
+    /// The highest use per ring of the recorded run.
+    pub fn ring_needs(&self) -> PeakUse {
+        self.report.peak
+    }
+    /// The report of the capture run.
+    pub fn report(&self) -> &RunReport {
+        &self.report
+    }
+    /// The sizing of the capture run (a replay without a config uses it).
+    pub fn sizing(&self) -> &RingSizing {
+        &self.sizing
+    }
+    /// The worker the graph belongs to ([`ChipWorker::worker_id`]).
+    pub fn worker_id(&self) -> u64 {
+        self.worker
+    }
+
+    /// A `CallConfig` whose `runtime_env` is exactly what the graph needs: per ring,
+    /// the smallest valid sizes that hold the recorded peaks and the graph's
+    /// structural demand (what no completion can free: the tasks whose scope is still
+    /// open, or that a RETAIN consumer still holds, with every WAIT edge pending),
+    /// so that replays under it never fail for capacity, whatever the timing.
+    pub fn exact_config(&self) -> CallConfig {
+        let p = &self.report.peak;
+        let n = &self.needs;
+        let mut env = RuntimeEnv::default();
+        for r in 0..4 {
+            let live = p.task_window[r].max(n.slots[r]);
+            env.ring_task_window[r] = (live + 1).next_power_of_two().max(MIN_RING_TASK_WINDOW);
+            env.ring_heap[r] = p.heap[r].max(n.heap[r]).next_power_of_two().max(MIN_RING_HEAP);
+            env.ring_dep_pool[r] = p.dep_pool[r].max(n.deps[r]).max(MIN_RING_DEP_POOL);
+        }
+        CallConfig { runtime_env: env, ..CallConfig::default() }
+    }
+
+    /// Check `args` against the capture: count, kind, shape and dtype.
+    pub fn check_args(&self, args: &[Arg<'_>]) -> Result<(), ReplayError> {
+        if args.len() != self.sigs.len() {
+            return Err(ReplayError::Args {
+                index: None,
+                message: format!("program '{}' was captured with {} arguments, replayed with {}", self.name, self.sigs.len(), args.len()),
+            });
+        }
+        for (i, (a, sig)) in args.iter().zip(&self.sigs).enumerate() {
+            let bad = |m: String| Err(ReplayError::Args { index: Some(i), message: format!("argument {i}: {m}") });
+            match (a, sig) {
+                (Arg::Tensor(h), ArgSig::Tensor { shape, dtype, bytes }) => {
+                    let t = h.tensor();
+                    let got = &t.shape[..t.ndims as usize];
+                    if got != &shape[..] {
+                        return bad(format!("shape {got:?} does not match the captured shape {shape:?}"));
+                    }
+                    if t.dtype != *dtype {
+                        return bad(format!("dtype {} does not match the captured dtype {dtype}", t.dtype));
+                    }
+                    if t.buf_bytes != *bytes {
+                        return bad(format!("{} bytes do not match the captured {bytes} bytes", t.buf_bytes));
+                    }
+                }
+                (Arg::Scalar(_), ArgSig::Scalar) => {}
+                (Arg::Scalar(_), ArgSig::Tensor { .. }) => return bad("a scalar where the capture had a tensor".into()),
+                (Arg::Tensor(_), ArgSig::Scalar) => return bad("a tensor where the capture had a scalar".into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Replay the graph on `chip` (the worker that captured it) with `args` (same count,
+    /// shapes and dtypes as the capture; scalar arguments are the captured ones) and
+    /// `config` (`None`: the captured sizing).
+    pub fn replay(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>) -> Result<RunReport, ReplayError> {
+        self.replay_with_hook(chip, args, config, None)
+    }
+
+    /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`).
+    pub fn replay_with_hook(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>, hook: Option<&dyn Fn(bool)>) -> Result<RunReport, ReplayError> {
+        if chip.worker_id() != self.worker {
+            return Err(ReplayError::WrongWorker { captured: self.worker, given: chip.worker_id() });
+        }
+        self.check_args(args)?;
+        let (sizing, mut diag) = match config {
+            Some(c) => {
+                c.validate().map_err(RunError::from)?;
+                (RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?, crate::chip::Diagnostics::from_config(c))
+            }
+            None => (self.sizing, crate::chip::Diagnostics::default()),
+        };
+        // Nothing is inferred at replay: there is no dependency file to write.
+        diag.deps_prefix = None;
+        let mut blocks = self.blocks.lock();
+        let blocks = std::cell::RefCell::new(&mut blocks[..]);
+        let body = |o: &mut Orchestrator<'_>, a: &[Arg<'_>]| replay_ops(o, &self.graph, a, &mut blocks.borrow_mut());
+        Ok(chip.run_body(&self.name, &body, args, &sizing, hook, &diag, None, true).map_err(RunError::from)?)
+    }
+}
+
+/// The graph's structural demand per ring (see [`Captured::exact_config`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Needs {
+    slots: [u64; 4],
+    heap: [u64; 4],
+    deps: [u64; 4],
+}
+
+impl Needs {
+    /// Walk the ops: a task can retire only once its scope ended, every RETAIN
+    /// consumer of it can retire and every WAIT consumer was submitted (`free_at`, an
+    /// op index); in order, so at each submit
+    /// the tasks of the ring from the oldest one not free yet are live whatever the
+    /// timing. Heap: where a ring can retire before its last submit the heap may wrap
+    /// and abandon an end gap (less than one task's bytes), so the largest task's bytes
+    /// are added twice there.
+    fn of(g: &Graph) -> Needs {
+        let n = g.tasks.len();
+        let mut at = vec![0usize; n];
+        let mut scope_end = vec![usize::MAX; n];
+        let mut stack: Vec<Vec<u32>> = vec![];
+        for (k, op) in g.ops.iter().enumerate() {
+            match *op {
+                Op::Begin { .. } => stack.push(vec![]),
+                Op::End => {
+                    for t in stack.pop().unwrap_or_default() {
+                        scope_end[t as usize] = k;
+                    }
+                }
+                Op::Task(i) => {
+                    at[i as usize] = k;
+                    if let Some(s) = stack.last_mut() {
+                        s.push(i);
+                    }
+                }
+            }
+        }
+        let index: HashMap<TaskId, usize> = g.tasks.iter().enumerate().map(|(i, t)| (t.head.id, i)).collect();
+        let mut free_at = scope_end.clone();
+        for i in (0..n).rev() {
+            for &(p, flags) in slice(&g.fanin, g.tasks[i].fanin) {
+                if let Some(&j) = index.get(&p) {
+                    // A RETAIN claim holds the producer until the consumer can retire; a
+                    // WAIT claim (taken when the producer had not completed) until the
+                    // consumer's submit is done.
+                    let until = if flags & DEP_RETAIN != 0 { free_at[i] } else { at[i] };
+                    free_at[j] = free_at[j].max(until);
+                }
+            }
+        }
+        let mut needs = Needs::default();
+        let mut live: [std::collections::VecDeque<usize>; 4] = Default::default();
+        let mut sum = [[0u64; 4]; 4]; // per ring: slots, bytes, nodes, spill
+        let mut wraps = [false; 4];
+        let mut biggest = [0u64; 4];
+        let mut spill = [0u64; 4];
+        let cost = |i: usize| {
+            let f = slice(&g.fanin, g.tasks[i].fanin);
+            let waits = f.iter().filter(|e| e.1 & DEP_WAIT != 0).count() as u64;
+            [1, g.tasks[i].head.heap_bytes, waits, (f.len() as u64).saturating_sub(FANIN_INLINE as u64)]
+        };
+        #[allow(clippy::needless_range_loop)]
+        for i in 0..n {
+            let r = g.tasks[i].head.id.ring();
+            while let Some(&h) = live[r].front() {
+                if free_at[h] >= at[i] {
+                    break;
+                }
+                live[r].pop_front();
+                wraps[r] = true;
+                for (s, c) in sum[r].iter_mut().zip(cost(h)) {
+                    *s -= c;
+                }
+            }
+            live[r].push_back(i);
+            let c = cost(i);
+            for (s, c) in sum[r].iter_mut().zip(c) {
+                *s += c;
+            }
+            biggest[r] = biggest[r].max(c[1]);
+            needs.slots[r] = needs.slots[r].max(sum[r][0]);
+            needs.heap[r] = needs.heap[r].max(sum[r][1]);
+            needs.deps[r] = needs.deps[r].max(sum[r][2]);
+            spill[r] = spill[r].max(sum[r][3]);
+        }
+        for r in 0..4 {
+            needs.deps[r] = needs.deps[r].max(spill[r]);
+            if wraps[r] {
+                needs.heap[r] = needs.heap[r].saturating_add(2 * biggest[r]);
+            }
+        }
+        needs
+    }
+}
