@@ -16,8 +16,12 @@
 //! `heartbeat` is bumped by a chip process's watchdog thread every [`HEARTBEAT`]: the
 //! host reads it to tell a chip that is busy (it beats) from one that is stopped or
 //! frozen (it does not); see the node module doc.
+//!
+//! With each reply the chip also leaves, in the header, which of its threads served the
+//! request, when (`served_ns` .. `replied_ns`) and where its swimlane's clock started
+//! (`trace_t0_ns`): what the host needs to put the chip on the L3 timeline.
 
-use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
 pub const STATE_STARTING: u32 = 0;
@@ -37,6 +41,15 @@ pub struct Header {
     pub resp_len: AtomicU32,
     /// Bumped by the chip process every [`HEARTBEAT`] (never by chip threads).
     pub heartbeat: AtomicU32,
+    /// Kernel thread id of the chip thread that served the last request.
+    pub served_tid: AtomicU32,
+    /// When the chip took the last request and when it had its reply ready
+    /// (`CLOCK_MONOTONIC` ns, see `node::trace`): written before `resp_seq`.
+    pub served_ns: AtomicU64,
+    pub replied_ns: AtomicU64,
+    /// The start of the last request's swimlane (`ts = 0` of the chip's file) on
+    /// `CLOCK_MONOTONIC`; 0 when the request recorded none.
+    pub trace_t0_ns: AtomicU64,
 }
 
 /// How often a chip process bumps `heartbeat`.

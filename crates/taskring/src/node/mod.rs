@@ -86,6 +86,7 @@
 pub mod frame;
 pub mod mailbox;
 pub mod shm;
+pub mod trace;
 
 use crate::chip::{Arg, ChipOptions, ChipWorker, HostTensor, Program, RunError};
 use crate::config::{CallConfig, RingSizing};
@@ -385,13 +386,25 @@ impl Chip {
             .map_err(|why| why.unwrap_or_else(|| format!("{}: no reply", self.prefix())))
     }
 
-    /// One round trip with a task.
-    fn call(&self, ctl: &Ctl, task: &TaskFrame) -> Result<ReplyFrame, String> {
-        self.round_trip(ctl, |buf| frame::encode_task(task, buf))
+    /// One round trip with a task; `after(posted_ns)` runs once the reply is in, while
+    /// this host thread still holds the chip's turn (the chip starts nothing else).
+    fn call<T>(&self, ctl: &Ctl, task: &TaskFrame, after: impl FnOnce(u64) -> T) -> Result<(ReplyFrame, T), String> {
+        self.round_trip_then(ctl, |buf| frame::encode_task(task, buf), after)
     }
 
     /// One round trip with the request `encode` writes.
     fn round_trip(&self, ctl: &Ctl, encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>) -> Result<ReplyFrame, String> {
+        self.round_trip_then(ctl, encode, |_| ()).map(|(r, ())| r)
+    }
+
+    /// One round trip, then `after(posted_ns)` (when the request was posted, on
+    /// `CLOCK_MONOTONIC`) with the chip's turn still held.
+    fn round_trip_then<T>(
+        &self,
+        ctl: &Ctl,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
+        after: impl FnOnce(u64) -> T,
+    ) -> Result<(ReplyFrame, T), String> {
         let mut seq = self.turn(ctl)?;
         if let Some(d) = self.check_dead() {
             return Err(d);
@@ -409,13 +422,26 @@ impl Chip {
         *seq = seq.wrapping_add(1);
         let want = *seq;
         h.req_len.store(n as u32, Relaxed);
+        let posted = trace::mono_ns();
         h.req_seq.store(want, Release);
         futex_wake(&h.req_seq);
         self.await_reply(ctl, want)?;
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
         // safety: the chip wrote the reply before publishing resp_seq (acquired above).
         let buf = unsafe { &self.mailbox.resp_buf()[..len] };
-        frame::decode_reply(buf).map_err(|e| format!("{}: bad reply frame: {e}", self.prefix()))
+        let r = frame::decode_reply(buf).map_err(|e| format!("{}: bad reply frame: {e}", self.prefix()))?;
+        Ok((r, after(posted)))
+    }
+
+    /// The Perfetto pid of this chip on the L3 timeline: its own pid, or (a chip
+    /// thread, which shares the host's) a number no process can have (pids are below
+    /// 2^22 on Linux).
+    fn lane_pid(&self) -> u64 {
+        if self.process {
+            self.pid as u64
+        } else {
+            (1 << 30) + self.worker as u64
+        }
     }
 
     /// Wait up to `budget` for the late reply of a request given up on earlier. True
@@ -559,6 +585,49 @@ struct RunState {
     /// Dispatches under way.
     in_flight: usize,
     first_chip_error: Option<String>,
+    /// The run's timeline while it is recorded (the run's config asks for a swimlane).
+    trace: Option<RunTrace>,
+}
+
+/// What the host records of a run for its timeline (`merged_swimlane.json`).
+struct RunTrace {
+    /// The run's `output_prefix`.
+    prefix: String,
+    t0_ns: u64,
+    /// The thread that runs the orchestration.
+    orch_tid: u64,
+    /// One per L3 task, as `RunState::tasks`.
+    tasks: Vec<TaskTrace>,
+}
+
+/// One L3 task on the timeline.
+#[derive(Default)]
+struct TaskTrace {
+    /// `(start, end)` of its `submit_next_level`.
+    submit: Option<(u64, u64)>,
+    dispatch: Option<DispatchTrace>,
+}
+
+/// A dispatch on a node thread and what its chip reported.
+struct DispatchTrace {
+    tid: u64,
+    thread: String,
+    start_ns: u64,
+    /// Request posted (after waiting for the chip's turn) and reply seen.
+    posted_ns: u64,
+    replied_ns: u64,
+    /// The chip's side; None when no reply came.
+    chip: Option<ChipSide>,
+}
+
+/// A chip's side of one task: the thread that served it, when, and its own swimlane.
+struct ChipSide {
+    tid: u64,
+    served_ns: u64,
+    replied_ns: u64,
+    /// The swimlane's `ts = 0` on the host's clock; the events, or why there are none.
+    t0_ns: u64,
+    events: Result<trace::ChipTrace, String>,
 }
 
 impl RunState {
@@ -571,6 +640,8 @@ impl RunState {
 
 struct NodeShared {
     chips: Vec<Chip>,
+    /// The run in flight records its timeline (`RunState::trace` is set).
+    tracing: AtomicBool,
     run: Mutex<RunState>,
     /// Notified when a dispatch ends.
     done: Condvar,
@@ -606,12 +677,41 @@ impl Kernel for Dispatch {
     }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         let idx = call.scalar_i64(0) as usize;
-        let task = {
+        let start_ns = trace::mono_ns();
+        let (task, run_prefix) = {
             let mut st = self.node.run.lock();
             st.in_flight += 1;
-            st.tasks[idx].clone()
+            (st.tasks[idx].clone(), st.trace.as_ref().map(|t| t.prefix.clone()))
         };
         let chip = &self.node.chips[task.worker];
+        // A traced run has every chip record its swimlane (under the task's own prefix,
+        // else the run's; in `chip{worker}/` there), to merge it after the reply.
+        let mut config = task.config.clone();
+        if let Some(p) = &run_prefix {
+            config.enable_chip_swimlane = config.enable_chip_swimlane.max(1);
+            if config.output_prefix.is_empty() {
+                config.output_prefix = p.clone();
+            }
+        }
+        let traced = run_prefix.is_some();
+        let swimlane = chip_dir(&config.output_prefix, task.worker).join("merged_swimlane.json");
+        let after = |posted_ns: u64| {
+            if !traced {
+                return None;
+            }
+            let replied_ns = trace::mono_ns();
+            let h = chip.mailbox.header();
+            let t0_ns = h.trace_t0_ns.load(Acquire);
+            let events = if t0_ns == 0 { Err("the chip recorded no swimlane".to_string()) } else { trace::read_chip_trace(&swimlane) };
+            let side = ChipSide {
+                tid: h.served_tid.load(Acquire) as u64,
+                served_ns: h.served_ns.load(Acquire),
+                replied_ns: h.replied_ns.load(Acquire),
+                t0_ns,
+                events,
+            };
+            Some((posted_ns, replied_ns, side))
+        };
         let args: Result<Vec<WireArg>, String> = task
             .args
             .iter()
@@ -621,8 +721,21 @@ impl Kernel for Dispatch {
                 ArgRef::Float(v) => Ok(WireArg::Float(v)),
             })
             .collect();
-        let reply = args.and_then(|args| chip.call(&self.node.ctl, &TaskFrame { callable: task.callable, config: task.config.clone(), args }));
+        let reply = args.and_then(|args| chip.call(&self.node.ctl, &TaskFrame { callable: task.callable, config, args }, after));
+        let end_ns = trace::mono_ns();
+        let (reply, side) = match reply {
+            Ok((r, side)) => (Ok(r), side),
+            Err(e) => (Err(e), None),
+        };
         let mut st = self.node.run.lock();
+        if let Some(t) = st.trace.as_mut().and_then(|t| t.tasks.get_mut(idx)) {
+            let (posted_ns, replied_ns, chip) = match side {
+                Some((p, r, c)) => (p, r, Some(c)),
+                None => (end_ns, end_ns, None),
+            };
+            let thread = std::thread::current().name().unwrap_or("node thread").to_string();
+            t.dispatch = Some(DispatchTrace { tid: trace::gettid(), thread, start_ns, posted_ns, replied_ns, chip });
+        }
         st.finished += 1;
         st.in_flight -= 1;
         self.node.done.notify_all();
@@ -703,6 +816,7 @@ impl<'r> NodeOrchestrator<'_, 'r> {
 
     /// Submit the L2 task `callable(args)` to chip `worker`, run there with `config`.
     pub fn submit_next_level(&mut self, callable: u32, args: &[NodeArg], config: &CallConfig, worker: usize) -> Result<TaskId, RuntimeFailure> {
+        let start_ns = self.node.tracing.load(Relaxed).then(trace::mono_ns);
         let bad = |msg: String| RuntimeFailure::invalid_args(None, format!("submit_next_level: {msg}"));
         if worker >= self.node.chips.len() {
             return Err(bad(format!("worker {worker} is not a chip of this node (it has {})", self.node.chips.len())));
@@ -755,15 +869,23 @@ impl<'r> NodeOrchestrator<'_, 'r> {
             let mut st = self.node.run.lock();
             st.tasks.push(L3Task { worker, callable, config: config.clone(), args: refs });
             st.reports.push(None);
+            if let Some(t) = st.trace.as_mut() {
+                t.tasks.push(TaskTrace::default());
+            }
             st.tasks.len() - 1
         };
         ta.scalar(Scalar::I64(idx as i64));
         let r = self.o.submit(self.dispatch, &ta).map(|r| r.id);
+        let mut st = self.node.run.lock();
         if r.is_err() {
             // Never dispatched: not a task of the run (the run waits for its tasks).
-            let mut st = self.node.run.lock();
             st.tasks.truncate(idx);
             st.reports.truncate(idx);
+            if let Some(t) = st.trace.as_mut() {
+                t.tasks.truncate(idx);
+            }
+        } else if let (Some(s), Some(t)) = (start_ns, st.trace.as_mut().and_then(|t| t.tasks.get_mut(idx))) {
+            t.submit = Some((s, trace::mono_ns()));
         }
         r
     }
@@ -827,6 +949,8 @@ pub struct Node {
 
 /// What a chip (process or thread) needs to serve tasks.
 struct ChipContext {
+    /// This chip's index in the node.
+    worker: usize,
     host_pid: i32,
     in_process: bool,
     opts: NodeOptions,
@@ -895,20 +1019,46 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
         // safety: the host wrote the request before publishing req_seq (acquired above)
         // and does not touch it until we reply.
         let req = unsafe { &mb.req_buf()[..len] };
-        let reply = serve(&ctx, &mut chip, &mut regions, req);
+        let served_ns = trace::mono_ns();
+        let (reply, trace_t0_ns) = serve(&ctx, &mut chip, &mut regions, req);
         // safety: we own the reply buffer until we publish resp_seq.
         let n = match frame::encode_reply(&reply, unsafe { mb.resp_buf() }) {
             Ok(n) => n,
             Err(e) => frame::encode_reply(&ReplyFrame { status: StatusCode::RuntimeSetup.code(), error: format!("cannot encode the reply: {e}"), report: None, stats: None }, unsafe { mb.resp_buf() }).unwrap_or(0),
         };
         h.resp_len.store(n as u32, Release);
+        h.served_tid.store(trace::gettid() as u32, Relaxed);
+        h.served_ns.store(served_ns, Relaxed);
+        h.trace_t0_ns.store(trace_t0_ns, Relaxed);
+        h.replied_ns.store(trace::mono_ns(), Relaxed);
         h.resp_seq.store(served, Release);
         futex_wake(&h.resp_seq);
     }
 }
 
-/// Run one task frame on this chip.
-fn serve(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap, req: &[u8]) -> ReplyFrame {
+/// Where chip `worker` writes a task's DFX files (scope stats, `deps.json`, its
+/// swimlane): `{prefix}/chip{worker}`, so that the chips of a node do not overwrite each
+/// other's. A prefix that already ends in that directory is used as it is.
+pub fn chip_dir(prefix: &str, worker: usize) -> std::path::PathBuf {
+    let p = std::path::Path::new(prefix);
+    let name = format!("chip{worker}");
+    if p.file_name().is_some_and(|n| n == name.as_str()) {
+        p.to_path_buf()
+    } else {
+        p.join(name)
+    }
+}
+
+/// Run one request on this chip; with the reply, the start of the swimlane it recorded
+/// on `CLOCK_MONOTONIC` (0 for none).
+fn serve(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap, req: &[u8]) -> (ReplyFrame, u64) {
+    let mut traced = false;
+    let r = serve_request(ctx, chip, regions, req, &mut traced);
+    let t0 = if traced { chip.trace_start().map(trace::instant_ns).unwrap_or(0) } else { 0 };
+    (r, t0)
+}
+
+fn serve_request(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap, req: &[u8], traced: &mut bool) -> ReplyFrame {
     let fail = |status: StatusCode, e: String| ReplyFrame { status: status.code(), error: e, report: None, stats: None };
     if let Ok(frame::KIND_STATS) = frame::request_kind(req) {
         let st = chip.arena_stats();
@@ -956,9 +1106,21 @@ fn serve(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap,
             }
         }
     }
+    // The task's DFX files go to its chip's own directory (see `chip_dir`); a stale
+    // swimlane there must not pass for this task's.
+    let mut config = task.config;
+    let dfx = config.enable_scope_stats || config.enable_dep_gen || config.enable_chip_swimlane > 0;
+    if dfx && !config.output_prefix.is_empty() {
+        let dir = chip_dir(&config.output_prefix, ctx.worker);
+        if config.enable_chip_swimlane > 0 {
+            let _ = std::fs::remove_file(dir.join("merged_swimlane.json"));
+            *traced = true;
+        }
+        config.output_prefix = dir.to_string_lossy().into_owned();
+    }
     let r = match &ctx.opts.blocking_hook {
-        Some(h) => chip.run_with_hook(&callable.program, &args, &task.config, &**h),
-        None => chip.run(&callable.program, &args, &task.config),
+        Some(h) => chip.run_with_hook(&callable.program, &args, &config, &**h),
+        None => chip.run(&callable.program, &args, &config),
     };
     match r {
         Ok(rep) => {
@@ -1019,7 +1181,7 @@ impl Node {
             } else {
                 (-1, -1)
             };
-            let ctx = ChipContext { host_pid, in_process: !opts.chip_processes, opts: opts.clone(), callables: callables.clone(), pipe: pipe_r };
+            let ctx = ChipContext { worker, host_pid, in_process: !opts.chip_processes, opts: opts.clone(), callables: callables.clone(), pipe: pipe_r };
             let (pid, thread) = if opts.chip_processes {
                 hooks.before();
                 // safety: fork; the child runs only `chip_main` and then `_exit`s, never
@@ -1106,7 +1268,7 @@ impl Node {
                 return Err(NodeError::Chip(text));
             }
         }
-        let shared = Arc::new(NodeShared { chips, run: Mutex::new(RunState::default()), done: Condvar::new(), ctl });
+        let shared = Arc::new(NodeShared { chips, tracing: AtomicBool::new(false), run: Mutex::new(RunState::default()), done: Condvar::new(), ctl });
         let node_cores = if opts.node_cores == 0 { 2 * opts.device_ids.len() } else { opts.node_cores };
         let engine = match ChipWorker::new(ChipOptions {
             cores: node_cores,
@@ -1192,7 +1354,19 @@ impl Node {
                 }
             }
         }
-        *sh.run.lock() = RunState::default();
+        // The run's own swimlane is the L3 timeline (merged below); the engine records
+        // none of its own.
+        let traced = config.enable_chip_swimlane > 0 && !config.output_prefix.is_empty();
+        let mut engine_config = config.clone();
+        if traced {
+            engine_config.enable_chip_swimlane = 0;
+        }
+        let t0_ns = trace::mono_ns();
+        *sh.run.lock() = RunState {
+            trace: traced.then(|| RunTrace { prefix: config.output_prefix.clone(), t0_ns, orch_tid: trace::gettid(), tasks: vec![] }),
+            ..RunState::default()
+        };
+        sh.tracing.store(traced, SeqCst);
         let shared = self.shared.clone();
         let callables = self.callables.clone();
         let dispatch = self.dispatch.expect("an open node has its dispatch kernel");
@@ -1209,10 +1383,17 @@ impl Node {
             Ok(())
         });
         let r = match hook {
-            Some(h) => engine.run_with_hook(&program, &[], config, h),
-            None => engine.run(&program, &[], config),
+            Some(h) => engine.run_with_hook(&program, &[], &engine_config, h),
+            None => engine.run(&program, &[], &engine_config),
         };
+        sh.tracing.store(false, SeqCst);
         let mut st = sh.run.lock();
+        if let Some(t) = st.trace.take() {
+            let prefix = std::path::PathBuf::from(&t.prefix);
+            if let Err(e) = self.timeline(t, &st.tasks).write(&prefix) {
+                eprintln!("taskring: could not write merged_swimlane.json under {}: {e}", prefix.display());
+            }
+        }
         let interrupted = sh.ctl.cancel.load(Acquire);
         match r {
             _ if interrupted => Err(NodeError::Interrupted(st.first_chip_error.take().unwrap_or_else(|| "interrupted".into()))),
@@ -1226,6 +1407,72 @@ impl Node {
                 _ => Err(NodeError::Failure(f)),
             },
         }
+    }
+
+    /// The run's L3 timeline (see [`trace`]): the host (its orchestration thread with
+    /// each task's submit; each dispatch on the node thread that ran it), then each
+    /// chip (the thread that served each task, its cores' kernels); a flow from each
+    /// submit to its dispatch and from each dispatch to the chip task it started.
+    fn timeline(&self, t: RunTrace, tasks: &[L3Task]) -> trace::Timeline {
+        use serde_json::json;
+        let end_ns = trace::mono_ns();
+        let host = std::process::id() as u64;
+        let names: Vec<String> = self.callables.read().iter().map(|c| c.program.name().to_string()).collect();
+        let mut tl = trace::Timeline { t0_ns: t.t0_ns, ..Default::default() };
+        tl.processes.push((host, format!("host (pid {host})")));
+        for c in &self.shared.chips {
+            tl.processes.push((c.lane_pid(), c.prefix()));
+        }
+        tl.threads.push((host, t.orch_tid, "orchestrator".into()));
+        tl.slices.push(trace::Slice { pid: host, tid: t.orch_tid, name: "L3 run".into(), start_ns: t.t0_ns, end_ns, args: json!({"tasks": tasks.len()}) });
+        let mut seen = std::collections::HashSet::new();
+        for (i, (task, tt)) in tasks.iter().zip(&t.tasks).enumerate() {
+            let w = task.worker;
+            let chip = &self.shared.chips[w];
+            let prog = names.get(task.callable as usize).map(String::as_str).unwrap_or("?");
+            let args = json!({"l3_task": i, "worker": w, "program": prog});
+            if let Some((s, e)) = tt.submit {
+                tl.slices.push(trace::Slice { pid: host, tid: t.orch_tid, name: format!("submit {prog} -> chip {w}"), start_ns: s, end_ns: e, args: args.clone() });
+            }
+            let Some(d) = &tt.dispatch else { continue };
+            if seen.insert((host, d.tid)) {
+                tl.threads.push((host, d.tid, format!("dispatch ({})", d.thread)));
+            }
+            let mut dargs = args.clone();
+            dargs["waited_for_chip_us"] = json!(d.posted_ns.saturating_sub(d.start_ns) as f64 / 1000.0);
+            tl.slices.push(trace::Slice { pid: host, tid: d.tid, name: format!("dispatch {prog} -> chip {w}"), start_ns: d.start_ns, end_ns: d.replied_ns, args: dargs });
+            let at_dispatch = trace::FlowEnd { pid: host, tid: d.tid, at_ns: d.posted_ns };
+            if let Some((s, e)) = tt.submit {
+                let from = trace::FlowEnd { pid: host, tid: t.orch_tid, at_ns: s + (e - s) / 2 };
+                tl.flows.push(trace::Flow { id: 2 * i as u64 + 1, cat: "submit", name: "submit".into(), from, to: at_dispatch });
+            }
+            let Some(c) = &d.chip else { continue };
+            let pid = chip.lane_pid();
+            if seen.insert((pid, c.tid)) {
+                tl.threads.push((pid, c.tid, format!("orchestrator (tid {})", c.tid)));
+            }
+            tl.slices.push(trace::Slice { pid, tid: c.tid, name: prog.to_string(), start_ns: c.served_ns, end_ns: c.replied_ns, args: args.clone() });
+            let to = trace::FlowEnd { pid, tid: c.tid, at_ns: c.served_ns + (c.replied_ns.saturating_sub(c.served_ns) / 2).min(1000) };
+            tl.flows.push(trace::Flow { id: 2 * i as u64 + 2, cat: "dispatch", name: "dispatch".into(), from: at_dispatch, to });
+            match &c.events {
+                Ok(ev) => {
+                    for (tid, name) in &ev.threads {
+                        if seen.insert((pid, *tid)) {
+                            tl.threads.push((pid, *tid, name.clone()));
+                        }
+                    }
+                    for e in &ev.slices {
+                        let mut a = e.args.clone();
+                        if let Some(m) = a.as_object_mut() {
+                            m.insert("l3_task".into(), json!(i));
+                        }
+                        tl.slices.push(trace::Slice { pid, tid: e.tid, name: e.name.clone(), start_ns: c.t0_ns + e.start_ns, end_ns: c.t0_ns + e.end_ns, args: a });
+                    }
+                }
+                Err(why) => tl.notes.push((pid, c.tid, c.replied_ns, format!("no chip swimlane for L3 task {i}: {why}"))),
+            }
+        }
+        tl
     }
 
     /// Stop every chip and the node's engine (idempotent). In a child of `fork()` it
