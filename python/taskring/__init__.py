@@ -50,9 +50,11 @@ from ._node import (
     shared_array,
 )
 from ._native import ChipTaskReport, NodeOrchestrator, NodeRunReport
+from ._native import CapturedProgram
 from . import kernels
 
 __all__ = [
+    "CapturedProgram",
     "ChipTaskReport",
     "DistributedConfig",
     "DistributedProgram",
@@ -367,6 +369,22 @@ class ChipWorker:
         cc.validate()
         host = prog.check_args(args)
         return self._chip.run(prog.orchestration, prog.name, list(host), cc)
+
+    def capture(self, prog: Program, *args: Any, config: Any = None) -> CapturedProgram:
+        """Run ``prog`` once, as ``run`` does, and record its task graph: kernels, scalars,
+        views relative to each argument, scopes and dependencies. ``g.replay(*args,
+        config=None)`` runs the graph again on this worker without the orchestration
+        (arguments of the same shapes and dtypes; API.md §10). The run's report is
+        ``g.report``."""
+        if self._chip is None:
+            raise RuntimeError("this ChipWorker is closed")
+        if not isinstance(prog, Program):
+            raise TypeError(f"capture() needs a taskring.Program, got {type(prog).__name__}")
+        _platform_check(config)
+        cc = self._config if config is None else _call_config(config)
+        cc.validate()
+        host = prog.check_args(args)
+        return self._chip.capture(prog.orchestration, prog.name, list(host), cc)
 
     @property
     def arena_stats(self) -> ArenaStats:

@@ -478,6 +478,40 @@ class RunReport:
     def elapsed_s(self) -> float:
         """Wall time of the run, in seconds."""
 
+    @property
+    def replayed(self) -> bool:
+        """A replay of a captured program (False for normal runs)."""
+
+@final
+class CapturedProgram:
+    """A program's task graph recorded by `ChipWorker.capture`; replays on that worker only."""
+
+    @property
+    def tasks(self) -> int:
+        """Recorded tasks (including alloc and dummy tasks)."""
+
+    @property
+    def edges(self) -> int:
+        """Recorded dependency edges (one per producer-consumer pair)."""
+
+    @property
+    def ring_needs(self) -> PeakUse:
+        """The highest use per ring of the recorded run."""
+
+    @property
+    def report(self) -> RunReport:
+        """The report of the capture run."""
+
+    @property
+    def name(self) -> str:
+        """The program's name."""
+
+    def exact_config(self) -> CallConfig:
+        """A CallConfig whose runtime_env is exactly what the graph needs (replays under it never fail for capacity)."""
+
+    def replay(self, *args: Any, config: _ConfigLike = None) -> RunReport:
+        """Replay with arrays of the captured shapes and dtypes (ValueError naming the argument otherwise); config None: the captured sizing."""
+
 @final
 class Chip:
     """A resident simulated chip (native part of `taskring.ChipWorker`)."""
@@ -499,6 +533,15 @@ class Chip:
         config: _ConfigLike = None,
     ) -> RunReport:
         """Run `orchestration(rt, *args)` with `config`; numpy arrays become Tensors (zero copy), ints and floats pass through."""
+
+    def capture(
+        self,
+        orchestration: Callable[..., object],
+        name: str,
+        args: list[Any],
+        config: _ConfigLike = None,
+    ) -> CapturedProgram:
+        """Run `orchestration(rt, *args)` once, as `run` does, and record its task graph."""
 
     def arena_stats(self) -> ArenaStats:
         """The chip's arena-cache counters."""

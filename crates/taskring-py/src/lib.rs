@@ -8,6 +8,7 @@
 mod config;
 mod native;
 mod node;
+mod replay;
 mod runtime;
 mod sizing;
 
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyRunReport>()?;
     m.add_class::<runtime::PyArenaStats>()?;
     m.add_class::<runtime::PyPeak>()?;
+    m.add_class::<replay::PyCaptured>()?;
     m.add_function(wrap_pyfunction!(runtime::make_python_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::builtin_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(native::load_native_kernel, m)?)?;

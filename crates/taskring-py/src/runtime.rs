@@ -983,14 +983,17 @@ pub struct PyRunReport {
     arena_hit: bool,
     arena_build_s: f64,
     elapsed_s: f64,
+    /// A replay of a captured program.
+    replayed: bool,
 }
 
 #[pymethods]
 impl PyRunReport {
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "RunReport(tasks={}, arena_hit={}, arena_build_s={:.6}, elapsed_s={:.6}, peak={}, ring_sizing={})",
+            "RunReport(tasks={}, replayed={}, arena_hit={}, arena_build_s={:.6}, elapsed_s={:.6}, peak={}, ring_sizing={})",
             self.tasks,
+            if self.replayed { "True" } else { "False" },
             if self.arena_hit { "True" } else { "False" },
             self.arena_build_s,
             self.elapsed_s,
@@ -1006,6 +1009,7 @@ pub fn peak_py(p: &taskring::PeakUse) -> PyPeak {
 
 pub fn report_py(py: Python<'_>, r: &taskring::RunReport) -> PyResult<PyRunReport> {
     Ok(PyRunReport {
+        replayed: r.replayed,
         ring_sizing: PyRingSizing { inner: r.ring_sizing },
         peak: Py::new(py, PyPeak { task_window: t4(r.peak.task_window), heap: t4(r.peak.heap), dep_pool: t4(r.peak.dep_pool) })?,
         tasks: r.tasks,
@@ -1080,7 +1084,7 @@ pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, std::sync::Arc<P
 /// frees nothing the parent still owns).
 #[pyclass(module = "taskring._native", name = "Chip", frozen)]
 pub struct PyChip {
-    chip: Mutex<Option<ChipWorker>>,
+    pub(crate) chip: Mutex<Option<ChipWorker>>,
     pid: u32,
 }
 
@@ -1105,8 +1109,25 @@ pub fn lock_detached<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> std::sync:
     }
 }
 
+/// Program arguments: numpy arrays -> tensors (zero copy; the caller keeps the arrays
+/// alive for the whole run), Python ints and floats -> scalars.
+pub fn host_args<'py>(args: impl Iterator<Item = Bound<'py, PyAny>>) -> PyResult<Vec<Arg<'static>>> {
+    let mut host: Vec<Arg<'static>> = vec![];
+    for (i, a) in args.enumerate() {
+        if a.is_instance_of::<PyFloat>() || a.is_instance_of::<PyInt>() {
+            let (bits, f) = scalar_of(&a)?;
+            host.push(Arg::Scalar(if f { Scalar::F64(f64::from_bits(bits)) } else { Scalar::I64(bits as i64) }));
+        } else {
+            let t = host_tensor(i, &a)?;
+            // safety: the caller keeps the array referenced for the whole run.
+            host.push(Arg::Tensor(unsafe { HostTensor::from_raw(t) }));
+        }
+    }
+    Ok(host)
+}
+
 impl PyChip {
-    fn check_process(&self) -> PyResult<()> {
+    pub(crate) fn check_process(&self) -> PyResult<()> {
         if std::process::id() != self.pid {
             return Err(forked_err("ChipWorker", self.pid));
         }
@@ -1153,18 +1174,7 @@ impl PyChip {
     fn run(&self, py: Python<'_>, orchestration: Py<PyAny>, name: String, args: &Bound<'_, PyList>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyRunReport> {
         self.check_process()?;
         let cfg = call_config_of(py, config)?;
-        // Host arguments: arrays -> tensors (kept alive by `args` for the whole run).
-        let mut host: Vec<Arg<'_>> = vec![];
-        for (i, a) in args.iter().enumerate() {
-            if a.is_instance_of::<PyFloat>() || a.is_instance_of::<PyInt>() {
-                let (bits, f) = scalar_of(&a)?;
-                host.push(Arg::Scalar(if f { Scalar::F64(f64::from_bits(bits)) } else { Scalar::I64(bits as i64) }));
-            } else {
-                let t = host_tensor(i, &a)?;
-                // safety: the array is referenced by `args`, which outlives the run.
-                host.push(Arg::Tensor(unsafe { HostTensor::from_raw(t) }));
-            }
-        }
+        let host = host_args(args.iter())?;
         let (program, pending) = python_program(orchestration.clone_ref(py), &name);
         let mut guard = lock_detached(py, &self.chip);
         let chip = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
@@ -1180,6 +1190,32 @@ impl PyChip {
         }
         match r {
             Ok(rep) => report_py(py, &rep),
+            Err(e) => Err(run_err(py, e)),
+        }
+    }
+
+    /// Run `orchestration(rt, *args)` once, as `run` does, and record its task graph.
+    #[pyo3(signature = (orchestration, name, args, config=None))]
+    fn capture(slf: &Bound<'_, Self>, py: Python<'_>, orchestration: Py<PyAny>, name: String, args: &Bound<'_, PyList>, config: Option<&Bound<'_, PyAny>>) -> PyResult<crate::replay::PyCaptured> {
+        let me = slf.get();
+        me.check_process()?;
+        let cfg = call_config_of(py, config)?;
+        let host = host_args(args.iter())?;
+        let (program, pending) = python_program(orchestration.clone_ref(py), &name);
+        let mut guard = lock_detached(py, &me.chip);
+        let chip = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
+        let hook = gil_hook;
+        let r = chip.capture_with_hook(&program, &host, &cfg, Some(&hook));
+        if r.is_err() {
+            interrupt_python_kernels(py, &chip.abandoned_threads());
+        }
+        drop(guard);
+        drop(host);
+        if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(e);
+        }
+        match r {
+            Ok(g) => Ok(crate::replay::PyCaptured::new(g, slf.clone().unbind())),
             Err(e) => Err(run_err(py, e)),
         }
     }

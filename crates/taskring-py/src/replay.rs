@@ -1,0 +1,94 @@
+//! `CapturedProgram`: a program's task graph recorded by `ChipWorker.capture`, replayed
+//! on the worker that captured it (API.md §10; the engine side is
+//! `taskring::engine::replay`).
+
+use crate::config::{call_config_of, PyCallConfig};
+use crate::runtime::{host_args, interrupt_python_kernels, lock_detached, peak_py, report_py, run_err, PyChip, PyPeak, PyRunReport};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use taskring::{Captured, ReplayError};
+
+/// A captured program (see `ChipWorker.capture`).
+#[pyclass(module = "taskring", name = "CapturedProgram", frozen)]
+pub struct PyCaptured {
+    g: Captured,
+    /// The native chip it was captured on (closed or replaced: replays are refused).
+    chip: Py<PyChip>,
+}
+
+impl PyCaptured {
+    pub fn new(g: Captured, chip: Py<PyChip>) -> PyCaptured {
+        PyCaptured { g, chip }
+    }
+}
+
+#[pymethods]
+impl PyCaptured {
+    /// Recorded tasks (including alloc and dummy tasks).
+    #[getter]
+    fn tasks(&self) -> usize {
+        self.g.tasks()
+    }
+
+    /// Recorded dependency edges (one per producer-consumer pair).
+    #[getter]
+    fn edges(&self) -> usize {
+        self.g.edges()
+    }
+
+    /// The highest use per ring of the recorded run.
+    #[getter]
+    fn ring_needs(&self) -> PyPeak {
+        peak_py(&self.g.ring_needs())
+    }
+
+    /// The report of the capture run.
+    #[getter]
+    fn report(&self, py: Python<'_>) -> PyResult<PyRunReport> {
+        report_py(py, self.g.report())
+    }
+
+    #[getter]
+    fn name(&self) -> String {
+        self.g.name().to_string()
+    }
+
+    /// A CallConfig whose runtime_env is exactly what the graph needs: replays under it
+    /// never fail for capacity.
+    fn exact_config(&self, py: Python<'_>) -> PyResult<PyCallConfig> {
+        PyCallConfig::from_rust(py, &self.g.exact_config())
+    }
+
+    /// Replay with `args` (same count, shapes and dtypes as the capture; other arrays
+    /// are fine) and `config` (None: the captured sizing).
+    #[pyo3(signature = (*args, config=None))]
+    fn replay(&self, py: Python<'_>, args: &Bound<'_, PyTuple>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyRunReport> {
+        let chip = self.chip.get();
+        chip.check_process()?;
+        let cfg = config.map(|c| call_config_of(py, Some(c))).transpose()?;
+        let host = host_args(args.iter())?;
+        let mut guard = lock_detached(py, &chip.chip);
+        let Some(w) = guard.as_mut() else {
+            return Err(PyValueError::new_err("this captured program's ChipWorker is closed; capture it again on an open worker"));
+        };
+        // No Python runs on this thread during a replay (Python kernels take the GIL
+        // on the core threads): release it for the whole replay.
+        let g = &self.g;
+        let r = py.detach(|| g.replay(w, &host, cfg.as_ref()));
+        if r.is_err() {
+            interrupt_python_kernels(py, &w.abandoned_threads());
+        }
+        drop(guard);
+        drop(host);
+        match r {
+            Ok(rep) => report_py(py, &rep),
+            Err(ReplayError::Run(e)) => Err(run_err(py, e)),
+            Err(e) => Err(PyValueError::new_err(e.to_string())),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("CapturedProgram(name='{}', tasks={}, edges={})", self.g.name(), self.g.tasks(), self.g.edges())
+    }
+}
