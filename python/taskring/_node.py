@@ -342,7 +342,8 @@ class DistributedWorker:
 
     def _dispatch_config(self, program: DistributedProgram, config: Any) -> CallConfig:
         """A fresh CallConfig per dispatch: the program's thread count, plus the
-        non-None ring fields of the dispatch's RunConfig."""
+        non-None ring fields and the diagnostics (``enable_*``, ``output_dir``) of the
+        dispatch's RunConfig."""
         from ._config import RunConfig
 
         from ._config import platform_check
@@ -350,11 +351,18 @@ class DistributedWorker:
         platform_check(config)
         cfg = CallConfig(aicpu_thread_num=program.config.aicpu_thread_num)
         if isinstance(config, RunConfig):
-            # Only the ring fields of a dispatch's RunConfig are consumed at L3.
+            # Of a dispatch's RunConfig, L3 takes the ring fields (its thread count
+            # and platform do not apply to the chips' tasks) ...
             for field in ("ring_task_window", "ring_heap", "ring_dep_pool"):
                 value = getattr(config, field)
                 if value is not None:
                     setattr(cfg.runtime_env, field, value)
+            # And its diagnostics (API.md §7): the run writes its outputs under
+            # ``output_dir`` (one merged swimlane for the host and every chip), and each
+            # chip task given this config its own under ``output_dir/chip{worker}/``.
+            diag = config.to_call_config()
+            for field in ("enable_scope_stats", "enable_dep_gen", "enable_chip_swimlane", "output_prefix"):
+                setattr(cfg, field, getattr(diag, field))
         elif isinstance(config, CallConfig):
             cfg = config.copy()
         elif config is not None:

@@ -2,7 +2,7 @@
 //! part of `taskring.Worker(level=3)`), the L3 orchestrator `o`, and the reports.
 
 use crate::config::{call_config_of, PyRingSizing};
-use crate::runtime::{arena_stats_py, failure_err, gil_hook, python_program, PyArenaStats, PyPeak, PySpec, PyTensor};
+use crate::runtime::{arena_stats_py, failure_err, gil_hook, python_program, user_site, PyArenaStats, PyPeak, PySpec, PyTensor};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyTypeError, PyValueError};
@@ -266,10 +266,20 @@ impl PyNodeOrchestrator {
         self.with(|o| o.submit_next_level(handle, &list, &cfg, worker).map(|id| id.0).map_err(|f| failure_err(py, &f)))?
     }
 
-    /// Open a scope (depth + 1).
-    #[pyo3(signature = (manual=false))]
-    fn begin_scope(&self, py: Python<'_>, manual: bool) -> PyResult<()> {
-        self.with(|o| o.engine().begin_scope(manual).map_err(|f| failure_err(py, &f)))?
+    /// Open a scope (depth + 1); `site` names it in the scope stats (default: the
+    /// caller's `file:line`).
+    #[pyo3(signature = (manual=false, site=None))]
+    fn begin_scope(&self, py: Python<'_>, manual: bool, site: Option<String>) -> PyResult<()> {
+        let site = match site {
+            Some(s) => Some(s),
+            None if self.with(|o| o.engine().stats_enabled())? => Some(user_site(py)?),
+            None => None,
+        };
+        self.with(|o| match &site {
+            Some(s) => o.engine().begin_scope_named(manual, s),
+            None => o.engine().begin_scope(manual),
+        }
+        .map_err(|f| failure_err(py, &f)))?
     }
 
     fn end_scope(&self, py: Python<'_>) -> PyResult<()> {
@@ -288,10 +298,13 @@ impl PyNodeOrchestrator {
         self.with(|o| o.chips())
     }
 
-    /// `with o.scope(manual=False): ...` — a nested scope of the node's engine.
+    /// `with o.scope(manual=False): ...` — a nested scope of the node's engine; its
+    /// scope-stats site is the line of the `with` (the user's code, as at L2).
     #[pyo3(signature = (manual=false))]
-    fn scope(slf: &Bound<'_, Self>, manual: bool) -> NodeScope {
-        NodeScope { o: slf.clone().unbind(), manual }
+    fn scope(slf: &Bound<'_, Self>, manual: bool) -> PyResult<NodeScope> {
+        let stats = slf.borrow().with(|o| o.engine().stats_enabled())?;
+        let site = if stats { Some(user_site(slf.py())?) } else { None };
+        Ok(NodeScope { o: slf.clone().unbind(), manual, site })
     }
 
     /// Submit the same program to several chips: `args_list[i]` runs on `workers[i]`,
@@ -327,12 +340,14 @@ impl PyNodeOrchestrator {
 pub struct NodeScope {
     o: Py<PyNodeOrchestrator>,
     manual: bool,
+    /// The user's `file:line` that opened the scope (only while scope stats record).
+    site: Option<String>,
 }
 
 #[pymethods]
 impl NodeScope {
     fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
-        self.o.borrow(py).begin_scope(py, self.manual)
+        self.o.borrow(py).begin_scope(py, self.manual, self.site.clone())
     }
     fn __exit__(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>, _v: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> PyResult<bool> {
         let r = self.o.borrow(py).end_scope(py);
