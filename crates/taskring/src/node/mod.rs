@@ -1454,11 +1454,14 @@ impl Node {
             tl.slices.push(trace::Slice { pid, tid: c.tid, name: prog.to_string(), start_ns: c.served_ns, end_ns: c.replied_ns, args: args.clone() });
             let to = trace::FlowEnd { pid, tid: c.tid, at_ns: c.served_ns + (c.replied_ns.saturating_sub(c.served_ns) / 2).min(1000) };
             tl.flows.push(trace::Flow { id: 2 * i as u64 + 2, cat: "dispatch", name: "dispatch".into(), from: at_dispatch, to });
+            // A chip's file numbers its cores 0, 1, ...: on the timeline each core lane
+            // gets a tid of its own (Perfetto keeps a thread by tid; tids are below 2^22).
+            let core_tid = |core: u64| (1 << 30) + ((w as u64) << 16) + core;
             match &c.events {
                 Ok(ev) => {
                     for (tid, name) in &ev.threads {
-                        if seen.insert((pid, *tid)) {
-                            tl.threads.push((pid, *tid, name.clone()));
+                        if seen.insert((pid, core_tid(*tid))) {
+                            tl.threads.push((pid, core_tid(*tid), name.clone()));
                         }
                     }
                     for e in &ev.slices {
@@ -1466,7 +1469,7 @@ impl Node {
                         if let Some(m) = a.as_object_mut() {
                             m.insert("l3_task".into(), json!(i));
                         }
-                        tl.slices.push(trace::Slice { pid, tid: e.tid, name: e.name.clone(), start_ns: c.t0_ns + e.start_ns, end_ns: c.t0_ns + e.end_ns, args: a });
+                        tl.slices.push(trace::Slice { pid, tid: core_tid(e.tid), name: e.name.clone(), start_ns: c.t0_ns + e.start_ns, end_ns: c.t0_ns + e.end_ns, args: a });
                     }
                 }
                 Err(why) => tl.notes.push((pid, c.tid, c.replied_ns, format!("no chip swimlane for L3 task {i}: {why}"))),
