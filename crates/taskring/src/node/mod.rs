@@ -26,6 +26,32 @@
 //!    whole node (mailboxes, pipes, engine threads and arenas) is freed: init/close
 //!    cycles leak nothing.
 //!
+//! # Outputs for tools (API.md §7)
+//!
+//! - **A chip task's DFX files** (its `CallConfig`'s scope stats, `deps.json`,
+//!   swimlane) go to `{its output_prefix}/chip{worker}/` ([`chip_dir`]; a prefix that
+//!   already ends in `chip{worker}` is used as it is), so chips given one prefix do not
+//!   overwrite each other. Several tasks of one chip in one run write the same files:
+//!   the last one's stay.
+//! - **The run's own files** (the run's `CallConfig`: the host engine's scope stats and
+//!   `deps.json`, whose scopes are the orchestration's) go to the run's `output_prefix`.
+//! - **One L3 timeline**: when the run's config asks for a swimlane, the host writes one
+//!   `{output_prefix}/merged_swimlane.json` when the run ends (also a failed one). Every
+//!   chip task of the run then records its swimlane (its own prefix, else the run's;
+//!   `enable_chip_swimlane` at least 1), which the chip writes to its `chip{worker}/`
+//!   directory before it replies; with the reply the chip leaves in its mailbox
+//!   header the thread that served the task, when, and its swimlane's start on
+//!   `CLOCK_MONOTONIC`. The dispatching host thread reads the file while it still
+//!   holds the chip's turn (no later task of that chip can overwrite it first). The
+//!   file ([`trace`]): the host process (`host (pid P)`: the orchestration thread with
+//!   the run and each task's `submit`, and each node thread with the dispatches it
+//!   ran), then one process per chip (`chip {worker} (pid P)`: the thread that served
+//!   each task, a slice per task, and its core lanes with the kernels); flow arrows
+//!   from each submit to its dispatch (id `2i + 1` for L3 task `i`) and from each
+//!   dispatch to the chip task it started (id `2i + 2`). One clock for all: every
+//!   time is read on `CLOCK_MONOTONIC`, which all processes of the machine share (see
+//!   [`trace`]).
+//!
 //! # Faults (what a node survives)
 //!
 //! - **Stopped or frozen chip.** Every chip process runs a watchdog thread that bumps
