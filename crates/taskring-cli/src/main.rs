@@ -72,7 +72,7 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Bench { names, reps, threads, quick, json, out_dir } => {
             let names: Vec<String> = if names.iter().any(|n| n == "all") {
-                ["b2", "b3", "b4", "b5", "b6", "b10"].iter().map(|s| s.to_string()).collect()
+                ["b2", "b3", "b4", "b5", "b6", "b9", "b10"].iter().map(|s| s.to_string()).collect()
             } else {
                 names
             };

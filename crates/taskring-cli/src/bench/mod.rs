@@ -16,6 +16,7 @@ pub mod b3;
 pub mod b4;
 pub mod b5;
 pub mod b6;
+pub mod b9;
 pub mod baseline;
 
 use serde::Serialize;
@@ -371,6 +372,7 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
             "b4" | "ring" | "ring-curve" => b4::run(opts).map(|_| ()),
             "b5" | "arena" => b5::run(opts).map(|_| ()),
             "b6" | "l3" => b6::run(opts).map(|_| ()),
+            "b9" | "replay" => b9::run(opts).map(|_| ()),
             "b10" | "native" => b10::run(opts).map(|_| ()),
             "b1" | "taskbench" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
             "b7" | "python" => run_script("benches/b7_python.py", &[], opts),
