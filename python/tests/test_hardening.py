@@ -333,3 +333,31 @@ def test_scope_site_is_the_users_line(tmp_path):
         sites = {json.loads(l)["site"] for l in lines if l.strip()}
         assert want in sites, (want, sites)
         assert not any("/taskring/" in s for s in sites), sites
+
+
+# ----- a heap failure's `needed` always fits (found by the soak) -------------------------------
+
+
+def test_heap_ring_needed_is_larger_than_the_size_that_failed_and_fits():
+    @taskring.kernel
+    def slow(x, o):
+        time.sleep(0.1)
+        o[...] = x
+
+    @taskring.program(signature=[IN, OUT])
+    def prog(rt, x, out):
+        with rt.scope():
+            rt.submit(slow, inputs=[x], outputs=[rt.spec(x.shape, x.dtype)])
+        with rt.scope():
+            y = rt.submit(K.copy, inputs=[x], outputs=[rt.spec(x.shape, x.dtype)]).outputs[0]
+            z = rt.submit(K.copy, inputs=[y], outputs=[rt.spec(x.shape, x.dtype)]).outputs[0]
+            rt.submit(K.copy, inputs=[z], outputs=[out])
+
+    x, out = np.ones(256, np.float32), np.zeros(256, np.float32)
+    with pytest.raises(taskring.RuntimeFailure) as ei:
+        taskring.run(prog, x, out, config=RunConfig(ring_heap=[0, 2048, 0, 0]))
+    e = ei.value
+    assert e.name == "HEAP_RING_DEADLOCK" and e.configured == 2048 and e.needed > 2048
+    assert f"ring_heap[1] >= {e.needed}" in e.hint
+    taskring.run(prog, x, out, config=RunConfig(ring_heap=[0, e.needed, 0, 0]))
+    np.testing.assert_array_equal(out, x)

@@ -1268,7 +1268,13 @@ impl<'r> Orchestrator<'r> {
         // size of the resource would).
         let (in_use, needed) = match blocked {
             Blocked::Window => (live, (live + 2).checked_next_power_of_two().filter(|&n| n <= crate::config::MAX_RING_TASK_WINDOW)),
-            Blocked::Heap => (r.heap.used(), r.heap.used().saturating_add(need).checked_next_power_of_two()),
+            // The live bytes plus this submit; never the configured size itself: a heap
+            // ring that failed at this size does not fit it (the end gap a wrap abandons,
+            // and the strict tail rule of `HeapRing::try_alloc`), so the next size up.
+            Blocked::Heap => (
+                r.heap.used(),
+                r.heap.used().saturating_add(need).checked_next_power_of_two().map(|n| if n <= configured { configured.saturating_mul(2) } else { n }),
+            ),
             Blocked::Deps => (r.deps.used(), Some(r.deps.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL)),
             Blocked::Spill => (r.spill.used(), Some(r.spill.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL)),
             Blocked::Tensormap => (self.st.tensormap.used() as u64, Some(self.st.tensormap.used() as u64 + need)),
