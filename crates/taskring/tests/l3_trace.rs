@@ -156,14 +156,14 @@ fn check_timeline(ev: &[Value], host_pid: u64, names: &[String], before_ns: u64,
         let ct = events(ev, "X").find(|e| e["pid"].as_u64() == Some(chip_pid[w]) && e["name"] == "mul_add" && task_of(e) == Some(task)).unwrap();
         assert_eq!(f["tid"], ct["tid"]);
         let fts = f["ts"].as_f64().unwrap();
-        assert!(inside((fts, fts), window(&ct)), "{f} not in {ct}");
-        assert!(inside(window(&ct), dw), "chip task {ct} outside its dispatch {d}");
+        assert!(inside((fts, fts), window(ct)), "{f} not in {ct}");
+        assert!(inside(window(ct), dw), "chip task {ct} outside its dispatch {d}");
         let kernels: Vec<&Value> = events(ev, "X").filter(|e| e["pid"].as_u64() == Some(chip_pid[w]) && task_of(e) == Some(task) && e["name"] != "mul_add").collect();
         let mut names: Vec<&str> = kernels.iter().map(|k| k["name"].as_str().unwrap()).collect();
         names.sort();
         assert_eq!(names, ["add", "mul"], "task {task}");
         for k in kernels {
-            assert!(inside(window(k), window(&ct)), "kernel {k} outside chip task {ct}");
+            assert!(inside(window(k), window(ct)), "kernel {k} outside chip task {ct}");
             assert!(inside(window(k), dw), "kernel {k} outside dispatch {d}");
             assert!(lane_name(chip_pid[w], k["tid"].as_u64().unwrap()).unwrap().starts_with("core "));
         }
