@@ -37,6 +37,12 @@ fn mul_add() -> ChipCallable {
     }
 }
 
+/// Its kernel fails.
+fn boom() -> ChipCallable {
+    let k = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
+    ChipCallable { program: Program::new("boom", move |o, _| o.submit(k, &TaskArgs::new()).map(|_| ())), signature: vec![] }
+}
+
 fn shared(n: usize, v: f32) -> (SharedBuffer, Tensor) {
     let b = SharedBuffer::new(n * 4).unwrap();
     // safety: a fresh buffer of n f32.
@@ -47,7 +53,7 @@ fn shared(n: usize, v: f32) -> (SharedBuffer, Tensor) {
 
 fn node(processes: bool) -> Node {
     let opts = NodeOptions { device_ids: vec![0, 1], chip_processes: processes, chip_cores: 2, prewarm: Some(CallConfig::default()), ..Default::default() };
-    Node::new(opts, Arc::new(RwLock::new(vec![mul_add()])), &NoForkHooks).unwrap_or_else(|e| panic!("{e}"))
+    Node::new(opts, Arc::new(RwLock::new(vec![mul_add(), boom()])), &NoForkHooks).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn fresh_dir(name: &str) -> PathBuf {
@@ -246,5 +252,33 @@ fn chip_tasks_write_under_their_chip_directory_without_a_run_swimlane() {
     assert_eq!(chip_dir("/x/chip1/", 1), PathBuf::from("/x/chip1/"));
     assert_eq!(chip_dir("/x/chip1", 0), PathBuf::from("/x/chip1/chip0"));
     assert_eq!(chip_dir("out", 3), PathBuf::from("out/chip3"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_run_still_writes_its_timeline() {
+    let _serial = SERIAL.lock();
+    let mut n = node(true);
+    let dir = fresh_dir("failed");
+    let (_b, t) = shared(16, 1.0);
+    let (_o, out) = shared(16, 0.0);
+    let r = n.run(
+        move |o| {
+            o.submit_next_level(0, &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(out)], &CallConfig::default(), 0)?;
+            o.submit_next_level(1, &[], &CallConfig::default(), 1).map(|_| ())
+        },
+        &dfx(&dir, false, true),
+        None,
+    );
+    let e = r.unwrap_err().to_string();
+    assert!(e.starts_with("chip 1 (pid ") && e.contains("chip-side failure"), "{e}");
+    let ev = load(&dir.join("merged_swimlane.json"));
+    let pid1 = n.chip_pids()[1] as u64;
+    // The failed task: its dispatch, its flow to chip 1, and the kernel that failed there.
+    let d = events(&ev, "X").find(|e| e["name"] == "dispatch boom -> chip 1").expect("the failed task's dispatch");
+    assert_eq!(d["args"]["l3_task"], 1);
+    assert!(events(&ev, "f").any(|e| e["id"] == 4 && e["pid"].as_u64() == Some(pid1)));
+    let k = events(&ev, "X").find(|e| e["name"] == "boom" && e["pid"].as_u64() == Some(pid1) && e["args"].get("ring").is_some()).expect("the failed kernel");
+    assert!(inside(window(k), window(d)));
     let _ = std::fs::remove_dir_all(&dir);
 }
