@@ -277,6 +277,7 @@ class Lane:
     tasks: int
     first_us: float
     last_us: float
+    intervals: List[Tuple[float, float]] = dataclasses.field(default_factory=list)
 
 
 def _union(intervals: List[Tuple[float, float]]) -> float:
@@ -349,6 +350,7 @@ def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str =
                 len(iv),
                 min((s for s, _ in iv), default=math.nan),
                 max((e for _, e in iv), default=math.nan),
+                sorted(iv),
             )
         )
     return lanes
@@ -583,6 +585,36 @@ def busy_plot(lanes: List[Lane]) -> Optional[str]:
     return _png(fig)
 
 
+def timeline_plot(lanes: List[Lane], max_bars: int = 20000) -> Optional[str]:
+    """The swimlane itself: every lane's busy intervals on the run's one clock (a static
+    picture of what Perfetto shows; at L3 the host's lanes above each chip's)."""
+    lanes = [l for l in lanes if l.intervals]
+    if not lanes:
+        return None
+    fig = _figure(figsize=(10, 0.34 * len(lanes) + 1.5))
+    if fig is None:
+        return None
+    import matplotlib
+    t0 = min(l.first_us for l in lanes)
+    t1 = max(l.last_us for l in lanes)
+    unit, div = ("ms", 1e3) if t1 - t0 >= 2e3 else ("µs", 1.0)
+    procs = list(dict.fromkeys(l.process for l in lanes))
+    cmap = matplotlib.colormaps["tab10"]
+    ax = fig.subplots()
+    ys = list(range(len(lanes)))[::-1]
+    step = max(1, sum(len(l.intervals) for l in lanes) // max_bars)  # thin huge traces
+    for y, l in zip(ys, lanes):
+        bars = [((s - t0) / div, max((e - s) / div, (t1 - t0) / div * 1e-3)) for s, e in l.intervals[::step]]
+        ax.broken_barh(bars, (y - 0.35, 0.7), color=cmap(procs.index(l.process) % 10))
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"{l.process} · {l.name}" if len(procs) > 1 else l.name for l in lanes], fontsize=8)
+    ax.set_xlabel(f"time since the first event ({unit})")
+    ax.set_title("Swimlane: busy intervals per lane" + (f" (every {step}th shown)" if step > 1 else ""))
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1150px}
 h1{font-size:1.5em;margin-bottom:4px} h2{font-size:1.2em;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:3px}
@@ -696,6 +728,9 @@ def _swimlane_block(lanes: List[Lane], path: Optional[str]) -> List[str]:
         util = f"{100 * l.busy_us / sp:.1f} %" if sp > 0 else "-"
         out.append(f'<tr><td class="l">{_e(l.process)}</td><td class="l">{_e(l.name)}</td><td>{l.tasks}</td><td>{_e(_fmt_us(l.busy_us))}</td><td>{util}</td></tr>')
     out.append("</tbody></table>")
+    tl = timeline_plot(lanes)
+    if tl:
+        out.append(f'<img class="plot" alt="swimlane timeline" src="{tl}">')
     img = busy_plot(lanes)
     if img:
         out.append(f'<img class="plot" alt="busy time per core" src="{img}">')
