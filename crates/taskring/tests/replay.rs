@@ -261,9 +261,10 @@ fn check(w: &mut ChipWorker, words: &[u32]) -> Result<(), String> {
         return Err(format!("the capture run differs from a normal run\n{p:?}"));
     }
     let exact = g.exact_config();
-    for (label, c) in [("captured sizing", None), ("exact config", Some(&exact))] {
+    for (label, c, rings) in [("captured sizing", None, false), ("captured sizing, through the rings", None, true), ("exact config", Some(&exact), false), ("exact config, through the rings", Some(&exact), true)] {
         let mut other = start_data(1);
-        let rep = g.replay(w, &args_of(&mut other), c).map_err(|e| format!("replay ({label}): {e}\n{p:?}\n{exact:?}"))?;
+        let rep = if rings { g.replay_through_rings(w, &args_of(&mut other), c) } else { g.replay(w, &args_of(&mut other), c) };
+        let rep = rep.map_err(|e| format!("replay ({label}): {e}\n{p:?}\n{exact:?}"))?;
         if !rep.replayed || rep.tasks as usize != g.tasks() {
             return Err(format!("replay report: {rep:?}"));
         }
@@ -359,9 +360,10 @@ fn exact_config_of_random_programs_never_fails_for_capacity() {
             let w = &mut *w.borrow_mut();
             let g = w.capture(&prog, &args_of(&mut d), &CallConfig::default()).unwrap();
             let exact = g.exact_config();
-            for _ in 0..3 {
+            for rings in [false, true, true] {
                 let mut d = start_data(2);
-                if let Err(e) = g.replay(w, &args_of(&mut d), Some(&exact)) {
+                let r = if rings { g.replay_through_rings(w, &args_of(&mut d), Some(&exact)) } else { g.replay(w, &args_of(&mut d), Some(&exact)) };
+                if let Err(e) = r {
                     return Err(proptest::test_runner::TestCaseError::fail(format!("{e}\n{exact:?}\n{p:?}")));
                 }
             }

@@ -18,6 +18,7 @@ use crate::arena::{ArenaCache, ArenaStats};
 use crate::config::{CallConfig, ConfigError, RingSizing};
 use crate::engine::orch::{ExecutorProbe, WaitPolicy};
 use crate::engine::shared::{ArenaShared, EngineShared};
+use crate::engine::replay::DirectJob;
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, Scalar, StatusCode};
 use crate::kernel::{CoreKind, KernelCall};
 use crate::tensor::{DType, TaskId, Tensor};
@@ -259,6 +260,9 @@ struct ChipShared {
     trace_t0: parking_lot::Mutex<Option<Instant>>,
     arena: AtomicPtr<ArenaShared>,
     cores: parking_lot::RwLock<Vec<Arc<Core>>>,
+    /// The direct replay in progress (a `DirectJob`), or null: then queued task ids are
+    /// indices into its graph, not ring slots.
+    direct: AtomicPtr<()>,
 }
 
 /// A resident simulated chip. See the module doc.
@@ -308,6 +312,7 @@ impl ChipWorker {
             trace_t0: parking_lot::Mutex::new(None),
             arena: AtomicPtr::new(std::ptr::null_mut()),
             cores: parking_lot::RwLock::new(Vec::with_capacity(cores)),
+            direct: AtomicPtr::new(std::ptr::null_mut()),
         });
         let mut w = ChipWorker {
             shared,
@@ -417,6 +422,132 @@ impl ChipWorker {
     /// Dispatch `program` on an explicit sizing.
     pub fn run_with_sizing(&mut self, program: &Program, args: &[Arg<'_>], sizing: &RingSizing) -> Result<RunReport, RuntimeFailure> {
         self.run_inner(program, args, sizing, None, &Diagnostics::default())
+    }
+
+    /// The heap addresses of `sizing`'s arena (built if it is not resident).
+    pub(crate) fn heap_bases(&mut self, sizing: &RingSizing) -> Result<[u64; 4], RuntimeFailure> {
+        let (arena, _) = self
+            .cache
+            .acquire(sizing)
+            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("arena for {sizing}: {e}")))?;
+        Ok([0, 1, 2, 3].map(|r| arena.orch.heap_base(r)))
+    }
+
+    /// A direct replay (see `engine::replay`): the graph's tasks run on the cores with
+    /// predecessor counters, no rings; `job`'s output blocks are in `sizing`'s arena
+    /// ([`ChipWorker::heap_bases`]); `peak` is what the report says the rings hold.
+    pub(crate) fn run_direct(&mut self, sizing: &RingSizing, blocking_hook: Option<&dyn Fn(bool)>, peak: PeakUse, job: &DirectJob<'_>) -> Result<RunReport, RuntimeFailure> {
+        let t0 = Instant::now();
+        let (arena, acq) = self
+            .cache
+            .acquire(sizing)
+            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("arena for {sizing}: {e}")))?;
+        arena.reset();
+        let tasks = job.tasks() as u64;
+        let sh = &*self.shared;
+        sh.eng.drain_queues();
+        wait_cores_idle(sh, self.scheduler_timeout);
+        *sh.eng.failure.lock() = None;
+        sh.eng.fatal.store(false, SeqCst);
+        sh.direct.store(job as *const DirectJob<'_> as *mut (), Release);
+        // One root per core to start with; cores take the others as they go.
+        for _ in 0..self.kinds.len() {
+            match job.claim_root() {
+                Some(i) => sh.eng.push_ready(TaskId(i as u64), job.kind(i)),
+                None => break,
+            }
+        }
+        let help_kind = help_kind(&self.kinds);
+        let fatal = || sh.eng.fatal.load(Acquire);
+        let mut hooked = false;
+        let mut seen = sh.eng.completed.load(Relaxed);
+        let mut since = Instant::now();
+        let mut spins = 0u32;
+        while !job.done() && !fatal() {
+            if self.orchestrator_helps {
+                let mut t = sh.eng.pop_ready(help_kind).map(|t| t.0 as u32);
+                if t.is_none() {
+                    t = job.claim_root();
+                    if let Some(r) = t.filter(|&r| !can_run(help_kind, job.kind(r))) {
+                        sh.eng.push_ready(TaskId(r as u64), job.kind(r));
+                        t = None;
+                    }
+                }
+                if let Some(mut i) = t {
+                    while let Some(n) = direct_step(&sh.eng, job, i, help_kind, None) {
+                        i = n;
+                    }
+                    continue;
+                }
+            }
+            if spins < 200 {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            if !hooked {
+                if let Some(h) = blocking_hook {
+                    h(true);
+                }
+                hooked = true;
+            }
+            sh.eng.progress.wait(|| job.done() || fatal(), Duration::from_millis(50).min(self.scheduler_timeout));
+            let c = sh.eng.completed.load(Relaxed);
+            if c != seen {
+                (seen, since) = (c, Instant::now());
+            } else if since.elapsed() >= self.scheduler_timeout && !job.done() {
+                sh.eng.fail(self.direct_stall(job));
+            }
+        }
+        if hooked {
+            if let Some(h) = blocking_hook {
+                h(false);
+            }
+        }
+        let result = if fatal() { Err(sh.eng.failure.lock().clone().expect("failure latched")) } else { Ok(()) };
+        let timed_out = matches!(&result, Err(e) if e.code == StatusCode::SchedulerTimeout);
+        if result.is_err() {
+            sh.eng.drain_queues();
+        }
+        if timed_out {
+            self.replace_stuck_cores();
+        }
+        if let Some(h) = blocking_hook {
+            h(true);
+        }
+        let idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
+        if let Some(h) = blocking_hook {
+            h(false);
+        }
+        if !idle {
+            self.replace_stuck_cores();
+        }
+        let sh = &*self.shared;
+        sh.eng.drain_queues();
+        sh.direct.store(std::ptr::null_mut(), Release);
+        result?;
+        Ok(RunReport { ring_sizing: *sizing, peak, tasks, arena_hit: acq.hit, arena_build_s: acq.build_s, elapsed_s: t0.elapsed().as_secs_f64(), replayed: true })
+    }
+
+    /// SCHEDULER_TIMEOUT of a direct replay in which no task completed for the timeout.
+    fn direct_stall(&self, job: &DirectJob<'_>) -> RuntimeFailure {
+        let running = self.shared.cores.read().iter().enumerate().find_map(|(c, core)| {
+            let s = core.state.load(SeqCst);
+            (s < CORE_SEARCHING).then_some((c, s as u32))
+        });
+        let (label, what) = match running {
+            Some((c, i)) => {
+                let (id, k) = job.head(i);
+                ("S1:running-stalled", format!(" stuck_task_id={id:?}{} stuck_core={c}", k.map(|k| format!(" running kernel '{}'", k.name())).unwrap_or_default()))
+            }
+            None if self.shared.eng.ready_len() > 0 => ("S3:ready-but-all-idle", String::new()),
+            None => ("S4:dependency-deadlock", String::new()),
+        };
+        RuntimeFailure::new(
+            StatusCode::SchedulerTimeout,
+            running.map(|(_, i)| job.head(i).0.ring()),
+            format!("no task completed for {} ms in a replay: sub_class={label}{what}", self.scheduler_timeout.as_millis()),
+        )
     }
 
     pub(crate) fn run_inner(
@@ -597,7 +728,7 @@ impl Drop for ChipWorker {
     }
 }
 
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -764,6 +895,52 @@ fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Optio
     }
 }
 
+/// Run task `i` of a direct replay on this thread and complete it. Returns the task to
+/// run next here: the first successor it made ready (of a kind this thread runs; the
+/// others are queued), else a root nobody took yet. `abandoned`: the core was given up
+/// on while its kernel ran — then nothing of the job is touched any more.
+fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, abandoned: Option<&AtomicBool>) -> Option<u32> {
+    let r = job.run(i);
+    if abandoned.is_some_and(|a| a.load(SeqCst)) {
+        return None;
+    }
+    if let Err(msg) = r {
+        let (id, k) = job.head(i);
+        if let Some(k) = k {
+            eng.fail(task_failed(k, id, msg));
+        }
+        return None;
+    }
+    if eng.fatal.load(Acquire) {
+        // Dependants of a failed task never run; the rest is dropped too.
+        return None;
+    }
+    let mut next = None;
+    let last = job.complete(i, |s| {
+        let sk = job.kind(s);
+        if next.is_none() && can_run(kind, sk) {
+            next = Some(s);
+        } else {
+            eng.push_ready(TaskId(s as u64), sk);
+        }
+    });
+    eng.completed.fetch_add(1, Relaxed);
+    if last {
+        eng.progress.notify();
+        return None;
+    }
+    if next.is_none() {
+        while let Some(r) = job.claim_root() {
+            let rk = job.kind(r);
+            if can_run(kind, rk) {
+                return Some(r);
+            }
+            eng.push_ready(TaskId(r as u64), rk);
+        }
+    }
+    next
+}
+
 fn task_failed(k: crate::kernel::KernelRef, task: TaskId, msg: String) -> RuntimeFailure {
     RuntimeFailure::new(StatusCode::TaskFailed, Some(task.ring()), format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg))
 }
@@ -889,6 +1066,20 @@ fn core_loop(sh: &ChipShared, core: &Core) {
             continue;
         }
         busy.store(task.0, Relaxed);
+        let job = sh.direct.load(Acquire);
+        if !job.is_null() {
+            // safety: installed for the whole direct replay, removed only after every
+            // core went idle; an abandoned core touches nothing after its kernel.
+            let job = unsafe { &*(job as *const DirectJob<'static>) };
+            next = direct_step(eng, job, task.0 as u32, kind, Some(&core.abandoned)).map(|s| TaskId(s as u64));
+            if core.abandoned.load(SeqCst) {
+                return;
+            }
+            if next.is_none() {
+                busy.store(CORE_IDLE, SeqCst);
+            }
+            continue;
+        }
         let arena_ptr = sh.arena.load(Acquire);
         if arena_ptr.is_null() {
             // Defensive: no run is active (queues are drained between runs).

@@ -230,6 +230,11 @@ impl OrchState {
         p
     }
 
+    /// Address of ring `r`'s heap.
+    pub(crate) fn heap_base(&self, r: usize) -> u64 {
+        self.rings[r].heap_base
+    }
+
     /// Tasks submitted in the current run (including alloc and dummy tasks).
     pub fn tasks(&self) -> u64 {
         self.tasks

@@ -29,8 +29,10 @@ use super::tensormap::{check_overlap, Overlap};
 use super::*;
 use crate::chip::{Arg, ChipWorker, RunError, RunReport};
 use crate::config::{CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW};
+use crate::kernel::CoreKind;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::*};
 
 /// One recorded step of the orchestration.
 #[derive(Clone, Copy, Debug)]
@@ -170,7 +172,7 @@ impl Recorder {
         for (i, t) in tensors.iter().enumerate() {
             let (base, rel) = if tags[i] == ArgTag::Output {
                 self.outs.push((i as u8, t.addr - block));
-                (Base::Own, 0)
+                (Base::Own, t.addr - block)
             } else {
                 self.base_of(t)
             };
@@ -227,7 +229,39 @@ impl Recorder {
     }
 
     fn finish(self) -> Graph {
-        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs }
+        // The direct executor's view of the edges: successors (CSR) and fanin counts by
+        // task index.
+        let n = self.tasks.len();
+        let mut fanin_n = vec![0u32; n];
+        let mut succ_off = vec![0u32; n + 1];
+        let pred = |e: &(TaskId, u64)| self.index.get(&e.0).map(|&j| j as usize);
+        for (i, t) in self.tasks.iter().enumerate() {
+            for e in slice(&self.fanin, t.fanin) {
+                if let Some(j) = pred(e) {
+                    succ_off[j + 1] += 1;
+                    fanin_n[i] += 1;
+                }
+            }
+        }
+        for i in 0..n {
+            succ_off[i + 1] += succ_off[i];
+        }
+        let mut fill = succ_off.clone();
+        let mut succ = vec![0u32; succ_off[n] as usize];
+        for (i, t) in self.tasks.iter().enumerate() {
+            for e in slice(&self.fanin, t.fanin) {
+                if let Some(j) = pred(e) {
+                    succ[fill[j] as usize] = i as u32;
+                    fill[j] += 1;
+                }
+            }
+        }
+        let roots = (0..n as u32).filter(|&i| fanin_n[i as usize] == 0).collect();
+        let mut ring_bytes = [0u64; 4];
+        for t in &self.tasks {
+            ring_bytes[t.head.id.ring()] += t.head.heap_bytes;
+        }
+        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs, succ_off, succ, fanin_n, roots, ring_bytes }
     }
 }
 
@@ -239,6 +273,100 @@ struct Graph {
     scalars: Vec<u64>,
     fanin: Vec<(TaskId, u64)>,
     outs: Vec<(u8, u64)>,
+    /// Successors of task `i`: `succ[succ_off[i]..succ_off[i + 1]]` (task indices).
+    succ_off: Vec<u32>,
+    succ: Vec<u32>,
+    /// Predecessors per task.
+    fanin_n: Vec<u32>,
+    /// Tasks without predecessors, in submission order.
+    roots: Vec<u32>,
+    /// Output bytes per ring over the whole graph.
+    ring_bytes: [u64; 4],
+}
+
+/// One direct replay (see [`Captured::replay`]): the state the cores share while they
+/// run a captured graph without the rings. Installed in the chip for the replay only.
+pub(crate) struct DirectJob<'a> {
+    g: &'a Graph,
+    /// Base address per program argument (0 for scalars).
+    args: Vec<u64>,
+    /// Output block address per task.
+    blocks: &'a [u64],
+    /// Predecessors not yet completed, per task.
+    counters: &'a [AtomicU32],
+    remaining: AtomicUsize,
+    next_root: AtomicUsize,
+}
+
+impl DirectJob<'_> {
+    /// Tasks of the graph.
+    pub(crate) fn tasks(&self) -> usize {
+        self.g.tasks.len()
+    }
+
+    /// The core kind task `i` needs.
+    #[inline]
+    pub(crate) fn kind(&self, i: u32) -> CoreKind {
+        self.g.tasks[i as usize].head.kernel.map(|k| k.core()).unwrap_or(CoreKind::Any)
+    }
+
+    /// The recorded id and kernel of task `i` (messages).
+    pub(crate) fn head(&self, i: u32) -> (TaskId, Option<KernelRef>) {
+        let h = &self.g.tasks[i as usize].head;
+        (h.id, h.kernel)
+    }
+
+    /// Run task `i`'s kernel (nothing for alloc and dummy tasks): `Err(message)` if it
+    /// returned an error or panicked.
+    #[inline]
+    pub(crate) fn run(&self, i: u32) -> Result<(), String> {
+        let t = &self.g.tasks[i as usize];
+        let Some(k) = t.head.kernel else { return Ok(()) };
+        let rec = slice(&self.g.tensors, t.tensors);
+        let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
+        for (dst, r) in buf.iter_mut().zip(rec) {
+            let mut v = r.view;
+            v.addr = match r.base {
+                Base::Arg(j) => self.args[j as usize] + r.rel,
+                Base::Out(j) => self.blocks[j as usize] + r.rel,
+                Base::Own => self.blocks[i as usize] + r.rel,
+                Base::Fixed => v.addr,
+            };
+            dst.write(v);
+        }
+        // safety: the first `rec.len()` entries were written just above.
+        let tensors = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const Tensor, rec.len()) };
+        let call = crate::kernel::KernelCall { tensors, scalars: slice(&self.g.scalars, t.scalars), n_inputs: t.head.n_inputs as usize, scalar_float_mask: t.head.scalar_float_mask };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| k.0.try_run(&call))) {
+            Ok(r) => r,
+            Err(p) => Err(crate::chip::panic_text(&p)),
+        }
+    }
+
+    /// Task `i` completed: its successors that became ready are handed to `ready`.
+    /// Returns true when it was the graph's last task.
+    #[inline]
+    pub(crate) fn complete(&self, i: u32, mut ready: impl FnMut(u32)) -> bool {
+        let g = self.g;
+        for &s in &g.succ[g.succ_off[i as usize] as usize..g.succ_off[i as usize + 1] as usize] {
+            if self.counters[s as usize].fetch_sub(1, AcqRel) == 1 {
+                ready(s);
+            }
+        }
+        self.remaining.fetch_sub(1, AcqRel) == 1
+    }
+
+    /// The next root nobody took yet.
+    #[inline]
+    pub(crate) fn claim_root(&self) -> Option<u32> {
+        let k = self.next_root.fetch_add(1, Relaxed);
+        self.g.roots.get(k).copied()
+    }
+
+    /// Every task completed?
+    pub(crate) fn done(&self) -> bool {
+        self.remaining.load(Acquire) == 0
+    }
 }
 
 /// Feed the recorded ops to the orchestrator (the root scope is open already: op 0).
@@ -322,8 +450,8 @@ pub struct Captured {
     sigs: Vec<ArgSig>,
     sizing: RingSizing,
     report: RunReport,
-    /// Output block per task during a replay (kept to avoid allocating per replay).
-    blocks: parking_lot::Mutex<Vec<u64>>,
+    /// Per-replay state, kept to avoid allocating per replay.
+    scratch: parking_lot::Mutex<Scratch>,
     needs: Needs,
 }
 
@@ -362,7 +490,7 @@ impl ChipWorker {
         Ok(Captured {
             name: program.name().to_string(),
             worker: self.worker_id(),
-            blocks: parking_lot::Mutex::new(vec![0; graph.tasks.len()]),
+            scratch: parking_lot::Mutex::new(Scratch { blocks: vec![0; graph.tasks.len()], counters: (0..graph.tasks.len()).map(|_| AtomicU32::new(0)).collect() }),
             graph,
             sigs,
             sizing,
@@ -461,6 +589,25 @@ impl Captured {
 
     /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`).
     pub fn replay_with_hook(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>, hook: Option<&dyn Fn(bool)>) -> Result<RunReport, ReplayError> {
+        self.replay_mode(chip, args, config, hook, false)
+    }
+
+    /// A replay through the rings even where the sizing holds the whole graph (the way a
+    /// replay goes under a sizing that does not; see the module doc). For tests and
+    /// comparisons.
+    pub fn replay_through_rings(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>) -> Result<RunReport, ReplayError> {
+        self.replay_mode(chip, args, config, None, true)
+    }
+
+    /// Does `sizing` hold the whole graph at once: every ring's output bytes side by
+    /// side in its heap, and the structural demand of window and pools (so a replay
+    /// through the rings could not fail for capacity either)?
+    pub fn fits(&self, sizing: &RingSizing) -> bool {
+        let (g, n) = (&self.graph, &self.needs);
+        (0..4).all(|r| g.ring_bytes[r] <= sizing.heap[r] && n.heap[r] <= sizing.heap[r] && n.slots[r] < sizing.task_window[r] && n.deps[r] <= sizing.dep_pool[r])
+    }
+
+    fn replay_mode(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>, hook: Option<&dyn Fn(bool)>, rings: bool) -> Result<RunReport, ReplayError> {
         if chip.worker_id() != self.worker {
             return Err(ReplayError::WrongWorker { captured: self.worker, given: chip.worker_id() });
         }
@@ -474,11 +621,41 @@ impl Captured {
         };
         // Nothing is inferred at replay: there is no dependency file to write.
         diag.deps_prefix = None;
-        let mut blocks = self.blocks.lock();
+        let mut scratch = self.scratch.lock();
+        let Scratch { blocks, counters } = &mut *scratch;
+        if !rings && diag.scope_stats_prefix.is_none() && diag.swimlane_prefix.is_none() && self.fits(&sizing) {
+            let g = &self.graph;
+            let needs = PeakUse { task_window: self.needs.slots, heap: g.ring_bytes, dep_pool: self.needs.deps };
+            let mut at = chip.heap_bases(&sizing).map_err(RunError::from)?;
+            for (b, t) in blocks.iter_mut().zip(&g.tasks) {
+                let r = t.head.id.ring();
+                *b = at[r];
+                at[r] += t.head.heap_bytes;
+            }
+            for (c, &n) in counters.iter().zip(&g.fanin_n) {
+                c.store(n, Relaxed);
+            }
+            let args = args
+                .iter()
+                .map(|a| match a {
+                    Arg::Tensor(h) => h.tensor().addr,
+                    Arg::Scalar(_) => 0,
+                })
+                .collect();
+            let job = DirectJob { g, args, blocks, counters, remaining: AtomicUsize::new(g.tasks.len()), next_root: AtomicUsize::new(0) };
+            return Ok(chip.run_direct(&sizing, hook, needs, &job).map_err(RunError::from)?);
+        }
         let blocks = std::cell::RefCell::new(&mut blocks[..]);
         let body = |o: &mut Orchestrator<'_>, a: &[Arg<'_>]| replay_ops(o, &self.graph, a, &mut blocks.borrow_mut());
         Ok(chip.run_body(&self.name, &body, args, &sizing, hook, &diag, None, true).map_err(RunError::from)?)
     }
+}
+
+/// Per-replay state of a [`Captured`]: output block per task, and (direct replays)
+/// predecessor counters.
+struct Scratch {
+    blocks: Vec<u64>,
+    counters: Vec<AtomicU32>,
 }
 
 /// The graph's structural demand per ring (see [`Captured::exact_config`]).
