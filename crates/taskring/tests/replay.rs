@@ -450,3 +450,43 @@ fn a_failing_kernel_during_replay_fails_it_and_the_worker_stays_usable() {
     let rep = w.run(&prog, &[host(&mut flag, &[4]), host(&mut b, &[8, 8])], &CallConfig::default()).unwrap();
     assert!(!rep.replayed);
 }
+
+#[test]
+fn a_stuck_kernel_during_replay_is_a_scheduler_timeout_and_the_worker_recovers() {
+    let mut w = ChipWorker::new(ChipOptions { cores: 2, scheduler_timeout: std::time::Duration::from_millis(300), ..Default::default() }).unwrap();
+    let nap = fn_kernel("nap_if_flag", CoreKind::Any, |call| {
+        if unsafe { *(call.tensors[0].data_ptr() as *const f32) } != 0.0 {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        }
+    });
+    let prog = Program::new("naps", move |o, args| {
+        let (flag, a) = (args[0].tensor()?, args[1].tensor()?);
+        let mut t = TaskArgs::new();
+        t.input(flag).inout(a);
+        o.submit(nap, &t)?;
+        let mut t = TaskArgs::new();
+        t.inout(a).scalar(Scalar::F64(1.0)).scalar(Scalar::I64(1));
+        o.submit(mix(), &t).map(|_| ())
+    });
+    let mut flag = vec![0f32; 4];
+    let mut a = vec![1f32; N];
+    let g = w.capture(&prog, &[host(&mut flag, &[4]), host(&mut a, &[8, 8])], &CallConfig::default()).unwrap();
+    assert!(g.fits(&RingSizing::default()), "a direct replay");
+    let mut flag1 = vec![1f32; 4];
+    let mut b = vec![1f32; N];
+    match g.replay(&mut w, &[host(&mut flag1, &[4]), host(&mut b, &[8, 8])], None) {
+        Err(ReplayError::Run(RunError::Failure(f))) => {
+            assert_eq!(f.code, StatusCode::SchedulerTimeout, "{f}");
+            assert!(f.to_string().contains("nap_if_flag"), "{f}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The stuck core was replaced; the worker runs and replays.
+    let mut c = vec![1f32; N];
+    g.replay(&mut w, &[host(&mut flag, &[4]), host(&mut c, &[8, 8])], None).unwrap();
+    assert_eq!(c, a);
+    std::thread::sleep(std::time::Duration::from_millis(1500)); // the abandoned core wakes, touches nothing
+    let mut d = vec![1f32; N];
+    g.replay_through_rings(&mut w, &[host(&mut flag, &[4]), host(&mut d, &[8, 8])], None).unwrap();
+    assert_eq!(d, a);
+}

@@ -424,6 +424,33 @@ impl ChipWorker {
         self.run_inner(program, args, sizing, None, &Diagnostics::default())
     }
 
+    /// After a run: on a failure drop what is queued (and, on SCHEDULER_TIMEOUT, give up
+    /// on the stuck cores); wait until no core holds a task of the run — with the hook's
+    /// release on, since a core may be running a kernel that needs what it releases (a
+    /// Python kernel needs the GIL) — giving up on cores that never get there; then no
+    /// core can push any more: drop what an aborted run left queued, so no stale task
+    /// meets the next run.
+    fn settle(&mut self, failure: Option<&RuntimeFailure>, blocking_hook: Option<&dyn Fn(bool)>) {
+        if failure.is_some() {
+            self.shared.eng.drain_queues();
+        }
+        if failure.is_some_and(|e| e.code == StatusCode::SchedulerTimeout) {
+            self.replace_stuck_cores();
+        }
+        if let Some(h) = blocking_hook {
+            h(true);
+        }
+        let idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
+        if let Some(h) = blocking_hook {
+            h(false);
+        }
+        if !idle {
+            // A kernel of the failed run never returned: give up on its core.
+            self.replace_stuck_cores();
+        }
+        self.shared.eng.drain_queues();
+    }
+
     /// The heap addresses of `sizing`'s arena (built if it is not resident).
     pub(crate) fn heap_bases(&mut self, sizing: &RingSizing) -> Result<[u64; 4], RuntimeFailure> {
         let (arena, _) = self
@@ -505,25 +532,8 @@ impl ChipWorker {
             }
         }
         let result = if fatal() { Err(sh.eng.failure.lock().clone().expect("failure latched")) } else { Ok(()) };
-        let timed_out = matches!(&result, Err(e) if e.code == StatusCode::SchedulerTimeout);
-        if result.is_err() {
-            sh.eng.drain_queues();
-        }
-        if timed_out {
-            self.replace_stuck_cores();
-        }
-        if let Some(h) = blocking_hook {
-            h(true);
-        }
-        let idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
-        if let Some(h) = blocking_hook {
-            h(false);
-        }
-        if !idle {
-            self.replace_stuck_cores();
-        }
+        self.settle(result.as_ref().err(), blocking_hook);
         let sh = &*self.shared;
-        sh.eng.drain_queues();
         sh.direct.store(std::ptr::null_mut(), Release);
         result?;
         Ok(RunReport { ring_sizing: *sizing, peak, tasks, arena_hit: acq.hit, arena_build_s: acq.build_s, elapsed_s: t0.elapsed().as_secs_f64(), replayed: true })
@@ -652,31 +662,8 @@ impl ChipWorker {
                 Err(sh.eng.failure.lock().clone().expect("failure latched"))
             }
         };
-        let timed_out = matches!(&result, Err(e) if e.code == StatusCode::SchedulerTimeout);
-        if result.is_err() {
-            sh.eng.drain_queues();
-        }
-        if timed_out {
-            self.replace_stuck_cores();
-        }
+        self.settle(result.as_ref().err(), blocking_hook);
         let sh = &*self.shared;
-        // A core may be running a kernel that needs what the hook releases (a Python
-        // kernel needs the GIL): wait with it released.
-        if let Some(h) = blocking_hook {
-            h(true);
-        }
-        let idle = wait_cores_idle(sh, self.scheduler_timeout);
-        if let Some(h) = blocking_hook {
-            h(false);
-        }
-        if !idle {
-            // A kernel of the failed run never returned: give up on its core.
-            self.replace_stuck_cores();
-        }
-        let sh = &*self.shared;
-        // No core holds a task: nothing can be pushed any more; drop what an aborted run
-        // left queued, so no stale task meets the next run's arena.
-        sh.eng.drain_queues();
         sh.arena.store(std::ptr::null_mut(), Release);
         sh.trace.store(false, SeqCst);
         if let Some(prefix) = &diag.scope_stats_prefix {
