@@ -15,7 +15,7 @@ use super::b3::{patterns, run_baseline, run_taskring, Pattern};
 use super::baseline::Pool;
 use super::*;
 use serde_json::json;
-use taskring::builtin::{FILL, MATMUL, MATMUL_ACC, SOFTMAX_ROWS};
+use taskring::builtin::{FILL, MATMUL, MATMUL_ACC, NOOP, SOFTMAX_ROWS};
 use taskring::*;
 
 fn pattern_args<'a>(p: &Pattern, buf: &'a mut [f32]) -> Vec<Arg<'a>> {
@@ -43,6 +43,13 @@ fn bad(e: impl std::fmt::Display) -> RuntimeFailure {
 /// The paged-attention decode step (see the module doc): q [H, D], K^T per block
 /// [blocks·D, B], V [blocks·B, D], out [H, D].
 pub fn decode_step(blocks: u32) -> Program {
+    decode_step_with(blocks, [MATMUL, SOFTMAX_ROWS, FILL, MATMUL_ACC])
+}
+
+/// The decode step's graph with other kernels (`[qk, softmax, fill, pv]`; NOOPs: the
+/// same submits and dependencies, no compute).
+pub fn decode_step_with(blocks: u32, k: [KernelRef; 4]) -> Program {
+    let [qk, softmax, fill, pv] = k;
     Program::new("decode_step", move |o, args| {
         let (q, kt, v, out) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?, args[3].tensor()?);
         let width = BLOCK * blocks;
@@ -53,22 +60,22 @@ pub fn decode_step(blocks: u32) -> Program {
                 let sb = scores.view(&[HEADS, BLOCK], (b * BLOCK) as u64, Some(&[width, 1])).map_err(bad)?;
                 let mut t = TaskArgs::new();
                 t.input(q).input(ktb).output_existing(sb);
-                o.submit(MATMUL, &t).map(|_| ())
+                o.submit(qk, &t).map(|_| ())
             })?;
         }
         let mut t = TaskArgs::new();
         t.input(scores).output(spec(&[HEADS, width])?);
-        let p = o.submit(SOFTMAX_ROWS, &t)?.output(0);
+        let p = o.submit(softmax, &t)?.output(0);
         let mut t = TaskArgs::new();
         t.output_existing(out).scalar(Scalar::F64(0.0));
-        o.submit(FILL, &t)?;
+        o.submit(fill, &t)?;
         for b in 0..blocks {
             o.scope(|o| {
                 let pb = p.view(&[HEADS, BLOCK], (b * BLOCK) as u64, Some(&[width, 1])).map_err(bad)?;
                 let vb = v.rows_slice((b * BLOCK) as u64, ((b + 1) * BLOCK) as u64).map_err(bad)?;
                 let mut t = TaskArgs::new();
                 t.input(pb).input(vb).inout(out);
-                o.submit(MATMUL_ACC, &t).map(|_| ())
+                o.submit(pv, &t).map(|_| ())
             })?;
         }
         Ok(())
@@ -140,23 +147,32 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         replay_once(&mut helper, &hgraphs[i], &pattern_args(p, &mut bufs[i]), p.tasks)?;
         run_baseline(&pool, p);
     }
-    // Decode step.
+    // Decode step, and its graph with empty kernels.
     let mut data = DecodeData::new(DECODE_BLOCKS, 1);
-    let prog = decode_step(DECODE_BLOCKS);
-    let dg = chip.capture(&prog, &data.args(DECODE_BLOCKS), &cfg).map_err(|e| format!("capture of the decode step: {e}"))?;
-    let dtasks = dg.tasks() as u64;
+    let progs = [decode_step(DECODE_BLOCKS), decode_step_with(DECODE_BLOCKS, [NOOP; 4])];
+    let mut dgs = vec![];
+    for prog in &progs {
+        dgs.push(chip.capture(prog, &data.args(DECODE_BLOCKS), &cfg).map_err(|e| format!("capture of the decode step: {e}"))?);
+    }
+    let dtasks = dgs[0].tasks() as u64;
+    data.out.iter_mut().for_each(|x| *x = 0.0);
+    chip.run_with_sizing(&progs[0], &data.args(DECODE_BLOCKS), &sizing).map_err(|e| e.to_string())?;
     let reference = data.out.clone();
     let batch = if opts.quick { 200 } else { 1000 };
     for _ in 0..100 {
-        chip.run_with_sizing(&prog, &data.args(DECODE_BLOCKS), &sizing).map_err(|e| e.to_string())?;
-        replay_once(&mut chip, &dg, &data.args(DECODE_BLOCKS), dtasks)?;
+        for (prog, dg) in progs.iter().zip(&dgs) {
+            chip.run_with_sizing(prog, &data.args(DECODE_BLOCKS), &sizing).map_err(|e| e.to_string())?;
+            replay_once(&mut chip, dg, &data.args(DECODE_BLOCKS), dtasks)?;
+        }
     }
+    data.out.iter_mut().for_each(|x| *x = 0.0);
+    replay_once(&mut chip, &dgs[0], &data.args(DECODE_BLOCKS), dtasks)?;
     if data.out != reference {
         return Err("the decode step's replay computes something else than its normal run".into());
     }
 
     let mut prog_bar = Progress::new("b9", reps * (pats.len() + 1));
-    let (mut d_run, mut d_rep) = (vec![], vec![]);
+    let (mut d_run, mut d_rep) = ([vec![], vec![]], [vec![], vec![]]);
     for _ in 0..reps {
         for (i, p) in pats.iter().enumerate() {
             let t = replay_once(&mut chip, &graphs[i], &pattern_args(p, &mut bufs[i]), p.tasks)?;
@@ -172,22 +188,24 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             edges[i] = e;
             prog_bar.tick(p.name);
         }
-        let mut v = Vec::with_capacity(batch);
-        for _ in 0..batch {
-            let args = data.args(DECODE_BLOCKS);
-            let t0 = Instant::now();
-            chip.run_with_sizing(&prog, &args, &sizing).map_err(|e| e.to_string())?;
-            v.push(t0.elapsed().as_secs_f64() * 1e6);
+        for (k, (prog, dg)) in progs.iter().zip(&dgs).enumerate() {
+            let mut v = Vec::with_capacity(batch);
+            for _ in 0..batch {
+                let args = data.args(DECODE_BLOCKS);
+                let t0 = Instant::now();
+                chip.run_with_sizing(prog, &args, &sizing).map_err(|e| e.to_string())?;
+                v.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            d_run[k].push(median(&v));
+            let mut v = Vec::with_capacity(batch);
+            for _ in 0..batch {
+                let args = data.args(DECODE_BLOCKS);
+                let t0 = Instant::now();
+                dg.replay(&mut chip, &args, None).map_err(|e| e.to_string())?;
+                v.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            d_rep[k].push(median(&v));
         }
-        d_run.push(median(&v));
-        let mut v = Vec::with_capacity(batch);
-        for _ in 0..batch {
-            let args = data.args(DECODE_BLOCKS);
-            let t0 = Instant::now();
-            dg.replay(&mut chip, &args, None).map_err(|e| e.to_string())?;
-            v.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-        d_rep.push(median(&v));
         prog_bar.tick("decode step");
     }
     prog_bar.done();
@@ -243,26 +261,32 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
                 })),
         );
     }
-    let dr = Series::new("µs/step", d_run);
-    let dp = Series::new("µs/step", d_rep);
+    let [dr, er] = d_run.map(|v| Series::new("µs/step", v));
+    let [dp, ep] = d_rep.map(|v| Series::new("µs/step", v));
     let speedup = dr.median / dp.median;
+    let empty_speedup = er.median / ep.median;
     all_ok &= speedup >= 3.0;
     b.say(&format!(
-        "   decode step ({dtasks} tasks): normal run {:.1} µs, replay {:.1} µs, {:.2}x faster",
-        dr.median, dp.median, speedup
+        "   decode step ({dtasks} tasks): normal run {:.1} µs, replay {:.1} µs, {:.2}x faster; with empty kernels {:.1} vs {:.1} µs, {:.2}x",
+        dr.median, dp.median, speedup, er.median, ep.median, empty_speedup
     ));
     b.push(
         Case::new("decode_step", &format!("median µs of {batch} replays of a {dtasks}-task paged-attention decode step"), dp.clone())
             .with_baseline("the same program run normally (run_with_sizing, the captured sizing)", dr.clone(), "normal run time / replay time", speedup)
             .bar("≥ 3× faster than a normal run", speedup >= 3.0)
-            .extra(json!({ "tasks": dtasks, "edges": dg.edges(), "blocks": DECODE_BLOCKS })),
+            .extra(json!({ "tasks": dtasks, "edges": dgs[0].edges(), "blocks": DECODE_BLOCKS })),
+    );
+    b.push(
+        Case::new("decode_step_empty_kernels", &format!("median µs of {batch} replays of the decode step's graph with NOOP kernels (what the runtime itself costs)"), ep.clone())
+            .with_baseline("the same program run normally", er.clone(), "normal run time / replay time", empty_speedup),
     );
     let summary = format!(
-        "replay vs hand-rolled executor: {}; decode step ({dtasks} tasks) {:.1} µs replayed vs {:.1} µs run ({:.2}x)",
+        "replay vs hand-rolled executor: {}; decode step ({dtasks} tasks) {:.1} µs replayed vs {:.1} µs run ({:.2}x; empty kernels {:.2}x)",
         parts.join(", "),
         dp.median,
         dr.median,
         speedup,
+        empty_speedup,
     );
     let _ = all_ok;
     Ok(b.finish(

@@ -507,9 +507,15 @@ impl ChipWorker {
                     continue;
                 }
             }
-            if spins < 200 {
+            // A short replay is over within microseconds: spin, then yield (the cores may
+            // need this CPU), and sleep only after that (a wake-up costs microseconds).
+            if spins < 2000 {
                 spins += 1;
-                std::hint::spin_loop();
+                if spins % 16 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             if !hooked {
@@ -903,14 +909,19 @@ fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, 
         return None;
     }
     let mut next = None;
+    // One wake-up per batch of successors made ready (a fan-out makes many at once).
+    let mut queued = 0u8;
     let last = job.complete(i, |s| {
         let sk = job.kind(s);
         if next.is_none() && can_run(kind, sk) {
             next = Some(s);
         } else {
-            eng.push_ready(TaskId(s as u64), sk);
+            queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
         }
     });
+    if queued != 0 {
+        eng.wake_for_queues(queued);
+    }
     eng.completed.fetch_add(1, Relaxed);
     if last {
         eng.progress.notify();

@@ -1056,6 +1056,9 @@ impl<'r> Orchestrator<'r> {
     /// SCOPE_DEADLOCK's count). Returns the address of the task's output block.
     pub(crate) fn submit_replayed(&mut self, t: &super::replay::ReplaySubmit<'_>, tensors: &mut [Tensor], scope_total: u64) -> Result<u64, RuntimeFailure> {
         self.check_fatal()?;
+        // Before waiting for space: the previous submit's claims must not look like
+        // claims of this one (`head_pinned`).
+        self.st.fanin.clear();
         let ring = self.current_ring();
         let h = &t.head;
         let what = What { kernel: h.kernel, alloc: h.alloc };
@@ -1074,7 +1077,6 @@ impl<'r> Orchestrator<'r> {
         }
         let rr = &self.st.rings;
         let la = [rr[0].seen_la, rr[1].seen_la, rr[2].seen_la, rr[3].seen_la];
-        self.st.fanin.clear();
         for &(p, flags) in t.fanin {
             if p.local() >= la[p.ring()] {
                 self.st.fanin.push(FaninEdge { producer: p, flags, claimed: false, pending: false });

@@ -591,6 +591,25 @@ impl EngineShared {
         self.sleep.wake_for(q);
     }
 
+    /// Queue `id` for a core of `kind` without waking anyone: the caller calls
+    /// [`EngineShared::wake_for_queues`] once after a batch. Returns the queue's bit.
+    #[inline]
+    pub fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u8 {
+        let q = queue_index(kind);
+        self.queues[q].push(id.0);
+        1 << q
+    }
+
+    /// Wake for the queues of `mask` (bits from [`EngineShared::push_ready_quiet`]).
+    #[inline]
+    pub fn wake_for_queues(&self, mask: u8) {
+        for q in 0..3 {
+            if mask & (1 << q) != 0 {
+                self.sleep.wake_for(q);
+            }
+        }
+    }
+
     /// Wake parked cores (work may be queued that a spinner cannot take).
     pub fn wake_cores(&self) {
         self.sleep.wake();
