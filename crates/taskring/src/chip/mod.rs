@@ -922,7 +922,9 @@ fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, 
     if queued != 0 {
         eng.wake_for_queues(queued);
     }
-    eng.completed.fetch_add(1, Relaxed);
+    // Progress for the stall clock only (it looks for a change): a plain increment, an
+    // update lost to a race with another core does not matter.
+    eng.completed.store(eng.completed.load(Relaxed).wrapping_add(1), Relaxed);
     if last {
         eng.progress.notify();
         return None;

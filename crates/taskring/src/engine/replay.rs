@@ -261,7 +261,8 @@ impl Recorder {
         for t in &self.tasks {
             ring_bytes[t.head.id.ring()] += t.head.heap_bytes;
         }
-        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs, succ_off, succ, fanin_n, roots, ring_bytes }
+        let sinks = (0..n).filter(|&i| succ_off[i] == succ_off[i + 1]).count();
+        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs, succ_off, succ, fanin_n, roots, ring_bytes, sinks }
     }
 }
 
@@ -282,6 +283,8 @@ struct Graph {
     roots: Vec<u32>,
     /// Output bytes per ring over the whole graph.
     ring_bytes: [u64; 4],
+    /// Tasks without successors.
+    sinks: usize,
 }
 
 /// One direct replay (see [`Captured::replay`]): the state the cores share while they
@@ -294,6 +297,7 @@ pub(crate) struct DirectJob<'a> {
     blocks: &'a [u64],
     /// Predecessors not yet completed, per task.
     counters: &'a [AtomicU32],
+    /// Sinks not completed yet.
     remaining: AtomicUsize,
     next_root: AtomicUsize,
 }
@@ -344,16 +348,19 @@ impl DirectJob<'_> {
     }
 
     /// Task `i` completed: its successors that became ready are handed to `ready`.
-    /// Returns true when it was the graph's last task.
+    /// Returns true when it was the graph's last sink (a task without successors): every
+    /// task has a path to a sink and runs before it, so then every task ran.
     #[inline]
     pub(crate) fn complete(&self, i: u32, mut ready: impl FnMut(u32)) -> bool {
         let g = self.g;
-        for &s in &g.succ[g.succ_off[i as usize] as usize..g.succ_off[i as usize + 1] as usize] {
-            if self.counters[s as usize].fetch_sub(1, AcqRel) == 1 {
+        let succ = &g.succ[g.succ_off[i as usize] as usize..g.succ_off[i as usize + 1] as usize];
+        for &s in succ {
+            // A task with one predecessor is ready now: no counter to count down.
+            if g.fanin_n[s as usize] == 1 || self.counters[s as usize].fetch_sub(1, AcqRel) == 1 {
                 ready(s);
             }
         }
-        self.remaining.fetch_sub(1, AcqRel) == 1
+        succ.is_empty() && self.remaining.fetch_sub(1, AcqRel) == 1
     }
 
     /// The next root nobody took yet.
@@ -363,7 +370,7 @@ impl DirectJob<'_> {
         self.g.roots.get(k).copied()
     }
 
-    /// Every task completed?
+    /// Every sink (so every task) completed?
     pub(crate) fn done(&self) -> bool {
         self.remaining.load(Acquire) == 0
     }
@@ -642,7 +649,7 @@ impl Captured {
                     Arg::Scalar(_) => 0,
                 })
                 .collect();
-            let job = DirectJob { g, args, blocks, counters, remaining: AtomicUsize::new(g.tasks.len()), next_root: AtomicUsize::new(0) };
+            let job = DirectJob { g, args, blocks, counters, remaining: AtomicUsize::new(g.sinks), next_root: AtomicUsize::new(0) };
             return Ok(chip.run_direct(&sizing, hook, needs, &job).map_err(RunError::from)?);
         }
         let blocks = std::cell::RefCell::new(&mut blocks[..]);
