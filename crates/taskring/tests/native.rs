@@ -112,6 +112,12 @@ fn a_signature_turns_wrong_arguments_into_invalid_args_at_submit() {
 }
 
 #[test]
+fn the_abi_limits_are_the_engines() {
+    assert_eq!(taskring::kernel::native::MAX_TENSORS, taskring::engine::MAX_TASK_TENSORS);
+    assert_eq!(taskring::kernel::native::MAX_SCALARS, taskring::engine::MAX_TASK_SCALARS);
+}
+
+#[test]
 fn load_errors() {
     assert!(matches!(NativeKernel::load("/no/such/lib.so", "x", CoreKind::Aiv), Err(NativeKernelError::Library { .. })));
     assert!(matches!(NativeKernel::load(library(), "tr_nothing", CoreKind::Aiv), Err(NativeKernelError::Symbol { .. })));

@@ -10,7 +10,6 @@
 //! they are INVALID_ARGS instead of undefined behaviour inside the kernel.
 
 use super::{CoreKind, Kernel, KernelCall};
-use crate::engine::{MAX_TASK_SCALARS, MAX_TASK_TENSORS};
 use crate::tensor::{DType, Tensor, MAX_DIMS};
 use std::ffi::{c_char, c_void};
 use std::path::{Path, PathBuf};
@@ -42,6 +41,12 @@ pub type TrKernelFn =
 
 /// Bytes of the message buffer handed to a kernel (`errlen`).
 pub const ERR_LEN: usize = 512;
+
+/// Most tensors and scalars one call passes: the engine's per-task limits
+/// (`engine::MAX_TASK_TENSORS` / `MAX_TASK_SCALARS`, equal by a test; the kernel layer
+/// does not depend on the engine).
+pub const MAX_TENSORS: usize = 16;
+pub const MAX_SCALARS: usize = 16;
 
 /// Why a native kernel could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -211,13 +216,14 @@ impl Kernel for NativeKernel {
         // Everything on the stack, only the used entries written: a native task
         // allocates nothing and fills ~100 bytes per argument.
         use std::mem::MaybeUninit;
-        let nt = call.tensors.len().min(MAX_TASK_TENSORS);
-        let ns = call.scalars.len().min(MAX_TASK_SCALARS);
-        let mut tensors = [const { MaybeUninit::<TrTensor>::uninit() }; MAX_TASK_TENSORS];
+        debug_assert!(call.tensors.len() <= MAX_TENSORS && call.scalars.len() <= MAX_SCALARS);
+        let nt = call.tensors.len().min(MAX_TENSORS);
+        let ns = call.scalars.len().min(MAX_SCALARS);
+        let mut tensors = [const { MaybeUninit::<TrTensor>::uninit() }; MAX_TENSORS];
         for (slot, t) in tensors.iter_mut().zip(&call.tensors[..nt]) {
             slot.write(tr_tensor(t));
         }
-        let mut scalars = [const { MaybeUninit::<TrScalar>::uninit() }; MAX_TASK_SCALARS];
+        let mut scalars = [const { MaybeUninit::<TrScalar>::uninit() }; MAX_SCALARS];
         for (i, slot) in scalars.iter_mut().enumerate().take(ns) {
             slot.write(TrScalar { kind: call.scalar_is_float(i) as i32, reserved: 0, bits: call.scalars[i] });
         }
