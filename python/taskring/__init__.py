@@ -238,7 +238,7 @@ class Program:
         sig = [ArgDirection(s) for s in signature]
         self.orchestration = orchestration
         self.signature: List[ArgDirection] = sig
-        self.name: str = name or getattr(orchestration, "__name__", "program")
+        self.name: str = name or str(getattr(orchestration, "__name__", "program"))
 
     def check_args(self, args: Sequence[Any]) -> List[Any]:
         """Check ``args`` against the signature (a numpy array per IN/OUT/INOUT, an int

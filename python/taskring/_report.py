@@ -281,16 +281,17 @@ class Lane:
 
 
 def _union(intervals: List[Tuple[float, float]]) -> float:
-    total, cur_s, cur_e = 0.0, None, None
+    total = 0.0
+    cur: Optional[Tuple[float, float]] = None
     for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
+        if cur is None or s > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = (s, e)
         else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
+            cur = (cur[0], max(cur[1], e))
+    if cur is not None:
+        total += cur[1] - cur[0]
     return total
 
 
@@ -646,11 +647,12 @@ def _ring_tables(rep: Report, hid: str) -> List[str]:
                    f'<th>use</th><th class="l">level</th><th class="l">scope site of the peak</th></tr></thead><tbody>')
         for r in range(RINGS):
             pct = _pct(peaks[r], caps[r])
-            failed = bool(f and f.get("ring") == r and f.get("resource") == field)
+            failed = bool(f is not None and f.get("ring") == r and f.get("resource") == field)
             cls = "danger" if failed else level_class(pct)  # the resource the run failed on
             site = rep.sites.get((res, r))
             bar = f'<span class="bar" style="width:{min(pct or 0, 100):.0f}px"></span> ' if pct is not None else ""
-            note = f' — failed here: needed {f.get("needed")}' if failed and f.get("needed") is not None else (" — failed here" if failed else "")
+            needed = f.get("needed") if f is not None else None
+            note = f" — failed here: needed {needed}" if failed and needed is not None else (" — failed here" if failed else "")
             out.append(
                 f'<tr class="{cls}{" failed" if failed else ""}" data-ring="{r}"><td class="l">{r}</td><td>{_e(_fmt_int(peaks[r], unit))}</td>'
                 f'<td>{_e(_fmt_int(caps[r], unit))}</td><td class="pct">{bar}{_pct_text(pct)}</td>'

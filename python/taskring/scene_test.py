@@ -111,7 +111,7 @@ import sys
 import time
 import traceback
 import types
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO, Tuple, Type
 
 import numpy as np
 
@@ -147,7 +147,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _validate_cases(cls: type) -> None:
+def _validate_cases(cls: "Type[SceneTestCase]") -> None:
     cname = cls.__name__
     cases = getattr(cls, "CASES", None)
     if isinstance(cases, (str, bytes)) or not isinstance(cases, Sequence):
@@ -198,14 +198,14 @@ def _test_ident(name: str) -> str:
     return ident or "_"
 
 
-def _orchestration(cls: type) -> Optional[Callable]:
+def _orchestration(cls: "Type[SceneTestCase]") -> Optional[Callable]:
     raw = inspect.getattr_static(cls, "ORCHESTRATION", None)
     if isinstance(raw, (staticmethod, classmethod)):
         return getattr(cls, "ORCHESTRATION")
     return raw
 
 
-def _validate_class(cls: type, level: int) -> None:
+def _validate_class(cls: "Type[SceneTestCase]", level: int) -> None:
     cname = cls.__name__
     if level == 2:
         prog = getattr(cls, "PROGRAM", None)
@@ -298,7 +298,7 @@ def _build_call_config(config: Mapping[str, Any]) -> "_tr.CallConfig":
 class _ClassResources:
     """The one worker of a scene class (a ChipWorker at level 2, a Worker(level=3))."""
 
-    def __init__(self, cls: type, cases: Sequence[Mapping[str, Any]]):
+    def __init__(self, cls: "Type[SceneTestCase]", cases: Sequence[Mapping[str, Any]]):
         self.cls = cls
         self.level = cls._scene_level
         self.chip: Optional[_tr.ChipWorker] = None
@@ -326,10 +326,10 @@ class _ClassResources:
             self.worker = None
 
 
-_RESOURCES: Dict[type, _ClassResources] = {}
+_RESOURCES: Dict["Type[SceneTestCase]", _ClassResources] = {}
 
 
-def _resources(cls: type, cases: Optional[Sequence[Mapping[str, Any]]] = None) -> _ClassResources:
+def _resources(cls: "Type[SceneTestCase]", cases: Optional[Sequence[Mapping[str, Any]]] = None) -> _ClassResources:
     res = _RESOURCES.get(cls)
     if res is None:
         res = _ClassResources(cls, cls._scene_cases if cases is None else cases)
@@ -337,7 +337,7 @@ def _resources(cls: type, cases: Optional[Sequence[Mapping[str, Any]]] = None) -
     return res
 
 
-def _close(cls: type) -> None:
+def _close(cls: "Type[SceneTestCase]") -> None:
     res = _RESOURCES.pop(cls, None)
     if res is not None:
         res.close()
@@ -366,6 +366,9 @@ class SceneTestCase:
     PROGRAM: Optional["_tr.Program"] = None  # level 2
     CHIPS: Dict[str, "_tr.Program"] = {}  # level 3
     ORCHESTRATION: Optional[Callable] = None  # level 3: orch(o, chips, args, cfg)
+    # Set by @scene_test:
+    _scene_level: ClassVar[int]
+    _scene_cases: ClassVar[Tuple[Dict[str, Any], ...]]
 
     # -- hooks ---------------------------------------------------------------------
     def generate_args(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -378,7 +381,7 @@ class SceneTestCase:
         ``args`` (deep copies of the generated ones), or return a mapping of replacements."""
         raise NotImplementedError(f"{type(self).__name__}.compute_golden(args, params) is not defined")
 
-    def compare_outputs(self, actual: Mapping[str, Any], expected: Mapping[str, Any], output_names: Sequence[str], params: Mapping[str, Any]) -> None:
+    def compare_outputs(self, actual: Mapping[str, Any], expected: Mapping[str, Any], output_names: Sequence[str], params: Mapping[str, Any]) -> Optional[bool]:
         """Raise AssertionError unless every output in ``output_names`` matches
         (same shape, ``numpy.allclose`` with ``RTOL``/``ATOL``)."""
         rtol, atol = self.RTOL, self.ATOL
@@ -390,6 +393,7 @@ class SceneTestCase:
             if not np.allclose(a, e, rtol=rtol, atol=atol):
                 d = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
                 raise AssertionError(f"Golden mismatch on '{name}': max_diff={d:g}, rtol={rtol}, atol={atol}")
+        return None
 
     def on_report(self, case: Mapping[str, Any], report: Any) -> None:
         """Called after every run of a case with its RunReport / NodeRunReport."""
@@ -451,13 +455,15 @@ class SceneTestCase:
             cfg = _build_call_config(config)  # fresh every run
             t0 = time.perf_counter()
             if res.level == 2:
+                assert res.chip is not None and cls.PROGRAM is not None  # checked by @scene_test
                 rep = res.chip.run(cls.PROGRAM, *host.values(), config=cfg)
             else:
+                orch = _orchestration(cls)
+                chips = res.chips
+                assert res.worker is not None and orch is not None and shared is not None  # level 3
                 for k, v in host.items():
                     if _is_array(v):
                         shared[k][...] = v
-                orch = _orchestration(cls)
-                chips = res.chips
                 rep = res.worker.run(lambda o, _a, _c: orch(o, chips, shared, cfg))
                 for k, v in host.items():
                     if _is_array(v):
@@ -486,6 +492,7 @@ class SceneTestCase:
             return list(cls.OUTPUTS)
         names = list(host)
         if cls._scene_level == 2:
+            assert cls.PROGRAM is not None  # checked by @scene_test
             sig = cls.PROGRAM.signature
             if len(sig) != len(names):
                 raise TypeError(
@@ -499,7 +506,7 @@ class SceneTestCase:
 # ----- standalone -------------------------------------------------------------------
 
 
-def _scene_classes(module: types.ModuleType) -> List[type]:
+def _scene_classes(module: types.ModuleType) -> List["Type[SceneTestCase]"]:
     out = []
     for v in vars(module).values():
         if (
@@ -512,8 +519,8 @@ def _scene_classes(module: types.ModuleType) -> List[type]:
     return out
 
 
-def _select(classes: Sequence[type], selectors: Sequence[str]) -> Tuple[List[Tuple[type, List[int]]], List[str]]:
-    plan: List[Tuple[type, List[int]]] = []
+def _select(classes: Sequence["Type[SceneTestCase]"], selectors: Sequence[str]) -> Tuple[List[Tuple["Type[SceneTestCase]", List[int]]], List[str]]:
+    plan: List[Tuple["Type[SceneTestCase]", List[int]]] = []
     used = set()
     for cls in classes:
         idx = []
@@ -536,7 +543,7 @@ def _select(classes: Sequence[type], selectors: Sequence[str]) -> Tuple[List[Tup
     return plan, unmatched
 
 
-def run_scene_classes(classes: Sequence[type], selectors: Sequence[str] = (), rounds: int = 1, out: Optional[TextIO] = None) -> int:
+def run_scene_classes(classes: Sequence["Type[SceneTestCase]"], selectors: Sequence[str] = (), rounds: int = 1, out: Optional[TextIO] = None) -> int:
     """Run the selected cases of ``classes`` (standalone mode); returns the exit code
     (0 all passed, 1 a case failed, 2 a selector matched nothing)."""
     out = out or sys.stdout
@@ -584,8 +591,9 @@ def run_module(module: Any = "__main__", argv: Optional[Sequence[str]] = None) -
     ``module``; returns the exit code."""
     mod = sys.modules[module] if isinstance(module, str) else module
     prog = None
-    if getattr(mod, "__file__", None):
-        prog = mod.__file__.rsplit("/", 1)[-1]
+    file = getattr(mod, "__file__", None)
+    if file:
+        prog = str(file).rsplit("/", 1)[-1]
     ap = argparse.ArgumentParser(prog=prog, description="Run the scene tests of this file.")
     ap.add_argument("--case", action="append", default=[], metavar="SEL", help="NAME, Cls::NAME or Cls:: (repeatable)")
     ap.add_argument("--rounds", type=int, default=1, metavar="N", help="run each case N times (outputs reset between rounds)")
