@@ -1,0 +1,199 @@
+//! The per-entry rules of the three ring resources: [`RingField`] (names, env
+//! variables, defaults, the rule and its phrase) and the size constants of
+//! `API.md` §1.
+//!
+//! Every other part of `config` (and the Python bindings) asks [`RingField`]
+//! whether a value is a valid size and how to name the rule it breaks; no
+//! rule is written anywhere else.
+
+use std::fmt;
+
+/// Number of scope-depth rings (ring = `min(scope_depth, 3)`).
+pub const RUNTIME_ENV_RING_COUNT: usize = 4;
+/// Built-in default task window per ring (in-flight task slots).
+pub const DEFAULT_RING_TASK_WINDOW: u64 = 16384;
+/// Built-in default task-output heap per ring, in bytes (256 MiB).
+pub const DEFAULT_RING_HEAP: u64 = 256 << 20;
+/// Built-in default dependency-edge pool entries per ring.
+pub const DEFAULT_RING_DEP_POOL: u64 = 16384;
+/// Smallest allowed task window.
+pub const MIN_RING_TASK_WINDOW: u64 = 4;
+/// Largest allowed task window (`2^30`).
+pub const MAX_RING_TASK_WINDOW: u64 = 1 << 30;
+/// Smallest allowed heap per ring, in bytes.
+pub const MIN_RING_HEAP: u64 = 1024;
+/// Smallest allowed dependency pool.
+pub const MIN_RING_DEP_POOL: u64 = 4;
+/// Largest allowed dependency pool (`INT32_MAX`).
+pub const MAX_RING_DEP_POOL: u64 = i32::MAX as u64;
+
+/// One of the three per-ring resources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RingField {
+    /// In-flight task slots of a ring (`ring_task_window`).
+    TaskWindow,
+    /// Bytes of task-output heap of a ring (`ring_heap`).
+    Heap,
+    /// Dependency-edge pool entries of a ring (`ring_dep_pool`).
+    DepPool,
+}
+
+impl RingField {
+    /// All fields, in contract order (window, heap, dep pool).
+    pub const ALL: [RingField; 3] = [RingField::TaskWindow, RingField::Heap, RingField::DepPool];
+
+    /// Field name as used by `RuntimeEnv` / `RunConfig`: `"ring_task_window"`,
+    /// `"ring_heap"` or `"ring_dep_pool"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RingField::TaskWindow => "ring_task_window",
+            RingField::Heap => "ring_heap",
+            RingField::DepPool => "ring_dep_pool",
+        }
+    }
+
+    /// Environment variable that overrides this field: `"PTO2_RING_TASK_WINDOW"`,
+    /// `"PTO2_RING_HEAP"` or `"PTO2_RING_DEP_POOL"`.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            RingField::TaskWindow => "PTO2_RING_TASK_WINDOW",
+            RingField::Heap => "PTO2_RING_HEAP",
+            RingField::DepPool => "PTO2_RING_DEP_POOL",
+        }
+    }
+
+    /// Built-in default value of this field for every ring.
+    pub fn default_value(self) -> u64 {
+        match self {
+            RingField::TaskWindow => DEFAULT_RING_TASK_WINDOW,
+            RingField::Heap => DEFAULT_RING_HEAP,
+            RingField::DepPool => DEFAULT_RING_DEP_POOL,
+        }
+    }
+
+    /// The per-entry rule of `API.md` §1 for a non-zero value:
+    /// window a power of 2 in `[4, 2^30]`, heap a power of 2 `>= 1024`,
+    /// dep pool in `[4, 2^31 - 1]`.
+    ///
+    /// `check(0)` is `false`: zero is not a size. Callers that treat `0` as
+    /// "unset" (such as [`RuntimeEnv::validate`]) skip zeros before checking.
+    pub fn check(self, v: u64) -> bool {
+        match self {
+            RingField::TaskWindow => {
+                v.is_power_of_two() && (MIN_RING_TASK_WINDOW..=MAX_RING_TASK_WINDOW).contains(&v)
+            }
+            RingField::Heap => v.is_power_of_two() && v >= MIN_RING_HEAP,
+            RingField::DepPool => (MIN_RING_DEP_POOL..=MAX_RING_DEP_POOL).contains(&v),
+        }
+    }
+
+    /// The rule of [`check`](Self::check) as a phrase that follows "must be":
+    /// `"a power of 2 in [4, 1073741824]"`, `"a power of 2 >= 1024 (bytes per ring)"`
+    /// or `"in [4, 2147483647]"`.
+    pub fn rule(self) -> &'static str {
+        match self {
+            RingField::TaskWindow => "a power of 2 in [4, 1073741824]",
+            RingField::Heap => "a power of 2 >= 1024 (bytes per ring)",
+            RingField::DepPool => "in [4, 2147483647]",
+        }
+    }
+
+    /// Row of this field in the 3 × 4 layouts (window 0, heap 1, dep pool 2).
+    pub(crate) fn index(self) -> usize {
+        match self {
+            RingField::TaskWindow => 0,
+            RingField::Heap => 1,
+            RingField::DepPool => 2,
+        }
+    }
+}
+
+impl fmt::Display for RingField {
+    /// Writes [`RingField::name`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: RingField = RingField::TaskWindow;
+    const H: RingField = RingField::Heap;
+    const D: RingField = RingField::DepPool;
+
+    // ---------------------------------------------------------------- fields
+
+    #[test]
+    fn constants() {
+        assert_eq!(RUNTIME_ENV_RING_COUNT, 4);
+        assert_eq!(DEFAULT_RING_TASK_WINDOW, 16384);
+        assert_eq!(DEFAULT_RING_HEAP, 268_435_456);
+        assert_eq!(DEFAULT_RING_DEP_POOL, 16384);
+        assert_eq!(MAX_RING_TASK_WINDOW, 1_073_741_824);
+        assert_eq!(MIN_RING_HEAP, 1024);
+        assert_eq!(MAX_RING_DEP_POOL, 2_147_483_647);
+    }
+
+    #[test]
+    fn field_names_env_vars_defaults() {
+        assert_eq!(RingField::ALL, [W, H, D]);
+        assert_eq!(W.name(), "ring_task_window");
+        assert_eq!(H.name(), "ring_heap");
+        assert_eq!(D.name(), "ring_dep_pool");
+        assert_eq!(W.env_var(), "PTO2_RING_TASK_WINDOW");
+        assert_eq!(H.env_var(), "PTO2_RING_HEAP");
+        assert_eq!(D.env_var(), "PTO2_RING_DEP_POOL");
+        assert_eq!(W.default_value(), DEFAULT_RING_TASK_WINDOW);
+        assert_eq!(H.default_value(), DEFAULT_RING_HEAP);
+        assert_eq!(D.default_value(), DEFAULT_RING_DEP_POOL);
+        assert_eq!(W.to_string(), "ring_task_window");
+        for f in RingField::ALL {
+            assert!(
+                f.check(f.default_value()),
+                "{f} default must satisfy its rule"
+            );
+            assert!(!f.check(0), "{f}: 0 is not a size");
+        }
+    }
+
+    #[test]
+    fn check_task_window_boundaries() {
+        assert!(!W.check(2));
+        assert!(!W.check(3));
+        assert!(W.check(4));
+        assert!(!W.check(5));
+        assert!(W.check(8));
+        assert!(!W.check(12));
+        assert!(W.check(1 << 29));
+        assert!(W.check(1 << 30));
+        assert!(!W.check((1 << 30) + 1));
+        assert!(!W.check(1 << 31));
+        assert!(!W.check(1 << 63));
+        assert!(!W.check(u64::MAX));
+    }
+
+    #[test]
+    fn check_heap_boundaries() {
+        assert!(!H.check(512));
+        assert!(!H.check(1023));
+        assert!(H.check(1024));
+        assert!(!H.check(1025));
+        assert!(!H.check(1536));
+        assert!(H.check(2048));
+        assert!(H.check(1 << 63));
+        assert!(!H.check(u64::MAX));
+    }
+
+    #[test]
+    fn check_dep_pool_boundaries() {
+        assert!(!D.check(3));
+        assert!(D.check(4));
+        assert!(D.check(5));
+        assert!(D.check(12));
+        assert!(D.check(2_147_483_647));
+        assert!(!D.check(2_147_483_648));
+        assert!(!D.check(u64::MAX));
+    }
+}
