@@ -13,6 +13,8 @@ import numpy as np
 from typing_extensions import Self, TypeAlias
 
 __all__ = [
+    "NodeScope",
+    "sizing_command",
     "RuntimeEnv",
     "CallConfig",
     "RingSizing",
@@ -251,7 +253,7 @@ class Tensor:
     def owner(self) -> int | None:
         """Id of the task that produced this runtime tensor, or None for host tensors."""
 
-    def view(self, shape: _Shape, offset: int = 0, strides: Sequence[int] | None = None) -> Tensor:
+    def view(self, shape: _Shape, offset: int | None = None, strides: Sequence[int] | None = None) -> Tensor:
         """A view over the same buffer: `offset` in elements from this view's start, `strides` in elements (row-major when None)."""
 
     def __getitem__(self, key: int | slice, /) -> Tensor:
@@ -640,7 +642,7 @@ class NodeOrchestrator:
     ) -> int:
         """Submit the registered program `handle` with `args` to chip `worker` with `config` (never the run's implicitly); returns the L3 task id."""
 
-    def begin_scope(self, manual: bool = False) -> None:
+    def begin_scope(self, manual: bool = False, site: str | None = None) -> None:
         """Open a scope (depth + 1)."""
 
     def end_scope(self) -> None:
@@ -667,9 +669,8 @@ class NodeOrchestrator:
         """Submit the same program to several chips (`args_list[i]` runs on `workers[i]`, all with `config`); returns the task ids."""
 
 @final
-@type_check_only
 class NodeScope:
-    """The context manager returned by `o.scope()` at L3 (runtime type `taskring.NodeScope`; not a module attribute)."""
+    """The context manager returned by `o.scope()` at L3."""
 
     def __enter__(self) -> None:
         """Open the scope."""
