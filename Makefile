@@ -8,7 +8,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy clean
+.PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy lint clean
 .PHONY: fuzz soak browser
 
 # The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
@@ -94,7 +94,17 @@ fmt:
 	$(CARGO) fmt --all
 
 clippy:
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+# Style enforced by tools: rustfmt (rustfmt.toml), clippy with warnings as errors, rustdoc
+# with warnings as errors (broken links), mypy on the Python package and stubtest (the
+# hand-written _native.pyi must match the built module).
+lint: py-dev
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --no-deps -p taskring --lib
+	$(VPY) -m mypy
+	$(VPY) -m mypy.stubtest taskring._native --allowlist python/stubtest-allowlist.txt
 
 clean:
 	$(CARGO) clean
