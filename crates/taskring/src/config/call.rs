@@ -2,7 +2,7 @@
 //! rings, `0` = unset) and [`CallConfig`], with their validation in the
 //! contract's order and texts (`API.md` §1.2).
 
-use super::{ConfigError, RingField, RUNTIME_ENV_RING_COUNT};
+use super::{ConfigError, ConfigErrorKind, RingField, RUNTIME_ENV_RING_COUNT};
 
 /// Per-call ring sizes: 3 resources × 4 rings, `0` = unset for that ring
 /// (fall through to the env var, then to the built-in default).
@@ -56,11 +56,12 @@ impl RuntimeEnv {
             for f in RingField::ALL {
                 let v = self.get(f)[ring];
                 if v != 0 && !f.check(v) {
-                    return Err(ConfigError::new(format!(
-                        "RuntimeEnv: {}[{ring}] must be {}, got {v}",
-                        f.name(),
-                        f.rule()
-                    )));
+                    return Err(ConfigErrorKind::RuntimeEnvEntry {
+                        field: f,
+                        ring,
+                        value: v,
+                    }
+                    .into());
                 }
             }
         }
@@ -96,23 +97,16 @@ impl CallConfig {
         let diagnostics_on =
             self.enable_scope_stats || self.enable_chip_swimlane != 0 || self.enable_dep_gen;
         if diagnostics_on && self.output_prefix.is_empty() {
-            return Err(ConfigError::new(
-                "CallConfig: output_prefix must be set whenever any of enable_chip_swimlane / \
-                 enable_dep_gen / enable_scope_stats is enabled",
-            ));
+            return Err(ConfigErrorKind::OutputPrefixRequired.into());
         }
         self.runtime_env.validate()?;
         let n = self.aicpu_thread_num;
         if n != 0 && !(2..=8).contains(&n) {
-            return Err(ConfigError::new(format!(
-                "aicpu_thread_num must be 0 (auto) or in [2, 8], got {n}"
-            )));
+            return Err(ConfigErrorKind::AicpuThreadNum { got: n.to_string() }.into());
         }
         let lane = self.enable_chip_swimlane;
         if lane > 4 {
-            return Err(ConfigError::new(format!(
-                "enable_chip_swimlane must be in [0, 4], got {lane}"
-            )));
+            return Err(ConfigErrorKind::ChipSwimlaneLevel { level: lane }.into());
         }
         Ok(())
     }

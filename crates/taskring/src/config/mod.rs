@@ -54,7 +54,7 @@ mod sizing;
 
 pub use call::{CallConfig, RuntimeEnv};
 pub use env::{parse_env_value, EnvSnapshot, EnvWarning};
-pub use error::ConfigError;
+pub use error::{ConfigError, ConfigErrorKind};
 pub use rules::{
     RingField, DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP, DEFAULT_RING_TASK_WINDOW,
     MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP,

@@ -6,7 +6,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use super::{
-    parse_env_value, ConfigError, EnvSnapshot, EnvWarning, RingField, RuntimeEnv,
+    parse_env_value, ConfigError, ConfigErrorKind, EnvSnapshot, EnvWarning, RingField, RuntimeEnv,
     DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP, DEFAULT_RING_TASK_WINDOW, RUNTIME_ENV_RING_COUNT,
 };
 
@@ -169,11 +169,12 @@ impl RingSizing {
             for f in RingField::ALL {
                 let v = sizing.get(f)[ring];
                 if !f.check(v) {
-                    return Err(ConfigError::new(format!(
-                        "RingSizing: {}[{ring}] must be {}, got {v}",
-                        f.name(),
-                        f.rule()
-                    )));
+                    return Err(ConfigErrorKind::RingSizingEntry {
+                        field: f,
+                        ring,
+                        value: v,
+                    }
+                    .into());
                 }
             }
         }
