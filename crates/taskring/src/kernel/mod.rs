@@ -30,15 +30,54 @@ pub enum CoreKind {
 }
 
 impl CoreKind {
-    pub fn parse(s: &str) -> Option<CoreKind> {
-        match s {
-            "aic" => Some(CoreKind::Aic),
-            "aiv" => Some(CoreKind::Aiv),
-            "any" => Some(CoreKind::Any),
-            _ => None,
+    /// Every kind, in the order the API lists them (`"aiv"`, `"aic"`, `"any"`).
+    pub const ALL: [CoreKind; 3] = [CoreKind::Aiv, CoreKind::Aic, CoreKind::Any];
+
+    /// The name the API uses: `"aic"`, `"aiv"` or `"any"` (also what `Display` and
+    /// `FromStr` write and read). The only place these names are spelled.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CoreKind::Aic => "aic",
+            CoreKind::Aiv => "aiv",
+            CoreKind::Any => "any",
         }
     }
+
+    /// The kind called `s` (the inverse of [`CoreKind::name`]); `s.parse()` gives the
+    /// same with an error that lists the names.
+    pub fn parse(s: &str) -> Option<CoreKind> {
+        CoreKind::ALL.into_iter().find(|k| k.name() == s)
+    }
 }
+
+impl fmt::Display for CoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CoreKind {
+    type Err = UnknownCoreKind;
+
+    fn from_str(s: &str) -> Result<CoreKind, UnknownCoreKind> {
+        CoreKind::parse(s).ok_or_else(|| UnknownCoreKind(s.to_string()))
+    }
+}
+
+/// A core name that is not one of [`CoreKind::ALL`]'s; displays as
+/// `core must be 'aiv', 'aic' or 'any', got "..."`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownCoreKind(pub String);
+
+impl fmt::Display for UnknownCoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = CoreKind::ALL.map(|k| format!("'{}'", k.name()));
+        let (last, rest) = names.split_last().expect("CoreKind::ALL is not empty");
+        write!(f, "core must be {} or {last}, got {:?}", rest.join(", "), self.0)
+    }
+}
+
+impl std::error::Error for UnknownCoreKind {}
 
 /// What a kernel sees when it runs.
 pub struct KernelCall<'a> {
@@ -164,4 +203,24 @@ where
     F: Fn(&KernelCall<'_>) + Send + Sync + 'static,
 {
     KernelRef::leak(FnKernel { name: name.to_string(), core, f })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_kind_names_round_trip() {
+        for k in CoreKind::ALL {
+            assert_eq!(CoreKind::parse(k.name()), Some(k));
+            assert_eq!(k.name().parse::<CoreKind>(), Ok(k));
+            assert_eq!(k.to_string(), k.name());
+        }
+        assert_eq!(CoreKind::Aic.name(), "aic");
+        assert_eq!(CoreKind::parse("AIC"), None);
+        assert_eq!(
+            "gpu".parse::<CoreKind>().unwrap_err().to_string(),
+            r#"core must be 'aiv', 'aic' or 'any', got "gpu""#
+        );
+    }
 }
