@@ -1,4 +1,4 @@
-"""The builtin kernels (f32, run in Rust on core threads).
+"""The builtin kernels (f32, run in Rust on core threads): ``taskring.kernels.add`` etc.
 
 Tensor arguments in order (inputs first, then outputs); scalars after:
 
@@ -9,28 +9,29 @@ Tensor arguments in order (inputs first, then outputs); scalars after:
   ``exp(x) -> out``.
 - ``matmul(a[M,K], b[K,N]) -> c[M,N]``; ``matmul_acc(a, b) -> c`` accumulates (c INOUT).
 - ``rowmax/rowsum(x[M,N]) -> out[M]``; ``softmax_rows(x[M,N]) -> out[M,N]``.
+
+The names are not listed here: they come from the Rust builtin table
+(``_native.builtin_kernels()``), in its order, as this module's attributes, ``__all__``
+and ``dir()``. For a type checker every attribute is a ``Kernel`` (see ``__getattr__``).
 """
 
-from ._native import builtin_kernels as _builtin_kernels
+from __future__ import annotations
 
-_k = _builtin_kernels()
-noop = _k["noop"]
-busy_wait = _k["busy_wait"]
-copy = _k["copy"]
-fill = _k["fill"]
-add = _k["add"]
-sub = _k["sub"]
-mul = _k["mul"]
-scale = _k["scale"]
-exp = _k["exp"]
-matmul = _k["matmul"]
-matmul_acc = _k["matmul_acc"]
-rowmax = _k["rowmax"]
-rowsum = _k["rowsum"]
-softmax_rows = _k["softmax_rows"]
-del _k
+from ._native import Kernel, builtin_kernels as _builtin_kernels
 
-__all__ = [
-    "noop", "busy_wait", "copy", "fill", "add", "sub", "mul", "scale", "exp",
-    "matmul", "matmul_acc", "rowmax", "rowsum", "softmax_rows",
-]
+_BUILTINS: dict[str, Kernel] = _builtin_kernels()
+
+globals().update(_BUILTINS)
+
+__all__ = list(_BUILTINS)
+
+
+def __getattr__(name: str) -> Kernel:
+    """Only reached for a name that is not a builtin (PEP 562); its return type tells a type
+    checker that ``kernels.add`` and ``from taskring.kernels import add`` are ``Kernel``s."""
+    builtins = ", ".join(__all__)
+    raise AttributeError(f"taskring.kernels has no builtin kernel {name!r} (builtins: {builtins})")
+
+
+def __dir__() -> list[str]:
+    return list(__all__)
