@@ -2,7 +2,7 @@
 //! recorded tasks to the engine again without running the orchestration, without the
 //! tensormap and without inferring dependencies.
 //!
-//! Capture ([`Recorder`], installed in the orchestrator's state for one run) records,
+//! Capture (`Recorder`, installed in the orchestrator's state for one run) records,
 //! per submit, in submission order: the kernel, the scalars, each tensor argument as a
 //! view relative to its base — a program argument (by index), the runtime output block
 //! of an earlier task (by task index), the task's own output block, or a fixed address
@@ -13,9 +13,17 @@
 //! same producer are merged (flags or-ed), as the engine's fanin does. Scope begins and
 //! ends are recorded between the tasks.
 //!
-//! Replay ([`replay_ops`]) walks the recorded ops: scopes open and close as recorded
-//! (their ends release the scope references, as in a normal run); each task goes
-//! through [`Orchestrator::submit_replayed`]: scope admission, slot and heap from the
+//! A replay takes one of two paths (`docs/replay.md`):
+//!
+//! - direct, when the sizing holds the whole graph at once ([`Captured::fits`]): every
+//!   runtime output gets its own bytes in the ring heaps, and the cores run the graph
+//!   from precomputed predecessor counts and successor lists (`DirectJob`, run by
+//!   `chip::direct_step`) — no slots, scopes, claims or watermark;
+//! - through the rings otherwise (every capacity rule then applies, with its codes).
+//!
+//! Through the rings (`replay_ops`), the recorded ops are walked: scopes open and close
+//! as recorded (their ends release the scope references, as in a normal run); each task
+//! goes through `Orchestrator::submit_replayed`: scope admission, slot and heap from the
 //! ring (back-pressure, structural-deadlock and backstop checks as for any submit),
 //! runtime outputs placed in the fresh block, the recorded fanin filtered to producers
 //! still alive, claims, pools, payload, wiring, publication — the completion side is
