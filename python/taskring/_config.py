@@ -9,68 +9,18 @@ from typing import List, Optional, Union
 from ._native import CallConfig
 
 _PLATFORMS = ("sim", "a2a3sim", "a5sim", "a2a3", "a5")
-_INT32_MAX = 2**31 - 1
-_WINDOW_MAX = 2**30
+_RING_FIELDS = ("ring_task_window", "ring_heap", "ring_dep_pool")
+
+# The rules and messages of the ring fields, aicpu_thread_num and enable_chip_swimlane
+# live in Rust (taskring::config::run_config): _check_field(field, value) raises
+# ValueError with the API.md §1.1 text. (A private native helper, so not in _native.pyi.)
+_check_field = getattr(CallConfig, "_check_run_config_field")
 
 RingValue = Optional[Union[int, List[int]]]
 
 
 def _is_int(v) -> bool:
     return type(v) is int
-
-
-def _pow2(v: int) -> bool:
-    return v > 0 and (v & (v - 1)) == 0
-
-
-def _window_phrase(v) -> Optional[str]:
-    """None when v is a valid window, else the rule phrase it breaks."""
-    if not _is_int(v) or v < 4 or not _pow2(v):
-        return "be a power of 2 >= 4"
-    if v > _WINDOW_MAX:
-        return f"be a power of 2 >= 4 and <= {_WINDOW_MAX}"
-    return None
-
-
-def _heap_phrase(v) -> Optional[str]:
-    # Sizes travel as 64-bit integers: 2**64 and above cannot be a ring.
-    if not _is_int(v) or v < 1024 or v >= 2**64 or not _pow2(v):
-        return "be a power of 2 >= 1024 (bytes per ring)"
-    return None
-
-
-def _dep_phrase(v) -> Optional[str]:
-    if not _is_int(v) or v < 4 or v > _INT32_MAX:
-        return "be in [4, INT32_MAX]"
-    return None
-
-
-_RULES = {
-    "ring_task_window": _window_phrase,
-    "ring_heap": _heap_phrase,
-    "ring_dep_pool": _dep_phrase,
-}
-
-
-def _check_ring(field: str, v):
-    """Validate one ring field; returns the value to store (tuples become lists)."""
-    if v is None:
-        return None
-    rule = _RULES[field]
-    if isinstance(v, (list, tuple)):
-        if len(v) != 4:
-            raise ValueError(f"{field} must have exactly 4 entries (one per scope-depth ring), got {len(v)}")
-        for e in v:
-            if _is_int(e) and e == 0:
-                continue
-            phrase = rule(e)
-            if phrase is not None:
-                raise ValueError(f"{field} entries must {phrase} (or 0 to keep default), got {e!r}")
-        return list(v)
-    phrase = rule(v)
-    if phrase is not None:
-        raise ValueError(f"{field} must {phrase}, got {v!r}")
-    return v
 
 
 @dataclasses.dataclass
@@ -97,15 +47,13 @@ class RunConfig:
             raise ValueError(
                 f"Invalid platform {self.platform!r}. Expected 'sim', 'a2a3sim', 'a5sim', 'a2a3', or 'a5'."
             )
-        self.ring_task_window = _check_ring("ring_task_window", self.ring_task_window)
-        self.ring_heap = _check_ring("ring_heap", self.ring_heap)
-        self.ring_dep_pool = _check_ring("ring_dep_pool", self.ring_dep_pool)
-        n = self.aicpu_thread_num
-        if n is not None and (not _is_int(n) or not (n == 0 or 2 <= n <= 8)):
-            raise ValueError(f"aicpu_thread_num must be 0 (auto) or in [2, 8], got {n!r}")
-        s = self.enable_chip_swimlane
-        if not isinstance(s, bool) and not (_is_int(s) and 0 <= s <= 4):
-            raise ValueError(f"enable_chip_swimlane must be a bool or an int in [0, 4], got {s!r}")
+        for field in _RING_FIELDS:
+            value = getattr(self, field)
+            _check_field(field, value)
+            if isinstance(value, (list, tuple)):
+                setattr(self, field, list(value))  # a tuple is stored back as a list
+        _check_field("aicpu_thread_num", self.aicpu_thread_num)
+        _check_field("enable_chip_swimlane", self.enable_chip_swimlane)
         if not _is_int(self.device_id) or self.device_id < 0:
             raise ValueError(f"device_id must be a non-negative int, got {self.device_id!r}")
         for flag in ("enable_scope_stats", "enable_dep_gen"):

@@ -1,21 +1,33 @@
 //! Python classes over `taskring::config`: `RuntimeEnv`, `CallConfig`, `RingSizing`, and
-//! `resolve_ring_sizing`. Validation texts come from the Rust core (API.md §1.2).
+//! `resolve_ring_sizing`. Rules and message texts are the Rust core's (API.md §1): this file
+//! only turns Python values into [`IntArg`]s and [`ConfigError`]s into Python exceptions,
+//! for `CallConfig`/`RuntimeEnv` and for the dataclass `RunConfig`
+//! (`CallConfig._check_run_config_field`).
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple};
-use taskring::config::{CallConfig, EnvSnapshot, RingField, RingSizing, RuntimeEnv};
+use taskring::config::{
+    check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
+    check_run_config_thread_num, CallConfig, ConfigError, ConfigErrorKind, EnvSnapshot, IntArg,
+    RingField, RingSizing, RuntimeEnv,
+};
 
-fn field_of(name: &str) -> Option<RingField> {
-    match name {
-        "ring_task_window" => Some(RingField::TaskWindow),
-        "ring_heap" => Some(RingField::Heap),
-        "ring_dep_pool" => Some(RingField::DepPool),
-        _ => None,
-    }
+/// A broken configuration rule as the `ValueError` the contract names.
+fn value_error(e: impl Into<ConfigError>) -> PyErr {
+    PyValueError::new_err(e.into().message)
 }
 
-/// A non-negative Python int that is not a bool.
+/// The ring field named `name`, or a `ValueError` listing the names.
+fn ring_field(name: &str) -> PyResult<RingField> {
+    RingField::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown field {name:?}; expected ring_task_window, ring_heap or ring_dep_pool"
+        ))
+    })
+}
+
+/// A non-negative Python int that is not a bool (`RuntimeEnv`, `CallConfig`).
 fn plain_u64(v: &Bound<'_, PyAny>) -> Option<u64> {
     if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
         return None;
@@ -23,16 +35,56 @@ fn plain_u64(v: &Bound<'_, PyAny>) -> Option<u64> {
     v.extract::<u64>().ok()
 }
 
+/// `v` as `RunConfig`'s rules see it: only an exact `int` is an integer (not a
+/// bool, an int subclass or a numpy scalar); Python ints have no upper bound.
+fn run_config_int(v: &Bound<'_, PyAny>) -> PyResult<IntArg> {
+    if !v.is_exact_instance_of::<PyInt>() {
+        return Ok(IntArg::NotASize);
+    }
+    if let Ok(x) = v.extract::<u64>() {
+        return Ok(IntArg::U64(x));
+    }
+    if v.lt(0)? {
+        return Ok(IntArg::NotASize);
+    }
+    let power_of_two = v.bitand(v.sub(1)?)?.eq(0)?;
+    Ok(IntArg::Huge { power_of_two })
+}
+
+fn repr(v: &Bound<'_, PyAny>) -> String {
+    v.repr().map(|r| r.to_string()).unwrap_or_default()
+}
+
+/// `RunConfig`'s rule for `field` (a ring field, `aicpu_thread_num` or
+/// `enable_chip_swimlane`) applied to `v`; `None` passes for the ring fields
+/// and the thread count (unset).
+fn check_run_config_field(field: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    let checked = match field {
+        "aicpu_thread_num" if v.is_none() => Ok(()),
+        "aicpu_thread_num" => check_run_config_thread_num(run_config_int(v)?, || repr(v)),
+        "enable_chip_swimlane" if v.is_instance_of::<PyBool>() => Ok(()),
+        "enable_chip_swimlane" => check_run_config_swimlane(run_config_int(v)?, || repr(v)),
+        _ if v.is_none() => ring_field(field).map(|_| Ok(()))?,
+        _ if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() => {
+            let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
+            let ints = items.iter().map(run_config_int).collect::<PyResult<Vec<_>>>()?;
+            check_run_config_ring_list(ring_field(field)?, &ints, |i| repr(&items[i]))
+        }
+        _ => check_run_config_ring(ring_field(field)?, run_config_int(v)?, || repr(v)),
+    };
+    checked.map_err(value_error)
+}
+
 /// Parse an int (broadcast) or a sequence of exactly 4 ints, with the API's messages.
-pub fn ring_values(field: &str, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
-    let generic = || PyValueError::new_err(format!("RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints"));
+fn ring_values(field: RingField, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
+    let generic = || value_error(ConfigErrorKind::RuntimeEnvValue { field });
     if let Some(x) = plain_u64(v) {
         return Ok([x; 4]);
     }
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
         if items.len() != 4 {
-            return Err(PyValueError::new_err(format!("RuntimeEnv.{field} list must contain exactly 4 entries")));
+            return Err(value_error(ConfigErrorKind::RuntimeEnvLength { field }));
         }
         let mut out = [0u64; 4];
         for (i, it) in items.iter().enumerate() {
@@ -42,6 +94,9 @@ pub fn ring_values(field: &str, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
     }
     Err(generic())
 }
+
+/// Window, heap and dep pool, four entries each, as Python lists.
+type RingLists = (Vec<u64>, Vec<u64>, Vec<u64>);
 
 /// Per-ring ring sizes of one dispatch (0 = unset for that ring).
 #[pyclass(module = "taskring", name = "RuntimeEnv", eq, skip_from_py_object)]
@@ -58,7 +113,6 @@ impl PyRuntimeEnv {
     #[new]
     #[pyo3(signature = (*args, **kwargs))]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        const NAMES: [&str; 3] = ["ring_task_window", "ring_heap", "ring_dep_pool"];
         if args.len() > 3 {
             return Err(PyTypeError::new_err(format!("RuntimeEnv() takes at most 3 arguments ({} given)", args.len())));
         }
@@ -69,7 +123,7 @@ impl PyRuntimeEnv {
         if let Some(kw) = kwargs {
             for (k, v) in kw.iter() {
                 let k: String = k.extract()?;
-                let i = NAMES.iter().position(|n| *n == k).ok_or_else(|| PyTypeError::new_err(format!("RuntimeEnv() got an unexpected keyword argument '{k}'")))?;
+                let i = RingField::ALL.iter().position(|f| f.name() == k).ok_or_else(|| PyTypeError::new_err(format!("RuntimeEnv() got an unexpected keyword argument '{k}'")))?;
                 if given[i].is_some() {
                     return Err(PyTypeError::new_err(format!("RuntimeEnv() got multiple values for argument '{k}'")));
                 }
@@ -77,9 +131,9 @@ impl PyRuntimeEnv {
             }
         }
         let mut e = RuntimeEnv::default();
-        for (i, g) in given.iter().enumerate() {
+        for (f, g) in RingField::ALL.into_iter().zip(&given) {
             if let Some(v) = g {
-                *e.get_mut(field_of(NAMES[i]).expect("known field")) = ring_values(NAMES[i], v)?;
+                *e.get_mut(f) = ring_values(f, v)?;
             }
         }
         Ok(PyRuntimeEnv { inner: e })
@@ -91,7 +145,7 @@ impl PyRuntimeEnv {
     }
     #[setter]
     fn set_ring_task_window(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.set("ring_task_window", v)
+        self.set(RingField::TaskWindow, v)
     }
     #[getter]
     fn get_ring_heap(&self) -> Vec<u64> {
@@ -99,7 +153,7 @@ impl PyRuntimeEnv {
     }
     #[setter]
     fn set_ring_heap(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.set("ring_heap", v)
+        self.set(RingField::Heap, v)
     }
     #[getter]
     fn get_ring_dep_pool(&self) -> Vec<u64> {
@@ -107,7 +161,7 @@ impl PyRuntimeEnv {
     }
     #[setter]
     fn set_ring_dep_pool(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.set("ring_dep_pool", v)
+        self.set(RingField::DepPool, v)
     }
 
     fn __repr__(&self) -> String {
@@ -118,7 +172,7 @@ impl PyRuntimeEnv {
         )
     }
 
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Vec<u64>, Vec<u64>, Vec<u64>))> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, RingLists)> {
         let e = slf.borrow().inner;
         Ok((slf.get_type().into_any(), (e.ring_task_window.to_vec(), e.ring_heap.to_vec(), e.ring_dep_pool.to_vec())))
     }
@@ -129,12 +183,11 @@ impl PyRuntimeEnv {
 }
 
 impl PyRuntimeEnv {
-    fn set(&mut self, field: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn set(&mut self, field: RingField, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let Some(v) = v else {
-            return Err(PyValueError::new_err(format!("RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints")));
+            return Err(value_error(ConfigErrorKind::RuntimeEnvValue { field }));
         };
-        let vals = ring_values(field, v)?;
-        *self.inner.get_mut(field_of(field).expect("known field")) = vals;
+        *self.inner.get_mut(field) = ring_values(field, v)?;
         Ok(())
     }
 }
@@ -184,14 +237,14 @@ impl PyCallConfig {
 fn thread_num(v: &Bound<'_, PyAny>) -> PyResult<u32> {
     plain_u64(v)
         .and_then(|x| u32::try_from(x).ok())
-        .ok_or_else(|| PyValueError::new_err(format!("aicpu_thread_num must be 0 (auto) or in [2, 8], got {}", v.repr().map(|r| r.to_string()).unwrap_or_default())))
+        .ok_or_else(|| value_error(ConfigErrorKind::AicpuThreadNum { got: repr(v) }))
 }
 
 fn swimlane_value(v: &Bound<'_, PyAny>) -> PyResult<u32> {
     if v.is_instance_of::<PyBool>() {
         return Ok(if v.extract::<bool>()? { 4 } else { 0 });
     }
-    v.extract::<u32>().map_err(|_| PyTypeError::new_err("enable_chip_swimlane must be a bool or an int in [0, 4]"))
+    v.extract::<u32>().map_err(|_| PyTypeError::new_err(ConfigErrorKind::ChipSwimlaneType.to_string()))
 }
 
 #[pymethods]
@@ -245,7 +298,16 @@ impl PyCallConfig {
 
     /// Check the config; raises ValueError with the first rule broken.
     fn validate(&self, py: Python<'_>) -> PyResult<()> {
-        self.to_rust(py).validate().map_err(|e| PyValueError::new_err(e.message))
+        self.to_rust(py).validate().map_err(value_error)
+    }
+
+    /// `RunConfig`'s rule for one field (API.md §1.1): raises `ValueError` with the
+    /// contract's message when `value` breaks it. `field` is a ring field,
+    /// `aicpu_thread_num` or `enable_chip_swimlane`; `None` passes for all but the last.
+    /// (Called by `taskring.RunConfig.__post_init__`, so the rules live in Rust only.)
+    #[staticmethod]
+    fn _check_run_config_field(field: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        check_run_config_field(field, value)
     }
 
     fn copy(&self, py: Python<'_>) -> PyResult<Self> {
@@ -275,7 +337,10 @@ impl PyCallConfig {
                     "enable_dep_gen" => c.enable_dep_gen = v.extract()?,
                     "output_prefix" => c.output_prefix = v.extract()?,
                     "runtime_env" => c.runtime_env = v.extract::<PyRef<'_, PyRuntimeEnv>>()?.inner,
-                    f if field_of(f).is_some() => *c.runtime_env.get_mut(field_of(f).unwrap()) = ring_values(f, &v)?,
+                    ring if RingField::from_name(ring).is_some() => {
+                        let f = ring_field(ring)?;
+                        *c.runtime_env.get_mut(f) = ring_values(f, &v)?;
+                    }
                     other => {
                         return Err(PyTypeError::new_err(format!(
                             "CallConfig.derive() got an unexpected keyword '{other}'; allowed: aicpu_thread_num, enable_chip_swimlane, enable_dep_gen, enable_scope_stats, output_prefix, ring_dep_pool, ring_heap, ring_task_window, runtime_env"
@@ -318,10 +383,7 @@ impl PyCallConfig {
         Ok(s)
     }
 
-    #[allow(clippy::type_complexity)]
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyAny>, (u32, PyRuntimeEnv, bool, u32, bool, String))> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, CallConfigArgs)> {
         let py = slf.py();
         let c = slf.borrow().to_rust(py);
         Ok((
@@ -330,6 +392,9 @@ impl PyCallConfig {
         ))
     }
 }
+
+/// `CallConfig(...)`'s positional arguments, as `__reduce__` hands them to pickle.
+type CallConfigArgs = (u32, PyRuntimeEnv, bool, u32, bool, String);
 
 /// The resolved, validated sizes of one dispatch.
 #[pyclass(module = "taskring", name = "RingSizing", frozen, eq, hash, skip_from_py_object)]
@@ -357,7 +422,7 @@ impl PyRingSizing {
     }
     /// Where a value came from: "call_config", "env" or "default".
     fn source(&self, field: &str, ring: &Bound<'_, PyAny>) -> PyResult<&'static str> {
-        let f = field_of(field).ok_or_else(|| PyValueError::new_err(format!("unknown field {field:?}; expected ring_task_window, ring_heap or ring_dep_pool")))?;
+        let f = ring_field(field)?;
         let ring = crate::runtime::bounded_int(ring, "ring", 0, 3)? as usize;
         Ok(self.inner.source(f, ring).as_str())
     }
@@ -374,20 +439,13 @@ impl PyRingSizing {
 }
 
 /// An env snapshot from a mapping (tests, tools) or the process environment now.
-pub fn env_snapshot(env: Option<&Bound<'_, PyAny>>) -> PyResult<EnvSnapshot> {
+fn env_snapshot(env: Option<&Bound<'_, PyAny>>) -> PyResult<EnvSnapshot> {
     let Some(env) = env else { return Ok(EnvSnapshot::from_process()) };
-    let get = |k: &str| -> PyResult<Option<String>> {
-        match env.get_item(k) {
-            Ok(v) if v.is_none() => Ok(None),
-            Ok(v) => Ok(Some(v.str()?.to_string())),
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(env.py()) => Ok(None),
-            Err(e) => Err(e),
-        }
-    };
-    Ok(EnvSnapshot {
-        task_window: get("PTO2_RING_TASK_WINDOW")?,
-        heap: get("PTO2_RING_HEAP")?,
-        dep_pool: get("PTO2_RING_DEP_POOL")?,
+    EnvSnapshot::try_from_lookup(|k| match env.get_item(k) {
+        Ok(v) if v.is_none() => Ok(None),
+        Ok(v) => Ok(Some(v.str()?.to_string())),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(env.py()) => Ok(None),
+        Err(e) => Err(e),
     })
 }
 
@@ -418,9 +476,9 @@ pub fn call_config_of(py: Python<'_>, config: Option<&Bound<'_, PyAny>>) -> PyRe
 #[pyo3(signature = (config=None, env=None))]
 pub fn resolve_ring_sizing(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, env: Option<&Bound<'_, PyAny>>) -> PyResult<PyRingSizing> {
     let c = call_config_of(py, config)?;
-    c.validate().map_err(|e| PyValueError::new_err(e.message))?;
+    c.validate().map_err(value_error)?;
     let snap = env_snapshot(env)?;
-    let (s, warnings) = RingSizing::resolve(&c.runtime_env, &snap).map_err(|e| PyValueError::new_err(e.message))?;
+    let (s, warnings) = RingSizing::resolve(&c.runtime_env, &snap).map_err(value_error)?;
     for w in warnings {
         eprintln!("{w}");
     }
@@ -431,7 +489,7 @@ pub fn resolve_ring_sizing(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, en
 /// peaks)` where `peaks` is `(task_window, heap, dep_pool)` as recorded.
 #[pyfunction]
 #[pyo3(signature = (text, headroom=1.25))]
-pub fn sizing_advice(text: &str, headroom: f64) -> PyResult<(String, String, (Vec<u64>, Vec<u64>, Vec<u64>))> {
+pub fn sizing_advice(text: &str, headroom: f64) -> PyResult<(String, String, RingLists)> {
     let p = taskring::dfx::read_peaks(text).map_err(PyValueError::new_err)?;
     let a = taskring::dfx::advise(&p, headroom);
     Ok((a.runtime_env(), a.env_lines(), (p.task_window.to_vec(), p.heap.to_vec(), p.dep_pool.to_vec())))

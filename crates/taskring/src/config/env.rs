@@ -35,11 +35,22 @@ impl EnvSnapshot {
     /// Reads the three variables through `f` (an injected environment, for
     /// tests and tools); `f` receives the variable name.
     pub fn from_lookup(f: impl Fn(&str) -> Option<String>) -> Self {
-        EnvSnapshot {
-            task_window: f(RingField::TaskWindow.env_var()),
-            heap: f(RingField::Heap.env_var()),
-            dep_pool: f(RingField::DepPool.env_var()),
+        match Self::try_from_lookup(|name| Ok::<_, std::convert::Infallible>(f(name))) {
+            Ok(snapshot) => snapshot,
+            Err(never) => match never {},
         }
+    }
+
+    /// [`from_lookup`](Self::from_lookup) through a lookup that can fail (a
+    /// Python mapping); the first error is returned.
+    pub fn try_from_lookup<E>(
+        mut f: impl FnMut(&str) -> Result<Option<String>, E>,
+    ) -> Result<Self, E> {
+        Ok(EnvSnapshot {
+            task_window: f(RingField::TaskWindow.env_var())?,
+            heap: f(RingField::Heap.env_var())?,
+            dep_pool: f(RingField::DepPool.env_var())?,
+        })
     }
 
     /// A snapshot with none of the variables set.
@@ -315,5 +326,10 @@ pub(in crate::config) mod tests {
         assert_eq!(snap.get(H), None);
         assert_eq!(snap.get(D), Some("1,2"));
         assert_eq!(EnvSnapshot::empty(), env(None, None, None));
+        let failed = EnvSnapshot::try_from_lookup(|name| match name {
+            "PTO2_RING_HEAP" => Err(name.to_owned()),
+            _ => Ok(Some("4".to_owned())),
+        });
+        assert_eq!(failed, Err("PTO2_RING_HEAP".to_owned()));
     }
 }

@@ -40,24 +40,31 @@
 //!
 //! * `rules.rs`: [`RingField`] and the size constants — the
 //!   one place each rule and its phrase are written.
-//! * `error.rs`: [`ConfigError`].
+//! * `error.rs`: [`ConfigError`] and [`ConfigErrorKind`] — every message text.
 //! * `call.rs`: [`RuntimeEnv`] and [`CallConfig`] and their validation.
 //! * `env.rs`: the `PTO2_RING_*` variables ([`EnvSnapshot`], [`parse_env_value`],
 //!   [`EnvWarning`]).
+//! * `run_config.rs`: the field rules of the high-level `RunConfig` (the
+//!   Python dataclass validates through them).
 //! * `sizing.rs`: [`RingSizing`] and [`SizeSource`] (precedence, `key()`, `source()`).
 
 mod call;
 mod env;
 mod error;
 mod rules;
+mod run_config;
 mod sizing;
 
 pub use call::{CallConfig, RuntimeEnv};
 pub use env::{parse_env_value, EnvSnapshot, EnvWarning};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use rules::{
-    RingField, DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP, DEFAULT_RING_TASK_WINDOW,
+    IntArg, RingField, DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP, DEFAULT_RING_TASK_WINDOW,
     MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP,
     MIN_RING_TASK_WINDOW, RUNTIME_ENV_RING_COUNT,
+};
+pub use run_config::{
+    check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
+    check_run_config_thread_num,
 };
 pub use sizing::{RingSizing, SizeSource};

@@ -27,6 +27,25 @@ pub const MIN_RING_DEP_POOL: u64 = 4;
 /// Largest allowed dependency pool (`INT32_MAX`).
 pub const MAX_RING_DEP_POOL: u64 = i32::MAX as u64;
 
+/// The window rule of `RunConfig` for a power of 2 above [`MAX_RING_TASK_WINDOW`].
+const RUN_CONFIG_WINDOW_CAP: &str = "be a power of 2 >= 4 and <= 1073741824";
+
+/// An integer argument as a rule needs to see it, whichever language gave it:
+/// Python integers have no upper bound, and a value that is not an integer at
+/// all (a bool, a float, a string, a numpy scalar) must break the rule too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntArg {
+    /// Not an integer, or a negative one: never a size.
+    NotASize,
+    /// A non-negative integer below `2^64`.
+    U64(u64),
+    /// An integer at or above `2^64` (no ring can be that large).
+    Huge {
+        /// Whether it is a power of 2 (the window's rule names the cap then).
+        power_of_two: bool,
+    },
+}
+
 /// One of the three per-ring resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RingField {
@@ -76,7 +95,7 @@ impl RingField {
     /// dep pool in `[4, 2^31 - 1]`.
     ///
     /// `check(0)` is `false`: zero is not a size. Callers that treat `0` as
-    /// "unset" (such as [`RuntimeEnv::validate`]) skip zeros before checking.
+    /// "unset" (such as [`RuntimeEnv::validate`](super::RuntimeEnv::validate)) skip zeros before checking.
     pub fn check(self, v: u64) -> bool {
         match self {
             RingField::TaskWindow => {
@@ -95,6 +114,44 @@ impl RingField {
             RingField::TaskWindow => "a power of 2 in [4, 1073741824]",
             RingField::Heap => "a power of 2 >= 1024 (bytes per ring)",
             RingField::DepPool => "in [4, 2147483647]",
+        }
+    }
+
+    /// The field named `name` (`"ring_task_window"`, `"ring_heap"` or
+    /// `"ring_dep_pool"`), the inverse of [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<RingField> {
+        RingField::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// The rule of the high-level `RunConfig` (`API.md` §1.1) as the phrase
+    /// that follows "must": `"be a power of 2 >= 4"`,
+    /// `"be a power of 2 >= 1024 (bytes per ring)"` or `"be in [4, INT32_MAX]"`.
+    pub fn run_config_rule(self) -> &'static str {
+        match self {
+            RingField::TaskWindow => "be a power of 2 >= 4",
+            RingField::Heap => "be a power of 2 >= 1024 (bytes per ring)",
+            RingField::DepPool => "be in [4, INT32_MAX]",
+        }
+    }
+
+    /// `None` when `v` is a size of this field ([`check`](Self::check));
+    /// otherwise the `RunConfig` phrase it breaks: [`run_config_rule`](Self::run_config_rule),
+    /// or for a window that is a power of 2 above `2^30`,
+    /// `"be a power of 2 >= 4 and <= 1073741824"`. Zero is not a size here.
+    pub fn run_config_rule_broken(self, v: IntArg) -> Option<&'static str> {
+        match v {
+            IntArg::U64(v) if self.check(v) => None,
+            IntArg::U64(v)
+                if self == RingField::TaskWindow
+                    && v.is_power_of_two()
+                    && v > MAX_RING_TASK_WINDOW =>
+            {
+                Some(RUN_CONFIG_WINDOW_CAP)
+            }
+            IntArg::Huge { power_of_two: true } if self == RingField::TaskWindow => {
+                Some(RUN_CONFIG_WINDOW_CAP)
+            }
+            _ => Some(self.run_config_rule()),
         }
     }
 
@@ -150,6 +207,10 @@ mod tests {
         assert_eq!(D.default_value(), DEFAULT_RING_DEP_POOL);
         assert_eq!(W.to_string(), "ring_task_window");
         for f in RingField::ALL {
+            assert_eq!(RingField::from_name(f.name()), Some(f));
+        }
+        assert_eq!(RingField::from_name("ring_window"), None);
+        for f in RingField::ALL {
             assert!(
                 f.check(f.default_value()),
                 "{f} default must satisfy its rule"
@@ -195,5 +256,45 @@ mod tests {
         assert!(D.check(2_147_483_647));
         assert!(!D.check(2_147_483_648));
         assert!(!D.check(u64::MAX));
+    }
+
+    #[test]
+    fn run_config_rules() {
+        let base = |f: RingField| Some(f.run_config_rule());
+        let cap = Some("be a power of 2 >= 4 and <= 1073741824");
+        for v in [4, 8, 1 << 30] {
+            assert_eq!(W.run_config_rule_broken(IntArg::U64(v)), None, "{v}");
+        }
+        for v in [0, 2, 3, 12, (1 << 30) + 4, u64::MAX] {
+            assert_eq!(W.run_config_rule_broken(IntArg::U64(v)), base(W), "{v}");
+        }
+        assert_eq!(W.run_config_rule_broken(IntArg::U64(1 << 31)), cap);
+        assert_eq!(W.run_config_rule_broken(IntArg::U64(1 << 63)), cap);
+        assert_eq!(
+            W.run_config_rule_broken(IntArg::Huge { power_of_two: true }),
+            cap
+        );
+        assert_eq!(
+            W.run_config_rule_broken(IntArg::Huge {
+                power_of_two: false
+            }),
+            base(W)
+        );
+        assert_eq!(H.run_config_rule_broken(IntArg::U64(1 << 63)), None);
+        for v in [
+            IntArg::U64(0),
+            IntArg::U64(1536),
+            IntArg::Huge { power_of_two: true },
+        ] {
+            assert_eq!(H.run_config_rule_broken(v), base(H), "{v:?}");
+        }
+        assert_eq!(D.run_config_rule_broken(IntArg::U64(2_147_483_647)), None);
+        assert_eq!(
+            D.run_config_rule_broken(IntArg::U64(2_147_483_648)),
+            base(D)
+        );
+        for f in RingField::ALL {
+            assert_eq!(f.run_config_rule_broken(IntArg::NotASize), base(f));
+        }
     }
 }

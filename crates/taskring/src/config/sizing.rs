@@ -14,11 +14,11 @@ use super::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SizeSource {
     /// A non-zero `CallConfig.runtime_env` entry (or an explicit constructor value).
-    CallConfig,
+    CallConfig = 0,
     /// A non-zero entry of the field's `PTO2_RING_*` environment variable.
-    Env,
+    Env = 1,
     /// The built-in default.
-    Default,
+    Default = 2,
 }
 
 impl SizeSource {
@@ -29,6 +29,24 @@ impl SizeSource {
             SizeSource::Env => "env",
             SizeSource::Default => "default",
         }
+    }
+
+    /// All sources, in the order of their codes (see [`code`](Self::code)).
+    const BY_CODE: [SizeSource; 3] = [SizeSource::CallConfig, SizeSource::Env, SizeSource::Default];
+
+    /// The source's code for crossing a process boundary: 0 call_config, 1 env,
+    /// 2 default.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The source of `code` ([`code`](Self::code)); an unknown code is
+    /// [`SizeSource::CallConfig`] (an explicit value).
+    pub fn from_code(code: u8) -> SizeSource {
+        Self::BY_CODE
+            .get(usize::from(code))
+            .copied()
+            .unwrap_or(SizeSource::CallConfig)
     }
 }
 
@@ -185,14 +203,8 @@ impl RingSizing {
     /// of [`RingSizing::key`]; for carrying a sizing across a process boundary.
     pub fn source_codes(&self) -> [u8; 12] {
         let mut out = [0u8; 12];
-        for (fi, row) in self.sources.iter().enumerate() {
-            for (r, s) in row.iter().enumerate() {
-                out[fi * 4 + r] = match s {
-                    SizeSource::CallConfig => 0,
-                    SizeSource::Env => 1,
-                    SizeSource::Default => 2,
-                };
-            }
+        for (code, source) in out.iter_mut().zip(self.sources.iter().flatten()) {
+            *code = source.code();
         }
         out
     }
@@ -207,12 +219,8 @@ impl RingSizing {
             [key[4], key[5], key[6], key[7]],
             [key[8], key[9], key[10], key[11]],
         )?;
-        for i in 0..12 {
-            s.sources[i / 4][i % 4] = match codes[i] {
-                1 => SizeSource::Env,
-                2 => SizeSource::Default,
-                _ => SizeSource::CallConfig,
-            };
+        for (source, code) in s.sources.iter_mut().flatten().zip(codes) {
+            *source = SizeSource::from_code(code);
         }
         Ok(s)
     }
@@ -310,6 +318,11 @@ mod tests {
         assert_eq!(SizeSource::Env.as_str(), "env");
         assert_eq!(SizeSource::Default.as_str(), "default");
         assert_eq!(SizeSource::Env.to_string(), "env");
+        for (code, source) in SizeSource::BY_CODE.into_iter().enumerate() {
+            assert_eq!(source.code(), code as u8);
+            assert_eq!(SizeSource::from_code(code as u8), source);
+        }
+        assert_eq!(SizeSource::from_code(7), SizeSource::CallConfig);
     }
 
     #[test]
