@@ -29,6 +29,21 @@ fn plural(n: usize, word: &str) -> String {
 }
 
 impl Sig {
+    /// `x` read, `out` written, no scalars (`copy`, `exp`, `rowmax`, `softmax_rows`, ...).
+    pub(super) const fn unary(name: &'static str) -> Sig {
+        Sig { name, inputs: &["x"], outputs: &["out"], scalars: &[] }
+    }
+
+    /// `a` and `b` read, `out` written, no scalars (`add`, `sub`, `mul`).
+    pub(super) const fn binary(name: &'static str) -> Sig {
+        Sig { name, inputs: &["a", "b"], outputs: &["out"], scalars: &[] }
+    }
+
+    /// The same signature with these scalar labels.
+    pub(super) const fn with_scalars(self, scalars: &'static [&'static str]) -> Sig {
+        Sig { scalars, ..self }
+    }
+
     pub(super) fn label(&self, i: usize) -> &'static str {
         let ni = self.inputs.len();
         if i < ni {

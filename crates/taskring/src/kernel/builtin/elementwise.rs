@@ -52,12 +52,7 @@ fn map2(name: &str, call: &KernelCall<'_>, f: impl Fn(f32, f32) -> f32) {
     }
 }
 
-const COPY_SIG: Sig = Sig {
-    name: CopyKernel::NAME,
-    inputs: &["x"],
-    outputs: &["out"],
-    scalars: &[],
-};
+const COPY_SIG: Sig = Sig::unary(CopyKernel::NAME);
 
 /// `copy`: `out = x`.
 ///
@@ -72,7 +67,8 @@ impl Kernel for CopyKernel {
         check_elementwise(&COPY_SIG, tensors, n_inputs, scalars)
     }
     fn run(&self, call: &KernelCall<'_>) {
-        let (mut x, mut o) = (Rows::of(Self::NAME, &call.tensors[0]), Rows::of(Self::NAME, &call.tensors[1]));
+        let mut x = Rows::of(Self::NAME, &call.tensors[0]);
+        let mut o = Rows::of(Self::NAME, &call.tensors[1]);
         assert_same_layout(Self::NAME, &x, &o);
         if x.dense() && o.dense() {
             (x, o) = (x.flat(), o.flat());
@@ -125,24 +121,9 @@ impl Kernel for FillKernel {
     }
 }
 
-const ADD_SIG: Sig = Sig {
-    name: AddKernel::NAME,
-    inputs: &["a", "b"],
-    outputs: &["out"],
-    scalars: &[],
-};
-const SUB_SIG: Sig = Sig {
-    name: SubKernel::NAME,
-    inputs: &["a", "b"],
-    outputs: &["out"],
-    scalars: &[],
-};
-const MUL_SIG: Sig = Sig {
-    name: MulKernel::NAME,
-    inputs: &["a", "b"],
-    outputs: &["out"],
-    scalars: &[],
-};
+const ADD_SIG: Sig = Sig::binary(AddKernel::NAME);
+const SUB_SIG: Sig = Sig::binary(SubKernel::NAME);
+const MUL_SIG: Sig = Sig::binary(MulKernel::NAME);
 
 /// `add`: `out = a + b` elementwise.
 ///
@@ -198,12 +179,7 @@ impl Kernel for MulKernel {
     }
 }
 
-const SCALE_SIG: Sig = Sig {
-    name: ScaleKernel::NAME,
-    inputs: &["x"],
-    outputs: &["out"],
-    scalars: &["alpha"],
-};
+const SCALE_SIG: Sig = Sig::unary(ScaleKernel::NAME).with_scalars(&["alpha"]);
 
 /// `scale(alpha)`: `out = alpha * x`.
 ///
@@ -224,12 +200,7 @@ impl Kernel for ScaleKernel {
     }
 }
 
-const EXP_SIG: Sig = Sig {
-    name: ExpKernel::NAME,
-    inputs: &["x"],
-    outputs: &["out"],
-    scalars: &[],
-};
+const EXP_SIG: Sig = Sig::unary(ExpKernel::NAME);
 
 /// `exp`: `out = e^x` elementwise.
 ///

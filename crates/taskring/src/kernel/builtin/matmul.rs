@@ -87,18 +87,13 @@ fn gemm(name: &str, call: &KernelCall<'_>, beta: f32) {
     }
 }
 
-const MATMUL_SIG: Sig = Sig {
-    name: MatmulKernel::NAME,
-    inputs: &["a", "b"],
-    outputs: &["c"],
-    scalars: &[],
-};
-const MATMUL_ACC_SIG: Sig = Sig {
-    name: MatmulAccKernel::NAME,
-    inputs: &["a", "b"],
-    outputs: &["c"],
-    scalars: &[],
-};
+/// `a [M, K]` and `b [K, N]` read, `c [M, N]` written, no scalars.
+const fn gemm_sig(name: &'static str) -> Sig {
+    Sig { name, inputs: &["a", "b"], outputs: &["c"], scalars: &[] }
+}
+
+const MATMUL_SIG: Sig = gemm_sig(MatmulKernel::NAME);
+const MATMUL_ACC_SIG: Sig = gemm_sig(MatmulAccKernel::NAME);
 
 /// `matmul`: `c = a @ b`.
 ///

@@ -57,18 +57,8 @@ fn row_reduce(name: &str, call: &KernelCall<'_>, reduce: impl Fn(*const f32, usi
     }
 }
 
-const ROWMAX_SIG: Sig = Sig {
-    name: RowMaxKernel::NAME,
-    inputs: &["x"],
-    outputs: &["out"],
-    scalars: &[],
-};
-const ROWSUM_SIG: Sig = Sig {
-    name: RowSumKernel::NAME,
-    inputs: &["x"],
-    outputs: &["out"],
-    scalars: &[],
-};
+const ROWMAX_SIG: Sig = Sig::unary(RowMaxKernel::NAME);
+const ROWSUM_SIG: Sig = Sig::unary(RowSumKernel::NAME);
 
 /// `rowmax`: `out[i] = max_j x[i, j]`.
 ///
@@ -142,12 +132,7 @@ unsafe fn row_sum(p: *const f32, n: usize) -> f64 {
     s
 }
 
-const SOFTMAX_SIG: Sig = Sig {
-    name: SoftmaxRowsKernel::NAME,
-    inputs: &["x"],
-    outputs: &["out"],
-    scalars: &[],
-};
+const SOFTMAX_SIG: Sig = Sig::unary(SoftmaxRowsKernel::NAME);
 
 /// `softmax_rows`: per row, `out[i, j] = exp(x[i, j] - max_i) / sum_j exp(x[i, j] - max_i)`
 /// (numerically stable; computed in place in the output row, no allocation).
