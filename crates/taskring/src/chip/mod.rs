@@ -279,6 +279,8 @@ pub struct ChipWorker {
     node_engine: bool,
     /// This worker's id (unique in the process).
     id: u64,
+    /// The orchestrator thread's own ready tasks while it helps a direct replay.
+    direct_local: Vec<u32>,
 }
 
 impl ChipWorker {
@@ -324,6 +326,7 @@ impl ChipWorker {
             orchestrator_helps: opts.orchestrator_helps,
             node_engine: opts.shared_heaps,
             id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
+            direct_local: Vec::new(),
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;
@@ -486,6 +489,7 @@ impl ChipWorker {
         }
         let help_kind = help_kind(&self.kinds);
         let fatal = || sh.eng.fatal.load(Acquire);
+        self.direct_local.clear();
         let mut hooked = false;
         let mut seen = sh.eng.completed.load(Relaxed);
         let mut since = Instant::now();
@@ -501,7 +505,7 @@ impl ChipWorker {
                     }
                 }
                 if let Some(mut i) = t {
-                    while let Some(n) = direct_step(&sh.eng, job, i, help_kind, None) {
+                    while let Some(n) = direct_step(&sh.eng, job, i, help_kind, None, &mut self.direct_local) {
                         i = n;
                     }
                     continue;
@@ -888,11 +892,18 @@ fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Optio
     }
 }
 
+/// Most ready tasks a thread keeps to itself during a direct replay (`direct_step`).
+const DIRECT_LOCAL: usize = 4096;
+
 /// Run task `i` of a direct replay on this thread and complete it. Returns the task to
-/// run next here: the first successor it made ready (of a kind this thread runs; the
-/// others are queued), else a root nobody took yet. `abandoned`: the core was given up
-/// on while its kernel ran — then nothing of the job is touched any more.
-fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, abandoned: Option<&AtomicBool>) -> Option<u32> {
+/// run next here: the first successor it made ready (of a kind this thread runs), else
+/// one of `local`, else a root nobody took yet. Of the other successors it made ready,
+/// every second one it can run goes to `local` (this thread's own stack: no atomics, no
+/// contention; a fan-out's consumers are split between the shared queue, where other
+/// cores take them, and this thread), the rest to the shared ready queues.
+/// `abandoned`: the core was given up on while its kernel ran — then nothing of the job
+/// is touched any more.
+fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, abandoned: Option<&AtomicBool>, local: &mut Vec<u32>) -> Option<u32> {
     let r = job.run(i);
     if abandoned.is_some_and(|a| a.load(SeqCst)) {
         return None;
@@ -902,20 +913,27 @@ fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, 
         if let Some(k) = k {
             eng.fail(task_failed(k, id, msg));
         }
+        local.clear();
         return None;
     }
     if eng.fatal.load(Acquire) {
         // Dependants of a failed task never run; the rest is dropped too.
+        local.clear();
         return None;
     }
     let mut next = None;
     // One wake-up per batch of successors made ready (a fan-out makes many at once).
     let mut queued = 0u8;
+    let mut extra = 0usize;
     let last = job.complete(i, |s| {
         let sk = job.kind(s);
         if next.is_none() && can_run(kind, sk) {
             next = Some(s);
+        } else if extra % 2 == 1 && local.len() < DIRECT_LOCAL && can_run(kind, sk) {
+            extra += 1;
+            local.push(s);
         } else {
+            extra += 1;
             queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
         }
     });
@@ -930,6 +948,9 @@ fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, 
         return None;
     }
     if next.is_none() {
+        if let Some(l) = local.pop() {
+            return Some(l);
+        }
         while let Some(r) = job.claim_root() {
             let rk = job.kind(r);
             if can_run(kind, rk) {
@@ -995,6 +1016,8 @@ fn core_loop(sh: &ChipShared, core: &Core) {
     let busy = &core.state;
     let eng = &sh.eng;
     let mut next: Option<TaskId> = None;
+    // Ready tasks of a direct replay this core keeps to itself (see `direct_step`).
+    let mut local: Vec<u32> = Vec::with_capacity(DIRECT_LOCAL);
     // Idle protocol: one core at a time may spin (bounded; a yield every 32 checks so
     // the orchestrator is not starved on small machines), the others park at once.
     // While a core spins, pushes skip the wake-up syscall (see `Sleep`).
@@ -1011,6 +1034,9 @@ fn core_loop(sh: &ChipShared, core: &Core) {
         let task = match next.take() {
             Some(t) => t,
             None => {
+                // Only a failed direct replay leaves tasks here (`direct_step` hands
+                // them out before it returns None): they must never meet another run.
+                local.clear();
                 busy.store(CORE_SEARCHING, SeqCst);
                 match eng.pop_ready(kind) {
                     Some(t) => {
@@ -1071,7 +1097,7 @@ fn core_loop(sh: &ChipShared, core: &Core) {
             // safety: installed for the whole direct replay, removed only after every
             // core went idle; an abandoned core touches nothing after its kernel.
             let job = unsafe { &*(job as *const DirectJob<'static>) };
-            next = direct_step(eng, job, task.0 as u32, kind, Some(&core.abandoned)).map(|s| TaskId(s as u64));
+            next = direct_step(eng, job, task.0 as u32, kind, Some(&core.abandoned), &mut local).map(|s| TaskId(s as u64));
             if core.abandoned.load(SeqCst) {
                 return;
             }
