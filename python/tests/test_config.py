@@ -106,6 +106,63 @@ def test_run_config_non_ints_rejected(field, v):
         RunConfig(**{field: v})
 
 
+WINDOW_MAX_PHRASE = "be a power of 2 >= 4 and <= 1073741824"
+
+
+@pytest.mark.parametrize(
+    "field, v, phrase",
+    [
+        # Python ints have no upper bound; the rules (in Rust) still see them exactly.
+        ("ring_task_window", 2**64, WINDOW_MAX_PHRASE),
+        ("ring_task_window", 2**100, WINDOW_MAX_PHRASE),
+        ("ring_task_window", 2**64 + 2, ENTRY_PHRASE["ring_task_window"]),
+        ("ring_task_window", -(2**70), ENTRY_PHRASE["ring_task_window"]),
+        ("ring_heap", 2**64, ENTRY_PHRASE["ring_heap"]),
+        ("ring_heap", 2**100, ENTRY_PHRASE["ring_heap"]),
+        ("ring_heap", -1024, ENTRY_PHRASE["ring_heap"]),
+        ("ring_dep_pool", 2**64 - 1, ENTRY_PHRASE["ring_dep_pool"]),
+        ("ring_dep_pool", 2**80, ENTRY_PHRASE["ring_dep_pool"]),
+    ],
+)
+def test_run_config_ints_beyond_64_bits(field, v, phrase):
+    with raises_exactly(ValueError, f"{field} must {phrase}, got {v!r}"):
+        RunConfig(**{field: v})
+    with raises_exactly(ValueError, f"{field} entries must {phrase} (or 0 to keep default), got {v!r}"):
+        RunConfig(**{field: [0, 0, 0, v]})
+
+
+def test_run_config_int_subclass_is_not_an_int():
+    import enum
+
+    class Size(enum.IntEnum):
+        W = 16
+
+    with raises_exactly(ValueError, WINDOW_MSG.format(Size.W)):
+        RunConfig(ring_task_window=Size.W)
+    with raises_exactly(ValueError, "aicpu_thread_num must be 0 (auto) or in [2, 8], got " + repr(Size.W)):
+        RunConfig(aicpu_thread_num=Size.W)
+
+
+def test_run_config_list_subclass_stored_as_plain_list():
+    class Rings(list):
+        pass
+
+    cfg = RunConfig(ring_heap=Rings([1024, 0, 0, 0]))
+    assert type(cfg.ring_heap) is list and cfg.ring_heap == [1024, 0, 0, 0]
+
+
+def test_run_config_rules_come_from_the_native_module():
+    check = getattr(CallConfig, "_check_run_config_field")
+    assert check("ring_heap", None) is None
+    assert check("ring_task_window", [0, 4, 0, 0]) is None
+    with raises_exactly(ValueError, DEP_MSG.format(3)):
+        check("ring_dep_pool", 3)
+    with raises_exactly(ValueError, "enable_chip_swimlane must be a bool or an int in [0, 4], got None"):
+        check("enable_chip_swimlane", None)
+    with pytest.raises(ValueError, match="unknown field"):
+        check("ring_window", 4)
+
+
 @pytest.mark.parametrize("field", RING_FIELDS)
 def test_run_config_unset_is_none(field):
     assert getattr(RunConfig(), field) is None

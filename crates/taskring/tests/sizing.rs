@@ -152,9 +152,17 @@ fn invalid_config_is_rejected_before_anything_runs() {
     let bad = cfg([3, 0, 0, 0], [0; 4], [0; 4]);
     let e = w.run(&program_noop(), &[], &bad).unwrap_err();
     assert_eq!(e.to_string(), "RuntimeEnv: ring_task_window[0] must be a power of 2 in [4, 1073741824], got 3");
+    // The broken rule is data too, not only text.
+    let RunError::Config(ce) = e else { panic!("expected a config error") };
+    assert_eq!(
+        ce.kind(),
+        &config::ConfigErrorKind::RuntimeEnvEntry { field: RingField::TaskWindow, ring: 0, value: 3 }
+    );
     let mut c = CallConfig::default();
     c.enable_scope_stats = true;
-    assert!(w.run(&program_noop(), &[], &c).unwrap_err().to_string().starts_with("CallConfig: output_prefix must be set"));
+    let e = w.run(&program_noop(), &[], &c).unwrap_err();
+    assert!(e.to_string().starts_with("CallConfig: output_prefix must be set"));
+    assert!(matches!(e, RunError::Config(ce) if *ce.kind() == config::ConfigErrorKind::OutputPrefixRequired));
     assert_eq!(w.arena_stats().builds, 0);
 }
 

@@ -72,7 +72,10 @@ impl RuntimeEnv {
 /// Low-level per-call configuration (Simpler-style `CallConfig`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct CallConfig {
-    /// Scheduler thread count: `0` = auto, else in `[2, 8]`.
+    /// Scheduler thread count: `0` = auto, else in `[2, 8]`. Validated and carried to
+    /// the chips for compatibility with upstream configs, but it sizes nothing in this
+    /// build: every core does its own scheduling (the core count is
+    /// `ChipOptions::cores`; see `docs/engine.md`).
     pub aicpu_thread_num: u32,
     /// Per-call ring sizes (`0` entries fall through).
     pub runtime_env: RuntimeEnv,
