@@ -83,9 +83,8 @@ class RunConfig:
             cfg.enable_scope_stats = True
         if self.enable_dep_gen:
             cfg.enable_dep_gen = True
-        swim = 4 if self.enable_chip_swimlane is True else (0 if self.enable_chip_swimlane is False else self.enable_chip_swimlane)
-        if swim:
-            cfg.enable_chip_swimlane = swim
+        if self.enable_chip_swimlane:
+            cfg.enable_chip_swimlane = self.enable_chip_swimlane  # the setter maps True to 4
         if self.output_dir is not None:
             cfg.output_prefix = self.output_dir
         return cfg
