@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::num::IntErrorKind;
+use std::sync::Mutex;
 
 use super::{RingField, RUNTIME_ENV_RING_COUNT};
 
@@ -77,6 +78,23 @@ pub struct EnvWarning {
     pub value: String,
     /// The broken rule, e.g. `"must be a non-negative integer"`.
     pub rule: String,
+}
+
+impl EnvWarning {
+    /// Prints the warning on stderr unless this process already printed one for the
+    /// same variable and value (a bad variable is reported once, not at every
+    /// dispatch; a new bad value again).
+    pub(crate) fn print_once(&self) {
+        static SEEN: Mutex<Vec<(&'static str, String)>> = Mutex::new(Vec::new());
+        let mut seen = SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !seen
+            .iter()
+            .any(|(var, value)| *var == self.var && *value == self.value)
+        {
+            seen.push((self.var, self.value.clone()));
+            eprintln!("{self}");
+        }
+    }
 }
 
 impl fmt::Display for EnvWarning {

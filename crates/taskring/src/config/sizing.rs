@@ -150,19 +150,8 @@ impl RingSizing {
     /// variable is reported once, not at every dispatch; a new bad value again).
     pub fn resolve_from_process(env_cfg: &RuntimeEnv) -> Result<RingSizing, ConfigError> {
         let (sizing, warnings) = Self::resolve(env_cfg, &EnvSnapshot::from_process())?;
-        if !warnings.is_empty() {
-            static SEEN: std::sync::Mutex<Vec<(&'static str, String)>> =
-                std::sync::Mutex::new(Vec::new());
-            let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-            for w in &warnings {
-                if !seen
-                    .iter()
-                    .any(|(var, value)| *var == w.var && *value == w.value)
-                {
-                    seen.push((w.var, w.value.clone()));
-                    eprintln!("{w}");
-                }
-            }
+        for w in &warnings {
+            w.print_once();
         }
         Ok(sizing)
     }
