@@ -109,8 +109,7 @@ fn generate(words: &[u32]) -> Prog {
     // Per buffer half: the last task that touched it and whether it was in a manual scope.
     let mut last: [[Option<(usize, bool)>; 2]; K] = [[None; 2]; K];
     let mut tasks = 0usize;
-    let mut it = words.chunks_exact(4);
-    while let Some(w) = it.next() {
+    for w in words.chunks_exact(4) {
         let manual = scopes.iter().any(|s| s.0);
         match w[0] % 12 {
             0 if scopes.len() < 5 => {
@@ -330,7 +329,8 @@ fn exact_config_holds_and_smaller_sizes_fail_with_the_right_code() {
         assert_eq!(rep.ring_sizing.task_window[1], 32);
     }
     // Halve one resource of ring 1 at a time: the replay fails with that resource's code.
-    let cases: [(fn(&mut RuntimeEnv), StatusCode); 2] = [
+    type Shrink = fn(&mut RuntimeEnv);
+    let cases: [(Shrink, StatusCode); 2] = [
         (|e| e.ring_task_window[1] /= 2, StatusCode::ScopeDeadlock),
         (|e| e.ring_heap[1] /= 2, StatusCode::HeapRingDeadlock),
     ];

@@ -515,7 +515,7 @@ impl ChipWorker {
             // need this CPU), and sleep only after that (a wake-up costs microseconds).
             if spins < 2000 {
                 spins += 1;
-                if spins % 16 == 0 {
+                if spins.is_multiple_of(16) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -862,7 +862,7 @@ fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
     let mut spins = 0u32;
     let t0 = Instant::now();
     while sh.cores.read().iter().any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE) {
-        if spins % 1024 == 0 && t0.elapsed() >= limit {
+        if spins.is_multiple_of(1024) && t0.elapsed() >= limit {
             return false;
         }
         spins += 1;
@@ -1059,7 +1059,7 @@ fn core_loop(sh: &ChipShared, core: &Core) {
                         }
                         idle_spins += 1;
                         if spinning && idle_spins < 2048 {
-                            if idle_spins % 32 == 0 {
+                            if idle_spins.is_multiple_of(32) {
                                 std::thread::yield_now();
                             } else {
                                 std::hint::spin_loop();

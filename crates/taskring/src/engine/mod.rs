@@ -97,7 +97,7 @@ impl TensorSpec {
         if shape.is_empty() || shape.len() > MAX_DIMS {
             return Err(TensorError::Rank(shape.len()));
         }
-        if shape.iter().any(|&d| d == 0) {
+        if shape.contains(&0) {
             return Err(TensorError::EmptyDim(shape.to_vec()));
         }
         if !crate::tensor::contiguous_strides_fit(shape) {

@@ -691,8 +691,8 @@ impl<'r> Orchestrator<'r> {
             } else {
                 // Stable counting sort by group.
                 let mut at = [0usize, count[0], count[0] + count[1], count[0] + count[1] + count[2]];
-                for i in 0..argv.len() {
-                    let g = group[i] as usize;
+                for (i, &g) in group.iter().enumerate().take(argv.len()) {
+                    let g = g as usize;
                     order[at[g]] = i as u8;
                     at[g] += 1;
                 }

@@ -61,13 +61,13 @@ fn structured_overlap(p: &Tensor, e: &Tensor) -> Option<Overlap> {
     // Reference shape A: A[i] = st[i-1] / st[i]; A[0] = elems / st[0].
     let mut a = [0u64; crate::tensor::MAX_DIMS];
     for i in 1..n {
-        if st[i - 1] % st[i] != 0 {
+        if !st[i - 1].is_multiple_of(st[i]) {
             return None;
         }
         a[i] = (st[i - 1] / st[i]) as u64;
     }
     let elems = p.capacity_elems().max(e.capacity_elems());
-    if elems % st[0] as u64 != 0 {
+    if !elems.is_multiple_of(st[0] as u64) {
         return None;
     }
     a[0] = elems / st[0] as u64;
