@@ -3,7 +3,7 @@
 //!
 //! All three are allocated in task order by the single orchestrator thread and reclaimed
 //! together when the ring's `last_task_alive` watermark advances (the orchestrator reads
-//! the watermark and calls [`RingAllocator::observe_watermark`]). Nothing here is shared
+//! the watermark and calls [`HeapRing::retire_to`] and [`LinearPool::retire_to`]). Nothing here is shared
 //! between threads; the shared side (slot states, the watermark itself) lives in
 //! `engine::shared`.
 //!
