@@ -41,9 +41,8 @@ fn run_checked(w: &mut ChipWorker, cfg: &CallConfig, n: usize) -> RunReport {
 }
 
 fn cfg(window: [u64; 4], heap: [u64; 4], dep: [u64; 4]) -> CallConfig {
-    let mut c = CallConfig::default();
-    c.runtime_env = RuntimeEnv { ring_task_window: window, ring_heap: heap, ring_dep_pool: dep };
-    c
+    let runtime_env = RuntimeEnv { ring_task_window: window, ring_heap: heap, ring_dep_pool: dep };
+    CallConfig { runtime_env, ..Default::default() }
 }
 
 #[test]
@@ -158,8 +157,7 @@ fn invalid_config_is_rejected_before_anything_runs() {
         ce.kind(),
         &config::ConfigErrorKind::RuntimeEnvEntry { field: RingField::TaskWindow, ring: 0, value: 3 }
     );
-    let mut c = CallConfig::default();
-    c.enable_scope_stats = true;
+    let c = CallConfig { enable_scope_stats: true, ..Default::default() };
     let e = w.run(&program_noop(), &[], &c).unwrap_err();
     assert!(e.to_string().starts_with("CallConfig: output_prefix must be set"));
     assert!(matches!(e, RunError::Config(ce) if *ce.kind() == config::ConfigErrorKind::OutputPrefixRequired));
