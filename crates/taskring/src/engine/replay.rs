@@ -270,7 +270,8 @@ impl Recorder {
             ring_bytes[t.head.id.ring()] += t.head.heap_bytes;
         }
         let sinks = (0..n).filter(|&i| succ_off[i] == succ_off[i + 1]).count();
-        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs, succ_off, succ, fanin_n, roots, ring_bytes, sinks }
+        let kinds = self.tasks.iter().map(|t| t.head.kernel.map(|k| k.core()).unwrap_or(CoreKind::Any)).collect();
+        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs, succ_off, succ, fanin_n, roots, ring_bytes, sinks, kinds }
     }
 }
 
@@ -293,6 +294,8 @@ struct Graph {
     ring_bytes: [u64; 4],
     /// Tasks without successors.
     sinks: usize,
+    /// The core kind each task needs.
+    kinds: Vec<CoreKind>,
 }
 
 /// One direct replay (see [`Captured::replay`]): the state the cores share while they
@@ -319,7 +322,7 @@ impl DirectJob<'_> {
     /// The core kind task `i` needs.
     #[inline]
     pub(crate) fn kind(&self, i: u32) -> CoreKind {
-        self.g.tasks[i as usize].head.kernel.map(|k| k.core()).unwrap_or(CoreKind::Any)
+        self.g.kinds[i as usize]
     }
 
     /// The recorded id and kernel of task `i` (messages).
