@@ -9,12 +9,7 @@ use taskring::kernel::CoreKind;
 use taskring::{KernelRef, NativeKernel, NativeKernelError, NativeSignature, TensorRule};
 
 fn core_of(core: &str) -> PyResult<CoreKind> {
-    match core {
-        "aiv" => Ok(CoreKind::Aiv),
-        "aic" => Ok(CoreKind::Aic),
-        "any" => Ok(CoreKind::Any),
-        other => Err(PyValueError::new_err(format!("core must be 'aiv', 'aic' or 'any', got {other:?}"))),
-    }
+    core.parse::<CoreKind>().map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// `tensors`: one `(dtype name or None, ndim or None)` per tensor argument.
