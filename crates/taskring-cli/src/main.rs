@@ -70,18 +70,42 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Bench { names, reps, threads, quick, json, out_dir } => {
+        Cmd::Bench {
+            names,
+            reps,
+            threads,
+            quick,
+            json,
+            out_dir,
+        } => {
             let names: Vec<String> = if names.iter().any(|n| n == "all") {
-                ["b2", "b3", "b4", "b5", "b6", "b9", "b10"].iter().map(|s| s.to_string()).collect()
+                ["b2", "b3", "b4", "b5", "b6", "b9", "b10"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
             } else {
                 names
             };
             if reps < 5 {
-                eprintln!("taskring bench: --reps must be at least 5 (medians of at least 5 repetitions)");
+                eprintln!(
+                    "taskring bench: --reps must be at least 5 (medians of at least 5 repetitions)"
+                );
                 return ExitCode::from(2);
             }
-            let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1);
-            let opts = bench::Opts { reps, threads, quick, json, out_dir };
+            let threads = threads
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism()
+                        .map(|n| n.get())
+                        .unwrap_or(1)
+                })
+                .max(1);
+            let opts = bench::Opts {
+                reps,
+                threads,
+                quick,
+                json,
+                out_dir,
+            };
             if bench::run(&names, &opts) {
                 ExitCode::SUCCESS
             } else {

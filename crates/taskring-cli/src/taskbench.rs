@@ -73,8 +73,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 use taskring::{
-    ChipOptions, ChipWorker, DType, Kernel, KernelCall, KernelRef, Orchestrator, Program, RingField, RingSizing,
-    RuntimeEnv, RuntimeFailure, Scalar, SizeSource, TaskArgs, TaskId, Tensor,
+    ChipOptions, ChipWorker, DType, Kernel, KernelCall, KernelRef, Orchestrator, Program,
+    RingField, RingSizing, RuntimeEnv, RuntimeFailure, Scalar, SizeSource, TaskArgs, TaskId,
+    Tensor,
 };
 
 const USAGE: &str = "usage: taskring taskbench [-steps N] [-width N] [-type PATTERN] [-radix N] [-period N]
@@ -138,7 +139,11 @@ impl Pattern {
         PATTERNS.iter().find(|(n, _)| *n == s).map(|&(_, p)| p)
     }
     fn name(self) -> &'static str {
-        PATTERNS.iter().find(|(_, p)| *p == self).map(|&(n, _)| n).unwrap_or("?")
+        PATTERNS
+            .iter()
+            .find(|(_, p)| *p == self)
+            .map(|&(n, _)| n)
+            .unwrap_or("?")
     }
     /// Patterns whose dependence set changes with the timestep's period.
     fn uses_period(self) -> bool {
@@ -166,7 +171,11 @@ impl KernelKind {
         KERNELS.iter().find(|(n, _)| *n == s).map(|&(_, k)| k)
     }
     fn name(self) -> &'static str {
-        KERNELS.iter().find(|(_, k)| *k == self).map(|&(n, _)| n).unwrap_or("?")
+        KERNELS
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map(|&(n, _)| n)
+            .unwrap_or("?")
     }
 }
 
@@ -217,15 +226,26 @@ struct Opts {
 
 fn value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
     *i += 1;
-    args.get(*i).map(|s| s.as_str()).ok_or_else(|| format!("{flag} needs a value"))
+    args.get(*i)
+        .map(|s| s.as_str())
+        .ok_or_else(|| format!("{flag} needs a value"))
 }
 
 fn num<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
-    s.trim().parse::<T>().map_err(|_| format!("invalid value for {flag}: '{s}'"))
+    s.trim()
+        .parse::<T>()
+        .map_err(|_| format!("invalid value for {flag}: '{s}'"))
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut opts = Opts { graphs: Vec::new(), workers: 0, window: None, warmup: 0, verbose: false, helper: false };
+    let mut opts = Opts {
+        graphs: Vec::new(),
+        workers: 0,
+        window: None,
+        warmup: 0,
+        verbose: false,
+        helper: false,
+    };
     let mut g = GraphSpec::default();
     let mut i = 0;
     while i < args.len() {
@@ -236,7 +256,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-type" => {
                 let v = value(args, &mut i, flag)?;
                 g.pattern = Pattern::parse(v).ok_or_else(|| {
-                    format!("unknown -type '{v}' (one of: {})", PATTERNS.map(|(n, _)| n).join(" "))
+                    format!(
+                        "unknown -type '{v}' (one of: {})",
+                        PATTERNS.map(|(n, _)| n).join(" ")
+                    )
                 })?;
             }
             "-radix" => g.radix = num(value(args, &mut i, flag)?, flag)?,
@@ -245,7 +268,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-kernel" => {
                 let v = value(args, &mut i, flag)?;
                 g.kernel = KernelKind::parse(v).ok_or_else(|| {
-                    format!("unknown -kernel '{v}' (one of: {})", KERNELS.map(|(n, _)| n).join(" "))
+                    format!(
+                        "unknown -kernel '{v}' (one of: {})",
+                        KERNELS.map(|(n, _)| n).join(" ")
+                    )
                 })?;
             }
             "-iter" => g.iter = num(value(args, &mut i, flag)?, flag)?,
@@ -255,7 +281,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-worker" | "-workers" => {
                 opts.workers = num(value(args, &mut i, flag)?, flag)?;
                 if opts.workers > taskring::chip::MAX_CORES {
-                    return Err(format!("-worker must be in 0..={} (got {}; 0 = the number of CPUs)", taskring::chip::MAX_CORES, opts.workers));
+                    return Err(format!(
+                        "-worker must be in 0..={} (got {}; 0 = the number of CPUs)",
+                        taskring::chip::MAX_CORES,
+                        opts.workers
+                    ));
                 }
             }
             "-warmup" => opts.warmup = num(value(args, &mut i, flag)?, flag)?,
@@ -263,7 +293,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-window" => {
                 let w: u64 = num(value(args, &mut i, flag)?, flag)?;
                 if w != 0 && (!w.is_power_of_two() || !(4..=1 << 30).contains(&w)) {
-                    return Err(format!("-window must be 0 or a power of 2 in [4, 2^30] (got {w})"));
+                    return Err(format!(
+                        "-window must be 0 or a power of 2 in [4, 2^30] (got {w})"
+                    ));
                 }
                 opts.window = Some(w);
             }
@@ -295,7 +327,11 @@ fn check_spec(g: &GraphSpec) -> Result<(), String> {
         return Err(format!("-radix must be >= 0 (got {})", g.radix));
     }
     if g.pattern.uses_period() && g.radix as usize > MAX_IV {
-        return Err(format!("-radix {} is above {MAX_IV} for {}", g.radix, g.pattern.name()));
+        return Err(format!(
+            "-radix {} is above {MAX_IV} for {}",
+            g.radix,
+            g.pattern.name()
+        ));
     }
     if !(0.0..=1.0).contains(&g.fraction) {
         return Err(format!("-fraction must be in [0, 1] (got {})", g.fraction));
@@ -307,14 +343,24 @@ fn check_spec(g: &GraphSpec) -> Result<(), String> {
         ));
     }
     if g.output > MAX_OUTPUT_BYTES {
-        return Err(format!("-output must be at most {MAX_OUTPUT_BYTES} bytes (got {})", g.output));
+        return Err(format!(
+            "-output must be at most {MAX_OUTPUT_BYTES} bytes (got {})",
+            g.output
+        ));
     }
     if g.kernel == KernelKind::MemoryBound && g.scratch < 16 {
-        return Err(format!("-kernel memory_bound needs -scratch of at least 16 bytes (got {})", g.scratch));
+        return Err(format!(
+            "-kernel memory_bound needs -scratch of at least 16 bytes (got {})",
+            g.scratch
+        ));
     }
     if g.kernel == KernelKind::MemoryBound && g.scratch > physical_memory() {
         // (Each core thread keeps one scratch buffer; `run` checks all of them.)
-        return Err(format!("-scratch {} bytes is more than this machine's memory ({} bytes)", g.scratch, physical_memory()));
+        return Err(format!(
+            "-scratch {} bytes is more than this machine's memory ({} bytes)",
+            g.scratch,
+            physical_memory()
+        ));
     }
     Ok(())
 }
@@ -323,7 +369,12 @@ fn check_spec(g: &GraphSpec) -> Result<(), String> {
 /// overcommit an allocation far beyond it may succeed and the run then be killed).
 fn physical_memory() -> u64 {
     // safety: sysconf has no preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     if pages <= 0 || page <= 0 {
         return u64::MAX;
     }
@@ -341,7 +392,10 @@ struct Intervals {
 
 impl Intervals {
     fn new() -> Intervals {
-        Intervals { v: [(0, 0); MAX_IV], n: 0 }
+        Intervals {
+            v: [(0, 0); MAX_IV],
+            n: 0,
+        }
     }
     #[inline]
     fn clear(&mut self) {
@@ -439,13 +493,25 @@ fn edge_uniform(dset: i64, point: i64, dep: i64) -> f64 {
 
 impl Shape {
     fn new(g: &GraphSpec) -> Shape {
-        let period = if g.pattern.uses_period() && g.period <= 0 { 3 } else { g.period };
+        let period = if g.pattern.uses_period() && g.period <= 0 {
+            3
+        } else {
+            g.period
+        };
         let ndsets = match g.pattern {
             Pattern::Fft => ceil_log2(g.width).max(1),
             Pattern::Spread | Pattern::RandomNearest => period.max(1),
             _ => 1,
         };
-        Shape { pattern: g.pattern, steps: g.steps, width: g.width, radix: g.radix, period, fraction: g.fraction, ndsets }
+        Shape {
+            pattern: g.pattern,
+            steps: g.steps,
+            width: g.width,
+            radix: g.radix,
+            period,
+            fraction: g.fraction,
+            ndsets,
+        }
     }
 
     /// First point of timestep `t` (the diamond of `dom` slides right in its second half).
@@ -514,7 +580,10 @@ impl Shape {
             Pattern::AllToAll => out.push(0, w - 1),
             Pattern::Nearest => {
                 if self.radix > 0 {
-                    out.push((i - (self.radix - 1) / 2).max(0), (i + self.radix / 2).min(w - 1));
+                    out.push(
+                        (i - (self.radix - 1) / 2).max(0),
+                        (i + self.radix / 2).min(w - 1),
+                    );
                 }
             }
             Pattern::Spread => {
@@ -598,7 +667,10 @@ impl War {
             let dp = ((d + s.ndsets - 1) % s.ndsets) as usize;
             for i in 0..s.width {
                 s.raw_deps(d, i, &mut iv);
-                if readers[dp][i as usize].iter().any(|&k| !iv.contains(k as i64)) {
+                if readers[dp][i as usize]
+                    .iter()
+                    .any(|&k| !iv.contains(k as i64))
+                {
                     needed[d as usize] = true;
                     break;
                 }
@@ -610,7 +682,14 @@ impl War {
     /// Call `f(k)` for each point `k` of timestep `t-1` that reads row `i` as written at
     /// `t-2` and is not among the inputs `deps` of `(t, i)`.
     #[inline]
-    fn for_each_missing(&self, s: &Shape, t: i64, i: i64, deps: &Intervals, mut f: impl FnMut(i64)) {
+    fn for_each_missing(
+        &self,
+        s: &Shape,
+        t: i64,
+        i: i64,
+        deps: &Intervals,
+        mut f: impl FnMut(i64),
+    ) {
         if t < 2 {
             return;
         }
@@ -704,7 +783,11 @@ impl Graph {
         let out_words = (spec.output / 8) as usize;
         let stride = out_words.div_ceil(8) * 8;
         let w = spec.width;
-        let block_rows = if w <= BLOCK_ROWS_MIN { w } else { BLOCK_ROWS_MIN.max((w + 7) / 8) };
+        let block_rows = if w <= BLOCK_ROWS_MIN {
+            w
+        } else {
+            BLOCK_ROWS_MIN.max((w + 7) / 8)
+        };
         let buffer_bytes = (w as u64).saturating_mul(stride as u64).saturating_mul(16);
         let too_big = || {
             format!(
@@ -723,11 +806,21 @@ impl Graph {
                 let rows = block_rows.min(w - first);
                 let words = (rows as usize).checked_mul(stride).ok_or_else(too_big)?;
                 let buf = RawBuf::new(words).ok_or_else(too_big)?;
-                let full = Tensor::from_raw(buf.ptr as u64, &[rows as u32, stride as u32], DType::I64);
+                let full =
+                    Tensor::from_raw(buf.ptr as u64, &[rows as u32, stride as u32], DType::I64);
                 let view = full
-                    .view(&[rows as u32, out_words as u32], 0, Some(&[stride as u32, 1]))
+                    .view(
+                        &[rows as u32, out_words as u32],
+                        0,
+                        Some(&[stride as u32, 1]),
+                    )
                     .map_err(|e| format!("buffer view: {e}"))?;
-                v.push(Block { buf, first, rows, view });
+                v.push(Block {
+                    buf,
+                    first,
+                    rows,
+                    view,
+                });
                 first += rows;
             }
             Ok(v)
@@ -735,11 +828,18 @@ impl Graph {
         let blocks = [mk()?, mk()?];
         // Checked: Task Bench's totals are 64-bit counts.
         let flops_per_task = match spec.kernel {
-            KernelKind::ComputeBound => spec.iter.checked_mul(128).and_then(|f| f.checked_add(64)).ok_or("-iter is too large: FLOPs per task overflow 64 bits")?,
+            KernelKind::ComputeBound => spec
+                .iter
+                .checked_mul(128)
+                .and_then(|f| f.checked_add(64))
+                .ok_or("-iter is too large: FLOPs per task overflow 64 bits")?,
             _ => 0,
         };
         let bytes_per_task = match spec.kernel {
-            KernelKind::MemoryBound => spec.iter.checked_mul(spec.scratch).ok_or("-iter x -scratch is too large: bytes per task overflow 64 bits")?,
+            KernelKind::MemoryBound => spec
+                .iter
+                .checked_mul(spec.scratch)
+                .ok_or("-iter x -scratch is too large: bytes per task overflow 64 bits")?,
             _ => 0,
         };
         let war = War::build(&shape)?;
@@ -762,7 +862,9 @@ impl Graph {
             explicit_total: 0,
         };
         g.count()?;
-        if g.tasks.checked_mul(g.flops_per_task).is_none() || g.tasks.checked_mul(g.bytes_per_task).is_none() {
+        if g.tasks.checked_mul(g.flops_per_task).is_none()
+            || g.tasks.checked_mul(g.bytes_per_task).is_none()
+        {
             return Err("-steps x -width x (FLOPs or bytes per task) is too large: the totals overflow 64 bits".into());
         }
         Ok(g)
@@ -838,7 +940,11 @@ impl Graph {
         while p <= hi {
             let b = &self.blocks[q][self.block_of(p)];
             let end = hi.min(b.first + b.rows - 1);
-            a.input(b.view.rows_slice((p - b.first) as u64, (end - b.first + 1) as u64).expect("rows inside their block"));
+            a.input(
+                b.view
+                    .rows_slice((p - b.first) as u64, (end - b.first + 1) as u64)
+                    .expect("rows inside their block"),
+            );
             p = end + 1;
         }
     }
@@ -847,10 +953,16 @@ impl Graph {
     #[inline]
     fn locate(&self, q: usize, t: &Tensor) -> Option<(i64, i64)> {
         let b = self.blocks[q].iter().find(|b| b.buf.ptr as u64 == t.addr)?;
-        if !t.offset.is_multiple_of(self.stride as u64) || t.ndims != 2 || t.shape[1] as usize != self.out_words {
+        if !t.offset.is_multiple_of(self.stride as u64)
+            || t.ndims != 2
+            || t.shape[1] as usize != self.out_words
+        {
             return None;
         }
-        Some((b.first + (t.offset / self.stride as u64) as i64, t.shape[0] as i64))
+        Some((
+            b.first + (t.offset / self.stride as u64) as i64,
+            t.shape[0] as i64,
+        ))
     }
 }
 
@@ -873,7 +985,11 @@ thread_local! {
 
 impl Counters {
     fn new() -> Counters {
-        Counters { slots: (0..COUNTER_SLOTS).map(|_| PaddedCount(AtomicU64::new(0))).collect() }
+        Counters {
+            slots: (0..COUNTER_SLOTS)
+                .map(|_| PaddedCount(AtomicU64::new(0)))
+                .collect(),
+        }
     }
     #[inline]
     fn bump(&self) {
@@ -893,14 +1009,21 @@ impl TbKernel {
     fn exec(&self, call: &KernelCall<'_>) -> Result<(), String> {
         let g = &*self.g;
         if call.scalars.len() != 2 {
-            return Err(format!("graph {}: expected 2 scalars (t, i), got {}", g.idx + 1, call.scalars.len()));
+            return Err(format!(
+                "graph {}: expected 2 scalars (t, i), got {}",
+                g.idx + 1,
+                call.scalars.len()
+            ));
         }
         let t = call.scalars[0] as i64;
         let i = call.scalars[1] as i64;
         let p = (t & 1) as usize;
         if g.shape.pattern == Pattern::Trivial {
             if !call.tensors.is_empty() {
-                return Err(format!("graph {} task (t={t}, i={i}): trivial tasks take no tensors", g.idx + 1));
+                return Err(format!(
+                    "graph {} task (t={t}, i={i}): trivial tasks take no tensors",
+                    g.idx + 1
+                ));
             }
             run_kernel(&g.spec, t, i)?;
             let b = &g.blocks[p][g.block_of(i)];
@@ -969,7 +1092,8 @@ impl TbKernel {
                 // safety: `locate` proved the view is inside a buffer of this graph; its
                 // producer completed before this task was made ready.
                 unsafe {
-                    let row = (ten.addr as *const i64).add(ten.offset as usize + r as usize * g.stride);
+                    let row =
+                        (ten.addr as *const i64).add(ten.offset as usize + r as usize * g.stride);
                     for w in (0..g.out_words).step_by(2) {
                         let (st, sp) = (*row.add(w), *row.add(w + 1));
                         if st != t - 1 || sp != j {
@@ -999,7 +1123,10 @@ impl TbKernel {
 
         // The own row.
         let own = call.tensors.get(call.n_inputs).ok_or_else(|| {
-            format!("graph {} task (t={t}, i={i}): validation failed: the output row is missing", g.idx + 1)
+            format!(
+                "graph {} task (t={t}, i={i}): validation failed: the output row is missing",
+                g.idx + 1
+            )
         })?;
         match g.locate(p, own) {
             Some((first, 1)) if first == i => {}
@@ -1070,7 +1197,8 @@ fn run_kernel(spec: &GraphSpec, t: i64, i: i64) -> Result<(), String> {
 fn compute_bound(iter: u64, x0: f64) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             // safety: the features were detected.
             return unsafe { compute_bound_avx2(iter, x0) };
         }
@@ -1103,7 +1231,8 @@ unsafe fn compute_bound_avx2(iter: u64, x0: f64) -> f64 {
         // 16 independent FMA chains in the 16 ymm registers, `c` read from memory (as
         // gcc compiles the C baseline's loop); LLVM would keep `c` in a register and
         // spill an accumulator.
-        let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5, mut a6, mut a7, mut a8, mut a9, mut a10, mut a11, mut a12, mut a13, mut a14, mut a15] = a;
+        let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5, mut a6, mut a7, mut a8, mut a9, mut a10, mut a11, mut a12, mut a13, mut a14, mut a15] =
+            a;
         std::arch::asm!(
             "2:",
             "vfmadd213pd {a0}, {a0}, ymmword ptr [{c}]",
@@ -1132,7 +1261,9 @@ unsafe fn compute_bound_avx2(iter: u64, x0: f64) -> f64 {
             n = inout(reg) iter => _,
             options(nostack, readonly),
         );
-        a = [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15];
+        a = [
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
+        ];
     }
     let mut s = a[0];
     for v in &a[1..] {
@@ -1177,10 +1308,22 @@ struct Budgets {
     edges: usize,
 }
 
-fn orchestrate(o: &mut Orchestrator<'_>, graphs: &[Arc<Graph>], kernels: &[KernelRef], budget: Budgets) -> Result<(), RuntimeFailure> {
+fn orchestrate(
+    o: &mut Orchestrator<'_>,
+    graphs: &[Arc<Graph>],
+    kernels: &[KernelRef],
+    budget: Budgets,
+) -> Result<(), RuntimeFailure> {
     // ids[g][parity][point]: the task of (t, point) for the last two timesteps.
-    let mut ids: Vec<[Vec<TaskId>; 2]> =
-        graphs.iter().map(|g| [vec![TaskId::INVALID; g.shape.width as usize], vec![TaskId::INVALID; g.shape.width as usize]]).collect();
+    let mut ids: Vec<[Vec<TaskId>; 2]> = graphs
+        .iter()
+        .map(|g| {
+            [
+                vec![TaskId::INVALID; g.shape.width as usize],
+                vec![TaskId::INVALID; g.shape.width as usize],
+            ]
+        })
+        .collect();
     let max_steps = graphs.iter().map(|g| g.shape.steps).max().unwrap_or(0);
     let mut iv = Intervals::new();
     for t in 0..max_steps {
@@ -1241,7 +1384,13 @@ fn orchestrate(o: &mut Orchestrator<'_>, graphs: &[Arc<Graph>], kernels: &[Kerne
 /// `x` as C's `printf("%e")` prints it (`1.234568e-02`).
 fn c_exp(x: f64) -> String {
     if !x.is_finite() {
-        return if x.is_nan() { "nan".into() } else if x > 0.0 { "inf".into() } else { "-inf".into() };
+        return if x.is_nan() {
+            "nan".into()
+        } else if x > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        };
     }
     let s = format!("{x:.6e}");
     let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
@@ -1285,15 +1434,37 @@ pub fn main(args: Vec<String>) -> ExitCode {
         }
     };
     // Sizes the machine cannot hold (buffers, tables, 64-bit totals) are usage errors too.
-    let graphs: Vec<Arc<Graph>> = match opts.graphs.iter().enumerate().map(|(k, s)| Graph::new(k, s).map(Arc::new).map_err(|e| format!("task graph {}: {e}", k + 1))).collect() {
+    let graphs: Vec<Arc<Graph>> = match opts
+        .graphs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            Graph::new(k, s)
+                .map(Arc::new)
+                .map_err(|e| format!("task graph {}: {e}", k + 1))
+        })
+        .collect()
+    {
         Ok(g) => g,
         Err(e) => {
             eprintln!("taskring taskbench: {e}");
             return ExitCode::from(2);
         }
     };
-    let cores = if opts.workers > 0 { opts.workers } else { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) };
-    let scratch: u64 = opts.graphs.iter().filter(|g| g.kernel == KernelKind::MemoryBound).map(|g| g.scratch).max().unwrap_or(0);
+    let cores = if opts.workers > 0 {
+        opts.workers
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    };
+    let scratch: u64 = opts
+        .graphs
+        .iter()
+        .filter(|g| g.kernel == KernelKind::MemoryBound)
+        .map(|g| g.scratch)
+        .max()
+        .unwrap_or(0);
     if scratch.saturating_mul(cores as u64) > physical_memory() {
         eprintln!("taskring taskbench: -scratch {scratch} bytes for each of {cores} core threads is more than this machine's memory ({} bytes)", physical_memory());
         return ExitCode::from(2);
@@ -1308,50 +1479,82 @@ pub fn main(args: Vec<String>) -> ExitCode {
 }
 
 fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
-    let mut sizing = RingSizing::resolve_from_process(&RuntimeEnv::default()).map_err(|e| format!("ring sizing: {e}"))?;
-    let cores = if opts.workers > 0 { opts.workers } else { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) };
+    let mut sizing = RingSizing::resolve_from_process(&RuntimeEnv::default())
+        .map_err(|e| format!("ring sizing: {e}"))?;
+    let cores = if opts.workers > 0 {
+        opts.workers
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    };
     let window = match opts.window {
         Some(0) => None,
         Some(w) => Some(w),
         None if sizing.source(RingField::TaskWindow, 1) != SizeSource::Default => None,
         None => {
             let points: u64 = graphs.iter().map(|g| g.shape.width as u64).sum();
-            Some((32 * points.max(cores as u64)).next_power_of_two().clamp(64, sizing.task_window[1].max(64)))
+            Some(
+                (32 * points.max(cores as u64))
+                    .next_power_of_two()
+                    .clamp(64, sizing.task_window[1].max(64)),
+            )
         }
     };
     if let Some(w) = window {
         let mut tw = sizing.task_window;
         tw[1] = w;
-        sizing = RingSizing::from_values(tw, sizing.heap, sizing.dep_pool).map_err(|e| format!("ring sizing: {e}"))?;
+        sizing = RingSizing::from_values(tw, sizing.heap, sizing.dep_pool)
+            .map_err(|e| format!("ring sizing: {e}"))?;
     }
     // Ring 1's dependency pool must hold the edges of two live timesteps: a task claims
     // its producers (timestep t-1, possibly the ring's oldest task) before it reserves
     // its nodes, so a pool filled by those producers' own edges cannot drain (taskring
     // reports that as a provable DEP_POOL_OVERFLOW). Only wide, dense graphs (e.g.
     // all_to_all beyond ~60 points) need more than the default.
-    let need: u64 = graphs.iter().map(|g| 2 * g.shape.width as u64 * g.max_edges as u64).sum::<u64>()
+    let need: u64 = graphs
+        .iter()
+        .map(|g| 2 * g.shape.width as u64 * g.max_edges as u64)
+        .sum::<u64>()
         + graphs.iter().map(|g| g.max_edges as u64).max().unwrap_or(0);
     if need > sizing.dep_pool[1] {
         let pool = need.next_power_of_two().min(i32::MAX as u64);
         let mut dep = sizing.dep_pool;
         dep[1] = pool;
         eprintln!("taskring taskbench: note: ring 1's dependency pool raised from {} to {pool} entries for these graphs", sizing.dep_pool[1]);
-        sizing = RingSizing::from_values(sizing.task_window, sizing.heap, dep).map_err(|e| format!("ring sizing: {e}"))?;
+        sizing = RingSizing::from_values(sizing.task_window, sizing.heap, dep)
+            .map_err(|e| format!("ring sizing: {e}"))?;
     }
     let budget = Budgets {
         tasks: ((sizing.task_window[1] / 2).max(1)) as usize,
         edges: ((sizing.dep_pool[1] / 2).max(1)) as usize,
     };
-    let mut chip = ChipWorker::new(ChipOptions { cores: opts.workers, prewarm: vec![sizing], orchestrator_helps: opts.helper, ..Default::default() })
-        .map_err(|e| format!("could not start the chip: {e}"))?;
+    let mut chip = ChipWorker::new(ChipOptions {
+        cores: opts.workers,
+        prewarm: vec![sizing],
+        orchestrator_helps: opts.helper,
+        ..Default::default()
+    })
+    .map_err(|e| format!("could not start the chip: {e}"))?;
     let counters = Arc::new(Counters::new());
-    let kernels: Vec<KernelRef> =
-        graphs.iter().map(|g| KernelRef::leak(TbKernel { g: g.clone(), counters: counters.clone() })).collect();
+    let kernels: Vec<KernelRef> = graphs
+        .iter()
+        .map(|g| {
+            KernelRef::leak(TbKernel {
+                g: g.clone(),
+                counters: counters.clone(),
+            })
+        })
+        .collect();
     let total_tasks: u64 = graphs.iter().map(|g| g.tasks).sum();
     let total_deps: u64 = graphs.iter().map(|g| g.deps).sum();
     // (Each graph's product was checked at setup; several graphs saturate.)
-    let total_flops: u64 = graphs.iter().fold(0u64, |a, g| a.saturating_add(g.tasks * g.flops_per_task));
-    let total_bytes: u64 = graphs.iter().fold(0u64, |a, g| a.saturating_add(g.tasks * g.bytes_per_task));
+    let total_flops: u64 = graphs
+        .iter()
+        .fold(0u64, |a, g| a.saturating_add(g.tasks * g.flops_per_task));
+    let total_bytes: u64 = graphs
+        .iter()
+        .fold(0u64, |a, g| a.saturating_add(g.tasks * g.bytes_per_task));
 
     print_config(&graphs);
     if opts.verbose {
@@ -1380,16 +1583,20 @@ fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
 
     let prog_graphs = graphs.clone();
     let prog_kernels = kernels.clone();
-    let program =
-        Program::new("taskbench", move |o, _| orchestrate(o, &prog_graphs, &prog_kernels, budget));
+    let program = Program::new("taskbench", move |o, _| {
+        orchestrate(o, &prog_graphs, &prog_kernels, budget)
+    });
     let mut run_once = |what: &str| -> Result<f64, String> {
         counters.take();
         let t0 = Instant::now();
-        chip.run_with_sizing(&program, &[], &sizing).map_err(|e| format!("{what} failed: {e}"))?;
+        chip.run_with_sizing(&program, &[], &sizing)
+            .map_err(|e| format!("{what} failed: {e}"))?;
         let dt = t0.elapsed().as_secs_f64();
         let done = counters.take();
         if done != total_tasks {
-            return Err(format!("{what}: validation failed: {done} tasks executed, the graphs have {total_tasks}"));
+            return Err(format!(
+                "{what}: validation failed: {done} tasks executed, the graphs have {total_tasks}"
+            ));
         }
         Ok(dt)
     };
@@ -1413,7 +1620,13 @@ mod tests {
     use super::*;
 
     fn shape(p: Pattern, steps: i64, width: i64, radix: i64) -> Shape {
-        Shape::new(&GraphSpec { pattern: p, steps, width, radix, ..Default::default() })
+        Shape::new(&GraphSpec {
+            pattern: p,
+            steps,
+            width,
+            radix,
+            ..Default::default()
+        })
     }
 
     fn pts(s: &Shape, t: i64, i: i64) -> Vec<i64> {
@@ -1431,10 +1644,18 @@ mod tests {
         let s = shape(Pattern::Stencil1DPeriodic, 4, 4, 3);
         assert_eq!(pts(&s, 1, 0), vec![0, 1, 3]);
         let s = shape(Pattern::Tree, 5, 8, 3);
-        assert_eq!((0..5).map(|t| s.width_at(t)).collect::<Vec<_>>(), vec![1, 2, 4, 8, 8]);
+        assert_eq!(
+            (0..5).map(|t| s.width_at(t)).collect::<Vec<_>>(),
+            vec![1, 2, 4, 8, 8]
+        );
         assert_eq!(pts(&s, 3, 5), vec![2]);
         let s = shape(Pattern::Dom, 6, 3, 3);
-        assert_eq!((0..6).map(|t| (s.offset_at(t), s.width_at(t))).collect::<Vec<_>>(), vec![(0, 1), (0, 2), (0, 3), (0, 3), (1, 2), (2, 1)]);
+        assert_eq!(
+            (0..6)
+                .map(|t| (s.offset_at(t), s.width_at(t)))
+                .collect::<Vec<_>>(),
+            vec![(0, 1), (0, 2), (0, 3), (0, 3), (1, 2), (2, 1)]
+        );
         assert_eq!(pts(&s, 4, 1), vec![0, 1]);
         assert_eq!(pts(&s, 5, 2), vec![1, 2]);
         let s = shape(Pattern::Fft, 4, 8, 3);
@@ -1464,9 +1685,15 @@ mod tests {
             (Pattern::Fft, 3, true),
             (Pattern::Spread, 3, true),
         ] {
-            assert_eq!(War::build(&shape(p, 8, 16, radix)).unwrap().is_some(), needed, "{p:?} radix {radix}");
+            assert_eq!(
+                War::build(&shape(p, 8, 16, radix)).unwrap().is_some(),
+                needed,
+                "{p:?} radix {radix}"
+            );
         }
-        assert!(War::build(&shape(Pattern::AllToAll, 8, 16, 3)).unwrap().is_none());
+        assert!(War::build(&shape(Pattern::AllToAll, 8, 16, 3))
+            .unwrap()
+            .is_none());
     }
 
     #[test]

@@ -67,7 +67,10 @@ fn check_run_config_field(field: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
         _ if v.is_none() => ring_field(field).map(|_| Ok(()))?,
         _ if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() => {
             let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
-            let ints = items.iter().map(run_config_int).collect::<PyResult<Vec<_>>>()?;
+            let ints = items
+                .iter()
+                .map(run_config_int)
+                .collect::<PyResult<Vec<_>>>()?;
             check_run_config_ring_list(ring_field(field)?, &ints, |i| repr(&items[i]))
         }
         _ => check_run_config_ring(ring_field(field)?, run_config_int(v)?, || repr(v)),
@@ -114,7 +117,10 @@ impl PyRuntimeEnv {
     #[pyo3(signature = (*args, **kwargs))]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         if args.len() > 3 {
-            return Err(PyTypeError::new_err(format!("RuntimeEnv() takes at most 3 arguments ({} given)", args.len())));
+            return Err(PyTypeError::new_err(format!(
+                "RuntimeEnv() takes at most 3 arguments ({} given)",
+                args.len()
+            )));
         }
         let mut given: [Option<Bound<'_, PyAny>>; 3] = [None, None, None];
         for (i, a) in args.iter().enumerate() {
@@ -123,9 +129,18 @@ impl PyRuntimeEnv {
         if let Some(kw) = kwargs {
             for (k, v) in kw.iter() {
                 let k: String = k.extract()?;
-                let i = RingField::ALL.iter().position(|f| f.name() == k).ok_or_else(|| PyTypeError::new_err(format!("RuntimeEnv() got an unexpected keyword argument '{k}'")))?;
+                let i = RingField::ALL
+                    .iter()
+                    .position(|f| f.name() == k)
+                    .ok_or_else(|| {
+                        PyTypeError::new_err(format!(
+                            "RuntimeEnv() got an unexpected keyword argument '{k}'"
+                        ))
+                    })?;
                 if given[i].is_some() {
-                    return Err(PyTypeError::new_err(format!("RuntimeEnv() got multiple values for argument '{k}'")));
+                    return Err(PyTypeError::new_err(format!(
+                        "RuntimeEnv() got multiple values for argument '{k}'"
+                    )));
                 }
                 given[i] = Some(v);
             }
@@ -174,7 +189,14 @@ impl PyRuntimeEnv {
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, RingLists)> {
         let e = slf.borrow().inner;
-        Ok((slf.get_type().into_any(), (e.ring_task_window.to_vec(), e.ring_heap.to_vec(), e.ring_dep_pool.to_vec())))
+        Ok((
+            slf.get_type().into_any(),
+            (
+                e.ring_task_window.to_vec(),
+                e.ring_heap.to_vec(),
+                e.ring_dep_pool.to_vec(),
+            ),
+        ))
     }
 
     fn copy(&self) -> Self {
@@ -224,7 +246,12 @@ impl PyCallConfig {
     pub fn from_rust(py: Python<'_>, c: &CallConfig) -> PyResult<PyCallConfig> {
         Ok(PyCallConfig {
             aicpu_thread_num: c.aicpu_thread_num,
-            runtime_env: Py::new(py, PyRuntimeEnv { inner: c.runtime_env })?,
+            runtime_env: Py::new(
+                py,
+                PyRuntimeEnv {
+                    inner: c.runtime_env,
+                },
+            )?,
             enable_scope_stats: c.enable_scope_stats,
             enable_chip_swimlane: c.enable_chip_swimlane,
             enable_dep_gen: c.enable_dep_gen,
@@ -244,7 +271,8 @@ fn swimlane_value(v: &Bound<'_, PyAny>) -> PyResult<u32> {
     if v.is_instance_of::<PyBool>() {
         return Ok(if v.extract::<bool>()? { 4 } else { 0 });
     }
-    v.extract::<u32>().map_err(|_| PyTypeError::new_err(ConfigErrorKind::ChipSwimlaneType.to_string()))
+    v.extract::<u32>()
+        .map_err(|_| PyTypeError::new_err(ConfigErrorKind::ChipSwimlaneType.to_string()))
 }
 
 #[pymethods]
@@ -265,7 +293,10 @@ impl PyCallConfig {
             aicpu_thread_num: aicpu_thread_num.map(thread_num).transpose()?.unwrap_or(0),
             runtime_env: Py::new(py, PyRuntimeEnv { inner: env })?,
             enable_scope_stats,
-            enable_chip_swimlane: enable_chip_swimlane.map(swimlane_value).transpose()?.unwrap_or(0),
+            enable_chip_swimlane: enable_chip_swimlane
+                .map(swimlane_value)
+                .transpose()?
+                .unwrap_or(0),
             enable_dep_gen,
             output_prefix,
         })
@@ -388,7 +419,16 @@ impl PyCallConfig {
         let c = slf.borrow().to_rust(py);
         Ok((
             slf.get_type().into_any(),
-            (c.aicpu_thread_num, PyRuntimeEnv { inner: c.runtime_env }, c.enable_scope_stats, c.enable_chip_swimlane, c.enable_dep_gen, c.output_prefix),
+            (
+                c.aicpu_thread_num,
+                PyRuntimeEnv {
+                    inner: c.runtime_env,
+                },
+                c.enable_scope_stats,
+                c.enable_chip_swimlane,
+                c.enable_dep_gen,
+                c.output_prefix,
+            ),
         ))
     }
 }
@@ -397,7 +437,14 @@ impl PyCallConfig {
 type CallConfigArgs = (u32, PyRuntimeEnv, bool, u32, bool, String);
 
 /// The resolved, validated sizes of one dispatch.
-#[pyclass(module = "taskring", name = "RingSizing", frozen, eq, hash, skip_from_py_object)]
+#[pyclass(
+    module = "taskring",
+    name = "RingSizing",
+    frozen,
+    eq,
+    hash,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq, Hash)]
 pub struct PyRingSizing {
     pub inner: RingSizing,
@@ -440,7 +487,9 @@ impl PyRingSizing {
 
 /// An env snapshot from a mapping (tests, tools) or the process environment now.
 fn env_snapshot(env: Option<&Bound<'_, PyAny>>) -> PyResult<EnvSnapshot> {
-    let Some(env) = env else { return Ok(EnvSnapshot::from_process()) };
+    let Some(env) = env else {
+        return Ok(EnvSnapshot::from_process());
+    };
     EnvSnapshot::try_from_lookup(|k| match env.get_item(k) {
         Ok(v) if v.is_none() => Ok(None),
         Ok(v) => Ok(Some(v.str()?.to_string())),
@@ -451,7 +500,9 @@ fn env_snapshot(env: Option<&Bound<'_, PyAny>>) -> PyResult<EnvSnapshot> {
 
 /// `config`: a CallConfig, anything with `to_call_config()` (RunConfig), or None.
 pub fn call_config_of(py: Python<'_>, config: Option<&Bound<'_, PyAny>>) -> PyResult<CallConfig> {
-    let Some(c) = config else { return Ok(CallConfig::default()) };
+    let Some(c) = config else {
+        return Ok(CallConfig::default());
+    };
     if c.is_none() {
         return Ok(CallConfig::default());
     }
@@ -474,7 +525,11 @@ pub fn call_config_of(py: Python<'_>, config: Option<&Bound<'_, PyAny>>) -> PyRe
 /// warning on stderr.
 #[pyfunction]
 #[pyo3(signature = (config=None, env=None))]
-pub fn resolve_ring_sizing(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, env: Option<&Bound<'_, PyAny>>) -> PyResult<PyRingSizing> {
+pub fn resolve_ring_sizing(
+    py: Python<'_>,
+    config: Option<&Bound<'_, PyAny>>,
+    env: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyRingSizing> {
     let c = call_config_of(py, config)?;
     c.validate().map_err(value_error)?;
     let snap = env_snapshot(env)?;
@@ -492,5 +547,9 @@ pub fn resolve_ring_sizing(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, en
 pub fn sizing_advice(text: &str, headroom: f64) -> PyResult<(String, String, RingLists)> {
     let p = taskring::dfx::read_peaks(text).map_err(PyValueError::new_err)?;
     let a = taskring::dfx::advise(&p, headroom);
-    Ok((a.runtime_env(), a.env_lines(), (p.task_window.to_vec(), p.heap.to_vec(), p.dep_pool.to_vec())))
+    Ok((
+        a.runtime_env(),
+        a.env_lines(),
+        (p.task_window.to_vec(), p.heap.to_vec(), p.dep_pool.to_vec()),
+    ))
 }

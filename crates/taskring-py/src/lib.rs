@@ -45,9 +45,18 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PyNodeRunReport>()?;
     m.add_class::<node::PyChipTaskReport>()?;
     m.add_function(wrap_pyfunction!(node::dtype_itemsize, m)?)?;
-    m.add("RUNTIME_ENV_RING_COUNT", taskring::config::RUNTIME_ENV_RING_COUNT)?;
-    m.add("DEFAULT_RING_TASK_WINDOW", taskring::config::DEFAULT_RING_TASK_WINDOW)?;
+    m.add(
+        "RUNTIME_ENV_RING_COUNT",
+        taskring::config::RUNTIME_ENV_RING_COUNT,
+    )?;
+    m.add(
+        "DEFAULT_RING_TASK_WINDOW",
+        taskring::config::DEFAULT_RING_TASK_WINDOW,
+    )?;
     m.add("DEFAULT_RING_HEAP", taskring::config::DEFAULT_RING_HEAP)?;
-    m.add("DEFAULT_RING_DEP_POOL", taskring::config::DEFAULT_RING_DEP_POOL)?;
+    m.add(
+        "DEFAULT_RING_DEP_POOL",
+        taskring::config::DEFAULT_RING_DEP_POOL,
+    )?;
     Ok(())
 }

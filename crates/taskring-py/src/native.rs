@@ -9,31 +9,45 @@ use taskring::kernel::CoreKind;
 use taskring::{KernelRef, NativeKernel, NativeKernelError, NativeSignature, TensorRule};
 
 fn core_of(core: &str) -> PyResult<CoreKind> {
-    core.parse::<CoreKind>().map_err(|e| PyValueError::new_err(e.to_string()))
+    core.parse::<CoreKind>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// `tensors`: one `(dtype name or None, ndim or None)` per tensor argument.
-fn signature_of(tensors: Option<Vec<(Option<String>, Option<u8>)>>, scalars: Option<usize>) -> PyResult<Option<NativeSignature>> {
+fn signature_of(
+    tensors: Option<Vec<(Option<String>, Option<u8>)>>,
+    scalars: Option<usize>,
+) -> PyResult<Option<NativeSignature>> {
     let Some(rules) = tensors else {
         if scalars.is_some() {
-            return Err(PyValueError::new_err("a signature's scalars count needs its tensors list too"));
+            return Err(PyValueError::new_err(
+                "a signature's scalars count needs its tensors list too",
+            ));
         }
         return Ok(None);
     };
     let mut out = Vec::with_capacity(rules.len());
     for (i, (dtype, ndim)) in rules.into_iter().enumerate() {
         let dtype = match dtype {
-            Some(d) => Some(dtype_from_name(&d).ok_or_else(|| PyTypeError::new_err(format!("signature tensor {i}: dtype {d} is not supported")))?),
+            Some(d) => Some(dtype_from_name(&d).ok_or_else(|| {
+                PyTypeError::new_err(format!("signature tensor {i}: dtype {d} is not supported"))
+            })?),
             None => None,
         };
         if let Some(n) = ndim {
             if n == 0 || n as usize > taskring::tensor::MAX_DIMS {
-                return Err(PyValueError::new_err(format!("signature tensor {i}: ndim must be in [1, {}], got {n}", taskring::tensor::MAX_DIMS)));
+                return Err(PyValueError::new_err(format!(
+                    "signature tensor {i}: ndim must be in [1, {}], got {n}",
+                    taskring::tensor::MAX_DIMS
+                )));
             }
         }
         out.push(TensorRule { dtype, ndim });
     }
-    Ok(Some(NativeSignature { tensors: out, scalars }))
+    Ok(Some(NativeSignature {
+        tensors: out,
+        scalars,
+    }))
 }
 
 /// Load `symbol` of the shared library at `path` as a kernel. A missing or unloadable
@@ -60,7 +74,9 @@ pub fn load_native_kernel(
     if let Some(s) = sig {
         k = k.with_signature(s);
     }
-    Ok(PyKernel { k: KernelRef::leak(k) })
+    Ok(PyKernel {
+        k: KernelRef::leak(k),
+    })
 }
 
 /// A kernel calling the C function at `address` (a numba cfunc's). `keep` (the cfunc
@@ -87,5 +103,7 @@ pub fn native_kernel_from_address(
         k = k.with_signature(s);
     }
     std::mem::forget(keep);
-    Ok(PyKernel { k: KernelRef::leak(k) })
+    Ok(PyKernel {
+        k: KernelRef::leak(k),
+    })
 }

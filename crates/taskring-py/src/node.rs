@@ -2,7 +2,10 @@
 //! part of `taskring.Worker(level=3)`), the L3 orchestrator `o`, and the reports.
 
 use crate::config::{call_config_of, PyRingSizing};
-use crate::runtime::{arena_stats_py, failure_err, gil_hook, python_program, user_site, PyArenaStats, PyPeak, PySpec, PyTensor};
+use crate::runtime::{
+    arena_stats_py, failure_err, gil_hook, python_program, user_site, PyArenaStats, PyPeak, PySpec,
+    PyTensor,
+};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyTypeError, PyValueError};
@@ -11,7 +14,10 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 use std::sync::Arc;
 use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
-use taskring::node::{ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeHandle, NodeOptions, NodeOrchestrator};
+use taskring::node::{
+    ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeHandle, NodeOptions,
+    NodeOrchestrator,
+};
 use taskring::{DType, Tensor};
 
 /// Shared memory that chip processes can map (backs `taskring.shared_array`).
@@ -24,7 +30,9 @@ pub struct PySharedMem {
 impl PySharedMem {
     #[new]
     fn new(nbytes: usize) -> PyResult<Self> {
-        Ok(PySharedMem { buf: SharedBuffer::new(nbytes).map_err(|e| PyRuntimeError::new_err(e.to_string()))? })
+        Ok(PySharedMem {
+            buf: SharedBuffer::new(nbytes).map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+        })
     }
     #[getter]
     fn address(&self) -> u64 {
@@ -66,10 +74,16 @@ fn node_err(py: Python<'_>, e: NodeError) -> PyErr {
 
 /// Is `e` the runtime's own TASK_FAILED (a `taskring.RuntimeFailure` with code 200)?
 fn is_task_failed(py: Python<'_>, e: &PyErr) -> bool {
-    let Ok(cls) = py.import("taskring._errors").and_then(|m| m.getattr("RuntimeFailure")) else { return false };
+    let Ok(cls) = py
+        .import("taskring._errors")
+        .and_then(|m| m.getattr("RuntimeFailure"))
+    else {
+        return false;
+    };
     let v = e.value(py);
     v.is_instance(&cls).unwrap_or(false)
-        && v.getattr("code").ok().and_then(|c| c.extract::<u32>().ok()) == Some(taskring::StatusCode::TaskFailed.code())
+        && v.getattr("code").ok().and_then(|c| c.extract::<u32>().ok())
+            == Some(taskring::StatusCode::TaskFailed.code())
 }
 
 fn dirs_of(sig: Vec<u32>) -> PyResult<Vec<ArgDir>> {
@@ -124,7 +138,11 @@ pub struct PyNodeRunReport {
 #[pymethods]
 impl PyNodeRunReport {
     fn __repr__(&self, py: Python<'_>) -> String {
-        format!("NodeRunReport({} tasks, elapsed_s={:.6})", self.tasks.bind(py).len(), self.elapsed_s)
+        format!(
+            "NodeRunReport({} tasks, elapsed_s={:.6})",
+            self.tasks.bind(py).len(),
+            self.elapsed_s
+        )
     }
 }
 
@@ -148,12 +166,23 @@ impl PyNodeOrchestrator {
     }
 }
 
-fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owners: &Bound<'_, PyAny>, run: u64) -> PyResult<NodeArg> {
+fn node_arg(
+    py: Python<'_>,
+    i: usize,
+    a: &Bound<'_, PyAny>,
+    worker: usize,
+    owners: &Bound<'_, PyAny>,
+    run: u64,
+) -> PyResult<NodeArg> {
     if a.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!("argument {i}: bool is not a valid scalar")));
+        return Err(PyTypeError::new_err(format!(
+            "argument {i}: bool is not a valid scalar"
+        )));
     }
     if a.is_instance_of::<PyInt>() {
-        return a.extract::<i64>().map(NodeArg::Int).map_err(|_| PyValueError::new_err(format!("argument {i}: scalar {a} does not fit int64")));
+        return a.extract::<i64>().map(NodeArg::Int).map_err(|_| {
+            PyValueError::new_err(format!("argument {i}: scalar {a} does not fit int64"))
+        });
     }
     if a.is_instance_of::<PyFloat>() {
         return Ok(NodeArg::Float(a.extract()?));
@@ -171,13 +200,19 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
         ))
     })?;
     if !arr.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!("argument {i}: array must be C-contiguous")));
+        return Err(PyValueError::new_err(format!(
+            "argument {i}: array must be C-contiguous"
+        )));
     }
     let dname = arr.dtype().str()?.to_string();
-    let dtype = crate::runtime::dtype_from_name(&dname).ok_or_else(|| PyTypeError::new_err(format!("argument {i}: dtype {dname} is not supported")))?;
+    let dtype = crate::runtime::dtype_from_name(&dname).ok_or_else(|| {
+        PyTypeError::new_err(format!("argument {i}: dtype {dname} is not supported"))
+    })?;
     let shape: Vec<u32> = arr.shape().iter().map(|&d| d as u32).collect();
     if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS || shape.contains(&0) {
-        return Err(PyValueError::new_err(format!("argument {i}: shape {shape:?} is not supported")));
+        return Err(PyValueError::new_err(format!(
+            "argument {i}: shape {shape:?} is not supported"
+        )));
     }
     // safety: reading the data pointer of a live array.
     let data = unsafe { (*arr.as_array_ptr()).data } as u64;
@@ -192,7 +227,11 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
         ))
     })?;
     let base = data - off;
-    if let Some(owner) = owners.get_item(base).ok().and_then(|v| v.extract::<usize>().ok()) {
+    if let Some(owner) = owners
+        .get_item(base)
+        .ok()
+        .and_then(|v| v.extract::<usize>().ok())
+    {
         if owner != worker {
             return Err(PyValueError::new_err(format!(
                 "argument {i} is a device tensor of chip {owner}; it cannot be passed to a task on chip {worker}"
@@ -203,7 +242,8 @@ fn node_arg(py: Python<'_>, i: usize, a: &Bound<'_, PyAny>, worker: usize, owner
     let mut t = Tensor::from_raw(base, &shape, dtype);
     t.buf_bytes = region_len;
     t.offset = off / item;
-    t.validate().map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
+    t.validate()
+        .map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
     Ok(NodeArg::Tensor(t))
 }
 
@@ -211,15 +251,23 @@ fn worker_index(w: &Bound<'_, PyAny>, chips: usize) -> PyResult<usize> {
     if w.is_instance_of::<PyBool>() || !w.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "worker must be an int, got {}",
-            w.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            w.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         )));
     }
     let v: i64 = w.extract()?;
     if v < 0 {
-        return Err(PyValueError::new_err(format!("worker must be >= 0, got {v}")));
+        return Err(PyValueError::new_err(format!(
+            "worker must be >= 0, got {v}"
+        )));
     }
     if v as usize >= chips {
-        return Err(PyValueError::new_err(format!("worker {v} is not a chip of this worker (it has {chips} chips: 0..{})", chips - 1)));
+        return Err(PyValueError::new_err(format!(
+            "worker {v} is not a chip of this worker (it has {chips} chips: 0..{})",
+            chips - 1
+        )));
     }
     Ok(v as usize)
 }
@@ -230,11 +278,19 @@ impl PyNodeOrchestrator {
     /// there with `config` (a CallConfig, RunConfig or None = defaults; never the
     /// run-level config implicitly). Returns the L3 task id.
     #[pyo3(signature = (handle, args, config=None, *, worker))]
-    fn submit_next_level(&self, py: Python<'_>, handle: u32, args: &Bound<'_, PyAny>, config: Option<&Bound<'_, PyAny>>, worker: &Bound<'_, PyAny>) -> PyResult<u64> {
+    fn submit_next_level(
+        &self,
+        py: Python<'_>,
+        handle: u32,
+        args: &Bound<'_, PyAny>,
+        config: Option<&Bound<'_, PyAny>>,
+        worker: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
         let chips = self.with(|o| o.chips())?;
         let worker = worker_index(worker, chips)?;
         let cfg: CallConfig = call_config_of(py, config)?;
-        cfg.validate().map_err(|e| PyValueError::new_err(e.message))?;
+        cfg.validate()
+            .map_err(|e| PyValueError::new_err(e.message))?;
         let owners = self.owners.bind(py);
         // Simpler-style `TaskArgs` (API.md §4.1.1): put in the program's signature order.
         let ordered = match args.extract::<PyRef<'_, crate::runtime::PyTaskArgs>>() {
@@ -244,7 +300,9 @@ impl PyNodeOrchestrator {
                     .read()
                     .get(handle as usize)
                     .map(|c| c.signature.iter().map(|d| *d as u32).collect())
-                    .ok_or_else(|| PyValueError::new_err(format!("unknown program handle {handle}")))?;
+                    .ok_or_else(|| {
+                        PyValueError::new_err(format!("unknown program handle {handle}"))
+                    })?;
                 Some(PyList::new(py, ta.in_signature_order(py, &dirs)?)?)
             }
             Err(_) => None,
@@ -263,7 +321,11 @@ impl PyNodeOrchestrator {
             }
         }
         self.keep.lock().unwrap().extend(keep);
-        self.with(|o| o.submit_next_level(handle, &list, &cfg, worker).map(|id| id.0).map_err(|f| failure_err(py, &f)))?
+        self.with(|o| {
+            o.submit_next_level(handle, &list, &cfg, worker)
+                .map(|id| id.0)
+                .map_err(|f| failure_err(py, &f))
+        })?
     }
 
     /// Open a scope (depth + 1); `site` names it in the scope stats (default: the
@@ -275,11 +337,13 @@ impl PyNodeOrchestrator {
             None if self.with(|o| o.engine().stats_enabled())? => Some(user_site(py)?),
             None => None,
         };
-        self.with(|o| match &site {
-            Some(s) => o.engine().begin_scope_named(manual, s),
-            None => o.engine().begin_scope(manual),
-        }
-        .map_err(|f| failure_err(py, &f)))?
+        self.with(|o| {
+            match &site {
+                Some(s) => o.engine().begin_scope_named(manual, s),
+                None => o.engine().begin_scope(manual),
+            }
+            .map_err(|f| failure_err(py, &f))
+        })?
     }
 
     fn end_scope(&self, py: Python<'_>) -> PyResult<()> {
@@ -287,10 +351,22 @@ impl PyNodeOrchestrator {
     }
 
     /// An allocation in the node's shared memory, alive until the current scope ends.
-    fn alloc(&self, py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    fn alloc(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         let s = PySpec::new(shape, dtype)?;
         let run = self.run;
-        self.with(|o| o.alloc(s.s).map(|r| PyTensor { t: r.output(0), run }).map_err(|f| failure_err(py, &f)))?
+        self.with(|o| {
+            o.alloc(s.s)
+                .map(|r| PyTensor {
+                    t: r.output(0),
+                    run,
+                })
+                .map_err(|f| failure_err(py, &f))
+        })?
     }
 
     #[getter]
@@ -303,8 +379,16 @@ impl PyNodeOrchestrator {
     #[pyo3(signature = (manual=false))]
     fn scope(slf: &Bound<'_, Self>, manual: bool) -> PyResult<NodeScope> {
         let stats = slf.borrow().with(|o| o.engine().stats_enabled())?;
-        let site = if stats { Some(user_site(slf.py())?) } else { None };
-        Ok(NodeScope { o: slf.clone().unbind(), manual, site })
+        let site = if stats {
+            Some(user_site(slf.py())?)
+        } else {
+            None
+        };
+        Ok(NodeScope {
+            o: slf.clone().unbind(),
+            manual,
+            site,
+        })
     }
 
     /// Submit the same program to several chips: `args_list[i]` runs on `workers[i]`,
@@ -347,9 +431,17 @@ pub struct NodeScope {
 #[pymethods]
 impl NodeScope {
     fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
-        self.o.borrow(py).begin_scope(py, self.manual, self.site.clone())
+        self.o
+            .borrow(py)
+            .begin_scope(py, self.manual, self.site.clone())
     }
-    fn __exit__(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>, _v: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        _v: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         let r = self.o.borrow(py).end_scope(py);
         if exc_type.is_none() {
             r?;
@@ -408,7 +500,10 @@ impl PyNode {
     }
 
     fn handle(&self) -> PyResult<NodeHandle> {
-        self.handle.lock().clone().ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))
+        self.handle
+            .lock()
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))
     }
 }
 
@@ -433,7 +528,10 @@ impl PyNode {
         for c in callables.iter() {
             let (f, name, sig): (Py<PyAny>, String, Vec<u32>) = c.extract()?;
             let (program, _pending) = python_program(f, &name);
-            reg.write().push(ChipCallable { program, signature: dirs_of(sig)? });
+            reg.write().push(ChipCallable {
+                program,
+                signature: dirs_of(sig)?,
+            });
         }
         let prewarm = match prewarm {
             Some(p) if !p.is_none() => {
@@ -479,13 +577,21 @@ impl PyNode {
         }
         let (program, _pending) = python_program(f, &name);
         let mut r = self.callables.write();
-        r.push(ChipCallable { program, signature: dirs_of(signature)? });
+        r.push(ChipCallable {
+            program,
+            signature: dirs_of(signature)?,
+        });
         Ok(r.len() as u32 - 1)
     }
 
     /// Run `orch(o)`; `config` sizes the node's own rings.
     #[pyo3(signature = (orch, config=None))]
-    fn run(&self, py: Python<'_>, orch: Py<PyAny>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyNodeRunReport> {
+    fn run(
+        &self,
+        py: Python<'_>,
+        orch: Py<PyAny>,
+        config: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyNodeRunReport> {
         self.check_process()?;
         let cfg = call_config_of(py, config)?;
         let owners = self.owners.clone_ref(py);
@@ -506,7 +612,10 @@ impl PyNode {
             gil_hook(blocking);
             // safety: PyGILState_Check needs no GIL; PyErr_CheckSignals is called only
             // with the GIL held (it does nothing off the main thread).
-            if !blocking && unsafe { pyo3::ffi::PyGILState_Check() } == 1 && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0 {
+            if !blocking
+                && unsafe { pyo3::ffi::PyGILState_Check() } == 1
+                && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0
+            {
                 let e = Python::attach(PyErr::fetch);
                 intr.lock().unwrap().get_or_insert(e);
                 h.cancel();
@@ -524,17 +633,29 @@ impl PyNode {
                             h.cancel();
                         }
                         *pend.lock().unwrap() = Some(e);
-                        taskring::RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
+                        taskring::RuntimeFailure::new(
+                            taskring::StatusCode::ExplicitOrchFatal,
+                            None,
+                            text,
+                        )
                     };
-                    let po = Py::new(py, PyNodeOrchestrator {
+                    let po = Py::new(
+                        py,
+                        PyNodeOrchestrator {
                             ptr: crate::runtime::RunPtr::new(),
-                            run: crate::runtime::RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                            run: crate::runtime::RUN_IDS
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                             owners: owners.clone_ref(py),
                             keep: kept.clone(),
                             callables: callables.clone(),
-                        }).map_err(keep)?;
+                        },
+                    )
+                    .map_err(keep)?;
                     #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
-                    po.borrow(py).ptr.set(o as *mut NodeOrchestrator<'_, '_> as *mut NodeOrchestrator<'static, 'static>);
+                    po.borrow(py).ptr.set(
+                        o as *mut NodeOrchestrator<'_, '_>
+                            as *mut NodeOrchestrator<'static, 'static>,
+                    );
                     let r = orch.call1(py, (po.clone_ref(py),));
                     po.borrow(py).ptr.set(std::ptr::null_mut());
                     r.map(|_| ()).map_err(keep)
@@ -572,7 +693,10 @@ impl PyNode {
                 error: t.error.clone(),
             });
         }
-        Ok(PyNodeRunReport { tasks: PyList::new(py, tasks)?.unbind(), elapsed_s: rep.elapsed_s })
+        Ok(PyNodeRunReport {
+            tasks: PyList::new(py, tasks)?.unbind(),
+            elapsed_s: rep.elapsed_s,
+        })
     }
 
     /// Chip `worker`'s arena statistics.
@@ -580,7 +704,9 @@ impl PyNode {
         self.check_process()?;
         let w = worker_index(worker, self.pids.len())?;
         let h = self.handle()?;
-        let st = py.detach(move || h.chip_arena_stats(w)).map_err(|e| node_err(py, e))?;
+        let st = py
+            .detach(move || h.chip_arena_stats(w))
+            .map_err(|e| node_err(py, e))?;
         arena_stats_py(py, st)
     }
 
@@ -607,7 +733,8 @@ impl PyNode {
             }
             return Ok(());
         }
-        self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         if let Some(h) = self.handle.lock().as_ref() {
             h.request_close();
         }

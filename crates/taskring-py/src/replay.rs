@@ -3,7 +3,10 @@
 //! `taskring::engine::replay`).
 
 use crate::config::{call_config_of, PyCallConfig};
-use crate::runtime::{host_args, interrupt_python_kernels, lock_detached, peak_py, report_py, run_err, PyChip, PyPeak, PyRunReport};
+use crate::runtime::{
+    host_args, interrupt_python_kernels, lock_detached, peak_py, report_py, run_err, PyChip,
+    PyPeak, PyRunReport,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -63,14 +66,21 @@ impl PyCaptured {
     /// Replay with `args` (same count, shapes and dtypes as the capture; other arrays
     /// are fine) and `config` (None: the captured sizing).
     #[pyo3(signature = (*args, config=None))]
-    fn replay(&self, py: Python<'_>, args: &Bound<'_, PyTuple>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyRunReport> {
+    fn replay(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        config: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyRunReport> {
         let chip = self.chip.get();
         chip.check_process()?;
         let cfg = config.map(|c| call_config_of(py, Some(c))).transpose()?;
         let host = host_args(args.iter())?;
         let mut guard = lock_detached(py, &chip.chip);
         let Some(w) = guard.as_mut() else {
-            return Err(PyValueError::new_err("this captured program's ChipWorker is closed; capture it again on an open worker"));
+            return Err(PyValueError::new_err(
+                "this captured program's ChipWorker is closed; capture it again on an open worker",
+            ));
         };
         // No Python runs on this thread during a replay (Python kernels take the GIL
         // on the core threads): release it for the whole replay.
@@ -89,6 +99,11 @@ impl PyCaptured {
     }
 
     fn __repr__(&self) -> String {
-        format!("CapturedProgram(name='{}', tasks={}, edges={})", self.g.name(), self.g.tasks(), self.g.edges())
+        format!(
+            "CapturedProgram(name='{}', tasks={}, edges={})",
+            self.g.name(),
+            self.g.tasks(),
+            self.g.edges()
+        )
     }
 }

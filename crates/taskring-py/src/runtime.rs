@@ -15,7 +15,10 @@ use std::cell::Cell;
 use std::sync::Mutex;
 use taskring::engine::{ArgTag, Scalar, TaskArgs, TensorSpec};
 use taskring::kernel::{CoreKind, Kernel, KernelCall, KernelRef};
-use taskring::{Arg, ChipOptions, ChipWorker, DType, HostTensor, Orchestrator, Program, RingSizing, RunError, RuntimeFailure, TaskId, Tensor};
+use taskring::{
+    Arg, ChipOptions, ChipWorker, DType, HostTensor, Orchestrator, Program, RingSizing, RunError,
+    RuntimeFailure, TaskId, Tensor,
+};
 
 // ----- errors --------------------------------------------------------------------------
 
@@ -52,9 +55,16 @@ pub fn dtype_from_name(name: &str) -> Option<DType> {
 }
 
 fn parse_dtype(v: &Bound<'_, PyAny>) -> PyResult<DType> {
-    let name: String = if let Ok(s) = v.extract::<String>() { s } else { v.str()?.to_string() };
+    let name: String = if let Ok(s) = v.extract::<String>() {
+        s
+    } else {
+        v.str()?.to_string()
+    };
     // numpy dtype objects and classes print as e.g. "float32" / "<class 'numpy.float32'>".
-    let name = name.trim_start_matches("<class 'numpy.").trim_end_matches("'>").to_string();
+    let name = name
+        .trim_start_matches("<class 'numpy.")
+        .trim_end_matches("'>")
+        .to_string();
     dtype_from_name(&name).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "unsupported dtype {name}; expected one of float32, float16, bfloat16, int32, int64, int8, uint8"
@@ -66,18 +76,27 @@ fn parse_shape(v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     if let Ok(n) = v.extract::<u32>() {
         return Ok(vec![n]);
     }
-    let dims: Vec<i64> = v
-        .extract()
-        .map_err(|_| PyTypeError::new_err(format!("shape must be an int or a sequence of ints, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+    let dims: Vec<i64> = v.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "shape must be an int or a sequence of ints, got {}",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
     if dims.is_empty() || dims.len() > taskring::tensor::MAX_DIMS {
-        return Err(PyValueError::new_err(format!("shape must have 1 to {} dimensions, got {:?}", taskring::tensor::MAX_DIMS, dims)));
+        return Err(PyValueError::new_err(format!(
+            "shape must have 1 to {} dimensions, got {:?}",
+            taskring::tensor::MAX_DIMS,
+            dims
+        )));
     }
     dims.iter()
         .map(|&d| {
             if d >= 1 && d <= u32::MAX as i64 {
                 Ok(d as u32)
             } else {
-                Err(PyValueError::new_err(format!("shape entries must be >= 1, got {dims:?}")))
+                Err(PyValueError::new_err(format!(
+                    "shape entries must be >= 1, got {dims:?}"
+                )))
             }
         })
         .collect()
@@ -89,12 +108,17 @@ pub fn bounded_int(v: &Bound<'_, PyAny>, what: &str, lo: u64, hi: u64) -> PyResu
     if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{what} must be an int, got {}",
-            v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         )));
     }
     match v.extract::<u64>() {
         Ok(x) if (lo..=hi).contains(&x) => Ok(x),
-        _ => Err(PyValueError::new_err(format!("{what} must be in [{lo}, {hi}], got {v}"))),
+        _ => Err(PyValueError::new_err(format!(
+            "{what} must be in [{lo}, {hi}], got {v}"
+        ))),
     }
 }
 
@@ -148,14 +172,31 @@ impl PyTensor {
     /// A view over the same buffer: `offset` in elements from this view's start,
     /// `strides` in elements (row-major when None).
     #[pyo3(signature = (shape, offset=None, strides=None))]
-    fn view(&self, shape: &Bound<'_, PyAny>, offset: Option<&Bound<'_, PyAny>>, strides: Option<Vec<Bound<'_, PyAny>>>) -> PyResult<PyTensor> {
+    fn view(
+        &self,
+        shape: &Bound<'_, PyAny>,
+        offset: Option<&Bound<'_, PyAny>>,
+        strides: Option<Vec<Bound<'_, PyAny>>>,
+    ) -> PyResult<PyTensor> {
         let shape = parse_shape(shape)?;
-        let offset = offset.map(|o| bounded_int(o, "offset", 0, u64::MAX)).transpose()?.unwrap_or(0);
+        let offset = offset
+            .map(|o| bounded_int(o, "offset", 0, u64::MAX))
+            .transpose()?
+            .unwrap_or(0);
         let strides = match strides {
-            Some(v) => Some(v.iter().map(|s| bounded_int(s, "strides entries", 1, u32::MAX as u64).map(|x| x as u32)).collect::<PyResult<Vec<u32>>>()?),
+            Some(v) => Some(
+                v.iter()
+                    .map(|s| {
+                        bounded_int(s, "strides entries", 1, u32::MAX as u64).map(|x| x as u32)
+                    })
+                    .collect::<PyResult<Vec<u32>>>()?,
+            ),
             None => None,
         };
-        let t = self.t.view(&shape, offset, strides.as_deref()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let t = self
+            .t
+            .view(&shape, offset, strides.as_deref())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyTensor { t, run: self.run })
     }
     /// Row slicing `t[i:j]` (step 1) or one row `t[i]` (keeps the dimension).
@@ -171,16 +212,28 @@ impl PyTensor {
             let i = if i < 0 { i + rows } else { i };
             (i, i + 1)
         } else {
-            return Err(PyTypeError::new_err("tensors are indexed by an int or a slice of rows"));
+            return Err(PyTypeError::new_err(
+                "tensors are indexed by an int or a slice of rows",
+            ));
         };
         if start < 0 || end <= start || end > rows {
-            return Err(PyValueError::new_err(format!("row slice {start}:{end} is out of range for {rows} rows")));
+            return Err(PyValueError::new_err(format!(
+                "row slice {start}:{end} is out of range for {rows} rows"
+            )));
         }
-        let t = self.t.rows_slice(start as u64, end as u64).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let t = self
+            .t
+            .rows_slice(start as u64, end as u64)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyTensor { t, run: self.run })
     }
     fn __repr__(&self) -> String {
-        format!("Tensor(shape={:?}, dtype={}, offset={})", self.t.shape(), self.t.dtype.name(), self.t.offset)
+        format!(
+            "Tensor(shape={:?}, dtype={}, offset={})",
+            self.t.shape(),
+            self.t.dtype.name(),
+            self.t.offset
+        )
     }
 }
 
@@ -197,7 +250,9 @@ impl PySpec {
     pub fn new(shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
         let shape = parse_shape(shape)?;
         let dtype = parse_dtype(dtype)?;
-        Ok(PySpec { s: TensorSpec::new(&shape, dtype).map_err(|e| PyValueError::new_err(e.to_string()))? })
+        Ok(PySpec {
+            s: TensorSpec::new(&shape, dtype).map_err(|e| PyValueError::new_err(e.to_string()))?,
+        })
     }
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
@@ -208,7 +263,11 @@ impl PySpec {
         self.s.dtype.name()
     }
     fn __repr__(&self) -> String {
-        format!("TensorSpec(shape={:?}, dtype={})", &self.s.shape[..self.s.ndims as usize], self.s.dtype.name())
+        format!(
+            "TensorSpec(shape={:?}, dtype={})",
+            &self.s.shape[..self.s.ndims as usize],
+            self.s.dtype.name()
+        )
     }
 }
 
@@ -217,11 +276,16 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let arr = a.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
             "argument {i}: expected a numpy.ndarray, got {}",
-            a.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            a.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })?;
     if !arr.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!("argument {i}: array must be C-contiguous (use numpy.ascontiguousarray)")));
+        return Err(PyValueError::new_err(format!(
+            "argument {i}: array must be C-contiguous (use numpy.ascontiguousarray)"
+        )));
     }
     let dname = arr.dtype().str()?.to_string();
     let dtype = dtype_from_name(&dname).ok_or_else(|| {
@@ -230,7 +294,10 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
         ))
     })?;
     let shape: Vec<usize> = arr.shape().to_vec();
-    if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS || shape.iter().any(|&d| d == 0 || d > u32::MAX as usize) {
+    if shape.is_empty()
+        || shape.len() > taskring::tensor::MAX_DIMS
+        || shape.iter().any(|&d| d == 0 || d > u32::MAX as usize)
+    {
         return Err(PyValueError::new_err(format!(
             "argument {i}: array shape {shape:?} is not supported (1 to {} dimensions, none empty)",
             taskring::tensor::MAX_DIMS
@@ -238,7 +305,9 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     }
     let flags: bool = a.getattr("flags")?.getattr("writeable")?.extract()?;
     if !flags {
-        return Err(PyValueError::new_err(format!("argument {i}: array must be writeable")));
+        return Err(PyValueError::new_err(format!(
+            "argument {i}: array must be writeable"
+        )));
     }
     let dims: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
     // safety: reading the data pointer of a live array object.
@@ -251,7 +320,8 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     // rounded down to 8 bytes (the largest element size), so every view of one owner,
     // whatever its dtype, has the same base and a whole number of elements from it; the
     // extra bytes before the owner are never part of any view, so never touched.
-    let (base, bytes) = match root_buffer(a)?.filter(|&(b, n)| b <= data && data + nbytes <= b + n) {
+    let (base, bytes) = match root_buffer(a)?.filter(|&(b, n)| b <= data && data + nbytes <= b + n)
+    {
         Some((b, n)) => (b & !(MAX_ITEM - 1), n + (b & (MAX_ITEM - 1))),
         None => (data, nbytes),
     };
@@ -259,7 +329,8 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     t.buf_bytes = bytes;
     debug_assert_eq!((data - base) % item, 0);
     t.offset = (data - base) / item;
-    t.validate().map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
+    t.validate()
+        .map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
     Ok(t)
 }
 
@@ -272,7 +343,9 @@ const MAX_ITEM: u64 = 8;
 pub fn check_aligned(i: usize, data: u64, dtype: DType) -> PyResult<()> {
     let item = dtype.size_bytes() as u64;
     if data % item != 0 {
-        return Err(PyValueError::new_err(format!("argument {i}: array data is not aligned to its {item}-byte elements")));
+        return Err(PyValueError::new_err(format!(
+            "argument {i}: array data is not aligned to its {item}-byte elements"
+        )));
     }
     Ok(())
 }
@@ -346,11 +419,20 @@ impl Kernel for PythonKernel {
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         Python::attach(|py| {
             let _running = RunningPyKernel::enter();
-            let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(call.tensors.len() + call.scalars.len());
+            let mut items: Vec<Bound<'_, PyAny>> =
+                Vec::with_capacity(call.tensors.len() + call.scalars.len());
             for t in call.tensors {
                 let v = self
                     .view
-                    .call1(py, (t.data_ptr() as u64, t.shape().to_vec(), t.strides().to_vec(), t.dtype.name()))
+                    .call1(
+                        py,
+                        (
+                            t.data_ptr() as u64,
+                            t.shape().to_vec(),
+                            t.strides().to_vec(),
+                            t.dtype.name(),
+                        ),
+                    )
                     .map_err(|e| py_err_text(py, &e))?;
                 items.push(v.into_bound(py));
             }
@@ -358,12 +440,18 @@ impl Kernel for PythonKernel {
                 let v = if call.scalar_is_float(i) {
                     PyFloat::new(py, call.scalar_f64(i)).into_any()
                 } else {
-                    call.scalar_i64(i).into_pyobject(py).map_err(|e| e.to_string())?.into_any()
+                    call.scalar_i64(i)
+                        .into_pyobject(py)
+                        .map_err(|e| e.to_string())?
+                        .into_any()
                 };
                 items.push(v);
             }
             let args = PyTuple::new(py, items).map_err(|e| py_err_text(py, &e))?;
-            self.func.call1(py, args).map(|_| ()).map_err(|e| py_err_text(py, &e))
+            self.func
+                .call1(py, args)
+                .map(|_| ())
+                .map_err(|e| py_err_text(py, &e))
         })
     }
 }
@@ -375,7 +463,8 @@ extern "C" {
 }
 
 /// Threads inside a Python kernel right now: (Rust thread, Python thread ident).
-static PY_KERNEL_THREADS: Mutex<Vec<(std::thread::ThreadId, std::os::raw::c_ulong)>> = Mutex::new(Vec::new());
+static PY_KERNEL_THREADS: Mutex<Vec<(std::thread::ThreadId, std::os::raw::c_ulong)>> =
+    Mutex::new(Vec::new());
 
 /// Registers the calling thread in [`PY_KERNEL_THREADS`] while a Python kernel runs.
 struct RunningPyKernel(std::thread::ThreadId);
@@ -385,14 +474,20 @@ impl RunningPyKernel {
         let me = std::thread::current().id();
         // safety: called holding the GIL, on a thread CPython knows.
         let ident = unsafe { PyThread_get_thread_ident() };
-        PY_KERNEL_THREADS.lock().unwrap_or_else(|p| p.into_inner()).push((me, ident));
+        PY_KERNEL_THREADS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((me, ident));
         RunningPyKernel(me)
     }
 }
 
 impl Drop for RunningPyKernel {
     fn drop(&mut self) {
-        PY_KERNEL_THREADS.lock().unwrap_or_else(|p| p.into_inner()).retain(|(t, _)| *t != self.0);
+        PY_KERNEL_THREADS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(t, _)| *t != self.0);
     }
 }
 
@@ -404,33 +499,58 @@ pub fn interrupt_python_kernels(py: Python<'_>, threads: &[std::thread::ThreadId
     if threads.is_empty() {
         return;
     }
-    let running = PY_KERNEL_THREADS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let running = PY_KERNEL_THREADS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     for (t, ident) in running {
         if threads.contains(&t) {
             // safety: holding the GIL; the exception type is a borrowed static object.
-            unsafe { pyo3::ffi::PyThreadState_SetAsyncExc(ident as _, pyo3::ffi::PyExc_TimeoutError) };
+            unsafe {
+                pyo3::ffi::PyThreadState_SetAsyncExc(ident as _, pyo3::ffi::PyExc_TimeoutError)
+            };
         }
     }
     let _ = py;
 }
 
 fn py_err_text(py: Python<'_>, e: &PyErr) -> String {
-    let ty = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
+    let ty = e
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into());
     format!("{ty}: {}", e.value(py))
 }
 
 /// Make a kernel from a Python function (used by `@taskring.kernel`).
 #[pyfunction]
 #[pyo3(signature = (func, name, core="aiv"))]
-pub fn make_python_kernel(py: Python<'_>, func: Py<PyAny>, name: String, core: &str) -> PyResult<PyKernel> {
+pub fn make_python_kernel(
+    py: Python<'_>,
+    func: Py<PyAny>,
+    name: String,
+    core: &str,
+) -> PyResult<PyKernel> {
     let core = match core {
         "aiv" => CoreKind::Aiv,
         "aic" => CoreKind::Aic,
         "any" => CoreKind::Any,
-        other => return Err(PyValueError::new_err(format!("core must be 'aiv' or 'aic', got {other:?}"))),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "core must be 'aiv' or 'aic', got {other:?}"
+            )))
+        }
     };
     let view = py.import("taskring._views")?.getattr("view")?.unbind();
-    Ok(PyKernel { k: KernelRef::leak(PythonKernel { name, core, func, view }) })
+    Ok(PyKernel {
+        k: KernelRef::leak(PythonKernel {
+            name,
+            core,
+            func,
+            view,
+        }),
+    })
 }
 
 /// The builtin kernels by name.
@@ -502,7 +622,10 @@ impl PyTaskArgs {
         let tag = tag_of(tag)?;
         let item = if let Ok(s) = value.extract::<PyRef<'_, PySpec>>() {
             if tag != ArgTag::Output {
-                return Err(PyTypeError::new_err(format!("a TensorSpec is an OUTPUT argument, not {}", tag.name())));
+                return Err(PyTypeError::new_err(format!(
+                    "a TensorSpec is an OUTPUT argument, not {}",
+                    tag.name()
+                )));
             }
             TaItem::Spec(s.s)
         } else if let Ok(t) = value.extract::<PyRef<'_, PyTensor>>() {
@@ -553,9 +676,16 @@ impl PyTaskArgs {
     /// 3 SCALAR): tensors fill the non-SCALAR positions in the order they were added,
     /// scalars the SCALAR positions. Each tag must agree with its position's direction
     /// (INPUT or NO_DEP ↔ IN, OUTPUT or OUTPUT_EXISTING ↔ OUT, INOUT ↔ INOUT).
-    pub fn in_signature_order<'py>(&self, py: Python<'py>, dirs: &[u32]) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    pub fn in_signature_order<'py>(
+        &self,
+        py: Python<'py>,
+        dirs: &[u32],
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         const DIR: [&str; 4] = ["IN", "OUT", "INOUT", "SCALAR"];
-        let (nt, ns) = (dirs.iter().filter(|&&d| d != 3).count(), dirs.iter().filter(|&&d| d == 3).count());
+        let (nt, ns) = (
+            dirs.iter().filter(|&&d| d != 3).count(),
+            dirs.iter().filter(|&&d| d == 3).count(),
+        );
         if nt != self.items.len() || ns != self.scalars.len() {
             return Err(PyValueError::new_err(format!(
                 "TaskArgs has {} tensors and {} scalars; the program's signature [{}] takes {nt} and {ns}",
@@ -584,7 +714,9 @@ impl PyTaskArgs {
             ti += 1;
             let agrees = matches!(
                 (tag, d),
-                (ArgTag::Input | ArgTag::NoDep, 0) | (ArgTag::Output | ArgTag::OutputExisting, 1) | (ArgTag::Inout, 2)
+                (ArgTag::Input | ArgTag::NoDep, 0)
+                    | (ArgTag::Output | ArgTag::OutputExisting, 1)
+                    | (ArgTag::Inout, 2)
             );
             if !agrees {
                 return Err(PyValueError::new_err(format!(
@@ -606,7 +738,11 @@ fn tag_of(tag: u32) -> PyResult<ArgTag> {
         2 => ArgTag::Inout,
         3 => ArgTag::OutputExisting,
         4 => ArgTag::NoDep,
-        _ => return Err(PyValueError::new_err(format!("unknown TensorArgType {tag}"))),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "unknown TensorArgType {tag}"
+            )))
+        }
     })
 }
 
@@ -622,14 +758,19 @@ fn scalar_of(v: &Bound<'_, PyAny>) -> PyResult<(u64, bool)> {
         if let Ok(x) = v.extract::<u64>() {
             return Ok((x, false));
         }
-        return Err(PyValueError::new_err(format!("scalar {v} does not fit 64 bits (int64 or uint64)")));
+        return Err(PyValueError::new_err(format!(
+            "scalar {v} does not fit 64 bits (int64 or uint64)"
+        )));
     }
     if let Ok(x) = v.extract::<f64>() {
         return Ok((x.to_bits(), true));
     }
     Err(PyTypeError::new_err(format!(
         "scalars must be int or float, got {}",
-        v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        v.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
     )))
 }
 
@@ -649,7 +790,10 @@ pub struct RunPtr<T> {
 
 impl<T> RunPtr<T> {
     pub fn new() -> Self {
-        RunPtr { ptr: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()), thread: std::thread::current().id() }
+        RunPtr {
+            ptr: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            thread: std::thread::current().id(),
+        }
     }
     pub fn set(&self, p: *mut T) {
         self.ptr.store(p, std::sync::atomic::Ordering::Relaxed);
@@ -658,10 +802,14 @@ impl<T> RunPtr<T> {
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> PyResult<R> {
         let p = self.ptr.load(std::sync::atomic::Ordering::Relaxed);
         if p.is_null() {
-            return Err(PyRuntimeError::new_err("this orchestrator belongs to a run that has ended"));
+            return Err(PyRuntimeError::new_err(
+                "this orchestrator belongs to a run that has ended",
+            ));
         }
         if std::thread::current().id() != self.thread {
-            return Err(PyRuntimeError::new_err("this orchestrator can only be used from the thread running its orchestration"));
+            return Err(PyRuntimeError::new_err(
+                "this orchestrator can only be used from the thread running its orchestration",
+            ));
         }
         // safety: non-null only while the orchestration call that set it is on this
         // thread's stack (checked just above), and the GIL serialises Python access.
@@ -686,9 +834,15 @@ fn tensors_of(v: Option<&Bound<'_, PyAny>>, what: &str, run: u64) -> PyResult<Ve
     let mut out = vec![];
     for (i, it) in v.try_iter()?.enumerate() {
         let it = it?;
-        let t = it
-            .extract::<PyRef<'_, PyTensor>>()
-            .map_err(|_| PyTypeError::new_err(format!("{what}[{i}] must be a taskring Tensor, got {}", it.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+        let t = it.extract::<PyRef<'_, PyTensor>>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what}[{i}] must be a taskring Tensor, got {}",
+                it.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
         if t.run != run {
             return Err(stale_tensor(&format!("{what}[{i}]")));
         }
@@ -697,11 +851,20 @@ fn tensors_of(v: Option<&Bound<'_, PyAny>>, what: &str, run: u64) -> PyResult<Ve
     Ok(out)
 }
 
-fn submit_built(py: Python<'_>, o: &mut Orchestrator<'static>, kernel: KernelRef, a: &TaskArgs, o_run: u64) -> PyResult<PyTask> {
+fn submit_built(
+    py: Python<'_>,
+    o: &mut Orchestrator<'static>,
+    kernel: KernelRef,
+    a: &TaskArgs,
+    o_run: u64,
+) -> PyResult<PyTask> {
     let r = o.submit(kernel, a).map_err(|f| failure_err(py, &f))?;
     let run = o_run;
     let outs: Vec<PyTensor> = r.outputs().map(|t| PyTensor { t, run }).collect();
-    Ok(PyTask { id: r.id.0, outputs: PyList::new(py, outs)?.unbind() })
+    Ok(PyTask {
+        id: r.id.0,
+        outputs: PyList::new(py, outs)?.unbind(),
+    })
 }
 
 #[pymethods]
@@ -758,7 +921,11 @@ impl PyOrchestrator {
         if let Some(ds) = deps {
             for it in ds.try_iter()? {
                 let it = it?;
-                let id: u64 = if let Ok(t) = it.extract::<PyRef<'_, PyTask>>() { t.id } else { it.extract()? };
+                let id: u64 = if let Ok(t) = it.extract::<PyRef<'_, PyTask>>() {
+                    t.id
+                } else {
+                    it.extract()?
+                };
                 a.dep(TaskId(id));
             }
         }
@@ -769,7 +936,12 @@ impl PyOrchestrator {
 
     /// Submit with tagged `TaskArgs` (tensors reach the kernel in insertion order
     /// within each tag group: inputs, inouts, outputs, no_dep).
-    fn submit_args(&self, py: Python<'_>, kernel: PyRef<'_, PyKernel>, args: PyRef<'_, PyTaskArgs>) -> PyResult<PyTask> {
+    fn submit_args(
+        &self,
+        py: Python<'_>,
+        kernel: PyRef<'_, PyKernel>,
+        args: PyRef<'_, PyTaskArgs>,
+    ) -> PyResult<PyTask> {
         let mut a = TaskArgs::new();
         for (i, item) in args.items.iter().enumerate() {
             match item {
@@ -813,22 +985,37 @@ impl PyOrchestrator {
         if let Some(ds) = deps {
             for it in ds.try_iter()? {
                 let it = it?;
-                let id: u64 = if let Ok(t) = it.extract::<PyRef<'_, PyTask>>() { t.id } else { it.extract()? };
+                let id: u64 = if let Ok(t) = it.extract::<PyRef<'_, PyTask>>() {
+                    t.id
+                } else {
+                    it.extract()?
+                };
                 a.dep(TaskId(id));
             }
         }
         self.with(|o| -> PyResult<PyTask> {
             let r = o.submit_dummy(&a).map_err(|f| failure_err(py, &f))?;
-            Ok(PyTask { id: r.id.0, outputs: PyList::empty(py).unbind() })
+            Ok(PyTask {
+                id: r.id.0,
+                outputs: PyList::empty(py).unbind(),
+            })
         })?
     }
 
     /// An output-only allocation, alive until the current scope ends.
-    fn alloc(&self, py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    fn alloc(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         let s = PySpec::new(shape, dtype)?;
         self.with(|o| -> PyResult<PyTensor> {
             let r = o.alloc(&[s.s]).map_err(|f| failure_err(py, &f))?;
-            Ok(PyTensor { t: r.output(0), run: self.run })
+            Ok(PyTensor {
+                t: r.output(0),
+                run: self.run,
+            })
         })?
     }
 
@@ -867,7 +1054,11 @@ impl PyOrchestrator {
         let py = slf.py();
         let stats = slf.borrow().with(|o| o.stats_enabled())?;
         let site = if stats { Some(user_site(py)?) } else { None };
-        Ok(PyScope { rt: slf.clone().unbind(), manual, site })
+        Ok(PyScope {
+            rt: slf.clone().unbind(),
+            manual,
+            site,
+        })
     }
 }
 
@@ -875,8 +1066,14 @@ impl PyOrchestrator {
 /// Python frame outside the `taskring` package (a call from Rust adds no frame, so the
 /// innermost frame is the line that called `rt.scope()` unless a taskring helper did).
 pub fn user_site(py: Python<'_>) -> PyResult<String> {
-    let pkg = py.import("taskring")?.getattr("__file__")?.extract::<String>()?;
-    let pkg_dir = std::path::Path::new(&pkg).parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let pkg = py
+        .import("taskring")?
+        .getattr("__file__")?
+        .extract::<String>()?;
+    let pkg_dir = std::path::Path::new(&pkg)
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
     let mut f = py.import("sys")?.call_method1("_getframe", (0,))?;
     let mut first: Option<String> = None;
     while !f.is_none() {
@@ -903,9 +1100,17 @@ pub struct PyScope {
 #[pymethods]
 impl PyScope {
     fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
-        self.rt.borrow(py).begin_scope(py, self.manual, self.site.as_deref())
+        self.rt
+            .borrow(py)
+            .begin_scope(py, self.manual, self.site.as_deref())
     }
-    fn __exit__(&self, py: Python<'_>, exc_type: &Bound<'_, PyAny>, _v: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        _v: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         let r = self.rt.borrow(py).end_scope(py);
         if exc_type.is_none() {
             r?;
@@ -944,7 +1149,11 @@ impl PyArenaStats {
 }
 
 pub fn arena_stats_py(py: Python<'_>, s: taskring::ArenaStats) -> PyResult<PyArenaStats> {
-    let keys: Vec<Bound<'_, PyTuple>> = s.resident.iter().map(|k| PyTuple::new(py, k)).collect::<PyResult<_>>()?;
+    let keys: Vec<Bound<'_, PyTuple>> = s
+        .resident
+        .iter()
+        .map(|k| PyTuple::new(py, k))
+        .collect::<PyResult<_>>()?;
     Ok(PyArenaStats {
         builds: s.builds,
         hits: s.hits,
@@ -966,7 +1175,10 @@ pub struct PyPeak {
 #[pymethods]
 impl PyPeak {
     fn __repr__(&self) -> String {
-        format!("PeakUse(task_window={:?}, heap={:?}, dep_pool={:?})", self.task_window, self.heap, self.dep_pool)
+        format!(
+            "PeakUse(task_window={:?}, heap={:?}, dep_pool={:?})",
+            self.task_window, self.heap, self.dep_pool
+        )
     }
 }
 
@@ -1004,14 +1216,27 @@ impl PyRunReport {
 }
 
 pub fn peak_py(p: &taskring::PeakUse) -> PyPeak {
-    PyPeak { task_window: t4(p.task_window), heap: t4(p.heap), dep_pool: t4(p.dep_pool) }
+    PyPeak {
+        task_window: t4(p.task_window),
+        heap: t4(p.heap),
+        dep_pool: t4(p.dep_pool),
+    }
 }
 
 pub fn report_py(py: Python<'_>, r: &taskring::RunReport) -> PyResult<PyRunReport> {
     Ok(PyRunReport {
         replayed: r.replayed,
-        ring_sizing: PyRingSizing { inner: r.ring_sizing },
-        peak: Py::new(py, PyPeak { task_window: t4(r.peak.task_window), heap: t4(r.peak.heap), dep_pool: t4(r.peak.dep_pool) })?,
+        ring_sizing: PyRingSizing {
+            inner: r.ring_sizing,
+        },
+        peak: Py::new(
+            py,
+            PyPeak {
+                task_window: t4(r.peak.task_window),
+                heap: t4(r.peak.heap),
+                dep_pool: t4(r.peak.dep_pool),
+            },
+        )?,
         tasks: r.tasks,
         arena_hit: r.arena_hit,
         arena_build_s: r.arena_build_s,
@@ -1056,20 +1281,36 @@ pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, std::sync::Arc<P
                 RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
             };
             let run = RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let rt = Py::new(py, PyOrchestrator { ptr: RunPtr::new(), run }).map_err(|e| keep(e, "could not create the orchestrator"))?;
-            rt.borrow(py).ptr.set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
-            let mut call_args: Vec<Bound<'_, PyAny>> = vec![rt.clone_ref(py).into_bound(py).into_any()];
+            let rt = Py::new(
+                py,
+                PyOrchestrator {
+                    ptr: RunPtr::new(),
+                    run,
+                },
+            )
+            .map_err(|e| keep(e, "could not create the orchestrator"))?;
+            rt.borrow(py)
+                .ptr
+                .set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
+            let mut call_args: Vec<Bound<'_, PyAny>> =
+                vec![rt.clone_ref(py).into_bound(py).into_any()];
             for a in args {
                 let v = match a {
-                    Arg::Tensor(t) => Bound::new(py, PyTensor { t: t.tensor(), run }).map(|b| b.into_any()),
+                    Arg::Tensor(t) => {
+                        Bound::new(py, PyTensor { t: t.tensor(), run }).map(|b| b.into_any())
+                    }
                     Arg::Scalar(Scalar::F64(x)) => Ok(PyFloat::new(py, *x).into_any()),
-                    Arg::Scalar(Scalar::I64(x)) => Ok(x.into_pyobject(py).expect("int conversion is infallible").into_any()),
+                    Arg::Scalar(Scalar::I64(x)) => Ok(x
+                        .into_pyobject(py)
+                        .expect("int conversion is infallible")
+                        .into_any()),
                 };
                 call_args.push(v.map_err(|e| keep(e, "argument conversion failed"))?);
             }
             let r = PyTuple::new(py, call_args).and_then(|t| orch.call1(py, t));
             rt.borrow(py).ptr.set(std::ptr::null_mut());
-            r.map(|_| ()).map_err(|e| keep(e, "the orchestration raised"))
+            r.map(|_| ())
+                .map_err(|e| keep(e, "the orchestration raised"))
         })
     });
     (program, pending)
@@ -1093,7 +1334,9 @@ pub type PendingErr = Mutex<Option<PyErr>>;
 
 /// `RuntimeError` for an object used in a process other than the one that created it.
 pub fn forked_err(what: &str, pid: u32) -> PyErr {
-    PyRuntimeError::new_err(format!("this {what} was created in process {pid}; it cannot be used after fork()"))
+    PyRuntimeError::new_err(format!(
+        "this {what} was created in process {pid}; it cannot be used after fork()"
+    ))
 }
 
 /// Take `m` for this thread, waiting for it with the GIL released (the holder may be a
@@ -1111,12 +1354,18 @@ pub fn lock_detached<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> std::sync:
 
 /// Program arguments: numpy arrays -> tensors (zero copy; the caller keeps the arrays
 /// alive for the whole run), Python ints and floats -> scalars.
-pub fn host_args<'py>(args: impl Iterator<Item = Bound<'py, PyAny>>) -> PyResult<Vec<Arg<'static>>> {
+pub fn host_args<'py>(
+    args: impl Iterator<Item = Bound<'py, PyAny>>,
+) -> PyResult<Vec<Arg<'static>>> {
     let mut host: Vec<Arg<'static>> = vec![];
     for (i, a) in args.enumerate() {
         if a.is_instance_of::<PyFloat>() || a.is_instance_of::<PyInt>() {
             let (bits, f) = scalar_of(&a)?;
-            host.push(Arg::Scalar(if f { Scalar::F64(f64::from_bits(bits)) } else { Scalar::I64(bits as i64) }));
+            host.push(Arg::Scalar(if f {
+                Scalar::F64(f64::from_bits(bits))
+            } else {
+                Scalar::I64(bits as i64)
+            }));
         } else {
             let t = host_tensor(i, &a)?;
             // safety: the caller keeps the array referenced for the whole run.
@@ -1140,7 +1389,11 @@ impl Drop for PyChip {
         if std::process::id() != self.pid {
             // A forked child: the core threads exist only in the parent, so joining them
             // would wait forever. The memory is the child's copy; leave it to exit.
-            let chip = self.chip.get_mut().map(|c| c.take()).unwrap_or_else(|p| p.into_inner().take());
+            let chip = self
+                .chip
+                .get_mut()
+                .map(|c| c.take())
+                .unwrap_or_else(|p| p.into_inner().take());
             std::mem::forget(chip);
         }
     }
@@ -1151,33 +1404,62 @@ impl PyChip {
     /// `prewarm`: CallConfigs (or RunConfigs) whose sizings are built now.
     #[new]
     #[pyo3(signature = (cores=0, arena_cache_slots=4, prewarm=None, aic_cores=None))]
-    fn new(py: Python<'_>, cores: usize, arena_cache_slots: usize, prewarm: Option<&Bound<'_, PyAny>>, aic_cores: Option<usize>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        cores: usize,
+        arena_cache_slots: usize,
+        prewarm: Option<&Bound<'_, PyAny>>,
+        aic_cores: Option<usize>,
+    ) -> PyResult<Self> {
         let mut sizings: Vec<RingSizing> = vec![];
         if let Some(p) = prewarm {
             for c in p.try_iter()? {
                 let c = call_config_of(py, Some(&c?))?;
                 c.validate().map_err(|e| PyValueError::new_err(e.message))?;
-                sizings.push(RingSizing::resolve_from_process(&c.runtime_env).map_err(|e| PyValueError::new_err(e.message))?);
+                sizings.push(
+                    RingSizing::resolve_from_process(&c.runtime_env)
+                        .map_err(|e| PyValueError::new_err(e.message))?,
+                );
             }
         }
         if arena_cache_slots == 0 {
             return Err(PyValueError::new_err("arena_cache_slots must be >= 1"));
         }
-        let opts = ChipOptions { cores, aic_cores, arena_cache_slots, prewarm: sizings, ..ChipOptions::default() };
-        let chip = py.detach(|| ChipWorker::new(opts)).map_err(|f| failure_err(py, &f))?;
-        Ok(PyChip { chip: Mutex::new(Some(chip)), pid: std::process::id() })
+        let opts = ChipOptions {
+            cores,
+            aic_cores,
+            arena_cache_slots,
+            prewarm: sizings,
+            ..ChipOptions::default()
+        };
+        let chip = py
+            .detach(|| ChipWorker::new(opts))
+            .map_err(|f| failure_err(py, &f))?;
+        Ok(PyChip {
+            chip: Mutex::new(Some(chip)),
+            pid: std::process::id(),
+        })
     }
 
     /// Run `orchestration(rt, *args)` with `config` (a CallConfig, RunConfig or None).
     /// numpy arrays become Tensors (zero copy); ints and floats are passed through.
     #[pyo3(signature = (orchestration, name, args, config=None))]
-    fn run(&self, py: Python<'_>, orchestration: Py<PyAny>, name: String, args: &Bound<'_, PyList>, config: Option<&Bound<'_, PyAny>>) -> PyResult<PyRunReport> {
+    fn run(
+        &self,
+        py: Python<'_>,
+        orchestration: Py<PyAny>,
+        name: String,
+        args: &Bound<'_, PyList>,
+        config: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyRunReport> {
         self.check_process()?;
         let cfg = call_config_of(py, config)?;
         let host = host_args(args.iter())?;
         let (program, pending) = python_program(orchestration.clone_ref(py), &name);
         let mut guard = lock_detached(py, &self.chip);
-        let chip = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
+        let chip = guard
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
         let hook = gil_hook;
         let r = chip.run_with_hook(&program, &host, &cfg, &hook);
         if r.is_err() {
@@ -1196,14 +1478,23 @@ impl PyChip {
 
     /// Run `orchestration(rt, *args)` once, as `run` does, and record its task graph.
     #[pyo3(signature = (orchestration, name, args, config=None))]
-    fn capture(slf: &Bound<'_, Self>, py: Python<'_>, orchestration: Py<PyAny>, name: String, args: &Bound<'_, PyList>, config: Option<&Bound<'_, PyAny>>) -> PyResult<crate::replay::PyCaptured> {
+    fn capture(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        orchestration: Py<PyAny>,
+        name: String,
+        args: &Bound<'_, PyList>,
+        config: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::replay::PyCaptured> {
         let me = slf.get();
         me.check_process()?;
         let cfg = call_config_of(py, config)?;
         let host = host_args(args.iter())?;
         let (program, pending) = python_program(orchestration.clone_ref(py), &name);
         let mut guard = lock_detached(py, &me.chip);
-        let chip = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
+        let chip = guard
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
         let hook = gil_hook;
         let r = chip.capture_with_hook(&program, &host, &cfg, Some(&hook));
         if r.is_err() {
@@ -1222,13 +1513,21 @@ impl PyChip {
 
     fn arena_stats(&self, py: Python<'_>) -> PyResult<PyArenaStats> {
         self.check_process()?;
-        let stats = lock_detached(py, &self.chip).as_ref().map(|c| c.arena_stats());
-        arena_stats_py(py, stats.ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?)
+        let stats = lock_detached(py, &self.chip)
+            .as_ref()
+            .map(|c| c.arena_stats());
+        arena_stats_py(
+            py,
+            stats.ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?,
+        )
     }
 
     #[getter]
     fn cores(&self, py: Python<'_>) -> usize {
-        lock_detached(py, &self.chip).as_ref().map(|c| c.cores().len()).unwrap_or(0)
+        lock_detached(py, &self.chip)
+            .as_ref()
+            .map(|c| c.cores().len())
+            .unwrap_or(0)
     }
 
     /// Stop the chip (waits for a run in flight on another thread).
@@ -1250,4 +1549,3 @@ impl PyChip {
         lock_detached(py, &self.chip).is_none()
     }
 }
-

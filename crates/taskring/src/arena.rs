@@ -63,18 +63,30 @@ impl Arena {
         for r in 0..4 {
             heaps.push(if shared_heaps {
                 HeapMemory::Shared(
-                    crate::node::shm::SharedBuffer::new(sizing.heap[r] as usize)
-                        .map_err(|e| ReserveError { bytes: sizing.heap[r], reason: e.to_string() })?,
+                    crate::node::shm::SharedBuffer::new(sizing.heap[r] as usize).map_err(|e| {
+                        ReserveError {
+                            bytes: sizing.heap[r],
+                            reason: e.to_string(),
+                        }
+                    })?,
                 )
             } else {
                 HeapMemory::Private(ZeroedArray::<u8>::new(sizing.heap[r] as usize)?)
             });
         }
         let ring = |r: usize| RingShared::new(sizing.task_window[r], sizing.dep_pool[r]);
-        let shared = ArenaShared { rings: [ring(0)?, ring(1)?, ring(2)?, ring(3)?] };
+        let shared = ArenaShared {
+            rings: [ring(0)?, ring(1)?, ring(2)?, ring(3)?],
+        };
         let bases = [0, 1, 2, 3].map(|r| heaps[r].base());
         let orch = OrchState::new(sizing, bases)?;
-        Ok(Arena { sizing: *sizing, shared, orch, heaps, build_s: t0.elapsed().as_secs_f64() })
+        Ok(Arena {
+            sizing: *sizing,
+            shared,
+            orch,
+            heaps,
+            build_s: t0.elapsed().as_secs_f64(),
+        })
     }
 
     pub fn sizing(&self) -> &RingSizing {
@@ -132,12 +144,20 @@ pub struct Acquired {
 impl ArenaCache {
     /// A cache of `slots` arenas (at least 1).
     pub fn new(slots: usize) -> ArenaCache {
-        ArenaCache { slots: slots.max(1), shared_heaps: false, arenas: Vec::new(), stats: ArenaStats::default() }
+        ArenaCache {
+            slots: slots.max(1),
+            shared_heaps: false,
+            arenas: Vec::new(),
+            stats: ArenaStats::default(),
+        }
     }
 
     /// A cache whose arenas keep their heaps in shared memory (L3 nodes).
     pub fn new_shared(slots: usize) -> ArenaCache {
-        ArenaCache { shared_heaps: true, ..ArenaCache::new(slots) }
+        ArenaCache {
+            shared_heaps: true,
+            ..ArenaCache::new(slots)
+        }
     }
 
     pub fn slots(&self) -> usize {
@@ -182,17 +202,32 @@ impl ArenaCache {
             self.stats.hits += 1;
             let a = self.arenas.remove(i);
             self.arenas.insert(0, a);
-            return Ok((&mut self.arenas[0], Acquired { hit: true, build_s: 0.0 }));
+            return Ok((
+                &mut self.arenas[0],
+                Acquired {
+                    hit: true,
+                    build_s: 0.0,
+                },
+            ));
         }
         self.stats.misses += 1;
         let s = self.insert_new(sizing)?;
-        Ok((&mut self.arenas[0], Acquired { hit: false, build_s: s }))
+        Ok((
+            &mut self.arenas[0],
+            Acquired {
+                hit: false,
+                build_s: s,
+            },
+        ))
     }
 
     /// The resident arena for `sizing`, without touching the LRU order or counters.
     pub fn acquire_resident(&mut self, sizing: &RingSizing) -> Option<(&mut Arena, ())> {
         let k = sizing.key();
-        self.arenas.iter_mut().find(|a| a.sizing.key() == k).map(|a| (&mut **a, ()))
+        self.arenas
+            .iter_mut()
+            .find(|a| a.sizing.key() == k)
+            .map(|a| (&mut **a, ()))
     }
 
     pub fn stats(&self) -> ArenaStats {
@@ -222,7 +257,10 @@ mod tests {
         let before = rss_bytes();
         let a = Arena::build(&RingSizing::default()).unwrap();
         let grown = rss_bytes().saturating_sub(before);
-        assert!(grown < 16 << 20, "default arena build grew RSS by {grown} bytes");
+        assert!(
+            grown < 16 << 20,
+            "default arena build grew RSS by {grown} bytes"
+        );
         assert_eq!(a.heap_reserved_bytes(), 4 << 28);
     }
 

@@ -26,7 +26,8 @@ pub use chip::{Arg, ChipOptions, ChipWorker, HostTensor, Program, RunError, RunR
 pub use config::{CallConfig, ConfigError, RingField, RingSizing, RuntimeEnv, SizeSource};
 pub use engine::replay::{Captured, ReplayError};
 pub use engine::{
-    ArgTag, Orchestrator, PeakUse, Resource, RuntimeFailure, Scalar, StatusCode, TaskArgs, TaskOutputs, TensorSpec,
+    ArgTag, Orchestrator, PeakUse, Resource, RuntimeFailure, Scalar, StatusCode, TaskArgs,
+    TaskOutputs, TensorSpec,
 };
 pub use kernel::native::{NativeKernel, NativeKernelError, NativeSignature, TensorRule};
 pub use kernel::{builtin, CoreKind, Kernel, KernelCall, KernelRef};

@@ -51,7 +51,10 @@ impl<T: ZeroValid> ZeroedArray<T> {
     pub fn new(len: usize) -> Result<Self, ReserveError> {
         let bytes = (len as u128) * (std::mem::size_of::<T>() as u128);
         if bytes > isize::MAX as u128 {
-            return Err(ReserveError { bytes: u64::MAX, reason: "size overflows the address space".into() });
+            return Err(ReserveError {
+                bytes: u64::MAX,
+                reason: "size overflows the address space".into(),
+            });
         }
         let map_bytes = (bytes as usize).max(1);
         // safety: anonymous private mapping; no file, no fixed address.
@@ -91,7 +94,11 @@ impl<T: ZeroValid> ZeroedArray<T> {
         if a.map_bytes >= (4 << 20) {
             // safety: advice on our own mapping; failure (THP unsupported) is harmless.
             unsafe {
-                libc::madvise(a.ptr.as_ptr() as *mut libc::c_void, a.map_bytes, libc::MADV_HUGEPAGE);
+                libc::madvise(
+                    a.ptr.as_ptr() as *mut libc::c_void,
+                    a.map_bytes,
+                    libc::MADV_HUGEPAGE,
+                );
             }
         }
         Ok(a)
@@ -119,7 +126,11 @@ impl<T: ZeroValid> ZeroedArray<T> {
         // safety: the range is our own mapping; MADV_DONTNEED on private anonymous
         // memory zero-fills on next touch, which is a valid state for T: ZeroValid.
         unsafe {
-            libc::madvise(self.ptr.as_ptr() as *mut libc::c_void, self.map_bytes, libc::MADV_DONTNEED);
+            libc::madvise(
+                self.ptr.as_ptr() as *mut libc::c_void,
+                self.map_bytes,
+                libc::MADV_DONTNEED,
+            );
         }
     }
 }
@@ -154,7 +165,11 @@ impl<T: ZeroValid> Drop for ZeroedArray<T> {
 /// Resident set size of this process in bytes (Linux `/proc/self/statm`), or 0.
 pub fn rss_bytes() -> u64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = s.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     // safety: sysconf is always safe to call.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * page.max(0) as u64
@@ -169,7 +184,10 @@ mod tests {
         let before = rss_bytes();
         let mut a: ZeroedArray<u64> = ZeroedArray::new(1 << 27).unwrap(); // 1 GiB virtual
         let after = rss_bytes();
-        assert!(after.saturating_sub(before) < 16 << 20, "reservation committed memory");
+        assert!(
+            after.saturating_sub(before) < 16 << 20,
+            "reservation committed memory"
+        );
         assert_eq!(a[12345], 0);
         a[7] = 9;
         assert_eq!(a[7], 9);

@@ -109,7 +109,11 @@ impl Condvar {
     pub fn wait_for<T>(&self, g: &mut MutexGuard<'_, T>, timeout: std::time::Duration) {
         let inner = g.0.take().expect("guard present");
         #[cfg(not(loom))]
-        let inner = self.0.wait_timeout(inner, timeout).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+        let inner = self
+            .0
+            .wait_timeout(inner, timeout)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
         #[cfg(loom)]
         let inner = {
             let _ = timeout;

@@ -296,7 +296,10 @@ impl Tensor {
         }
         // Elements are addressed in whole units from `addr` (sizes are powers of two).
         if self.addr & (size - 1) != 0 {
-            return Err(TensorError::Misaligned { addr: self.addr, size });
+            return Err(TensorError::Misaligned {
+                addr: self.addr,
+                size,
+            });
         }
         Ok(())
     }
@@ -314,7 +317,12 @@ impl Tensor {
 
     /// A new view over the same buffer. `offset` is in elements relative to this view's
     /// start; `strides = None` means row-major.
-    pub fn view(&self, shape: &[u32], offset: u64, strides: Option<&[u32]>) -> Result<Tensor, TensorError> {
+    pub fn view(
+        &self,
+        shape: &[u32],
+        offset: u64,
+        strides: Option<&[u32]>,
+    ) -> Result<Tensor, TensorError> {
         if shape.is_empty() || shape.len() > MAX_DIMS {
             return Err(TensorError::Rank(shape.len()));
         }
@@ -357,7 +365,11 @@ impl Tensor {
     pub fn as_rows(&self) -> Option<(usize, usize, usize)> {
         let n = self.ndims as usize;
         if n == 1 {
-            return if self.strides[0] == 1 { Some((1, self.shape[0] as usize, self.shape[0] as usize)) } else { None };
+            return if self.strides[0] == 1 {
+                Some((1, self.shape[0] as usize, self.shape[0] as usize))
+            } else {
+                None
+            };
         }
         if self.strides[n - 1] != 1 {
             return None;
@@ -367,7 +379,8 @@ impl Tensor {
         // Leading dims must nest: stride[i] == stride[i+1] * shape[i+1] for i < n-2.
         let mut rows = self.shape[n - 2] as usize;
         for i in (0..n - 2).rev() {
-            if self.strides[i] as usize != self.strides[i + 1] as usize * self.shape[i + 1] as usize {
+            if self.strides[i] as usize != self.strides[i + 1] as usize * self.shape[i + 1] as usize
+            {
                 return None;
             }
             rows *= self.shape[i] as usize;
@@ -389,11 +402,24 @@ mod tests {
     #[test]
     fn validate_rejects_a_base_not_aligned_to_its_elements() {
         let t = Tensor::from_raw(0x1001, &[8], DType::F32);
-        assert_eq!(t.validate(), Err(TensorError::Misaligned { addr: 0x1001, size: 4 }));
-        assert_eq!(t.validate().unwrap_err().to_string(), "tensor data at 0x1001 is not aligned to its 4-byte elements");
-        assert!(Tensor::from_raw(0x1002, &[8], DType::F16).validate().is_ok());
+        assert_eq!(
+            t.validate(),
+            Err(TensorError::Misaligned {
+                addr: 0x1001,
+                size: 4
+            })
+        );
+        assert_eq!(
+            t.validate().unwrap_err().to_string(),
+            "tensor data at 0x1001 is not aligned to its 4-byte elements"
+        );
+        assert!(Tensor::from_raw(0x1002, &[8], DType::F16)
+            .validate()
+            .is_ok());
         assert!(Tensor::from_raw(0x1001, &[8], DType::U8).validate().is_ok());
-        assert!(Tensor::from_raw(0x1004, &[8], DType::I64).validate().is_err());
+        assert!(Tensor::from_raw(0x1004, &[8], DType::I64)
+            .validate()
+            .is_err());
     }
 
     #[test]
@@ -404,7 +430,11 @@ mod tests {
         t.ndims = 5;
         t.shape = [u32::MAX; MAX_DIMS];
         t.strides = [u32::MAX; MAX_DIMS];
-        assert!(matches!(t.validate(), Err(TensorError::OutOfBounds { .. })), "{:?}", t.validate());
+        assert!(
+            matches!(t.validate(), Err(TensorError::OutOfBounds { .. })),
+            "{:?}",
+            t.validate()
+        );
         // An offset near u64::MAX does not wrap either.
         let mut t = Tensor::from_raw(0x1000, &[16], DType::F32);
         t.offset = u64::MAX;
@@ -414,7 +444,14 @@ mod tests {
         assert!(t.validate().is_ok());
         let mut t2 = t;
         t2.offset = 1;
-        assert!(matches!(t2.validate(), Err(TensorError::OutOfBounds { end: 17, capacity: 16, .. })));
+        assert!(matches!(
+            t2.validate(),
+            Err(TensorError::OutOfBounds {
+                end: 17,
+                capacity: 16,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -423,7 +460,10 @@ mod tests {
         assert!(!contiguous_strides_fit(&[2, 65536, 65536]));
         // The first dimension's size never is a stride.
         assert!(contiguous_strides_fit(&[u32::MAX, 1]));
-        assert!(matches!(crate::engine::TensorSpec::new(&[2, 65536, 65536], DType::U8), Err(TensorError::StrideOverflow(_))));
+        assert!(matches!(
+            crate::engine::TensorSpec::new(&[2, 65536, 65536], DType::U8),
+            Err(TensorError::StrideOverflow(_))
+        ));
     }
 
     #[test]

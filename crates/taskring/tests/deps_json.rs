@@ -10,7 +10,11 @@ use taskring::dfx::{DepsArg, DepsEdge, DepsFile, DepsTensor};
 use taskring::*;
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("taskring-{tag}-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let d = std::env::temp_dir().join(format!(
+        "taskring-{tag}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -48,7 +52,9 @@ fn program(seen: Seen) -> Program {
         seen.lock().unwrap().push(a.addr);
         let d_id = o.scope(|o| {
             let b = submit(o, SCALE, |t| {
-                t.input(a).output_existing(rows(&y, 4, 8)).scalar(Scalar::F64(2.0));
+                t.input(a)
+                    .output_existing(rows(&y, 4, 8))
+                    .scalar(Scalar::F64(2.0));
             })?;
             submit(o, NOOP, |t| {
                 t.no_dep(a).input(rows(&y, 4, 8)).input(rows(&y, 0, 4));
@@ -74,14 +80,31 @@ fn program(seen: Seen) -> Program {
 }
 
 fn arg(idx: u32, tag: &str, tensor: u32, shape: &[u32], offset: u64) -> DepsArg {
-    DepsArg { idx, tag: tag.into(), tensor, shape: shape.to_vec(), dtype: "float32".into(), offset }
+    DepsArg {
+        idx,
+        tag: tag.into(),
+        tensor,
+        shape: shape.to_vec(),
+        dtype: "float32".into(),
+        offset,
+    }
 }
 
 fn edge(pred: u64, succ: u64, source: &str, flags: &[&str]) -> DepsEdge {
-    DepsEdge { pred, succ, source: source.into(), flags: flags.iter().map(|s| s.to_string()).collect() }
+    DepsEdge {
+        pred,
+        succ,
+        source: source.into(),
+        flags: flags.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
-fn run_once(w: &mut ChipWorker, x: &mut [f32], y: &mut [f32], dir: &std::path::Path) -> (serde_json::Value, Vec<u64>) {
+fn run_once(
+    w: &mut ChipWorker,
+    x: &mut [f32],
+    y: &mut [f32],
+    dir: &std::path::Path,
+) -> (serde_json::Value, Vec<u64>) {
     let seen: Seen = Arc::default();
     let prog = program(seen.clone());
     let mut cfg = CallConfig::default();
@@ -111,7 +134,10 @@ fn every_field() {
     };
     assert_eq!(keys(&raw), "edges,tasks,tensors");
     assert_eq!(keys(&raw["tasks"][0]), "args,id,kernel,ring,scope");
-    assert_eq!(keys(&raw["tasks"][0]["args"][0]), "dtype,idx,offset,shape,tag,tensor");
+    assert_eq!(
+        keys(&raw["tasks"][0]["args"][0]),
+        "dtype,idx,offset,shape,tag,tensor"
+    );
     assert_eq!(keys(&raw["tensors"][0]), "addr,dtype,id,numel");
     assert_eq!(keys(&raw["edges"][0]), "flags,pred,source,succ");
 
@@ -121,29 +147,86 @@ fn every_field() {
     assert_eq!(
         f.tensors,
         vec![
-            DepsTensor { id: 0, addr: xa, dtype: "float32".into(), numel: 512 },
-            DepsTensor { id: 1, addr: a_addr, dtype: "float32".into(), numel: 256 },
-            DepsTensor { id: 2, addr: ya, dtype: "float32".into(), numel: 512 },
-            DepsTensor { id: 3, addr: f_addr, dtype: "float32".into(), numel: 16 },
+            DepsTensor {
+                id: 0,
+                addr: xa,
+                dtype: "float32".into(),
+                numel: 512
+            },
+            DepsTensor {
+                id: 1,
+                addr: a_addr,
+                dtype: "float32".into(),
+                numel: 256
+            },
+            DepsTensor {
+                id: 2,
+                addr: ya,
+                dtype: "float32".into(),
+                numel: 512
+            },
+            DepsTensor {
+                id: 3,
+                addr: f_addr,
+                dtype: "float32".into(),
+                numel: 16
+            },
         ]
     );
 
     let (a, e, ff, g, b, c, d) = (0, 1, 2, 3, R1, R1 | 1, R2);
     let ids: Vec<u64> = f.tasks.iter().map(|t| t.id).collect();
     assert_eq!(ids, vec![a, e, ff, g, b, c, d], "ordered by id");
-    let summary: Vec<(&str, u32, u32)> = f.tasks.iter().map(|t| (t.kernel.as_str(), t.ring, t.scope)).collect();
+    let summary: Vec<(&str, u32, u32)> = f
+        .tasks
+        .iter()
+        .map(|t| (t.kernel.as_str(), t.ring, t.scope))
+        .collect();
     assert_eq!(
         summary,
-        vec![("copy", 0, 0), ("noop", 0, 0), ("alloc", 0, 0), ("noop", 0, 0), ("scale", 1, 1), ("noop", 1, 1), ("noop", 2, 2)]
+        vec![
+            ("copy", 0, 0),
+            ("noop", 0, 0),
+            ("alloc", 0, 0),
+            ("noop", 0, 0),
+            ("scale", 1, 1),
+            ("noop", 1, 1),
+            ("noop", 2, 2)
+        ]
     );
     let args: Vec<&Vec<DepsArg>> = f.tasks.iter().map(|t| &t.args).collect();
-    assert_eq!(*args[0], vec![arg(0, "INPUT", 0, &[4, 64], 0), arg(1, "OUTPUT", 1, &[4, 64], 0)]);
+    assert_eq!(
+        *args[0],
+        vec![
+            arg(0, "INPUT", 0, &[4, 64], 0),
+            arg(1, "OUTPUT", 1, &[4, 64], 0)
+        ]
+    );
     assert_eq!(*args[1], vec![arg(0, "INOUT", 2, &[8, 64], 0)]);
     assert_eq!(*args[2], vec![arg(0, "OUTPUT", 3, &[16], 0)]);
-    assert_eq!(*args[3], vec![arg(0, "INPUT", 2, &[1, 64], 128), arg(1, "INPUT", 3, &[16], 0)]);
-    assert_eq!(*args[4], vec![arg(0, "INPUT", 1, &[4, 64], 0), arg(1, "OUTPUT_EXISTING", 2, &[4, 64], 256)]);
+    assert_eq!(
+        *args[3],
+        vec![
+            arg(0, "INPUT", 2, &[1, 64], 128),
+            arg(1, "INPUT", 3, &[16], 0)
+        ]
+    );
+    assert_eq!(
+        *args[4],
+        vec![
+            arg(0, "INPUT", 1, &[4, 64], 0),
+            arg(1, "OUTPUT_EXISTING", 2, &[4, 64], 256)
+        ]
+    );
     // In argument order, not the engine's canonical order (inputs before no_dep).
-    assert_eq!(*args[5], vec![arg(0, "NO_DEP", 1, &[4, 64], 0), arg(1, "INPUT", 2, &[4, 64], 256), arg(2, "INPUT", 2, &[4, 64], 0)]);
+    assert_eq!(
+        *args[5],
+        vec![
+            arg(0, "NO_DEP", 1, &[4, 64], 0),
+            arg(1, "INPUT", 2, &[4, 64], 256),
+            arg(2, "INPUT", 2, &[4, 64], 0)
+        ]
+    );
     assert_eq!(*args[6], vec![arg(0, "INOUT", 2, &[4, 64], 256)]);
 
     let (wr, w_) = (&["wait", "retain"][..], &["wait"][..]);
@@ -197,9 +280,19 @@ fn explicit_and_inferred_are_separate_edges_and_wait_retain_merge() {
     let mut x = vec![0f32; 64];
     let args = [host(&mut x, &[64])];
     w.run(&prog, &args, &cfg).unwrap();
-    let f: DepsFile = serde_json::from_str(&std::fs::read_to_string(dir.join("deps.json")).unwrap()).unwrap();
-    assert_eq!(f.edges, vec![edge(0, 1, "explicit", &["wait", "retain"]), edge(0, 1, "tensormap", &["wait"])]);
-    assert_eq!(f.tasks[0].args, vec![arg(0, "OUTPUT_EXISTING", 0, &[64], 0)]);
+    let f: DepsFile =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("deps.json")).unwrap()).unwrap();
+    assert_eq!(
+        f.edges,
+        vec![
+            edge(0, 1, "explicit", &["wait", "retain"]),
+            edge(0, 1, "tensormap", &["wait"])
+        ]
+    );
+    assert_eq!(
+        f.tasks[0].args,
+        vec![arg(0, "OUTPUT_EXISTING", 0, &[64], 0)]
+    );
     assert!(x.iter().all(|&v| v == 3.0));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,7 +11,12 @@ use taskring::*;
 /// A chip whose backstop is far away: a capacity failure that arrives quickly must
 /// come from the structural proof, not from the timer.
 fn patient_chip() -> ChipWorker {
-    ChipWorker::new(ChipOptions { cores: 2, backstop: Duration::from_secs(120), ..Default::default() }).unwrap()
+    ChipWorker::new(ChipOptions {
+        cores: 2,
+        backstop: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn noop_task(o: &mut Orchestrator<'_>) -> Result<TaskOutputs, RuntimeFailure> {
@@ -31,7 +36,9 @@ fn assert_usable(w: &mut ChipWorker) {
     });
     let mut x = vec![0f32; 8];
     let args = [host(&mut x, &[8])];
-    let rep = w.run_with_sizing(&prog, &args, &sizing(4, 4096, 4)).expect("the chip is usable after a failure");
+    let rep = w
+        .run_with_sizing(&prog, &args, &sizing(4, 4096, 4))
+        .expect("the chip is usable after a failure");
     assert_eq!(rep.peak.task_window, [0, 1, 0, 0]);
     assert_eq!(rep.peak.heap, [0; 4]);
     let _ = &args;
@@ -49,7 +56,9 @@ fn scope_deadlock_code_1() {
             Ok(())
         })
     });
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 4096, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 4096, 16))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
     assert_eq!(e.ring, Some(1));
     assert_eq!(e.configured, Some(4));
@@ -91,20 +100,47 @@ fn scope_deadlock_needed_is_the_window_that_fits_the_whole_scope() {
     });
     let mut x = vec![1f32; 4];
     let args = [host(&mut x, &[4])];
-    let e = w.run_with_sizing(&prog, &args, &sizing(4, 1 << 20, 256)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &args, &sizing(4, 1 << 20, 256))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
-    assert_eq!((e.ring, e.configured, e.needed), (Some(1), Some(4), Some(128)), "{e}");
-    assert!(e.detail.contains("the scope at depth 1 submits 102 tasks"), "{e}");
-    assert!(e.detail.contains("a ring_task_window of 128 slots would have held it"), "{e}");
-    assert!(e.hint().starts_with("runtime_env ring_task_window[1] >= 128; raise ring_task_window"), "{}", e.hint());
-    assert!(e.to_string().contains(". Hint: runtime_env ring_task_window[1] >= 128; "), "{e}");
+    assert_eq!(
+        (e.ring, e.configured, e.needed),
+        (Some(1), Some(4), Some(128)),
+        "{e}"
+    );
+    assert!(
+        e.detail.contains("the scope at depth 1 submits 102 tasks"),
+        "{e}"
+    );
+    assert!(
+        e.detail
+            .contains("a ring_task_window of 128 slots would have held it"),
+        "{e}"
+    );
+    assert!(
+        e.hint()
+            .starts_with("runtime_env ring_task_window[1] >= 128; raise ring_task_window"),
+        "{}",
+        e.hint()
+    );
+    assert!(
+        e.to_string()
+            .contains(". Hint: runtime_env ring_task_window[1] >= 128; "),
+        "{e}"
+    );
     // Nothing after the overflow ran: only the first task of ring 1 could (the second
     // submit, a `count`, was the third, but the run is failed before more run).
-    assert!(RAN.load(Ordering::SeqCst) <= 1, "{} tasks ran", RAN.load(Ordering::SeqCst));
+    assert!(
+        RAN.load(Ordering::SeqCst) <= 1,
+        "{} tasks ran",
+        RAN.load(Ordering::SeqCst)
+    );
     assert_usable(&mut w);
     // The advice fits at once.
     RAN.store(0, Ordering::SeqCst);
-    w.run_with_sizing(&prog, &args, &sizing(128, 1 << 20, 256)).unwrap_or_else(|e| panic!("{e}"));
+    w.run_with_sizing(&prog, &args, &sizing(128, 1 << 20, 256))
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(RAN.load(Ordering::SeqCst), 52);
 }
 
@@ -119,11 +155,16 @@ fn endless_scope_ends_with_a_lower_bound() {
         })
     });
     let t0 = std::time::Instant::now();
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 4096, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 4096, 16))
+        .unwrap_err();
     assert!(t0.elapsed() < Duration::from_secs(20));
     assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
     assert!(e.detail.contains("submitted at least"), "{e}");
-    assert!(e.detail.contains("(the rest of the scope was not counted)"), "{e}");
+    assert!(
+        e.detail.contains("(the rest of the scope was not counted)"),
+        "{e}"
+    );
     assert!(e.needed.unwrap() >= 1 << 20, "{e}");
     assert_usable(&mut w);
 }
@@ -132,7 +173,13 @@ fn endless_scope_ends_with_a_lower_bound() {
 /// overflow fails at the overflowing submit, with a lower bound, and nothing after it runs.
 #[test]
 fn node_engine_reports_scope_deadlock_at_once() {
-    let mut w = ChipWorker::new(ChipOptions { cores: 2, shared_heaps: true, backstop: Duration::from_secs(120), ..Default::default() }).unwrap();
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        shared_heaps: true,
+        backstop: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .unwrap();
     let prog = Program::new("eight_in_one_scope", |o, _| {
         o.scope(|o| {
             for i in 0..8 {
@@ -144,11 +191,21 @@ fn node_engine_reports_scope_deadlock_at_once() {
             Ok(())
         })
     });
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 4096, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 4096, 16))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
     assert_eq!(e.needed, Some(8), "{e}");
-    assert!(e.detail.contains("submitted at least 4 tasks (the rest of the scope was not counted)"), "{e}");
-    assert!(e.detail.contains("a ring_task_window of at least 8 slots is needed"), "{e}");
+    assert!(
+        e.detail
+            .contains("submitted at least 4 tasks (the rest of the scope was not counted)"),
+        "{e}"
+    );
+    assert!(
+        e.detail
+            .contains("a ring_task_window of at least 8 slots is needed"),
+        "{e}"
+    );
 }
 
 /// A kernel that returns only once `release` is set (a kernel that "never returns").
@@ -163,7 +220,12 @@ fn hanging(name: &str, release: &'static AtomicBool) -> KernelRef {
 /// A chip with a short backstop: a kernel that runs longer than it must not be taken for
 /// a deadlock (API.md §6.1).
 fn short_backstop_chip() -> ChipWorker {
-    ChipWorker::new(ChipOptions { cores: 2, backstop: Duration::from_millis(100), ..Default::default() }).unwrap()
+    ChipWorker::new(ChipOptions {
+        cores: 2,
+        backstop: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 /// One task per scope, each sleeping 3.5 backstops, under a window of 4 (the fourth
@@ -171,9 +233,14 @@ fn short_backstop_chip() -> ChipWorker {
 /// the previous task): both wait and complete.
 #[test]
 fn slow_kernel_under_a_tiny_window_or_heap_waits_and_completes() {
-    let slow = kernel::fn_kernel("slow", CoreKind::Any, |_| std::thread::sleep(Duration::from_millis(350)));
+    let slow = kernel::fn_kernel("slow", CoreKind::Any, |_| {
+        std::thread::sleep(Duration::from_millis(350))
+    });
     let mut w = short_backstop_chip();
-    for (tasks, out, s) in [(6, false, sizing(4, 4096, 16)), (3, true, sizing(16, 1024, 16))] {
+    for (tasks, out, s) in [
+        (6, false, sizing(4, 4096, 16)),
+        (3, true, sizing(16, 1024, 16)),
+    ] {
         let prog = Program::new("slow", move |o, _| {
             for _ in 0..tasks {
                 o.scope(|o| {
@@ -187,9 +254,14 @@ fn slow_kernel_under_a_tiny_window_or_heap_waits_and_completes() {
             }
             Ok(())
         });
-        let rep = w.run_with_sizing(&prog, &[], &s).unwrap_or_else(|e| panic!("{e}"));
+        let rep = w
+            .run_with_sizing(&prog, &[], &s)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(rep.tasks, tasks);
-        assert_eq!((rep.peak.task_window[1], rep.peak.heap[1]), if out { (1, 1024) } else { (3, 0) });
+        assert_eq!(
+            (rep.peak.task_window[1], rep.peak.heap[1]),
+            if out { (1, 1024) } else { (3, 0) }
+        );
     }
 }
 
@@ -214,13 +286,30 @@ fn stuck_kernel_while_the_orchestrator_waits_is_scheduler_timeout() {
         Ok(())
     });
     let t0 = std::time::Instant::now();
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 4096, 16)).unwrap_err();
-    assert!(t0.elapsed() >= Duration::from_millis(550), "{:?}", t0.elapsed());
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 4096, 16))
+        .unwrap_err();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(550),
+        "{:?}",
+        t0.elapsed()
+    );
     assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
     assert_eq!(e.ring, Some(1));
-    assert!(e.detail.contains("while the orchestrator waited for ring space"), "{e}");
-    assert!(e.detail.contains("sub_class=S1:running-stalled (detail=1)"), "{e}");
-    assert!(e.detail.contains("stuck_task_id=task(ring=1, local=0) running kernel 'stuck'"), "{e}");
+    assert!(
+        e.detail
+            .contains("while the orchestrator waited for ring space"),
+        "{e}"
+    );
+    assert!(
+        e.detail.contains("sub_class=S1:running-stalled (detail=1)"),
+        "{e}"
+    );
+    assert!(
+        e.detail
+            .contains("stuck_task_id=task(ring=1, local=0) running kernel 'stuck'"),
+        "{e}"
+    );
     assert!(e.detail.contains("orch_done=0"), "{e}");
     assert_usable(&mut w);
     RELEASE.store(true, Ordering::SeqCst);
@@ -238,16 +327,31 @@ fn nested_scopes_flow_control_code_3() {
         }
         Ok(())
     });
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 4096, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 4096, 16))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::FlowControlDeadlock, "{e}");
     assert_eq!(e.ring, Some(3));
     assert!(e.detail.contains("provable head-of-line deadlock"), "{e}");
     // Sizes in the resource's own unit: the window lacks one slot (not the submit's
     // heap bytes).
-    assert!(e.detail.contains("ring_task_window 3 of 4 slots in use, 1 more slot needed"), "{e}");
-    assert!(e.detail.contains("ring_task_window of at least 8 slots would be needed"), "{e}");
+    assert!(
+        e.detail
+            .contains("ring_task_window 3 of 4 slots in use, 1 more slot needed"),
+        "{e}"
+    );
+    assert!(
+        e.detail
+            .contains("ring_task_window of at least 8 slots would be needed"),
+        "{e}"
+    );
     assert_eq!(e.needed, Some(8));
-    assert!(e.hint().starts_with("runtime_env ring_task_window[3] >= 8; "), "{}", e.hint());
+    assert!(
+        e.hint()
+            .starts_with("runtime_env ring_task_window[3] >= 8; "),
+        "{}",
+        e.hint()
+    );
     assert_usable(&mut w);
 }
 
@@ -260,7 +364,9 @@ fn oversized_output_heap_code_2() {
         })
         .map(|_| ())
     });
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 1024, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 1024, 16))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::HeapRingDeadlock, "{e}");
     assert_eq!(e.ring, Some(0));
     assert_eq!(e.configured, Some(1024));
@@ -280,10 +386,16 @@ fn output_near_2_pow_64_bytes_is_larger_than_any_heap() {
         })
         .map(|_| ())
     });
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 1 << 20, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 1 << 20, 16))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::HeapRingDeadlock, "{e}");
     assert_eq!((e.configured, e.needed), (Some(1 << 20), None), "{e}");
-    assert!(e.detail.contains("no valid ring_heap (a power of 2 of at most 2^63 bytes) holds them"), "{e}");
+    assert!(
+        e.detail
+            .contains("no valid ring_heap (a power of 2 of at most 2^63 bytes) holds them"),
+        "{e}"
+    );
     assert_usable(&mut w);
 }
 
@@ -306,8 +418,16 @@ fn heap_pinned_by_open_scope_code_2() {
     assert_eq!(e.code, StatusCode::HeapRingDeadlock, "{e}");
     assert_eq!(e.ring, Some(1));
     assert!(e.detail.contains("provable head-of-line deadlock"), "{e}");
-    assert!(e.detail.contains("ring_heap 2048 of 2048 bytes in use, 1024 more bytes needed"), "{e}");
-    assert!(e.detail.contains("ring_heap of at least 4096 bytes would be needed"), "{e}");
+    assert!(
+        e.detail
+            .contains("ring_heap 2048 of 2048 bytes in use, 1024 more bytes needed"),
+        "{e}"
+    );
+    assert!(
+        e.detail
+            .contains("ring_heap of at least 4096 bytes would be needed"),
+        "{e}"
+    );
     assert_usable(&mut w);
 }
 
@@ -328,9 +448,15 @@ fn window_failure_counts_slots_not_bytes() {
         }
         Ok(())
     });
-    let e = w.run_with_sizing(&prog, &[], &sizing(4, 1 << 20, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(4, 1 << 20, 16))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::FlowControlDeadlock, "{e}");
-    assert!(e.detail.contains("ring_task_window 3 of 4 slots in use, 1 more slot needed"), "{e}");
+    assert!(
+        e.detail
+            .contains("ring_task_window 3 of 4 slots in use, 1 more slot needed"),
+        "{e}"
+    );
     assert!(!e.detail.contains("1024 more"), "{e}");
     assert_usable(&mut w);
 }
@@ -397,7 +523,9 @@ fn back_pressure_chain_and_fanout_never_fail() {
     });
     let mut x = vec![0f32; 16];
     let args = [host(&mut x, &[16])];
-    let rep = w.run_with_sizing(&prog, &args, &sizing(4, 4096, 4)).unwrap();
+    let rep = w
+        .run_with_sizing(&prog, &args, &sizing(4, 4096, 4))
+        .unwrap();
     assert_eq!(rep.tasks, 102_001);
     assert!(rep.peak.task_window.iter().all(|&p| p <= 3));
 }
@@ -428,12 +556,18 @@ fn failing_kernel_fails_the_run_and_skips_dependants() {
     let mut x = vec![0f32; 4];
     let args = [host(&mut x, &[4])];
     for _ in 0..3 {
-        let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+        let e = w
+            .run_with_sizing(&prog, &args, &RingSizing::default())
+            .unwrap_err();
         assert_eq!(e.code, StatusCode::TaskFailed, "{e}");
         assert!(e.detail.contains("kernel 'boom'"), "{e}");
         assert!(e.detail.contains("task(ring=1, local=0)"), "{e}");
         assert!(e.detail.contains("deliberate failure"), "{e}");
-        assert_eq!(RAN_AFTER.load(Ordering::SeqCst), 0, "a dependant of the failed task ran");
+        assert_eq!(
+            RAN_AFTER.load(Ordering::SeqCst),
+            0,
+            "a dependant of the failed task ran"
+        );
         assert_usable(&mut w);
     }
 }
@@ -441,7 +575,10 @@ fn failing_kernel_fails_the_run_and_skips_dependants() {
 #[test]
 fn misuse_is_invalid_args_naming_the_call() {
     let mut w = patient_chip();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Orchestrator<'_>, Tensor) -> Result<(), RuntimeFailure> + Send + Sync>)> = vec![
+    let cases: Vec<(
+        &str,
+        Box<dyn Fn(&mut Orchestrator<'_>, Tensor) -> Result<(), RuntimeFailure> + Send + Sync>,
+    )> = vec![
         (
             "expected 3 tensors",
             Box::new(|o, x| {
@@ -455,7 +592,8 @@ fn misuse_is_invalid_args_naming_the_call() {
             "dtype int32",
             Box::new(|o, x| {
                 submit(o, COPY, |t| {
-                    t.input(x).output(TensorSpec::new(&[4], DType::I32).unwrap());
+                    t.input(x)
+                        .output(TensorSpec::new(&[4], DType::I32).unwrap());
                 })
                 .map(|_| ())
             }),
@@ -522,7 +660,11 @@ fn misuse_is_invalid_args_naming_the_call() {
             "does not fit 64-bit sizes",
             Box::new(|o, _| {
                 submit(o, NOOP, |t| {
-                    t.output(TensorSpec { shape: [65536, 65536, 65536, 65536, 1], ndims: 4, dtype: DType::F32 });
+                    t.output(TensorSpec {
+                        shape: [65536, 65536, 65536, 65536, 1],
+                        ndims: 4,
+                        dtype: DType::F32,
+                    });
                 })
                 .map(|_| ())
             }),
@@ -533,7 +675,11 @@ fn misuse_is_invalid_args_naming_the_call() {
             "row-major stride beyond 2^32-1",
             Box::new(|o, _| {
                 submit(o, NOOP, |t| {
-                    t.output(TensorSpec { shape: [2, 65536, 65536, 1, 1], ndims: 3, dtype: DType::U8 });
+                    t.output(TensorSpec {
+                        shape: [2, 65536, 65536, 1, 1],
+                        ndims: 3,
+                        dtype: DType::U8,
+                    });
                 })
                 .map(|_| ())
             }),
@@ -543,7 +689,11 @@ fn misuse_is_invalid_args_naming_the_call() {
             "tensor 0 (OUTPUT)",
             Box::new(|o, _| {
                 submit(o, NOOP, |t| {
-                    t.output(TensorSpec { shape: [2; 5], ndims: 6, dtype: DType::F32 });
+                    t.output(TensorSpec {
+                        shape: [2; 5],
+                        ndims: 6,
+                        dtype: DType::F32,
+                    });
                 })
                 .map(|_| ())
             }),
@@ -566,7 +716,9 @@ fn misuse_is_invalid_args_naming_the_call() {
         let prog = Program::new("misuse", move |o, args| g(o, args[0].tensor()?));
         let mut x = vec![1f32; 4];
         let args = [host(&mut x, &[4])];
-        let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+        let e = w
+            .run_with_sizing(&prog, &args, &RingSizing::default())
+            .unwrap_err();
         assert_eq!(e.code, StatusCode::InvalidArgs, "{want}: {e}");
         assert!(e.to_string().contains(want), "expected '{want}' in: {e}");
         assert_usable(&mut w);
@@ -580,7 +732,9 @@ fn panicking_orchestration_is_reported() {
         noop_task(o)?;
         panic!("orchestration bug");
     });
-    let e = w.run_with_sizing(&prog, &[], &RingSizing::default()).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &RingSizing::default())
+        .unwrap_err();
     assert!(e.detail.contains("orchestration bug"), "{e}");
     assert_usable(&mut w);
 }
@@ -603,11 +757,19 @@ fn hung_kernel_is_scheduler_timeout_s1_and_the_chip_recovers() {
             o.submit(NOOP, &t).map(|_| ())
         })
     });
-    let e = w.run_with_sizing(&prog, &[], &RingSizing::default()).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &RingSizing::default())
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
-    assert!(e.detail.contains("sub_class=S1:running-stalled (detail=1)"), "{e}");
+    assert!(
+        e.detail.contains("sub_class=S1:running-stalled (detail=1)"),
+        "{e}"
+    );
     assert!(e.detail.contains("kernel 'hang'"), "{e}");
-    assert!(e.detail.contains("stuck_task_id=task(ring=1, local=0)"), "{e}");
+    assert!(
+        e.detail.contains("stuck_task_id=task(ring=1, local=0)"),
+        "{e}"
+    );
     assert!(e.detail.contains("completed=0/2"), "{e}");
     // The stuck core was replaced: the chip still has two working cores.
     assert_usable(&mut w);
@@ -659,9 +821,16 @@ fn unrunnable_task_while_the_orchestrator_waits_is_scheduler_timeout_s3() {
     let mut a = vec![1f32; 4];
     let mut c = vec![0f32; 4];
     let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
-    let e = w.run_with_sizing(&prog, &args, &sizing(4, 4096, 16)).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &args, &sizing(4, 4096, 16))
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
-    assert!(e.detail.contains("while the orchestrator waited for ring space: sub_class=S3:ready-but-all-idle"), "{e}");
+    assert!(
+        e.detail.contains(
+            "while the orchestrator waited for ring space: sub_class=S3:ready-but-all-idle"
+        ),
+        "{e}"
+    );
     let _ = &args;
     assert_usable(&mut w);
 }

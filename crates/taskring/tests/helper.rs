@@ -40,7 +40,10 @@ fn gate(name: &'static str, done: &'static AtomicUsize, n: usize) -> KernelRef {
         let t0 = Instant::now();
         while done.load(SeqCst) < n {
             if t0.elapsed() > Duration::from_secs(5) {
-                return Err(format!("only {} of {n} tasks ran while the core was held", done.load(SeqCst)));
+                return Err(format!(
+                    "only {} of {n} tasks ran while the core was held",
+                    done.load(SeqCst)
+                ));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -54,7 +57,11 @@ fn the_orchestrator_runs_tasks_while_the_only_core_is_held() {
     static THREADS: Mutex<Option<HashSet<ThreadId>>> = Mutex::new(None);
     let hold = gate("hold", &DONE, 20);
     let count = kernel::fn_kernel("count", CoreKind::Any, |_| {
-        THREADS.lock().unwrap().get_or_insert_with(HashSet::new).insert(std::thread::current().id());
+        THREADS
+            .lock()
+            .unwrap()
+            .get_or_insert_with(HashSet::new)
+            .insert(std::thread::current().id());
         DONE.fetch_add(1, SeqCst);
     });
     let mut w = helping_chip(1, None);
@@ -68,11 +75,16 @@ fn the_orchestrator_runs_tasks_while_the_only_core_is_held() {
         Ok(())
     });
     // Nobody but the orchestrator can run the 20 tasks while the gate holds the core.
-    let rep = w.run_with_sizing(&prog, &[], &RingSizing::default()).expect("the orchestrator ran the tasks");
+    let rep = w
+        .run_with_sizing(&prog, &[], &RingSizing::default())
+        .expect("the orchestrator ran the tasks");
     assert_eq!(rep.tasks, 21);
     assert_eq!(DONE.load(SeqCst), 20);
     let threads = THREADS.lock().unwrap().take().unwrap();
-    assert!(threads.contains(&std::thread::current().id()), "no task ran on the orchestrator (calling) thread");
+    assert!(
+        threads.contains(&std::thread::current().id()),
+        "no task ran on the orchestrator (calling) thread"
+    );
 }
 
 #[test]
@@ -105,7 +117,9 @@ fn the_orchestrator_helps_when_the_window_is_full() {
     });
     let mut x = vec![0f32; 16];
     let args = [host(&mut x, &[16])];
-    let rep = w.run_with_sizing(&prog, &args, &sizing(4, 4096, 16)).unwrap();
+    let rep = w
+        .run_with_sizing(&prog, &args, &sizing(4, 4096, 16))
+        .unwrap();
     assert_eq!(rep.tasks, 200);
     let _ = &args;
     assert!(x.iter().all(|&v| v == 200.0), "{x:?}");
@@ -125,12 +139,22 @@ fn a_kernel_failing_on_the_orchestrator_fails_the_run_and_the_chip_recovers() {
         std::thread::sleep(Duration::from_millis(20));
         o.submit(fail, &TaskArgs::new()).map(|_| ())
     });
-    let e = w.run_with_sizing(&prog, &[], &RingSizing::default()).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &[], &RingSizing::default())
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::TaskFailed, "{e}");
-    assert!(e.detail.contains("kernel 'fails'") && e.detail.contains("deliberate failure"), "{e}");
+    assert!(
+        e.detail.contains("kernel 'fails'") && e.detail.contains("deliberate failure"),
+        "{e}"
+    );
     // Usable afterwards.
     let ok = Program::new("ok", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ()));
-    assert_eq!(w.run_with_sizing(&ok, &[], &RingSizing::default()).unwrap().tasks, 1);
+    assert_eq!(
+        w.run_with_sizing(&ok, &[], &RingSizing::default())
+            .unwrap()
+            .tasks,
+        1
+    );
 }
 
 #[test]

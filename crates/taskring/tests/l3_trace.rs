@@ -40,7 +40,12 @@ fn mul_add() -> ChipCallable {
 /// Its kernel fails.
 fn boom() -> ChipCallable {
     let k = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
-    ChipCallable { program: Program::new("boom", move |o, _| o.submit(k, &TaskArgs::new()).map(|_| ())), signature: vec![] }
+    ChipCallable {
+        program: Program::new("boom", move |o, _| {
+            o.submit(k, &TaskArgs::new()).map(|_| ())
+        }),
+        signature: vec![],
+    }
 }
 
 fn shared(n: usize, v: f32) -> (SharedBuffer, Tensor) {
@@ -52,8 +57,19 @@ fn shared(n: usize, v: f32) -> (SharedBuffer, Tensor) {
 }
 
 fn node(processes: bool) -> Node {
-    let opts = NodeOptions { device_ids: vec![0, 1], chip_processes: processes, chip_cores: 2, prewarm: Some(CallConfig::default()), ..Default::default() };
-    Node::new(opts, Arc::new(RwLock::new(vec![mul_add(), boom()])), &NoForkHooks).unwrap_or_else(|e| panic!("{e}"))
+    let opts = NodeOptions {
+        device_ids: vec![0, 1],
+        chip_processes: processes,
+        chip_cores: 2,
+        prewarm: Some(CallConfig::default()),
+        ..Default::default()
+    };
+    Node::new(
+        opts,
+        Arc::new(RwLock::new(vec![mul_add(), boom()])),
+        &NoForkHooks,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn fresh_dir(name: &str) -> PathBuf {
@@ -82,8 +98,21 @@ fn run_two_chips(n: &mut Node, run: CallConfig, task_prefix: PathBuf) -> Vec<Sha
     n.run(
         move |o| {
             for (i, out) in ts.iter().enumerate() {
-                let cfg = if i < 2 { dfx(&task_prefix, true, true) } else { CallConfig::default() };
-                o.submit_next_level(0, &[NodeArg::Tensor(a), NodeArg::Tensor(b), NodeArg::Tensor(*out)], &cfg, i % 2)?;
+                let cfg = if i < 2 {
+                    dfx(&task_prefix, true, true)
+                } else {
+                    CallConfig::default()
+                };
+                o.submit_next_level(
+                    0,
+                    &[
+                        NodeArg::Tensor(a),
+                        NodeArg::Tensor(b),
+                        NodeArg::Tensor(*out),
+                    ],
+                    &cfg,
+                    i % 2,
+                )?;
             }
             Ok(())
         },
@@ -96,7 +125,10 @@ fn run_two_chips(n: &mut Node, run: CallConfig, task_prefix: PathBuf) -> Vec<Sha
 }
 
 fn load(path: &Path) -> Vec<Value> {
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap();
+    let v: Value = serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap();
     v["traceEvents"].as_array().unwrap().clone()
 }
 
@@ -117,67 +149,152 @@ fn inside(inner: (f64, f64), outer: (f64, f64)) -> bool {
 
 /// Checks the merged file of a 2-chip run of 4 tasks (tasks 0, 2 on chip 0; 1, 3 on
 /// chip 1); `names[w]` is how chip w's process must be named.
-fn check_timeline(ev: &[Value], host_pid: u64, names: &[String], before_ns: u64, after_ns: u64, t0_ns: u64) {
+fn check_timeline(
+    ev: &[Value],
+    host_pid: u64,
+    names: &[String],
+    before_ns: u64,
+    after_ns: u64,
+    t0_ns: u64,
+) {
     let pname = |pid: u64| {
-        events(ev, "M").find(|e| e["name"] == "process_name" && e["pid"].as_u64() == Some(pid)).map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        events(ev, "M")
+            .find(|e| e["name"] == "process_name" && e["pid"].as_u64() == Some(pid))
+            .map(|e| e["args"]["name"].as_str().unwrap().to_string())
     };
-    assert_eq!(pname(host_pid).as_deref(), Some(format!("host (pid {host_pid})").as_str()));
+    assert_eq!(
+        pname(host_pid).as_deref(),
+        Some(format!("host (pid {host_pid})").as_str())
+    );
     let chip_pid: Vec<u64> = names
         .iter()
-        .map(|n| events(ev, "M").find(|e| e["name"] == "process_name" && e["args"]["name"] == n.as_str()).unwrap_or_else(|| panic!("no process named {n}"))["pid"].as_u64().unwrap())
+        .map(|n| {
+            events(ev, "M")
+                .find(|e| e["name"] == "process_name" && e["args"]["name"] == n.as_str())
+                .unwrap_or_else(|| panic!("no process named {n}"))["pid"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     assert_ne!(chip_pid[0], chip_pid[1]);
     assert!(!chip_pid.contains(&host_pid));
     // Host lanes: the orchestration thread (submits) and dispatch threads.
     let lane_name = |pid: u64, tid: u64| {
-        events(ev, "M").find(|e| e["name"] == "thread_name" && e["pid"].as_u64() == Some(pid) && e["tid"].as_u64() == Some(tid)).map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        events(ev, "M")
+            .find(|e| {
+                e["name"] == "thread_name"
+                    && e["pid"].as_u64() == Some(pid)
+                    && e["tid"].as_u64() == Some(tid)
+            })
+            .map(|e| e["args"]["name"].as_str().unwrap().to_string())
     };
     let task_of = |e: &Value| e["args"]["l3_task"].as_u64();
     let x_of = |pid: u64, prefix: &str, task: u64| {
-        events(ev, "X").find(|e| e["pid"].as_u64() == Some(pid) && e["name"].as_str().unwrap().starts_with(prefix) && task_of(e) == Some(task)).cloned()
+        events(ev, "X")
+            .find(|e| {
+                e["pid"].as_u64() == Some(pid)
+                    && e["name"].as_str().unwrap().starts_with(prefix)
+                    && task_of(e) == Some(task)
+            })
+            .cloned()
     };
     for task in 0..4u64 {
         let w = (task % 2) as usize;
-        let submit = x_of(host_pid, "submit mul_add -> chip", task).unwrap_or_else(|| panic!("no submit of task {task}"));
+        let submit = x_of(host_pid, "submit mul_add -> chip", task)
+            .unwrap_or_else(|| panic!("no submit of task {task}"));
         assert_eq!(submit["name"], format!("submit mul_add -> chip {w}"));
-        assert_eq!(lane_name(host_pid, submit["tid"].as_u64().unwrap()).as_deref(), Some("orchestrator"));
-        let d = x_of(host_pid, "dispatch mul_add -> chip", task).unwrap_or_else(|| panic!("no dispatch of task {task}"));
+        assert_eq!(
+            lane_name(host_pid, submit["tid"].as_u64().unwrap()).as_deref(),
+            Some("orchestrator")
+        );
+        let d = x_of(host_pid, "dispatch mul_add -> chip", task)
+            .unwrap_or_else(|| panic!("no dispatch of task {task}"));
         let dtid = d["tid"].as_u64().unwrap();
-        assert!(lane_name(host_pid, dtid).unwrap().starts_with("dispatch (taskring-core"), "{:?}", lane_name(host_pid, dtid));
+        assert!(
+            lane_name(host_pid, dtid)
+                .unwrap()
+                .starts_with("dispatch (taskring-core"),
+            "{:?}",
+            lane_name(host_pid, dtid)
+        );
         let dw = window(&d);
         // One clock: every host and chip time lies within what the test saw around the run.
         let abs = |us: f64| t0_ns as f64 + us * 1000.0;
-        assert!(abs(dw.0) >= before_ns as f64 && abs(dw.1) <= after_ns as f64, "{d} outside the run");
+        assert!(
+            abs(dw.0) >= before_ns as f64 && abs(dw.1) <= after_ns as f64,
+            "{d} outside the run"
+        );
         // The flow from this dispatch to its chip task: s on the dispatch, f on the chip.
         let id = 2 * task + 2;
-        let s = events(ev, "s").find(|e| e["id"].as_u64() == Some(id)).unwrap_or_else(|| panic!("no flow start {id}"));
-        let f = events(ev, "f").find(|e| e["id"].as_u64() == Some(id)).unwrap_or_else(|| panic!("no flow finish {id}"));
-        assert_eq!((s["cat"].clone(), s["name"].clone()), (f["cat"].clone(), f["name"].clone()));
+        let s = events(ev, "s")
+            .find(|e| e["id"].as_u64() == Some(id))
+            .unwrap_or_else(|| panic!("no flow start {id}"));
+        let f = events(ev, "f")
+            .find(|e| e["id"].as_u64() == Some(id))
+            .unwrap_or_else(|| panic!("no flow finish {id}"));
+        assert_eq!(
+            (s["cat"].clone(), s["name"].clone()),
+            (f["cat"].clone(), f["name"].clone())
+        );
         assert_eq!(f["bp"], "e");
-        assert_eq!((s["pid"].as_u64(), s["tid"].as_u64()), (Some(host_pid), Some(dtid)));
+        assert_eq!(
+            (s["pid"].as_u64(), s["tid"].as_u64()),
+            (Some(host_pid), Some(dtid))
+        );
         let sts = s["ts"].as_f64().unwrap();
         assert!(inside((sts, sts), dw));
         assert_eq!(f["pid"].as_u64(), Some(chip_pid[w]));
         // The chip task the flow ends in, and its kernels: inside the dispatch's window.
-        let ct = events(ev, "X").find(|e| e["pid"].as_u64() == Some(chip_pid[w]) && e["name"] == "mul_add" && task_of(e) == Some(task)).unwrap();
+        let ct = events(ev, "X")
+            .find(|e| {
+                e["pid"].as_u64() == Some(chip_pid[w])
+                    && e["name"] == "mul_add"
+                    && task_of(e) == Some(task)
+            })
+            .unwrap();
         assert_eq!(f["tid"], ct["tid"]);
         let fts = f["ts"].as_f64().unwrap();
         assert!(inside((fts, fts), window(ct)), "{f} not in {ct}");
-        assert!(inside(window(ct), dw), "chip task {ct} outside its dispatch {d}");
-        let kernels: Vec<&Value> = events(ev, "X").filter(|e| e["pid"].as_u64() == Some(chip_pid[w]) && task_of(e) == Some(task) && e["name"] != "mul_add").collect();
-        let mut names: Vec<&str> = kernels.iter().map(|k| k["name"].as_str().unwrap()).collect();
+        assert!(
+            inside(window(ct), dw),
+            "chip task {ct} outside its dispatch {d}"
+        );
+        let kernels: Vec<&Value> = events(ev, "X")
+            .filter(|e| {
+                e["pid"].as_u64() == Some(chip_pid[w])
+                    && task_of(e) == Some(task)
+                    && e["name"] != "mul_add"
+            })
+            .collect();
+        let mut names: Vec<&str> = kernels
+            .iter()
+            .map(|k| k["name"].as_str().unwrap())
+            .collect();
         names.sort();
         assert_eq!(names, ["add", "mul"], "task {task}");
         for k in kernels {
-            assert!(inside(window(k), window(ct)), "kernel {k} outside chip task {ct}");
+            assert!(
+                inside(window(k), window(ct)),
+                "kernel {k} outside chip task {ct}"
+            );
             assert!(inside(window(k), dw), "kernel {k} outside dispatch {d}");
-            assert!(lane_name(chip_pid[w], k["tid"].as_u64().unwrap()).unwrap().starts_with("core "));
+            assert!(lane_name(chip_pid[w], k["tid"].as_u64().unwrap())
+                .unwrap()
+                .starts_with("core "));
         }
         // And the submit's flow to the dispatch.
-        assert!(events(ev, "s").any(|e| e["id"].as_u64() == Some(2 * task + 1) && e["cat"] == "submit"));
+        assert!(
+            events(ev, "s").any(|e| e["id"].as_u64() == Some(2 * task + 1) && e["cat"] == "submit")
+        );
     }
     // Host first.
-    let sort = |pid: u64| events(ev, "M").find(|e| e["name"] == "process_sort_index" && e["pid"].as_u64() == Some(pid)).unwrap()["args"]["sort_index"].as_u64().unwrap();
+    let sort = |pid: u64| {
+        events(ev, "M")
+            .find(|e| e["name"] == "process_sort_index" && e["pid"].as_u64() == Some(pid))
+            .unwrap()["args"]["sort_index"]
+            .as_u64()
+            .unwrap()
+    };
     assert!(sort(host_pid) < sort(chip_pid[0]) && sort(chip_pid[0]) < sort(chip_pid[1]));
 }
 
@@ -188,7 +305,14 @@ fn check_file(path: &Path, host_pid: u64, names: &[String], before: u64, after: 
     assert_eq!(v["otherData"]["clock"], "CLOCK_MONOTONIC");
     let t0 = v["otherData"]["t0_ns"].as_u64().unwrap();
     assert!(before <= t0 && t0 <= after);
-    check_timeline(v["traceEvents"].as_array().unwrap(), host_pid, names, before, after, t0);
+    check_timeline(
+        v["traceEvents"].as_array().unwrap(),
+        host_pid,
+        names,
+        before,
+        after,
+        t0,
+    );
 }
 
 #[test]
@@ -202,15 +326,27 @@ fn two_chip_processes_one_timeline_and_per_chip_files() {
     let after = mono_ns();
     for o in &outs {
         // safety: 4096 f32 written by the chips.
-        assert!(unsafe { std::slice::from_raw_parts(o.as_ptr() as *const f32, 4096) }.iter().all(|&x| x == 3.0));
+        assert!(
+            unsafe { std::slice::from_raw_parts(o.as_ptr() as *const f32, 4096) }
+                .iter()
+                .all(|&x| x == 3.0)
+        );
     }
     let path = dir.join("merged_swimlane.json");
-    let names: Vec<String> = pids.iter().enumerate().map(|(w, p)| format!("chip {w} (pid {p})")).collect();
+    let names: Vec<String> = pids
+        .iter()
+        .enumerate()
+        .map(|(w, p)| format!("chip {w} (pid {p})"))
+        .collect();
     check_file(&path, std::process::id() as u64, &names, before, after);
     // Each chip task's own files under chip{worker}/, nothing of theirs at the prefix.
     for w in 0..2 {
         let c = dir.join(format!("chip{w}"));
-        for f in ["scope_stats/scope_stats.jsonl", "deps.json", "merged_swimlane.json"] {
+        for f in [
+            "scope_stats/scope_stats.jsonl",
+            "deps.json",
+            "merged_swimlane.json",
+        ] {
             assert!(c.join(f).is_file(), "{} missing", c.join(f).display());
         }
     }
@@ -228,8 +364,16 @@ fn chip_threads_are_processes_of_their_own_on_the_timeline() {
     let after = mono_ns();
     let host = std::process::id();
     let names: Vec<String> = (0..2).map(|w| format!("chip {w} (pid {host})")).collect();
-    check_file(&dir.join("merged_swimlane.json"), host as u64, &names, before, after);
-    assert!(dir.join("tasks/chip0/deps.json").is_file() && dir.join("tasks/chip1/deps.json").is_file());
+    check_file(
+        &dir.join("merged_swimlane.json"),
+        host as u64,
+        &names,
+        before,
+        after,
+    );
+    assert!(
+        dir.join("tasks/chip0/deps.json").is_file() && dir.join("tasks/chip1/deps.json").is_file()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -241,12 +385,19 @@ fn chip_tasks_write_under_their_chip_directory_without_a_run_swimlane() {
     run_two_chips(&mut n, CallConfig::default(), dir.clone());
     for w in 0..2 {
         let c = dir.join(format!("chip{w}"));
-        assert!(c.join("scope_stats/scope_stats.jsonl").is_file() && c.join("deps.json").is_file() && c.join("merged_swimlane.json").is_file());
+        assert!(
+            c.join("scope_stats/scope_stats.jsonl").is_file()
+                && c.join("deps.json").is_file()
+                && c.join("merged_swimlane.json").is_file()
+        );
         // The chip's own swimlane: its cores.
         let ev = load(&c.join("merged_swimlane.json"));
         assert!(events(&ev, "X").any(|e| e["name"] == "add"));
     }
-    assert!(!dir.join("merged_swimlane.json").exists(), "no run swimlane was asked for");
+    assert!(
+        !dir.join("merged_swimlane.json").exists(),
+        "no run swimlane was asked for"
+    );
     // A prefix that already names the chip's directory is used as it is.
     assert_eq!(chip_dir("/x/chip1", 1), PathBuf::from("/x/chip1"));
     assert_eq!(chip_dir("/x/chip1/", 1), PathBuf::from("/x/chip1/"));
@@ -264,21 +415,38 @@ fn a_failed_run_still_writes_its_timeline() {
     let (_o, out) = shared(16, 0.0);
     let r = n.run(
         move |o| {
-            o.submit_next_level(0, &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(out)], &CallConfig::default(), 0)?;
-            o.submit_next_level(1, &[], &CallConfig::default(), 1).map(|_| ())
+            o.submit_next_level(
+                0,
+                &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(out)],
+                &CallConfig::default(),
+                0,
+            )?;
+            o.submit_next_level(1, &[], &CallConfig::default(), 1)
+                .map(|_| ())
         },
         &dfx(&dir, false, true),
         None,
     );
     let e = r.unwrap_err().to_string();
-    assert!(e.starts_with("chip 1 (pid ") && e.contains("chip-side failure"), "{e}");
+    assert!(
+        e.starts_with("chip 1 (pid ") && e.contains("chip-side failure"),
+        "{e}"
+    );
     let ev = load(&dir.join("merged_swimlane.json"));
     let pid1 = n.chip_pids()[1] as u64;
     // The failed task: its dispatch, its flow to chip 1, and the kernel that failed there.
-    let d = events(&ev, "X").find(|e| e["name"] == "dispatch boom -> chip 1").expect("the failed task's dispatch");
+    let d = events(&ev, "X")
+        .find(|e| e["name"] == "dispatch boom -> chip 1")
+        .expect("the failed task's dispatch");
     assert_eq!(d["args"]["l3_task"], 1);
     assert!(events(&ev, "f").any(|e| e["id"] == 4 && e["pid"].as_u64() == Some(pid1)));
-    let k = events(&ev, "X").find(|e| e["name"] == "boom" && e["pid"].as_u64() == Some(pid1) && e["args"].get("ring").is_some()).expect("the failed kernel");
+    let k = events(&ev, "X")
+        .find(|e| {
+            e["name"] == "boom"
+                && e["pid"].as_u64() == Some(pid1)
+                && e["args"].get("ring").is_some()
+        })
+        .expect("the failed kernel");
     assert!(inside(window(k), window(d)));
     let _ = std::fs::remove_dir_all(&dir);
 }

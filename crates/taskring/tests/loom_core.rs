@@ -54,7 +54,9 @@ fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
 
 /// Four rings with the given windows, each with a `pool`-entry dependency / spill pool.
 fn arena(windows: [u64; 4], pool: u64) -> ArenaShared {
-    ArenaShared { rings: windows.map(|w| RingShared::new(w, pool).expect("ring")) }
+    ArenaShared {
+        rings: windows.map(|w| RingShared::new(w, pool).expect("ring")),
+    }
 }
 
 /// What the test's orchestrator and cores observed per task.
@@ -75,18 +77,32 @@ impl Marks {
         }
     }
     fn at(&self, t: TaskId) -> usize {
-        self.ids.iter().position(|&i| i == t).unwrap_or_else(|| panic!("unknown task {t:?}"))
+        self.ids
+            .iter()
+            .position(|&i| i == t)
+            .unwrap_or_else(|| panic!("unknown task {t:?}"))
     }
     /// A task was made ready (by `publish` or by a completion): check and count it.
     fn on_ready(&self, a: &ArenaShared, t: TaskId) {
         let i = self.at(t);
-        assert_eq!(a.slot(t).local.load(Relaxed), t.local(), "{t:?} made ready after its slot was reused");
-        assert!(self.wired[i].load(Acquire), "{t:?} made ready before its wiring ended");
+        assert_eq!(
+            a.slot(t).local.load(Relaxed),
+            t.local(),
+            "{t:?} made ready after its slot was reused"
+        );
+        assert!(
+            self.wired[i].load(Acquire),
+            "{t:?} made ready before its wiring ended"
+        );
         // What a core does with a ready task (chip::core_loop): read its payload.
         // safety: `t` is published (loom checks the payload's publication).
         let p = unsafe { a.rings[t.ring()].payload(t.local()) };
         assert_eq!(p.id, t);
-        assert_eq!(self.ready[i].fetch_add(1, Relaxed), 0, "{t:?} made ready twice");
+        assert_eq!(
+            self.ready[i].fetch_add(1, Relaxed),
+            0,
+            "{t:?} made ready twice"
+        );
     }
     fn ready_count(&self, t: TaskId) -> u32 {
         self.ready[self.at(t)].load(Relaxed)
@@ -173,7 +189,11 @@ fn admit(a: &ArenaShared, eng: &EngineShared, id: TaskId) {
     if id.local() as u64 >= r.window {
         // The previous occupant of the slot has retired.
         let s = r.slot(id.local());
-        assert_eq!(s.state.load(Acquire), CONSUMED, "slot of {id:?} re-prepared before its occupant was consumed");
+        assert_eq!(
+            s.state.load(Acquire),
+            CONSUMED,
+            "slot of {id:?} re-prepared before its occupant was consumed"
+        );
         assert_eq!(s.local.load(Relaxed) as u64, id.local() as u64 - r.window);
     }
 }
@@ -181,10 +201,18 @@ fn admit(a: &ArenaShared, eng: &EngineShared, id: TaskId) {
 fn assert_retired(a: &ArenaShared, ring: usize, ids: &[TaskId]) {
     for &t in ids {
         assert_eq!(a.slot(t).local.load(Relaxed), t.local());
-        assert_eq!(a.slot(t).state.load(Relaxed), CONSUMED, "{t:?} not consumed");
+        assert_eq!(
+            a.slot(t).state.load(Relaxed),
+            CONSUMED,
+            "{t:?} not consumed"
+        );
     }
     let r = &a.rings[ring];
-    assert_eq!(r.last_alive.load(Relaxed), r.current.load(Relaxed), "watermark of ring {ring} stuck");
+    assert_eq!(
+        r.last_alive.load(Relaxed),
+        r.current.load(Relaxed),
+        "watermark of ring {ring} stuck"
+    );
 }
 
 /// A core (chip.rs `core_loop`): complete `t`; keep the first task that completion made
@@ -194,7 +222,13 @@ fn run_chain(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
 }
 
 /// [`run_chain`], counting completions in `done`.
-fn run_chain_counted(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId, done: Option<&AtomicU32>) {
+fn run_chain_counted(
+    a: &ArenaShared,
+    eng: &EngineShared,
+    marks: &Marks,
+    t: TaskId,
+    done: Option<&AtomicU32>,
+) {
     let mut next = Some(t);
     while let Some(t) = next.take() {
         // safety: `t` is published, ran (nothing to run), and is completed once, here.
@@ -234,7 +268,10 @@ fn core_loop(a: &ArenaShared, eng: &EngineShared, marks: &Marks, done: &AtomicU3
 /// stop the cores.
 fn finish(a: &ArenaShared, eng: &EngineShared, ring: usize) {
     let r = &a.rings[ring];
-    while !eng.progress.wait(|| r.last_alive.load(Acquire) == r.current.load(Acquire), Duration::from_secs(1)) {}
+    while !eng.progress.wait(
+        || r.last_alive.load(Acquire) == r.current.load(Acquire),
+        Duration::from_secs(1),
+    ) {}
     eng.shutdown.store(true, SeqCst);
     eng.wake_all_cores();
 }
@@ -264,7 +301,11 @@ fn claim_vs_completion(flags: u64) {
         if ready_at_publish {
             run_chain(&a, &eng, &marks, c);
         }
-        assert_eq!(a.slot(c).state.load(Relaxed), COMPLETED, "C did not complete");
+        assert_eq!(
+            a.slot(c).state.load(Relaxed),
+            COMPLETED,
+            "C did not complete"
+        );
         // The scope ends.
         a.release_ref(p, SCOPE_BIT, &eng);
         a.release_ref(c, SCOPE_BIT, &eng);
@@ -363,7 +404,10 @@ fn slot_reuse_and_stale_claims() {
         // T2 reuses T0's slot; a claim of T0 now finds T2 there.
         admit(&a, &eng, t[2]);
         let s2 = open(&a, t[2], &[(t[0], WR), (t[0], DEP_WAIT)]);
-        assert!(s2.claimed.is_empty(), "claimed a task whose slot was reused");
+        assert!(
+            s2.claimed.is_empty(),
+            "claimed a task whose slot was reused"
+        );
         assert!(wire(&a, &eng, &marks, &s2, 0));
         eng.push_ready(t[2], CoreKind::Any);
         a.release_ref(t[2], SCOPE_BIT, &eng);
@@ -409,7 +453,11 @@ fn late_consumed_check_vs_reprepare() {
         assert_eq!(a.claim(t1, DEP_RETAIN), Claim::Claimed { pending: false });
         core.join().unwrap();
         let s = a.slot(t1);
-        assert_eq!(s.state.load(Relaxed), PENDING, "T1 touched by T0's late check");
+        assert_eq!(
+            s.state.load(Relaxed),
+            PENDING,
+            "T1 touched by T0's late check"
+        );
         assert_eq!(s.fanout_count.load(Relaxed), SCOPE_BIT + 1);
         assert_eq!(s.fanout_refcount.load(Relaxed), 0);
         assert_eq!(a.rings[0].last_alive.load(Relaxed), 1);
@@ -491,7 +539,10 @@ fn progress_wait_vs_notify() {
                 eng.progress.notify();
             })
         };
-        while !eng.progress.wait(|| moved.load(Acquire), Duration::from_secs(1)) {}
+        while !eng
+            .progress
+            .wait(|| moved.load(Acquire), Duration::from_secs(1))
+        {}
         core.join().unwrap();
     });
 }

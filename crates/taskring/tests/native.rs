@@ -36,8 +36,12 @@ fn native(symbol: &str) -> KernelRef {
 /// c = softmax_rows(a @ b), with the given kernels.
 fn matmul_softmax(mm: KernelRef, sm: KernelRef) -> Vec<f32> {
     let (m, k, n) = (8u32, 24u32, 40u32);
-    let mut a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 19) as f32 / 19.0 - 0.5).collect();
-    let mut b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 23) as f32 / 23.0 - 0.5).collect();
+    let mut a: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7) % 19) as f32 / 19.0 - 0.5)
+        .collect();
+    let mut b: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 5) % 23) as f32 / 23.0 - 0.5)
+        .collect();
     let mut c = vec![0f32; (m * n) as usize];
     let prog = Program::new("mm_softmax", move |o, args| {
         let (a, b, c) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?);
@@ -51,8 +55,13 @@ fn matmul_softmax(mm: KernelRef, sm: KernelRef) -> Vec<f32> {
         .map(|_| ())
     });
     let mut w = chip(2);
-    let args = [host(&mut a, &[m, k]), host(&mut b, &[k, n]), host(&mut c, &[m, n])];
-    w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap();
+    let args = [
+        host(&mut a, &[m, k]),
+        host(&mut b, &[k, n]),
+        host(&mut c, &[m, n]),
+    ];
+    w.run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap();
     let _ = &args;
     c
 }
@@ -79,22 +88,37 @@ fn a_failing_native_kernel_fails_its_task_with_its_message() {
     let mut w = chip(1);
     let mut a = vec![0f32; 4];
     let args = [host(&mut a, &[4])];
-    let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::TaskFailed);
     let text = e.to_string();
-    assert!(text.contains("tr_fail") && text.contains("returned 3: bad block: 1 tensors is not what I wanted"), "{text}");
+    assert!(
+        text.contains("tr_fail")
+            && text.contains("returned 3: bad block: 1 tensors is not what I wanted"),
+        "{text}"
+    );
     // the chip is usable afterwards
     let ok = native("tr_noop");
     let prog = Program::new("ok", move |o, _| submit(o, ok, |_| {}).map(|_| ()));
-    w.run_with_sizing(&prog, &[], &RingSizing::default()).unwrap();
+    w.run_with_sizing(&prog, &[], &RingSizing::default())
+        .unwrap();
 }
 
 #[test]
 fn a_signature_turns_wrong_arguments_into_invalid_args_at_submit() {
-    let k = NativeKernel::load(library(), "tr_add", CoreKind::Any).unwrap().with_signature(NativeSignature {
-        tensors: vec![TensorRule { dtype: Some(DType::F32), ndim: Some(1) }; 3],
-        scalars: Some(0),
-    });
+    let k = NativeKernel::load(library(), "tr_add", CoreKind::Any)
+        .unwrap()
+        .with_signature(NativeSignature {
+            tensors: vec![
+                TensorRule {
+                    dtype: Some(DType::F32),
+                    ndim: Some(1)
+                };
+                3
+            ],
+            scalars: Some(0),
+        });
     let add = KernelRef::leak(k);
     let prog = Program::new("wrong", move |o, args| {
         let a = args[0].tensor()?;
@@ -106,19 +130,33 @@ fn a_signature_turns_wrong_arguments_into_invalid_args_at_submit() {
     let mut w = chip(1);
     let mut a = vec![0f32; 4];
     let args = [host(&mut a, &[4])];
-    let e = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+    let e = w
+        .run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::InvalidArgs);
     assert!(e.to_string().contains("takes 3 tensors, got 2"), "{e}");
 }
 
 #[test]
 fn the_abi_limits_are_the_engines() {
-    assert_eq!(taskring::kernel::native::MAX_TENSORS, taskring::engine::MAX_TASK_TENSORS);
-    assert_eq!(taskring::kernel::native::MAX_SCALARS, taskring::engine::MAX_TASK_SCALARS);
+    assert_eq!(
+        taskring::kernel::native::MAX_TENSORS,
+        taskring::engine::MAX_TASK_TENSORS
+    );
+    assert_eq!(
+        taskring::kernel::native::MAX_SCALARS,
+        taskring::engine::MAX_TASK_SCALARS
+    );
 }
 
 #[test]
 fn load_errors() {
-    assert!(matches!(NativeKernel::load("/no/such/lib.so", "x", CoreKind::Aiv), Err(NativeKernelError::Library { .. })));
-    assert!(matches!(NativeKernel::load(library(), "tr_nothing", CoreKind::Aiv), Err(NativeKernelError::Symbol { .. })));
+    assert!(matches!(
+        NativeKernel::load("/no/such/lib.so", "x", CoreKind::Aiv),
+        Err(NativeKernelError::Library { .. })
+    ));
+    assert!(matches!(
+        NativeKernel::load(library(), "tr_nothing", CoreKind::Aiv),
+        Err(NativeKernelError::Symbol { .. })
+    ));
 }

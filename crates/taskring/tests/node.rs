@@ -20,7 +20,9 @@ fn vadd2() -> ChipCallable {
             let (a, b, out) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?);
             o.scope(|o| {
                 let mut t = TaskArgs::new();
-                t.input(a).input(b).output(TensorSpec::new(a.shape(), DType::F32).unwrap());
+                t.input(a)
+                    .input(b)
+                    .output(TensorSpec::new(a.shape(), DType::F32).unwrap());
                 let tmp = o.submit(ADD, &t)?.output(0);
                 let mut t = TaskArgs::new();
                 t.input(tmp).output_existing(out).scalar(Scalar::F64(2.0));
@@ -35,7 +37,9 @@ fn vadd2() -> ChipCallable {
 fn boom() -> ChipCallable {
     let k = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
     ChipCallable {
-        program: Program::new("boom", move |o, _| o.submit(k, &TaskArgs::new()).map(|_| ())),
+        program: Program::new("boom", move |o, _| {
+            o.submit(k, &TaskArgs::new()).map(|_| ())
+        }),
         signature: vec![],
     }
 }
@@ -115,9 +119,24 @@ fn heterogeneous(processes: bool) {
                 small.runtime_env.ring_task_window = [16, 4, 4, 4];
                 small.runtime_env.ring_heap = [4096; 4];
                 small.runtime_env.ring_dep_pool = [8; 4];
-                o.submit_next_level(0, &[NodeArg::Tensor(a), NodeArg::Tensor(b), NodeArg::Tensor(c)], &big, 0)?;
-                o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(d)], &small, 1)?;
-                o.submit_next_level(0, &[NodeArg::Tensor(c), NodeArg::Tensor(d), NodeArg::Tensor(c)], &small, 1)?;
+                o.submit_next_level(
+                    0,
+                    &[NodeArg::Tensor(a), NodeArg::Tensor(b), NodeArg::Tensor(c)],
+                    &big,
+                    0,
+                )?;
+                o.submit_next_level(
+                    0,
+                    &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(d)],
+                    &small,
+                    1,
+                )?;
+                o.submit_next_level(
+                    0,
+                    &[NodeArg::Tensor(c), NodeArg::Tensor(d), NodeArg::Tensor(c)],
+                    &small,
+                    1,
+                )?;
                 Ok(())
             },
             &CallConfig::default(),
@@ -135,7 +154,9 @@ fn heterogeneous(processes: bool) {
     assert_eq!(rep.tasks[0].peak.task_window[1], 2);
     assert!(rep.tasks.iter().all(|t| t.error.is_none() && t.tasks == 2));
     // c = 2(a + b) then c = 2(c + d) with d = 2(1 + 1) = 4.
-    let want: Vec<f32> = (0..256).map(|i| 2.0 * (2.0 * (i as f32 + 1.0) + 4.0)).collect();
+    let want: Vec<f32> = (0..256)
+        .map(|i| 2.0 * (2.0 * (i as f32 + 1.0) + 4.0))
+        .collect();
     assert_eq!(read(&bc, 256), want);
     assert_eq!(read(&bd, 256), vec![4.0; 256]);
     // Chip 1 prewarmed the default sizing, then built the small one once and hit it.
@@ -164,28 +185,81 @@ fn chip_failure_and_chip_death() {
     let _serial = SERIAL.lock();
     let mut n = node(true, 2);
     let e = n
-        .run(|o| o.submit_next_level(1, &[], &CallConfig::default(), 1).map(|_| ()), &CallConfig::default(), None)
+        .run(
+            |o| {
+                o.submit_next_level(1, &[], &CallConfig::default(), 1)
+                    .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
         .unwrap_err();
     let pid1 = n.chip_pids()[1];
     let text = e.to_string();
-    assert!(text.starts_with(&format!("chip 1 (pid {pid1}): TASK_FAILED")), "{text}");
+    assert!(
+        text.starts_with(&format!("chip 1 (pid {pid1}): TASK_FAILED")),
+        "{text}"
+    );
     assert!(text.contains("chip-side failure"), "{text}");
     // The next run works.
     let (_bb, b) = shared_f32(16, |_| 1.0);
     let (bo, out) = shared_f32(16, |_| 0.0);
-    n.run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)], &CallConfig::default(), 1).map(|_| ()), &CallConfig::default(), None)
-        .unwrap();
+    n.run(
+        move |o| {
+            o.submit_next_level(
+                0,
+                &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                &CallConfig::default(),
+                1,
+            )
+            .map(|_| ())
+        },
+        &CallConfig::default(),
+        None,
+    )
+    .unwrap();
     assert_eq!(read(&bo, 16), vec![4.0; 16]);
     // Kill chip 1: its next task fails within a second naming the signal; chip 0 works.
     unsafe { libc::kill(pid1, libc::SIGKILL) };
     let t0 = Instant::now();
     let e = n
-        .run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)], &CallConfig::default(), 1).map(|_| ()), &CallConfig::default(), None)
+        .run(
+            move |o| {
+                o.submit_next_level(
+                    0,
+                    &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                    &CallConfig::default(),
+                    1,
+                )
+                .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
         .unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(1), "death noticed after {:?}", t0.elapsed());
-    assert_eq!(e.to_string(), format!("chip 1 (pid {pid1}): the chip process was killed by signal 9"));
-    n.run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)], &CallConfig::default(), 0).map(|_| ()), &CallConfig::default(), None)
-        .unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "death noticed after {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        e.to_string(),
+        format!("chip 1 (pid {pid1}): the chip process was killed by signal 9")
+    );
+    n.run(
+        move |o| {
+            o.submit_next_level(
+                0,
+                &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                &CallConfig::default(),
+                0,
+            )
+            .map(|_| ())
+        },
+        &CallConfig::default(),
+        None,
+    )
+    .unwrap();
     n.close();
 }
 
@@ -195,14 +269,55 @@ fn submit_checks() {
     let mut n = node(false, 1);
     let private = [0f32; 4];
     let t = Tensor::from_raw(private.as_ptr() as u64, &[4], DType::F32);
-    let e = n.run(move |o| o.submit_next_level(0, &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(t)], &CallConfig::default(), 0).map(|_| ()), &CallConfig::default(), None).unwrap_err();
-    assert!(e.to_string().contains("argument 0 is not in shared memory"), "{e}");
-    let e = n.run(|o| o.submit_next_level(0, &[], &CallConfig::default(), 3).map(|_| ()), &CallConfig::default(), None).unwrap_err();
-    assert!(e.to_string().contains("worker 3 is not a chip of this node"), "{e}");
+    let e = n
+        .run(
+            move |o| {
+                o.submit_next_level(
+                    0,
+                    &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(t)],
+                    &CallConfig::default(),
+                    0,
+                )
+                .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("argument 0 is not in shared memory"),
+        "{e}"
+    );
+    let e = n
+        .run(
+            |o| {
+                o.submit_next_level(0, &[], &CallConfig::default(), 3)
+                    .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("worker 3 is not a chip of this node"),
+        "{e}"
+    );
     let mut bad = CallConfig::default();
     bad.runtime_env.ring_heap = [1000, 0, 0, 0];
-    let e = n.run(move |o| o.submit_next_level(1, &[], &bad, 0).map(|_| ()), &CallConfig::default(), None).unwrap_err();
-    assert!(e.to_string().contains("RuntimeEnv: ring_heap[0] must be a power of 2 >= 1024 (bytes per ring), got 1000"), "{e}");
+    let e = n
+        .run(
+            move |o| o.submit_next_level(1, &[], &bad, 0).map(|_| ()),
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "RuntimeEnv: ring_heap[0] must be a power of 2 >= 1024 (bytes per ring), got 1000"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -214,9 +329,25 @@ fn node_alloc_is_shared_with_chips() {
     n.run(
         move |o| {
             o.engine().scope(|_| Ok(()))?;
-            let tmp = o.alloc(TensorSpec::new(&[64], DType::F32).unwrap())?.output(0);
-            o.submit_next_level(0, &[NodeArg::Tensor(a), NodeArg::Tensor(a), NodeArg::Tensor(tmp)], &CallConfig::default(), 0)?;
-            o.submit_next_level(0, &[NodeArg::Tensor(tmp), NodeArg::Tensor(a), NodeArg::Tensor(out)], &CallConfig::default(), 0)?;
+            let tmp = o
+                .alloc(TensorSpec::new(&[64], DType::F32).unwrap())?
+                .output(0);
+            o.submit_next_level(
+                0,
+                &[NodeArg::Tensor(a), NodeArg::Tensor(a), NodeArg::Tensor(tmp)],
+                &CallConfig::default(),
+                0,
+            )?;
+            o.submit_next_level(
+                0,
+                &[
+                    NodeArg::Tensor(tmp),
+                    NodeArg::Tensor(a),
+                    NodeArg::Tensor(out),
+                ],
+                &CallConfig::default(),
+                0,
+            )?;
             Ok(())
         },
         &CallConfig::default(),
@@ -228,12 +359,24 @@ fn node_alloc_is_shared_with_chips() {
 }
 
 /// Chip `worker` runs `nap(ms)` writing `out`.
-fn nap_on(o: &mut NodeOrchestrator<'_, '_>, out: Tensor, ms: i64, worker: usize) -> Result<(), RuntimeFailure> {
-    o.submit_next_level(2, &[NodeArg::Tensor(out), NodeArg::Int(ms)], &CallConfig::default(), worker).map(|_| ())
+fn nap_on(
+    o: &mut NodeOrchestrator<'_, '_>,
+    out: Tensor,
+    ms: i64,
+    worker: usize,
+) -> Result<(), RuntimeFailure> {
+    o.submit_next_level(
+        2,
+        &[NodeArg::Tensor(out), NodeArg::Int(ms)],
+        &CallConfig::default(),
+        worker,
+    )
+    .map(|_| ())
 }
 
 fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
 }
 
 #[test]
@@ -257,24 +400,36 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
         .unwrap_err();
     let took = t0.elapsed();
     let text = e.to_string();
-    assert!(text.starts_with(&format!("chip 0 (pid {}): not responding: no heartbeat for ", pids[0])), "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "chip 0 (pid {}): not responding: no heartbeat for ",
+            pids[0]
+        )),
+        "{text}"
+    );
     assert!(text.contains("process state T, stopped"), "{text}");
     // The stall is counted from the chip's last heartbeat, which may precede the run
     // (and, on a loaded machine, SIGSTOP by more than one period).
-    assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(1500), "stall noticed after {took:?}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(1500),
+        "stall noticed after {took:?}"
+    );
     // The healthy chip's task ran meanwhile.
     assert_eq!(read(&b1, 1), vec![1.0]);
     assert_eq!(read(&b0, 1), vec![0.0]);
     // Continued, the chip answers its old request, then works again — also when the
     // next run starts right away (before the chip's watchdog beats again).
     unsafe { libc::kill(pids[0], libc::SIGCONT) };
-    n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+    n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read(&b0, 1), vec![1.0]);
     for _ in 0..3 {
         unsafe { libc::kill(pids[0], libc::SIGSTOP) };
-        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_err();
+        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
+            .unwrap_err();
         unsafe { libc::kill(pids[0], libc::SIGCONT) };
-        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("after SIGCONT: {e}"));
+        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
+            .unwrap_or_else(|e| panic!("after SIGCONT: {e}"));
     }
     // Stopped again, with a run in flight on it from another thread: close returns
     // within 2 s, killing it.
@@ -283,16 +438,30 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
     let h = n.lock().handle();
     let runner = {
         let n = n.clone();
-        std::thread::spawn(move || n.lock().run(move |o| nap_on(o, o0, 1, 0), &CallConfig::default(), None).map(|_| ()))
+        std::thread::spawn(move || {
+            n.lock()
+                .run(move |o| nap_on(o, o0, 1, 0), &CallConfig::default(), None)
+                .map(|_| ())
+        })
     };
     std::thread::sleep(Duration::from_millis(100));
     let t0 = Instant::now();
     h.request_close();
     n.lock().close();
-    assert!(t0.elapsed() < Duration::from_secs(2), "close took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "close took {:?}",
+        t0.elapsed()
+    );
     let e = runner.join().unwrap().unwrap_err().to_string();
-    assert!(e.starts_with(&format!("chip 0 (pid {}): not responding", pids[0])), "{e}");
-    assert!(pids.iter().all(|&p| !alive(p)), "chips {pids:?} outlived close");
+    assert!(
+        e.starts_with(&format!("chip 0 (pid {}): not responding", pids[0])),
+        "{e}"
+    );
+    assert!(
+        pids.iter().all(|&p| !alive(p)),
+        "chips {pids:?} outlived close"
+    );
 }
 
 #[test]
@@ -307,14 +476,25 @@ fn cancel_interrupts_a_waiting_run_and_the_node_stays_usable() {
             h.cancel();
         });
         let t0 = Instant::now();
-        let e = n.run(move |o| nap_on(o, o0, 1500, 0), &CallConfig::default(), None).unwrap_err();
+        let e = n
+            .run(
+                move |o| nap_on(o, o0, 1500, 0),
+                &CallConfig::default(),
+                None,
+            )
+            .unwrap_err();
         assert!(matches!(e, NodeError::Interrupted(_)), "{e}");
-        assert!(t0.elapsed() < Duration::from_millis(1000), "cancel took {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_millis(1000),
+            "cancel took {:?}",
+            t0.elapsed()
+        );
         canceller.join().unwrap();
         assert_eq!(read(&b0, 1), vec![0.0]);
         // The next run waits for the interrupted task's late reply, then runs.
         let (b1, o1) = shared_f32(1, |_| 0.0);
-        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+        n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(t0.elapsed() >= Duration::from_millis(1500));
         assert_eq!((read(&b0, 1), read(&b1, 1)), (vec![1.0], vec![1.0]));
         n.close();
@@ -326,14 +506,20 @@ fn count(dir: &str) -> usize {
 }
 
 fn maps() -> usize {
-    std::fs::read_to_string("/proc/self/maps").unwrap().lines().count()
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count()
 }
 
 fn children() -> usize {
     let mut n = 0;
     for t in std::fs::read_dir("/proc/self/task").unwrap() {
         let p = t.unwrap().path().join("children");
-        n += std::fs::read_to_string(p).unwrap_or_default().split_whitespace().count();
+        n += std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .split_whitespace()
+            .count();
     }
     n
 }
@@ -344,22 +530,48 @@ fn init_close_cycles_leak_nothing() {
     let (_b, t) = shared_f32(1, |_| 0.0);
     let cycle = || {
         let mut n = node(true, 2);
-        n.run(move |o| nap_on(o, t, 0, 0).and_then(|_| nap_on(o, t, 0, 1)), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+        n.run(
+            move |o| nap_on(o, t, 0, 0).and_then(|_| nap_on(o, t, 0, 1)),
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         n.chip_arena_stats(1).unwrap();
         let pids = n.chip_pids();
         drop(n);
         pids
     };
     cycle();
-    let before = (maps(), count("/proc/self/fd"), count("/proc/self/task"), children());
+    let before = (
+        maps(),
+        count("/proc/self/fd"),
+        count("/proc/self/task"),
+        children(),
+    );
     for _ in 0..30 {
         let pids = cycle();
         assert!(pids.iter().all(|&p| !alive(p)));
     }
-    let after = (maps(), count("/proc/self/fd"), count("/proc/self/task"), children());
+    let after = (
+        maps(),
+        count("/proc/self/fd"),
+        count("/proc/self/task"),
+        children(),
+    );
     eprintln!("maps/fds/threads/children before {before:?} after {after:?}");
-    assert!(after.0 <= before.0 + 4, "mappings {} -> {}", before.0, after.0);
-    assert_eq!((after.1, after.2, after.3), (before.1, before.2, before.3), "fds, threads, children (maps {} -> {})", before.0, after.0);
+    assert!(
+        after.0 <= before.0 + 4,
+        "mappings {} -> {}",
+        before.0,
+        after.0
+    );
+    assert_eq!(
+        (after.1, after.2, after.3),
+        (before.1, before.2, before.3),
+        "fds, threads, children (maps {} -> {})",
+        before.0,
+        after.0
+    );
 }
 
 #[test]
@@ -373,7 +585,10 @@ fn a_node_is_unusable_after_fork_and_the_parent_keeps_it() {
     if child == 0 {
         let ok = matches!(n.run(|_| Ok(()), &CallConfig::default(), None), Err(NodeError::Forked(p)) if p == parent)
             && matches!(n.chip_arena_stats(0), Err(NodeError::Forked(_)))
-            && NodeError::Forked(parent).to_string() == format!("this node was created in process {parent}; it cannot be used after fork()");
+            && NodeError::Forked(parent).to_string()
+                == format!(
+                    "this node was created in process {parent}; it cannot be used after fork()"
+                );
         drop(n);
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
@@ -383,9 +598,13 @@ fn a_node_is_unusable_after_fork_and_the_parent_keeps_it() {
         assert!(t0.elapsed() < Duration::from_secs(5), "the child hangs");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x}"
+    );
     assert!(alive(pids[0]));
     let (b, o) = shared_f32(1, |_| 0.0);
-    n.run(move |o_| nap_on(o_, o, 0, 0), &CallConfig::default(), None).unwrap_or_else(|e| panic!("{e}"));
+    n.run(move |o_| nap_on(o_, o, 0, 0), &CallConfig::default(), None)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read(&b, 1), vec![1.0]);
 }

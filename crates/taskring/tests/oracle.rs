@@ -148,7 +148,12 @@ fn oracle_kernel() -> KernelRef {
             let end = SEQ.fetch_add(1, SeqCst);
             // safety: the log outlives the run (the caller keeps it until run returns,
             // and a run returns only after every core went idle).
-            unsafe { &*log }.lock().unwrap().push(LogEntry { task, start, end, hash });
+            unsafe { &*log }.lock().unwrap().push(LogEntry {
+                task,
+                start,
+                end,
+                hash,
+            });
         })
     })
 }
@@ -200,7 +205,12 @@ enum View {
     Rows(u32, u32),
     /// Left (0) or right (1) column half, `view(&[rows, cols/2], h*cols/2, [cols, 1])`.
     Cols(u32),
-    Block { r0: u32, nr: u32, c0: u32, nc: u32 },
+    Block {
+        r0: u32,
+        nr: u32,
+        c0: u32,
+        nc: u32,
+    },
     /// One row as a 1-D view.
     Row1d(u32),
     /// The whole buffer as a 1-D view.
@@ -252,7 +262,9 @@ impl View {
             View::Full => Ok(base),
             View::Rows(a, b) => base.rows_slice(a as u64, b as u64),
             View::Cols(h) => base.view(&[rows, cols / 2], h as u64 * c / 2, Some(&[cols, 1])),
-            View::Block { r0, nr, c0, nc } => base.view(&[nr, nc], r0 as u64 * c + c0 as u64, Some(&[cols, 1])),
+            View::Block { r0, nr, c0, nc } => {
+                base.view(&[nr, nc], r0 as u64 * c + c0 as u64, Some(&[cols, 1]))
+            }
             View::Row1d(r) => base.view(&[cols], r as u64 * c, None),
             View::Flat => base.view(&[rows * cols], 0, None),
         };
@@ -264,7 +276,12 @@ impl View {
 enum PArg {
     /// An existing buffer (host tensor, runtime output or allocation) through a view;
     /// `md`: the view's `manual_dep` flag (no tensormap lookup / insert for it).
-    Ex { buf: usize, view: View, mode: Mode, md: bool },
+    Ex {
+        buf: usize,
+        view: View,
+        mode: Mode,
+        md: bool,
+    },
     /// A runtime-allocated output `[rows, cols]` (tag OUTPUT); becomes the next buffer.
     Out { rows: u32, cols: u32 },
 }
@@ -278,11 +295,25 @@ struct Dep {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Begin { manual: bool },
+    Begin {
+        manual: bool,
+    },
     End,
-    Task { id: usize, args: Vec<PArg>, deps: Vec<Dep>, salt: f64 },
-    Dummy { id: usize, args: Vec<PArg>, deps: Vec<Dep> },
-    Alloc { id: usize, shapes: Vec<(u32, u32)> },
+    Task {
+        id: usize,
+        args: Vec<PArg>,
+        deps: Vec<Dep>,
+        salt: f64,
+    },
+    Dummy {
+        id: usize,
+        args: Vec<PArg>,
+        deps: Vec<Dep>,
+    },
+    Alloc {
+        id: usize,
+        shapes: Vec<(u32, u32)>,
+    },
 }
 
 struct Prog {
@@ -306,7 +337,15 @@ fn fmt_args(args: &[PArg], next_buf: &mut usize) -> String {
     let mut s = Vec::new();
     for a in args {
         match *a {
-            PArg::Ex { buf, view, mode, md } => s.push(format!("{mode:?}(b{buf}.{view:?}{})", if md { " manual_dep" } else { "" })),
+            PArg::Ex {
+                buf,
+                view,
+                mode,
+                md,
+            } => s.push(format!(
+                "{mode:?}(b{buf}.{view:?}{})",
+                if md { " manual_dep" } else { "" }
+            )),
             PArg::Out { rows, cols } => {
                 s.push(format!("Out[{rows}x{cols}]->b{next_buf}"));
                 *next_buf += 1;
@@ -320,7 +359,10 @@ fn fmt_deps(deps: &[Dep]) -> String {
     if deps.is_empty() {
         return String::new();
     }
-    let d: Vec<String> = deps.iter().map(|d| format!("{}t{}", if d.wait_only { "wait:" } else { "" }, d.task)).collect();
+    let d: Vec<String> = deps
+        .iter()
+        .map(|d| format!("{}t{}", if d.wait_only { "wait:" } else { "" }, d.task))
+        .collect();
     format!(" deps [{}]", d.join(", "))
 }
 
@@ -334,7 +376,11 @@ impl fmt::Debug for Prog {
             self.conflicts.len(),
             self.required_deps
         )?;
-        writeln!(f, "  tiny sizing: window {:?} heap {:?} dep_pool {:?}", self.tiny.task_window, self.tiny.heap, self.tiny.dep_pool)?;
+        writeln!(
+            f,
+            "  tiny sizing: window {:?} heap {:?} dep_pool {:?}",
+            self.tiny.task_window, self.tiny.heap, self.tiny.dep_pool
+        )?;
         let mut depth = 0usize;
         let mut next_buf = self.init.len();
         for op in &self.ops {
@@ -348,14 +394,27 @@ impl fmt::Debug for Prog {
                     depth = depth.saturating_sub(1);
                     writeln!(f, "{}end_scope()", "  ".repeat(depth + 1))?;
                 }
-                Op::Task { id, args, deps, salt } => {
-                    writeln!(f, "{ind}t{id} = task(salt={salt}; {}){}", fmt_args(args, &mut next_buf), fmt_deps(deps))?
-                }
-                Op::Dummy { id, args, deps } => {
-                    writeln!(f, "{ind}t{id} = dummy({}){}", fmt_args(args, &mut next_buf), fmt_deps(deps))?
-                }
+                Op::Task {
+                    id,
+                    args,
+                    deps,
+                    salt,
+                } => writeln!(
+                    f,
+                    "{ind}t{id} = task(salt={salt}; {}){}",
+                    fmt_args(args, &mut next_buf),
+                    fmt_deps(deps)
+                )?,
+                Op::Dummy { id, args, deps } => writeln!(
+                    f,
+                    "{ind}t{id} = dummy({}){}",
+                    fmt_args(args, &mut next_buf),
+                    fmt_deps(deps)
+                )?,
                 Op::Alloc { id, shapes } => {
-                    let bufs: Vec<String> = (0..shapes.len()).map(|i| format!("b{}", next_buf + i)).collect();
+                    let bufs: Vec<String> = (0..shapes.len())
+                        .map(|i| format!("b{}", next_buf + i))
+                        .collect();
                     next_buf += shapes.len();
                     writeln!(f, "{ind}t{id} = alloc({shapes:?}) -> {}", bufs.join(", "))?
                 }
@@ -378,7 +437,10 @@ struct Acc {
 }
 
 fn conflict(a: &[Acc], b: &[Acc]) -> bool {
-    a.iter().any(|x| b.iter().any(|y| x.buf == y.buf && (x.write || y.write) && overlap(x.rect, y.rect)))
+    a.iter().any(|x| {
+        b.iter()
+            .any(|y| x.buf == y.buf && (x.write || y.write) && overlap(x.rect, y.rect))
+    })
 }
 
 struct GTask {
@@ -443,11 +505,23 @@ struct Gen {
 /// Op kind thresholds (out of 100) per profile: task, begin auto, begin manual, end,
 /// alloc, dummy; the rest are tasks. Profile 2 ("wide") also adds many random explicit
 /// deps, for fanins beyond the 16 edges held inline (spill pool).
-const PROFILES: [[u32; 6]; 3] = [[55, 63, 67, 79, 86, 93], [40, 54, 64, 76, 83, 91], [65, 71, 74, 82, 86, 94]];
+const PROFILES: [[u32; 6]; 3] = [
+    [55, 63, 67, 79, 86, 93],
+    [40, 54, 64, 76, 83, 91],
+    [65, 71, 74, 82, 86, 94],
+];
 
 impl Gen {
     fn new(k: usize) -> Gen {
-        let bufs = (0..k).map(|_| GBuf { rows: 8, cols: 8, owner: None, frame: None, init: vec![true; 64] }).collect();
+        let bufs = (0..k)
+            .map(|_| GBuf {
+                rows: 8,
+                cols: 8,
+                owner: None,
+                frame: None,
+                init: vec![true; 64],
+            })
+            .collect();
         Gen {
             ops: Vec::new(),
             tasks: Vec::new(),
@@ -477,10 +551,16 @@ impl Gen {
 
     /// (tasks, bytes) of `ring` that cannot retire while the current scopes stay open.
     fn blocked(&self, ring: usize) -> (u64, u64) {
-        let first = self.tasks.iter().position(|t| t.ring == ring && self.frame_open(t.frame));
+        let first = self
+            .tasks
+            .iter()
+            .position(|t| t.ring == ring && self.frame_open(t.frame));
         match first {
             None => (0, 0),
-            Some(i) => self.tasks[i..].iter().filter(|t| t.ring == ring).fold((0, 0), |(n, b), t| (n + 1, b + t.bytes)),
+            Some(i) => self.tasks[i..]
+                .iter()
+                .filter(|t| t.ring == ring)
+                .fold((0, 0), |(n, b), t| (n + 1, b + t.bytes)),
         }
     }
 
@@ -500,7 +580,9 @@ impl Gen {
     }
 
     fn avail_bufs(&self) -> Vec<usize> {
-        (0..self.bufs.len()).filter(|&b| self.bufs[b].frame.map_or(true, |f| self.frame_open(f))).collect()
+        (0..self.bufs.len())
+            .filter(|&b| self.bufs[b].frame.map_or(true, |f| self.frame_open(f)))
+            .collect()
     }
 
     fn step(&mut self, r: &RawOp, profile: usize) {
@@ -546,7 +628,9 @@ impl Gen {
             return;
         }
         let n = 1 + (r[1] % 2) as usize;
-        let shapes: Vec<(u32, u32)> = (0..n).map(|i| OUT_SHAPES[(r[2 + i] % 4) as usize]).collect();
+        let shapes: Vec<(u32, u32)> = (0..n)
+            .map(|i| OUT_SHAPES[(r[2 + i] % 4) as usize])
+            .collect();
         self.alloc_shapes(shapes);
     }
 
@@ -558,9 +642,22 @@ impl Gen {
         self.record_needs(blocked, bytes, 0);
         let frame = self.frames.last().unwrap().0;
         for &(rows, cols) in &shapes {
-            self.bufs.push(GBuf { rows, cols, owner: Some(id), frame: Some(frame), init: vec![false; (rows * cols) as usize] });
+            self.bufs.push(GBuf {
+                rows,
+                cols,
+                owner: Some(id),
+                frame: Some(frame),
+                init: vec![false; (rows * cols) as usize],
+            });
         }
-        self.tasks.push(GTask { ring: self.ring(), frame, bytes, kernel: false, acc: vec![], anc: 0 });
+        self.tasks.push(GTask {
+            ring: self.ring(),
+            frame,
+            bytes,
+            kernel: false,
+            acc: vec![],
+            anc: 0,
+        });
         self.ops.push(Op::Alloc { id, shapes });
         id
     }
@@ -573,7 +670,11 @@ impl Gen {
         let id = self.tasks.len();
         let avail = self.avail_bufs();
         let n_ex = if kernel { 1 + r[1] % 3 } else { r[1] % 3 } as usize;
-        let n_out = if kernel { [0, 0, 0, 1, 2][(r[2] % 5) as usize] } else { 0 };
+        let n_out = if kernel {
+            [0, 0, 0, 1, 2][(r[2] % 5) as usize]
+        } else {
+            0
+        };
 
         let mut args: Vec<PArg> = Vec::new();
         for a in 0..n_ex {
@@ -587,7 +688,12 @@ impl Gen {
                 mode = Mode::OutEx;
             }
             let md = (r[22] >> (4 * a)) & 7 == 0;
-            args.push(PArg::Ex { buf, view, mode, md });
+            args.push(PArg::Ex {
+                buf,
+                view,
+                mode,
+                md,
+            });
         }
         for o in 0..n_out {
             let (rows, cols) = OUT_SHAPES[(r[12 + o] % 4) as usize];
@@ -607,13 +713,19 @@ impl Gen {
             if s < 3 {
                 r[17 + s]
             } else {
-                r[17 + s % 3].wrapping_mul(0x9E37_79B9).wrapping_add((s as u32).wrapping_mul(0x85EB_CA6B)).rotate_left(s as u32)
+                r[17 + s % 3]
+                    .wrapping_mul(0x9E37_79B9)
+                    .wrapping_add((s as u32).wrapping_mul(0x85EB_CA6B))
+                    .rotate_left(s as u32)
             }
         };
         let mut extra = Vec::new();
         if id > 0 {
             for s in 0..n_extra {
-                extra.push(Dep { task: selector(s) as usize % id, wait_only: wait_bits & 1 == 1 });
+                extra.push(Dep {
+                    task: selector(s) as usize % id,
+                    wait_only: wait_bits & 1 == 1,
+                });
                 wait_bits = wait_bits.rotate_right(1);
             }
         }
@@ -625,7 +737,14 @@ impl Gen {
     /// `extra`, adding the deps the runtime will not infer (flags from `wait_bits`, bit
     /// by bit: 1 = `dep_wait`). Returns its id, or None when it would need more than
     /// MAX_DEPS explicit deps (the op is dropped).
-    fn submit_task(&mut self, kernel: bool, args: Vec<PArg>, extra: Vec<Dep>, salt: f64, mut wait_bits: u32) -> Option<usize> {
+    fn submit_task(
+        &mut self,
+        kernel: bool,
+        args: Vec<PArg>,
+        extra: Vec<Dep>,
+        salt: f64,
+        mut wait_bits: u32,
+    ) -> Option<usize> {
         let id = self.tasks.len();
         let manual = self.manual_ctx();
         let blocked = self.blocked(self.ring());
@@ -636,15 +755,31 @@ impl Gen {
             let mut next_buf = self.bufs.len();
             for a in &args {
                 match *a {
-                    PArg::Ex { buf, view, mode, .. } => {
+                    PArg::Ex {
+                        buf, view, mode, ..
+                    } => {
                         let b = &self.bufs[buf];
                         let rect = view.rect(b.rows, b.cols);
-                        assert!(b.frame.map_or(true, |f| self.frame_open(f)), "b{buf} used after its scope ended");
-                        assert!(!mode.reads() || b.all_init(rect), "b{buf} read before it was written");
-                        acc.push(Acc { buf, rect, write: mode.writes() });
+                        assert!(
+                            b.frame.map_or(true, |f| self.frame_open(f)),
+                            "b{buf} used after its scope ended"
+                        );
+                        assert!(
+                            !mode.reads() || b.all_init(rect),
+                            "b{buf} read before it was written"
+                        );
+                        acc.push(Acc {
+                            buf,
+                            rect,
+                            write: mode.writes(),
+                        });
                     }
                     PArg::Out { rows, cols } => {
-                        acc.push(Acc { buf: next_buf, rect: (0, rows, 0, cols), write: true });
+                        acc.push(Acc {
+                            buf: next_buf,
+                            rect: (0, rows, 0, cols),
+                            write: true,
+                        });
                         next_buf += 1;
                     }
                 }
@@ -668,7 +803,13 @@ impl Gen {
         let mut fanin_set = anc_bits(&deps);
         if !manual {
             for a in &args {
-                if let PArg::Ex { buf, view, mode, md } = *a {
+                if let PArg::Ex {
+                    buf,
+                    view,
+                    mode,
+                    md,
+                } = *a
+                {
                     let b = &self.bufs[buf];
                     // The creator edge applies even to a manual_dep view.
                     if let Some(o) = b.owner {
@@ -703,7 +844,10 @@ impl Gen {
                     if let PArg::Ex { buf, .. } = *a {
                         if let Some(o) = self.bufs[buf].owner {
                             if !deps.iter().any(|d| d.task == o && !d.wait_only) {
-                                deps.push(Dep { task: o, wait_only: false });
+                                deps.push(Dep {
+                                    task: o,
+                                    wait_only: false,
+                                });
                                 required += 1;
                             }
                             edge(&mut anc, o);
@@ -715,7 +859,10 @@ impl Gen {
                 if tasks[i].kernel && conflict(&tasks[i].acc, &acc) {
                     conflicts.push((i, id));
                     if anc & (1 << i) == 0 {
-                        deps.push(Dep { task: i, wait_only: next_wait() });
+                        deps.push(Dep {
+                            task: i,
+                            wait_only: next_wait(),
+                        });
                         required += 1;
                         edge(&mut anc, i);
                     }
@@ -729,13 +876,21 @@ impl Gen {
         let fanin = fanin_set.count_ones() as u64;
 
         // Commit.
-        let n_out = args.iter().filter(|a| matches!(a, PArg::Out { .. })).count();
+        let n_out = args
+            .iter()
+            .filter(|a| matches!(a, PArg::Out { .. }))
+            .count();
         let bytes = OUT_BYTES * n_out as u64;
         self.record_needs(blocked, bytes, fanin);
         let frame = self.frames.last().unwrap().0;
         for a in &args {
             match *a {
-                PArg::Ex { buf, view, mode, md } => {
+                PArg::Ex {
+                    buf,
+                    view,
+                    mode,
+                    md,
+                } => {
                     let (rows, cols) = (self.bufs[buf].rows, self.bufs[buf].cols);
                     let rect = view.rect(rows, cols);
                     if kernel && mode.writes() {
@@ -745,17 +900,33 @@ impl Gen {
                         self.writers.push((id, buf, rect));
                     }
                 }
-                PArg::Out { rows, cols } => {
-                    self.bufs.push(GBuf { rows, cols, owner: Some(id), frame: Some(frame), init: vec![true; (rows * cols) as usize] })
-                }
+                PArg::Out { rows, cols } => self.bufs.push(GBuf {
+                    rows,
+                    cols,
+                    owner: Some(id),
+                    frame: Some(frame),
+                    init: vec![true; (rows * cols) as usize],
+                }),
             }
         }
         self.conflicts.extend(conflicts.into_iter().rev());
         self.required_deps += required;
         self.wide_tasks += (fanin > 16) as usize;
-        self.tasks.push(GTask { ring: self.ring(), frame, bytes, kernel, acc, anc });
+        self.tasks.push(GTask {
+            ring: self.ring(),
+            frame,
+            bytes,
+            kernel,
+            acc,
+            anc,
+        });
         if kernel {
-            self.ops.push(Op::Task { id, args, deps, salt });
+            self.ops.push(Op::Task {
+                id,
+                args,
+                deps,
+                salt,
+            });
         } else {
             assert!(n_out == 0, "dummy tasks take no runtime outputs here");
             self.ops.push(Op::Dummy { id, args, deps });
@@ -774,18 +945,28 @@ impl Gen {
             w[r] = (n.blocked + 2).next_power_of_two().max(4);
             // A request never straddles the heap end: room for twice the pinned bytes
             // and twice the largest request covers the abandoned end gap.
-            h[r] = (2 * n.blocked_bytes + 2 * n.largest_bytes).next_power_of_two().max(1024);
+            h[r] = (2 * n.blocked_bytes + 2 * n.largest_bytes)
+                .next_power_of_two()
+                .max(1024);
             // At most window - 1 live tasks, each with at most max_fanin pool entries
             // (dependency nodes and spill entries each have a pool of this size).
             d[r] = (w[r] * n.max_fanin).max(4);
         }
         let tiny = RingSizing::from_values(w, h, d).unwrap_or_else(|e| panic!("{e}"));
-        let init = (0..k).map(|b| (0..64).map(|i| (b * 64 + i) as f32 * 0.03125 - 1.0 - b as f32).collect()).collect();
+        let init = (0..k)
+            .map(|b| {
+                (0..64)
+                    .map(|i| (b * 64 + i) as f32 * 0.03125 - 1.0 - b as f32)
+                    .collect()
+            })
+            .collect();
         Prog {
             init,
             n_tasks: self.tasks.len(),
             buf_shapes: self.bufs.iter().map(|b| (b.rows, b.cols)).collect(),
-            kernel_tasks: (0..self.tasks.len()).filter(|&i| self.tasks[i].kernel).collect(),
+            kernel_tasks: (0..self.tasks.len())
+                .filter(|&i| self.tasks[i].kernel)
+                .collect(),
             conflicts: self.conflicts,
             required_deps: self.required_deps,
             wide_tasks: self.wide_tasks,
@@ -814,15 +995,31 @@ fn generate(k: usize, raws: &[RawOp], profile: usize) -> Prog {
 
 fn oracle_chip() -> ChipWorker {
     // A long backstop: a loaded CI machine must not turn slowness into a failure.
-    ChipWorker::new(ChipOptions { cores: 2, backstop: Duration::from_secs(20), ..Default::default() }).expect("chip")
+    ChipWorker::new(ChipOptions {
+        cores: 2,
+        backstop: Duration::from_secs(20),
+        ..Default::default()
+    })
+    .expect("chip")
 }
 
 /// One core thread, and the orchestrator runs ready tasks while it waits.
 fn helping_chip() -> ChipWorker {
-    ChipWorker::new(ChipOptions { cores: 1, orchestrator_helps: true, backstop: Duration::from_secs(20), ..Default::default() }).expect("chip")
+    ChipWorker::new(ChipOptions {
+        cores: 1,
+        orchestrator_helps: true,
+        backstop: Duration::from_secs(20),
+        ..Default::default()
+    })
+    .expect("chip")
 }
 
-fn run_ops(o: &mut Orchestrator<'_>, args: &[Arg<'_>], p: &Prog, log: &Log) -> Result<(), RuntimeFailure> {
+fn run_ops(
+    o: &mut Orchestrator<'_>,
+    args: &[Arg<'_>],
+    p: &Prog,
+    log: &Log,
+) -> Result<(), RuntimeFailure> {
     let k = oracle_kernel();
     let mut bufs: Vec<Tensor> = args.iter().map(|a| a.tensor()).collect::<Result<_, _>>()?;
     let mut ids: Vec<TaskId> = Vec::with_capacity(p.n_tasks);
@@ -835,7 +1032,12 @@ fn run_ops(o: &mut Orchestrator<'_>, args: &[Arg<'_>], p: &Prog, log: &Log) -> R
                 let mut n_inout = 0;
                 for arg in args {
                     match *arg {
-                        PArg::Ex { buf, view, mode, md } => {
+                        PArg::Ex {
+                            buf,
+                            view,
+                            mode,
+                            md,
+                        } => {
                             n_inout += (mode == Mode::InOut) as usize;
                             let mut t = view.apply(bufs[buf]);
                             t.manual_dep = md;
@@ -881,7 +1083,12 @@ struct RunResult {
     report: RunReport,
 }
 
-fn run_on_chip(chip: &mut ChipWorker, p: &Arc<Prog>, sizing: &RingSizing, label: &'static str) -> Result<RunResult, RuntimeFailure> {
+fn run_on_chip(
+    chip: &mut ChipWorker,
+    p: &Arc<Prog>,
+    sizing: &RingSizing,
+    label: &'static str,
+) -> Result<RunResult, RuntimeFailure> {
     let log: Box<Log> = Box::new(Mutex::new(Vec::with_capacity(64)));
     let log_addr = &*log as *const Log as usize;
     let pc = p.clone();
@@ -897,7 +1104,11 @@ fn run_on_chip(chip: &mut ChipWorker, p: &Arc<Prog>, sizing: &RingSizing, label:
         chip.run_with_sizing(&program, &args, sizing)?
     };
     let log = std::mem::take(&mut *log.lock().unwrap());
-    Ok(RunResult { host: hostbufs, log, report })
+    Ok(RunResult {
+        host: hostbufs,
+        log,
+        report,
+    })
 }
 
 // ----- the oracle ---------------------------------------------------------------------
@@ -931,7 +1142,9 @@ fn oracle(p: &Prog) -> Expected {
                 let mut oi = 0;
                 for a in args {
                     match *a {
-                        PArg::Ex { buf, view, mode, .. } => {
+                        PArg::Ex {
+                            buf, view, mode, ..
+                        } => {
                             let g = match mode {
                                 Mode::In => 0,
                                 Mode::InOut => 1,
@@ -965,7 +1178,10 @@ fn oracle(p: &Prog) -> Expected {
 
 fn check(p: &Prog, label: &str, got: &RunResult, exp: &Expected) -> Result<(), String> {
     if got.report.tasks != p.n_tasks as u64 {
-        return Err(format!("{label}: report says {} tasks, the program submits {}", got.report.tasks, p.n_tasks));
+        return Err(format!(
+            "{label}: report says {} tasks, the program submits {}",
+            got.report.tasks, p.n_tasks
+        ));
     }
     let mut seen: Vec<Option<LogEntry>> = vec![None; p.n_tasks];
     for e in &got.log {
@@ -981,7 +1197,11 @@ fn check(p: &Prog, label: &str, got: &RunResult, exp: &Expected) -> Result<(), S
         match seen[t] {
             None => return Err(format!("{label}: kernel task t{t} never ran")),
             Some(e) if Some(e.hash) != exp.hash[t] => {
-                return Err(format!("{label}: t{t} wrote different values than the oracle (hash {:#x} vs {:#x})", e.hash, exp.hash[t].unwrap()))
+                return Err(format!(
+                    "{label}: t{t} wrote different values than the oracle (hash {:#x} vs {:#x})",
+                    e.hash,
+                    exp.hash[t].unwrap()
+                ))
             }
             _ => {}
         }
@@ -1008,8 +1228,12 @@ fn check(p: &Prog, label: &str, got: &RunResult, exp: &Expected) -> Result<(), S
 fn check_program(chip: &mut ChipWorker, p: &Arc<Prog>) -> Result<bool, String> {
     let exp = oracle(p);
     let mut full = false;
-    for (label, sizing) in [("tiny sizing", p.tiny), ("default sizing", RingSizing::default())] {
-        let got = run_on_chip(chip, p, &sizing, label).map_err(|e| format!("{label}: run failed: {e}"))?;
+    for (label, sizing) in [
+        ("tiny sizing", p.tiny),
+        ("default sizing", RingSizing::default()),
+    ] {
+        let got = run_on_chip(chip, p, &sizing, label)
+            .map_err(|e| format!("{label}: run failed: {e}"))?;
         check(p, label, &got, &exp)?;
         if label == "tiny sizing" {
             full = (0..4).any(|r| got.report.peak.task_window[r] + 1 == sizing.task_window[r]);
@@ -1032,7 +1256,9 @@ fn watched() -> &'static Watched {
         std::thread::spawn(|| loop {
             std::thread::sleep(Duration::from_secs(1));
             let w = watched().lock().unwrap();
-            if let Some((_, _, p, label)) = w.iter().find(|e| e.1.elapsed() > Duration::from_secs(60)) {
+            if let Some((_, _, p, label)) =
+                w.iter().find(|e| e.1.elapsed() > Duration::from_secs(60))
+            {
                 eprintln!("oracle watchdog: a run ({label}) has not finished after 60 s:\n{p:?}");
                 std::process::abort();
             }
@@ -1045,7 +1271,10 @@ impl Watch {
     fn start(p: Arc<Prog>, label: &'static str) -> Watch {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let id = NEXT.fetch_add(1, SeqCst);
-        watched().lock().unwrap().push((id, Instant::now(), p, label));
+        watched()
+            .lock()
+            .unwrap()
+            .push((id, Instant::now(), p, label));
         Watch(id)
     }
 }
@@ -1059,7 +1288,10 @@ impl Drop for Watch {
 // ----- property tests -----------------------------------------------------------------
 
 fn raw_program() -> impl Strategy<Value = (usize, Vec<RawOp>)> {
-    (2usize..=4, prop::collection::vec(prop::array::uniform32(any::<u32>()), 1..64))
+    (
+        2usize..=4,
+        prop::collection::vec(prop::array::uniform32(any::<u32>()), 1..64),
+    )
 }
 
 fn property(profile: usize, cases: u32) {
@@ -1068,16 +1300,25 @@ fn property(profile: usize, cases: u32) {
 
 fn property_on(profile: usize, cases: u32, make_chip: fn() -> ChipWorker) {
     // TASKRING_ORACLE_SCALE=n runs n times the cases (bug hunting).
-    let scale = std::env::var("TASKRING_ORACLE_SCALE").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1).max(1);
+    let scale = std::env::var("TASKRING_ORACLE_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
     let cases = cases * scale;
-    let config = PtConfig { cases, failure_persistence: None, ..PtConfig::default() };
+    let config = PtConfig {
+        cases,
+        failure_persistence: None,
+        ..PtConfig::default()
+    };
     let mut runner = TestRunner::new(config);
     let chip = RefCell::new(make_chip());
     let t0 = Instant::now();
     let stats = RefCell::new((0usize, 0usize, 0usize, 0usize, 0usize));
     let r = runner.run(&raw_program(), |(k, raws)| {
         let p = Arc::new(generate(k, &raws, profile));
-        let full = check_program(&mut chip.borrow_mut(), &p).map_err(|e| TestCaseError::fail(format!("{e}\n{p:?}")))?;
+        let full = check_program(&mut chip.borrow_mut(), &p)
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{p:?}")))?;
         let mut s = stats.borrow_mut();
         s.0 += p.n_tasks;
         s.1 += p.conflicts.len();
@@ -1101,7 +1342,10 @@ fn property_on(profile: usize, cases: u32, make_chip: fn() -> ChipWorker) {
     match r {
         Ok(()) => {}
         Err(TestError::Fail(why, (k, raws))) => {
-            panic!("oracle mismatch (minimal case: k={k}, {} raw ops):\n{why}", raws.len())
+            panic!(
+                "oracle mismatch (minimal case: k={k}, {} raw ops):\n{why}",
+                raws.len()
+            )
         }
         Err(e) => panic!("{e}"),
     }
@@ -1139,7 +1383,10 @@ fn fixed_program() -> Arc<Prog> {
     for i in 0..24u32 {
         let mut r = [0u32; RAW];
         for (j, x) in r.iter_mut().enumerate() {
-            *x = (i + 1).wrapping_mul(2_654_435_761).wrapping_add(j as u32 * 40_503).rotate_left(j as u32 % 31);
+            *x = (i + 1)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(j as u32 * 40_503)
+                .rotate_left(j as u32 % 31);
         }
         raws.push(r);
     }
@@ -1183,7 +1430,9 @@ fn runtime_output_after_its_scope_ended_is_rejected_and_chip_recovers() {
     });
     let mut x = vec![1f32; 64];
     let args = [host(&mut x, &[8, 8])];
-    let e = chip.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap_err();
+    let e = chip
+        .run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::InvalidArgs, "{e}");
     assert!(e.to_string().contains("scope"), "{e}");
     // The rejected task never ran.
@@ -1199,11 +1448,19 @@ fn runtime_output_after_its_scope_ended_is_rejected_and_chip_recovers() {
 fn auto_scope_inside_manual_scope_is_rejected() {
     let mut chip = oracle_chip();
     let ok = Program::new("manual_in_manual", |o, _| {
-        o.manual_scope(|o| o.manual_scope(|o| o.submit_dummy(&TaskArgs::new())).map(|_| ()))
+        o.manual_scope(|o| {
+            o.manual_scope(|o| o.submit_dummy(&TaskArgs::new()))
+                .map(|_| ())
+        })
     });
-    chip.run_with_sizing(&ok, &[], &RingSizing::default()).unwrap();
-    let bad = Program::new("auto_in_manual", |o, _| o.manual_scope(|o| o.scope(|_| Ok(()))));
-    let e = chip.run_with_sizing(&bad, &[], &RingSizing::default()).unwrap_err();
+    chip.run_with_sizing(&ok, &[], &RingSizing::default())
+        .unwrap();
+    let bad = Program::new("auto_in_manual", |o, _| {
+        o.manual_scope(|o| o.scope(|_| Ok(())))
+    });
+    let e = chip
+        .run_with_sizing(&bad, &[], &RingSizing::default())
+        .unwrap_err();
     assert_eq!(e.code, StatusCode::InvalidArgs, "{e}");
     check_program(&mut chip, &fixed_program()).unwrap_or_else(|e| panic!("{e}"));
 }
@@ -1241,8 +1498,6 @@ fn ring3_is_shared_by_deep_scopes() {
     check_program(&mut chip, &fixed_program()).unwrap_or_else(|e| panic!("{e}"));
 }
 
-
-
 /// A task with 16 explicit deps, a creator edge and tensormap lookups has more than the
 /// 16 fanin edges held inline: the rest goes to the ring's spill pool (at depth 0 and in
 /// a depth-1 scope, where the root-scope writers are found too). Same oracle checks.
@@ -1256,18 +1511,52 @@ fn fanin_beyond_16_inline_edges() {
         let mut writers = Vec::new();
         for b in 0..2 {
             for r in 0..8 {
-                let a = vec![PArg::Ex { buf: b, view: View::Rows(r, r + 1), mode: Mode::OutEx, md: false }];
+                let a = vec![PArg::Ex {
+                    buf: b,
+                    view: View::Rows(r, r + 1),
+                    mode: Mode::OutEx,
+                    md: false,
+                }];
                 writers.push(g.submit_task(true, a, vec![], 0.25 * r as f64, 0).unwrap());
             }
         }
         let z = g.bufs.len();
-        let a = vec![PArg::Ex { buf: 0, view: View::Cols(1), mode: Mode::In, md: false }, PArg::Out { rows: 8, cols: 8 }];
-        g.submit_task(true, a, vec![], 1.0, 0).unwrap();
-        let extra: Vec<Dep> = writers.iter().map(|&t| Dep { task: t, wait_only: false }).collect();
         let a = vec![
-            PArg::Ex { buf: 0, view: View::Full, mode: Mode::In, md: false },
-            PArg::Ex { buf: z, view: View::Full, mode: Mode::In, md: false },
-            PArg::Ex { buf: 1, view: View::Full, mode: Mode::InOut, md: false },
+            PArg::Ex {
+                buf: 0,
+                view: View::Cols(1),
+                mode: Mode::In,
+                md: false,
+            },
+            PArg::Out { rows: 8, cols: 8 },
+        ];
+        g.submit_task(true, a, vec![], 1.0, 0).unwrap();
+        let extra: Vec<Dep> = writers
+            .iter()
+            .map(|&t| Dep {
+                task: t,
+                wait_only: false,
+            })
+            .collect();
+        let a = vec![
+            PArg::Ex {
+                buf: 0,
+                view: View::Full,
+                mode: Mode::In,
+                md: false,
+            },
+            PArg::Ex {
+                buf: z,
+                view: View::Full,
+                mode: Mode::In,
+                md: false,
+            },
+            PArg::Ex {
+                buf: 1,
+                view: View::Full,
+                mode: Mode::InOut,
+                md: false,
+            },
         ];
         g.submit_task(true, a, extra, 0.5, 0).unwrap();
     }

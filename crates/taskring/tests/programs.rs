@@ -25,8 +25,14 @@ fn vector_add_in_a_scope() {
     let mut b: Vec<f32> = (0..1024).map(|i| (i * 3) as f32).collect();
     let mut out = vec![0f32; 1024];
     let expect: Vec<f32> = a.iter().zip(&b).map(|(x, y)| 2.0 * (x + y)).collect();
-    let args = [host(&mut a, &[4, 256]), host(&mut b, &[4, 256]), host(&mut out, &[4, 256])];
-    let rep = w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap();
+    let args = [
+        host(&mut a, &[4, 256]),
+        host(&mut b, &[4, 256]),
+        host(&mut out, &[4, 256]),
+    ];
+    let rep = w
+        .run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap();
     let _ = &args;
     assert_eq!(out, expect);
     assert_eq!(rep.tasks, 2);
@@ -66,7 +72,8 @@ fn long_chain_through_window_4_completes() {
     let mut x = vec![1f32; 16];
     let args = [host(&mut x, &[16])];
     // Ring 1's window must hold the 1000-task scope; the chain scopes hold 2 tasks.
-    let s = RingSizing::from_values([16, 4, 4, 4], [1 << 20, 4096, 1024, 1024], [64; 4]).unwrap_or_else(|e| panic!("{e}"));
+    let s = RingSizing::from_values([16, 4, 4, 4], [1 << 20, 4096, 1024, 1024], [64; 4])
+        .unwrap_or_else(|e| panic!("{e}"));
     let r = w.run_with_sizing(&prog, &args, &s);
     // The 1000-task scope cannot fit a window of 4: it is a scope deadlock, reported.
     let e = r.unwrap_err();
@@ -79,7 +86,9 @@ fn long_chain_through_window_4_completes() {
         for i in 0..n {
             o.scope(|o| {
                 submit(o, SCALE, |t| {
-                    t.input(x).output_existing(x).scalar(Scalar::F64(if i % 2 == 0 { 2.0 } else { 0.5 }));
+                    t.input(x)
+                        .output_existing(x)
+                        .scalar(Scalar::F64(if i % 2 == 0 { 2.0 } else { 0.5 }));
                 })?;
                 Ok(())
             })?;
@@ -122,7 +131,8 @@ fn diamond() {
     let expect: Vec<f32> = a.iter().map(|x| (3.0 * x).exp() - 3.0 * x).collect();
     for _ in 0..20 {
         let args = [host(&mut a, &[64]), host(&mut out, &[64])];
-        w.run_with_sizing(&prog, &args, &sizing(8, 1 << 16, 16)).unwrap();
+        w.run_with_sizing(&prog, &args, &sizing(8, 1 << 16, 16))
+            .unwrap();
     }
     for (g, e) in out.iter().zip(&expect) {
         assert!((g - e).abs() < 1e-4 * e.abs().max(1.0), "{g} vs {e}");
@@ -133,9 +143,15 @@ fn diamond() {
 #[test]
 fn paged_attention_decode() {
     let (heads, dim, block, blocks) = (4usize, 16usize, 8usize, 6usize);
-    let mut q: Vec<f32> = (0..heads * dim).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
-    let k: Vec<f32> = (0..blocks * block * dim).map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5).collect();
-    let mut v: Vec<f32> = (0..blocks * block * dim).map(|i| ((i * 3) % 17) as f32 / 17.0).collect();
+    let mut q: Vec<f32> = (0..heads * dim)
+        .map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5)
+        .collect();
+    let k: Vec<f32> = (0..blocks * block * dim)
+        .map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5)
+        .collect();
+    let mut v: Vec<f32> = (0..blocks * block * dim)
+        .map(|i| ((i * 3) % 17) as f32 / 17.0)
+        .collect();
     let mut kt = vec![0f32; blocks * dim * block]; // per block K^T: [dim, block]
     for b in 0..blocks {
         for r in 0..block {
@@ -148,26 +164,40 @@ fn paged_attention_decode() {
     // Reference: full softmax(q K^T) V.
     let mut expect = vec![0f32; heads * dim];
     for h in 0..heads {
-        let s: Vec<f32> = (0..blocks * block).map(|j| (0..dim).map(|c| q[h * dim + c] * k[j * dim + c]).sum()).collect();
+        let s: Vec<f32> = (0..blocks * block)
+            .map(|j| (0..dim).map(|c| q[h * dim + c] * k[j * dim + c]).sum())
+            .collect();
         let m = s.iter().cloned().fold(f32::MIN, f32::max);
         let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
         let z: f32 = e.iter().sum();
         for c in 0..dim {
-            expect[h * dim + c] = (0..blocks * block).map(|j| e[j] * v[j * dim + c]).sum::<f32>() / z;
+            expect[h * dim + c] = (0..blocks * block)
+                .map(|j| e[j] * v[j * dim + c])
+                .sum::<f32>()
+                / z;
         }
     }
     let bb = block as u32;
     let d = dim as u32;
     let hh = heads as u32;
     let prog = Program::new("decode", move |o, args| {
-        let (q, kt, v, out) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?, args[3].tensor()?);
+        let (q, kt, v, out) = (
+            args[0].tensor()?,
+            args[1].tensor()?,
+            args[2].tensor()?,
+            args[3].tensor()?,
+        );
         // Scores for every block, then one softmax over all blocks' scores, then PV
         // accumulated block by block with matmul_acc (an INOUT chain).
         let scores = o.alloc(&[spec(&[hh, bb * blocks as u32])])?.output(0);
         for b in 0..blocks as u32 {
             o.scope(|o| {
-                let ktb = kt.rows_slice((b * d) as u64, ((b + 1) * d) as u64).map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
-                let sb = scores.view(&[hh, bb], (b * bb) as u64, Some(&[bb * blocks as u32, 1])).unwrap();
+                let ktb = kt
+                    .rows_slice((b * d) as u64, ((b + 1) * d) as u64)
+                    .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+                let sb = scores
+                    .view(&[hh, bb], (b * bb) as u64, Some(&[bb * blocks as u32, 1]))
+                    .unwrap();
                 submit(o, MATMUL, |t| {
                     t.input(q).input(ktb).output_existing(sb);
                 })?;
@@ -183,8 +213,12 @@ fn paged_attention_decode() {
         })?;
         for b in 0..blocks as u32 {
             o.scope(|o| {
-                let pb = p.view(&[hh, bb], (b * bb) as u64, Some(&[bb * blocks as u32, 1])).unwrap();
-                let vb = v.rows_slice((b * bb) as u64, ((b + 1) * bb) as u64).unwrap();
+                let pb = p
+                    .view(&[hh, bb], (b * bb) as u64, Some(&[bb * blocks as u32, 1]))
+                    .unwrap();
+                let vb = v
+                    .rows_slice((b * bb) as u64, ((b + 1) * bb) as u64)
+                    .unwrap();
                 submit(o, MATMUL_ACC, |t| {
                     t.input(pb).input(vb).inout(out);
                 })?;
@@ -226,7 +260,10 @@ fn dummy_and_explicit_deps_in_manual_scope() {
                 o.submit_dummy(&t)?
             };
             submit(o, SCALE, |t| {
-                t.input(x).output_existing(x).scalar(Scalar::F64(2.0)).dep(barrier.id);
+                t.input(x)
+                    .output_existing(x)
+                    .scalar(Scalar::F64(2.0))
+                    .dep(barrier.id);
             })?;
             Ok(())
         })
@@ -234,7 +271,8 @@ fn dummy_and_explicit_deps_in_manual_scope() {
     for _ in 0..50 {
         let mut x = vec![0f32; 32];
         let args = [host(&mut x, &[32])];
-        w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap();
+        w.run_with_sizing(&prog, &args, &RingSizing::default())
+            .unwrap();
         let _ = &args;
         assert!(x.iter().all(|&v| v == 10.0));
     }
@@ -257,7 +295,8 @@ fn one_core_chip_runs_every_kind() {
     let mut a = vec![1f32; 4];
     let mut c = vec![0f32; 4];
     let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
-    w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap();
+    w.run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap();
     let _ = &args;
     assert_eq!(c, vec![2.0; 4]);
 }
@@ -278,7 +317,9 @@ fn tensor_tagged_output_is_a_runtime_output_of_its_shape() {
     let prog = Program::new("tagged_output", move |o, args| {
         let x = args[0].tensor()?;
         // A strided view with an offset: every other element of the last 4.
-        let strided = x.view(&[4], 1, Some(&[2])).map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+        let strided = x
+            .view(&[4], 1, Some(&[2]))
+            .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
         let mut t = TaskArgs::new();
         t.tensor(ArgTag::Output, strided);
         let out = o.submit(record, &t)?;
@@ -287,13 +328,33 @@ fn tensor_tagged_output_is_a_runtime_output_of_its_shape() {
     });
     let mut x = vec![0f32; 16];
     let args = [host(&mut x, &[16])];
-    w.run_with_sizing(&prog, &args, &RingSizing::default()).unwrap();
+    w.run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap();
     let out = got.lock().unwrap().unwrap();
     let seen = SEEN.lock().unwrap().unwrap();
     assert_eq!(out.shape(), &[4]);
     assert_eq!(out.strides(), &[1]);
     assert_eq!(out.offset, 0);
     assert_eq!(out.buf_bytes, 16);
-    assert_ne!(out.addr, args[0].tensor().unwrap().addr, "a new buffer, not the view's");
-    assert_eq!((seen.addr, seen.offset, seen.buf_bytes, seen.shape(), seen.strides()), (out.addr, out.offset, out.buf_bytes, out.shape(), out.strides()));
+    assert_ne!(
+        out.addr,
+        args[0].tensor().unwrap().addr,
+        "a new buffer, not the view's"
+    );
+    assert_eq!(
+        (
+            seen.addr,
+            seen.offset,
+            seen.buf_bytes,
+            seen.shape(),
+            seen.strides()
+        ),
+        (
+            out.addr,
+            out.offset,
+            out.buf_bytes,
+            out.shape(),
+            out.strides()
+        )
+    );
 }

@@ -38,7 +38,9 @@ fn mix() -> KernelRef {
             let read = |t: &Tensor| {
                 let (rows, cols, stride) = t.as_rows().expect("row-major");
                 let p = t.data_ptr() as *const f32;
-                let v: Vec<f32> = (0..rows * cols).map(|i| unsafe { p.add((i / cols) * stride + i % cols).read() }).collect();
+                let v: Vec<f32> = (0..rows * cols)
+                    .map(|i| unsafe { p.add((i / cols) * stride + i % cols).read() })
+                    .collect();
                 (rows, cols, v)
             };
             let snaps: Vec<_> = ts[..n_in + n_inout].iter().map(read).collect();
@@ -87,12 +89,22 @@ impl View {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Begin { manual: bool },
+    Begin {
+        manual: bool,
+    },
     End,
     /// Read runtime outputs `(task index, view)`, read-modify-write host buffers
     /// `(buffer, view)`, make `outs` runtime outputs; explicit deps (index, wait only).
-    Task { reads: Vec<(usize, View)>, writes: Vec<(usize, View)>, outs: usize, deps: Vec<(usize, bool)>, salt: f64 },
-    Dummy { deps: Vec<usize> },
+    Task {
+        reads: Vec<(usize, View)>,
+        writes: Vec<(usize, View)>,
+        outs: usize,
+        deps: Vec<(usize, bool)>,
+        salt: f64,
+    },
+    Dummy {
+        deps: Vec<usize>,
+    },
     Alloc,
 }
 
@@ -122,7 +134,9 @@ fn generate(words: &[u32]) -> Prog {
                 scopes.pop();
             }
             2 if tasks > 0 => {
-                ops.push(Op::Dummy { deps: vec![w[1] as usize % tasks] });
+                ops.push(Op::Dummy {
+                    deps: vec![w[1] as usize % tasks],
+                });
                 tasks += 1;
             }
             3 => {
@@ -138,7 +152,11 @@ fn generate(words: &[u32]) -> Prog {
                         break;
                     }
                     let t = visible[(w[2] as usize >> (4 * k)) % visible.len()];
-                    let v = if (w[2] >> (16 + k)) & 1 == 0 { View::Full } else { View::Half(((w[2] >> (20 + k)) & 1) as u64) };
+                    let v = if (w[2] >> (16 + k)) & 1 == 0 {
+                        View::Full
+                    } else {
+                        View::Half(((w[2] >> (20 + k)) & 1) as u64)
+                    };
                     reads.push((t, v));
                     if manual {
                         deps.push((t, false));
@@ -157,7 +175,10 @@ fn generate(words: &[u32]) -> Prog {
                     for h in v.halves() {
                         if let Some((p, pm)) = last[b][h] {
                             if manual || pm {
-                                deps.push((p, (w[3] >> (20 + h)) & 1 == 1 && !reads.iter().any(|r| r.0 == p)));
+                                deps.push((
+                                    p,
+                                    (w[3] >> (20 + h)) & 1 == 1 && !reads.iter().any(|r| r.0 == p),
+                                ));
                             }
                         }
                     }
@@ -175,7 +196,13 @@ fn generate(words: &[u32]) -> Prog {
                     scopes.last_mut().unwrap().1.push(tasks);
                 }
                 let salt = (w[0] % 97) as f64 / 16.0;
-                ops.push(Op::Task { reads, writes, outs, deps, salt });
+                ops.push(Op::Task {
+                    reads,
+                    writes,
+                    outs,
+                    deps,
+                    salt,
+                });
                 tasks += 1;
             }
         }
@@ -205,7 +232,13 @@ fn program(p: Arc<Prog>) -> Program {
                     ids.push(r.id);
                     outs.push(None);
                 }
-                Op::Task { reads, writes, outs: n_out, deps, salt } => {
+                Op::Task {
+                    reads,
+                    writes,
+                    outs: n_out,
+                    deps,
+                    salt,
+                } => {
                     let mut a = TaskArgs::new();
                     for &(t, v) in reads {
                         a.input(v.of(outs[t].expect("reads name tasks with outputs")));
@@ -223,7 +256,8 @@ fn program(p: Arc<Prog>) -> Program {
                             a.dep(ids[d]);
                         }
                     }
-                    a.scalar(Scalar::F64(*salt)).scalar(Scalar::I64(writes.len() as i64));
+                    a.scalar(Scalar::F64(*salt))
+                        .scalar(Scalar::I64(writes.len() as i64));
                     let r = o.submit(mix(), &a)?;
                     ids.push(r.id);
                     outs.push((*n_out > 0).then(|| r.output(0)));
@@ -235,7 +269,13 @@ fn program(p: Arc<Prog>) -> Program {
 }
 
 fn start_data(seed: u32) -> Vec<Vec<f32>> {
-    (0..K).map(|b| (0..N).map(|i| ((i * 7 + b * 13 + seed as usize) % 17) as f32 / 8.0).collect()).collect()
+    (0..K)
+        .map(|b| {
+            (0..N)
+                .map(|i| ((i * 7 + b * 13 + seed as usize) % 17) as f32 / 8.0)
+                .collect()
+        })
+        .collect()
 }
 
 fn args_of(bufs: &mut [Vec<f32>]) -> Vec<Arg<'_>> {
@@ -243,7 +283,11 @@ fn args_of(bufs: &mut [Vec<f32>]) -> Vec<Arg<'_>> {
 }
 
 fn chip() -> ChipWorker {
-    ChipWorker::new(ChipOptions { cores: 2, ..Default::default() }).expect("chip")
+    ChipWorker::new(ChipOptions {
+        cores: 2,
+        ..Default::default()
+    })
+    .expect("chip")
 }
 
 /// Normal run, capture, replays (same arrays reset, other arrays, under the exact
@@ -253,16 +297,28 @@ fn check(w: &mut ChipWorker, words: &[u32]) -> Result<(), String> {
     let prog = program(p.clone());
     let cfg = CallConfig::default();
     let mut normal = start_data(1);
-    w.run(&prog, &args_of(&mut normal), &cfg).map_err(|e| format!("normal run: {e}\n{p:?}"))?;
+    w.run(&prog, &args_of(&mut normal), &cfg)
+        .map_err(|e| format!("normal run: {e}\n{p:?}"))?;
     let mut cap = start_data(1);
-    let g = w.capture(&prog, &args_of(&mut cap), &cfg).map_err(|e| format!("capture: {e}\n{p:?}"))?;
+    let g = w
+        .capture(&prog, &args_of(&mut cap), &cfg)
+        .map_err(|e| format!("capture: {e}\n{p:?}"))?;
     if cap != normal {
         return Err(format!("the capture run differs from a normal run\n{p:?}"));
     }
     let exact = g.exact_config();
-    for (label, c, rings) in [("captured sizing", None, false), ("captured sizing, through the rings", None, true), ("exact config", Some(&exact), false), ("exact config, through the rings", Some(&exact), true)] {
+    for (label, c, rings) in [
+        ("captured sizing", None, false),
+        ("captured sizing, through the rings", None, true),
+        ("exact config", Some(&exact), false),
+        ("exact config, through the rings", Some(&exact), true),
+    ] {
         let mut other = start_data(1);
-        let rep = if rings { g.replay_through_rings(w, &args_of(&mut other), c) } else { g.replay(w, &args_of(&mut other), c) };
+        let rep = if rings {
+            g.replay_through_rings(w, &args_of(&mut other), c)
+        } else {
+            g.replay(w, &args_of(&mut other), c)
+        };
         let rep = rep.map_err(|e| format!("replay ({label}): {e}\n{p:?}\n{exact:?}"))?;
         if !rep.replayed || rep.tasks as usize != g.tasks() {
             return Err(format!("replay report: {rep:?}"));
@@ -279,13 +335,20 @@ fn replay_equals_a_normal_run_on_random_programs() {
     let w = std::cell::RefCell::new(chip());
     let cases = 300;
     let t0 = Instant::now();
-    let mut runner = TestRunner::new(PtConfig { cases, failure_persistence: None, ..PtConfig::default() });
+    let mut runner = TestRunner::new(PtConfig {
+        cases,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
     runner
         .run(&prop::collection::vec(any::<u32>(), 8..160), |words| {
             check(&mut w.borrow_mut(), &words).map_err(proptest::test_runner::TestCaseError::fail)
         })
         .unwrap();
-    eprintln!("{cases} random programs in {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "{cases} random programs in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// A chain of `n` INOUT updates of one buffer inside one scope, plus a fan-out of
@@ -296,7 +359,10 @@ fn scoped_chain(n: usize) -> Program {
         o.scope(|o| {
             for i in 0..n {
                 let mut t = TaskArgs::new();
-                t.inout(a).output(spec(&[8, 8])).scalar(Scalar::F64(i as f64)).scalar(Scalar::I64(1));
+                t.inout(a)
+                    .output(spec(&[8, 8]))
+                    .scalar(Scalar::F64(i as f64))
+                    .scalar(Scalar::I64(1));
                 o.submit(mix(), &t)?;
             }
             Ok(())
@@ -309,7 +375,9 @@ fn exact_config_holds_and_smaller_sizes_fail_with_the_right_code() {
     let mut w = chip();
     let prog = scoped_chain(20);
     let mut a = vec![1f32; N];
-    let g = w.capture(&prog, &[host(&mut a, &[8, 8])], &CallConfig::default()).unwrap();
+    let g = w
+        .capture(&prog, &[host(&mut a, &[8, 8])], &CallConfig::default())
+        .unwrap();
     assert_eq!(g.tasks(), 20);
     assert_eq!(g.edges(), 19);
     let needs = g.ring_needs();
@@ -324,7 +392,9 @@ fn exact_config_holds_and_smaller_sizes_fail_with_the_right_code() {
     assert!(env.ring_dep_pool[1] >= 19, "{env:?}");
     for _ in 0..20 {
         let mut b = vec![1f32; N];
-        let rep = g.replay(&mut w, &[host(&mut b, &[8, 8])], Some(&exact)).expect("the exact config never fails");
+        let rep = g
+            .replay(&mut w, &[host(&mut b, &[8, 8])], Some(&exact))
+            .expect("the exact config never fails");
         assert!(rep.replayed);
         assert_eq!(rep.ring_sizing.task_window[1], 32);
     }
@@ -344,27 +414,40 @@ fn exact_config_holds_and_smaller_sizes_fail_with_the_right_code() {
         }
         // The worker is usable after the failure.
         let mut b = vec![1f32; N];
-        g.replay(&mut w, &[host(&mut b, &[8, 8])], Some(&exact)).unwrap();
+        g.replay(&mut w, &[host(&mut b, &[8, 8])], Some(&exact))
+            .unwrap();
     }
 }
 
 #[test]
 fn exact_config_of_random_programs_never_fails_for_capacity() {
     let w = std::cell::RefCell::new(chip());
-    let mut runner = TestRunner::new(PtConfig { cases: 100, failure_persistence: None, ..PtConfig::default() });
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 100,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
     runner
         .run(&prop::collection::vec(any::<u32>(), 8..200), |words| {
             let p = Arc::new(generate(&words));
             let prog = program(p.clone());
             let mut d = start_data(2);
             let w = &mut *w.borrow_mut();
-            let g = w.capture(&prog, &args_of(&mut d), &CallConfig::default()).unwrap();
+            let g = w
+                .capture(&prog, &args_of(&mut d), &CallConfig::default())
+                .unwrap();
             let exact = g.exact_config();
             for rings in [false, true, true] {
                 let mut d = start_data(2);
-                let r = if rings { g.replay_through_rings(w, &args_of(&mut d), Some(&exact)) } else { g.replay(w, &args_of(&mut d), Some(&exact)) };
+                let r = if rings {
+                    g.replay_through_rings(w, &args_of(&mut d), Some(&exact))
+                } else {
+                    g.replay(w, &args_of(&mut d), Some(&exact))
+                };
                 if let Err(e) = r {
-                    return Err(proptest::test_runner::TestCaseError::fail(format!("{e}\n{exact:?}\n{p:?}")));
+                    return Err(proptest::test_runner::TestCaseError::fail(format!(
+                        "{e}\n{exact:?}\n{p:?}"
+                    )));
                 }
             }
             Ok(())
@@ -377,27 +460,54 @@ fn arguments_must_match_count_shape_and_dtype() {
     let mut w = chip();
     let prog = scoped_chain(3);
     let mut a = vec![1f32; N];
-    let g = w.capture(&prog, &[host(&mut a, &[8, 8])], &CallConfig::default()).unwrap();
+    let g = w
+        .capture(&prog, &[host(&mut a, &[8, 8])], &CallConfig::default())
+        .unwrap();
     let mut b = vec![1f32; N];
-    let err = g.replay(&mut w, &[host(&mut b, &[4, 16])], None).unwrap_err();
-    assert!(matches!(&err, ReplayError::Args { index: Some(0), .. }), "{err:?}");
-    assert!(err.to_string().starts_with("argument 0: shape [4, 16]"), "{err}");
+    let err = g
+        .replay(&mut w, &[host(&mut b, &[4, 16])], None)
+        .unwrap_err();
+    assert!(
+        matches!(&err, ReplayError::Args { index: Some(0), .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().starts_with("argument 0: shape [4, 16]"),
+        "{err}"
+    );
     let err = g.replay(&mut w, &[], None).unwrap_err();
-    assert!(matches!(err, ReplayError::Args { index: None, .. }), "{err:?}");
-    let err = g.replay(&mut w, &[Arg::Scalar(Scalar::I64(1))], None).unwrap_err();
-    assert!(matches!(err, ReplayError::Args { index: Some(0), .. }), "{err:?}");
+    assert!(
+        matches!(err, ReplayError::Args { index: None, .. }),
+        "{err:?}"
+    );
+    let err = g
+        .replay(&mut w, &[Arg::Scalar(Scalar::I64(1))], None)
+        .unwrap_err();
+    assert!(
+        matches!(err, ReplayError::Args { index: Some(0), .. }),
+        "{err:?}"
+    );
     let mut c = vec![0i32; N];
     let t = Tensor::from_raw(c.as_mut_ptr() as u64, &[8, 8], DType::I32);
-    let err = g.replay(&mut w, &[Arg::Tensor(unsafe { HostTensor::from_raw(t) })], None).unwrap_err();
+    let err = g
+        .replay(
+            &mut w,
+            &[Arg::Tensor(unsafe { HostTensor::from_raw(t) })],
+            None,
+        )
+        .unwrap_err();
     assert!(err.to_string().contains("dtype int32"), "{err}");
     // Another worker: refused.
     let mut w2 = chip();
-    let err = g.replay(&mut w2, &[host(&mut b, &[8, 8])], None).unwrap_err();
+    let err = g
+        .replay(&mut w2, &[host(&mut b, &[8, 8])], None)
+        .unwrap_err();
     assert!(matches!(err, ReplayError::WrongWorker { .. }), "{err:?}");
     // Other arrays of the same shape: fine, and the result is the program's.
     let mut x = vec![2f32; N];
     let mut y = vec![2f32; N];
-    w.run(&prog, &[host(&mut x, &[8, 8])], &CallConfig::default()).unwrap();
+    w.run(&prog, &[host(&mut x, &[8, 8])], &CallConfig::default())
+        .unwrap();
     g.replay(&mut w, &[host(&mut y, &[8, 8])], None).unwrap();
     assert_eq!(x, y);
 }
@@ -416,7 +526,9 @@ fn a_failing_kernel_during_replay_fails_it_and_the_worker_stays_usable() {
         let (flag, a) = (args[0].tensor()?, args[1].tensor()?);
         for i in 0..8 {
             let mut t = TaskArgs::new();
-            t.inout(a).scalar(Scalar::F64(i as f64)).scalar(Scalar::I64(1));
+            t.inout(a)
+                .scalar(Scalar::F64(i as f64))
+                .scalar(Scalar::I64(1));
             o.submit(mix(), &t)?;
         }
         let mut t = TaskArgs::new();
@@ -424,16 +536,31 @@ fn a_failing_kernel_during_replay_fails_it_and_the_worker_stays_usable() {
         let id = o.submit(fail, &t)?.id;
         // Dependants of the failing task never run.
         let mut t = TaskArgs::new();
-        t.inout(a).dep(id).scalar(Scalar::F64(9.0)).scalar(Scalar::I64(1));
+        t.inout(a)
+            .dep(id)
+            .scalar(Scalar::F64(9.0))
+            .scalar(Scalar::I64(1));
         o.submit(mix(), &t)?;
         Ok(())
     });
     let mut flag = vec![0f32; 4];
     let mut a = vec![1f32; N];
-    let g = w.capture(&prog, &[host(&mut flag, &[4]), host(&mut a, &[8, 8])], &CallConfig::default()).unwrap();
+    let g = w
+        .capture(
+            &prog,
+            &[host(&mut flag, &[4]), host(&mut a, &[8, 8])],
+            &CallConfig::default(),
+        )
+        .unwrap();
     let mut flag = vec![1f32; 4];
     let mut b = vec![1f32; N];
-    let err = g.replay(&mut w, &[host(&mut flag, &[4]), host(&mut b, &[8, 8])], None).unwrap_err();
+    let err = g
+        .replay(
+            &mut w,
+            &[host(&mut flag, &[4]), host(&mut b, &[8, 8])],
+            None,
+        )
+        .unwrap_err();
     match &err {
         ReplayError::Run(RunError::Failure(f)) => {
             assert_eq!(f.code, StatusCode::TaskFailed);
@@ -444,16 +571,33 @@ fn a_failing_kernel_during_replay_fails_it_and_the_worker_stays_usable() {
     // Usable: a replay and a normal run afterwards give the same result.
     let mut flag = vec![0f32; 4];
     let mut c = vec![1f32; N];
-    let rep = g.replay(&mut w, &[host(&mut flag, &[4]), host(&mut c, &[8, 8])], None).unwrap();
+    let rep = g
+        .replay(
+            &mut w,
+            &[host(&mut flag, &[4]), host(&mut c, &[8, 8])],
+            None,
+        )
+        .unwrap();
     assert!(rep.replayed);
     assert_eq!(c, a);
-    let rep = w.run(&prog, &[host(&mut flag, &[4]), host(&mut b, &[8, 8])], &CallConfig::default()).unwrap();
+    let rep = w
+        .run(
+            &prog,
+            &[host(&mut flag, &[4]), host(&mut b, &[8, 8])],
+            &CallConfig::default(),
+        )
+        .unwrap();
     assert!(!rep.replayed);
 }
 
 #[test]
 fn a_stuck_kernel_during_replay_is_a_scheduler_timeout_and_the_worker_recovers() {
-    let mut w = ChipWorker::new(ChipOptions { cores: 2, scheduler_timeout: std::time::Duration::from_millis(300), ..Default::default() }).unwrap();
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        scheduler_timeout: std::time::Duration::from_millis(300),
+        ..Default::default()
+    })
+    .unwrap();
     let nap = fn_kernel("nap_if_flag", CoreKind::Any, |call| {
         if unsafe { *(call.tensors[0].data_ptr() as *const f32) } != 0.0 {
             std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -470,11 +614,21 @@ fn a_stuck_kernel_during_replay_is_a_scheduler_timeout_and_the_worker_recovers()
     });
     let mut flag = vec![0f32; 4];
     let mut a = vec![1f32; N];
-    let g = w.capture(&prog, &[host(&mut flag, &[4]), host(&mut a, &[8, 8])], &CallConfig::default()).unwrap();
+    let g = w
+        .capture(
+            &prog,
+            &[host(&mut flag, &[4]), host(&mut a, &[8, 8])],
+            &CallConfig::default(),
+        )
+        .unwrap();
     assert!(g.fits(&RingSizing::default()), "a direct replay");
     let mut flag1 = vec![1f32; 4];
     let mut b = vec![1f32; N];
-    match g.replay(&mut w, &[host(&mut flag1, &[4]), host(&mut b, &[8, 8])], None) {
+    match g.replay(
+        &mut w,
+        &[host(&mut flag1, &[4]), host(&mut b, &[8, 8])],
+        None,
+    ) {
         Err(ReplayError::Run(RunError::Failure(f))) => {
             assert_eq!(f.code, StatusCode::SchedulerTimeout, "{f}");
             assert!(f.to_string().contains("nap_if_flag"), "{f}");
@@ -483,10 +637,20 @@ fn a_stuck_kernel_during_replay_is_a_scheduler_timeout_and_the_worker_recovers()
     }
     // The stuck core was replaced; the worker runs and replays.
     let mut c = vec![1f32; N];
-    g.replay(&mut w, &[host(&mut flag, &[4]), host(&mut c, &[8, 8])], None).unwrap();
+    g.replay(
+        &mut w,
+        &[host(&mut flag, &[4]), host(&mut c, &[8, 8])],
+        None,
+    )
+    .unwrap();
     assert_eq!(c, a);
     std::thread::sleep(std::time::Duration::from_millis(1500)); // the abandoned core wakes, touches nothing
     let mut d = vec![1f32; N];
-    g.replay_through_rings(&mut w, &[host(&mut flag, &[4]), host(&mut d, &[8, 8])], None).unwrap();
+    g.replay_through_rings(
+        &mut w,
+        &[host(&mut flag, &[4]), host(&mut d, &[8, 8])],
+        None,
+    )
+    .unwrap();
     assert_eq!(d, a);
 }

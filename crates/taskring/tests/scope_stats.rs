@@ -7,7 +7,11 @@ use taskring::builtin::*;
 use taskring::*;
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("taskring-{tag}-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let d = std::env::temp_dir().join(format!(
+        "taskring-{tag}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -50,20 +54,36 @@ fn stats_file_and_advice_round_trip() {
 
     // 11 tasks per scope fit a window of 16; ring 1's heap of 4096 holds only 4 of the 6 pinned outputs.
     let e = w.run(&program(6), &[], &cfg).unwrap_err();
-    let RunError::Failure(f) = e else { panic!("{e}") };
+    let RunError::Failure(f) = e else {
+        panic!("{e}")
+    };
     assert_eq!(f.code, StatusCode::HeapRingDeadlock, "{f}");
     let path = dir.join("scope_stats/scope_stats.jsonl");
     let text = std::fs::read_to_string(&path).unwrap();
     let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(first["version"], 6);
     assert_eq!(first["fatal"], true);
-    assert_eq!(first["task_window_max"], serde_json::json!([16, 16, 16, 16]));
+    assert_eq!(
+        first["task_window_max"],
+        serde_json::json!([16, 16, 16, 16])
+    );
     assert_eq!(first["failure"]["name"], "HEAP_RING_DEADLOCK");
-    let samples: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let samples: Vec<serde_json::Value> = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(samples[0]["phase"], "begin");
     assert_eq!(samples[0]["depth"], 0);
     assert_eq!(samples[0]["site"], "root");
-    assert!(samples[1]["site"].as_str().unwrap().contains("scope_stats.rs:"), "{}", samples[1]);
+    assert!(
+        samples[1]["site"]
+            .as_str()
+            .unwrap()
+            .contains("scope_stats.rs:"),
+        "{}",
+        samples[1]
+    );
     assert_eq!(samples[1]["ring"], 1);
 
     // Following the advisor converges: each failed run's advice is a next step.
@@ -91,7 +111,8 @@ fn stats_file_and_advice_round_trip() {
     tight.runtime_env.ring_task_window = a.task_window;
     tight.runtime_env.ring_heap = a.heap;
     tight.runtime_env.ring_dep_pool = dfx::advise(&peaks, 2.0).dep_pool;
-    w.run(&program(6), &[], &tight).unwrap_or_else(|e| panic!("tight advice {a:?} did not fit: {e}"));
+    w.run(&program(6), &[], &tight)
+        .unwrap_or_else(|e| panic!("tight advice {a:?} did not fit: {e}"));
     let text = std::fs::read_to_string(&path).unwrap();
     let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(first["fatal"], false);
@@ -129,13 +150,27 @@ fn exact_maxima_and_halving_fails() {
     let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(first["peak_task_window"], serde_json::json!([0, 5, 0, 0]));
     assert_eq!(first["peak_heap"], serde_json::json!([0, 10240, 0, 0]));
-    let samples: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let samples: Vec<serde_json::Value> = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     // root begin, scope begin, scope end, root end
     assert_eq!(samples.len(), 4);
     let end1 = &samples[2];
-    assert_eq!((end1["phase"].as_str(), end1["ring"].as_u64()), (Some("end"), Some(1)));
-    assert_eq!(end1["task_window_end"].as_u64().unwrap() - samples[1]["task_window_start"].as_u64().unwrap(), 5);
-    assert_eq!(end1["heap_end"].as_u64().unwrap() - samples[1]["heap_start"].as_u64().unwrap(), 10240);
+    assert_eq!(
+        (end1["phase"].as_str(), end1["ring"].as_u64()),
+        (Some("end"), Some(1))
+    );
+    assert_eq!(
+        end1["task_window_end"].as_u64().unwrap()
+            - samples[1]["task_window_start"].as_u64().unwrap(),
+        5
+    );
+    assert_eq!(
+        end1["heap_end"].as_u64().unwrap() - samples[1]["heap_start"].as_u64().unwrap(),
+        10240
+    );
 
     let a = dfx::advise(&dfx::read_peaks(&text).unwrap(), 1.0);
     assert_eq!(a.task_window[1], 8);
@@ -146,17 +181,30 @@ fn exact_maxima_and_halving_fails() {
         c.runtime_env.ring_heap = h;
         c
     };
-    w.run(&prog, &[], &with(a.task_window, a.heap)).expect("the advice fits");
+    w.run(&prog, &[], &with(a.task_window, a.heap))
+        .expect("the advice fits");
     let mut half_w = a.task_window;
     half_w[1] /= 2;
     let e = w.run(&prog, &[], &with(half_w, a.heap)).unwrap_err();
-    let RunError::Failure(f) = e else { panic!("{e}") };
-    assert_eq!((f.code, f.ring), (StatusCode::ScopeDeadlock, Some(1)), "{f}");
+    let RunError::Failure(f) = e else {
+        panic!("{e}")
+    };
+    assert_eq!(
+        (f.code, f.ring),
+        (StatusCode::ScopeDeadlock, Some(1)),
+        "{f}"
+    );
     let mut half_h = a.heap;
     half_h[1] /= 2;
     let e = w.run(&prog, &[], &with(a.task_window, half_h)).unwrap_err();
-    let RunError::Failure(f) = e else { panic!("{e}") };
-    assert_eq!((f.code, f.ring), (StatusCode::HeapRingDeadlock, Some(1)), "{f}");
+    let RunError::Failure(f) = e else {
+        panic!("{e}")
+    };
+    assert_eq!(
+        (f.code, f.ring),
+        (StatusCode::HeapRingDeadlock, Some(1)),
+        "{f}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -190,18 +238,29 @@ fn deps_json_and_swimlane() {
     w.run(&prog, &args, &cfg).unwrap();
     let _ = &args;
     assert!(x.iter().all(|&v| v == 2.0));
-    let deps: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("deps.json")).unwrap()).unwrap();
+    let deps: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("deps.json")).unwrap()).unwrap();
     let tasks = deps["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 3);
     assert_eq!(tasks[1]["kernel"], "scale");
     // The creator edges fill -> scale -> copy (the full format: tests/deps_json.rs).
     let edges = deps["edges"].as_array().unwrap();
     assert_eq!(edges.len(), 2, "{edges:?}");
-    assert_eq!((&edges[0]["pred"], &edges[0]["succ"]), (&tasks[0]["id"], &tasks[1]["id"]));
+    assert_eq!(
+        (&edges[0]["pred"], &edges[0]["succ"]),
+        (&tasks[0]["id"], &tasks[1]["id"])
+    );
     assert_eq!(edges[0]["flags"], serde_json::json!(["wait", "retain"]));
     assert_eq!(edges[0]["source"], "tensormap");
-    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("merged_swimlane.json")).unwrap()).unwrap();
-    let runs: Vec<&serde_json::Value> = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").collect();
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("merged_swimlane.json")).unwrap())
+            .unwrap();
+    let runs: Vec<&serde_json::Value> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
     assert_eq!(runs.len(), 3);
     let names: Vec<&str> = runs.iter().map(|e| e["name"].as_str().unwrap()).collect();
     for k in ["fill", "scale", "copy"] {
@@ -210,7 +269,10 @@ fn deps_json_and_swimlane() {
     // Dependent tasks do not overlap in time.
     let span = |k: &str| {
         let e = runs.iter().find(|e| e["name"] == k).unwrap();
-        (e["ts"].as_f64().unwrap(), e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap())
+        (
+            e["ts"].as_f64().unwrap(),
+            e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap(),
+        )
     };
     assert!(span("fill").1 <= span("scale").0 && span("scale").1 <= span("copy").0);
     // Without the flags nothing is written.

@@ -33,21 +33,39 @@ fn run_checked(w: &mut ChipWorker, cfg: &CallConfig, n: usize) -> RunReport {
     let mut b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32 * 0.5).collect();
     let mut out = vec![0f32; n];
     let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| 2.0 * (x + y)).collect();
-    let args = [host(&mut a, &[n as u32]), host(&mut b, &[n as u32]), host(&mut out, &[n as u32])];
-    let rep = w.run(&program(), &args, cfg).unwrap_or_else(|e| panic!("{e}"));
+    let args = [
+        host(&mut a, &[n as u32]),
+        host(&mut b, &[n as u32]),
+        host(&mut out, &[n as u32]),
+    ];
+    let rep = w
+        .run(&program(), &args, cfg)
+        .unwrap_or_else(|e| panic!("{e}"));
     let _ = &args;
     assert_eq!(out, want);
     rep
 }
 
 fn cfg(window: [u64; 4], heap: [u64; 4], dep: [u64; 4]) -> CallConfig {
-    let runtime_env = RuntimeEnv { ring_task_window: window, ring_heap: heap, ring_dep_pool: dep };
-    CallConfig { runtime_env, ..Default::default() }
+    let runtime_env = RuntimeEnv {
+        ring_task_window: window,
+        ring_heap: heap,
+        ring_dep_pool: dep,
+    };
+    CallConfig {
+        runtime_env,
+        ..Default::default()
+    }
 }
 
 #[test]
 fn dispatch_reports_its_own_sizing_and_peaks() {
-    let mut w = ChipWorker::new(ChipOptions { cores: 2, arena_cache_slots: 3, ..Default::default() }).unwrap();
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        arena_cache_slots: 3,
+        ..Default::default()
+    })
+    .unwrap();
     // Cycle through five different sizings (more than the cache holds).
     let sizings = [
         cfg([0; 4], [0; 4], [0; 4]),
@@ -60,7 +78,11 @@ fn dispatch_reports_its_own_sizing_and_peaks() {
         for c in &sizings {
             let rep = run_checked(&mut w, c, 256);
             for r in 0..4 {
-                let want_w = if c.runtime_env.ring_task_window[r] == 0 { 16384 } else { c.runtime_env.ring_task_window[r] };
+                let want_w = if c.runtime_env.ring_task_window[r] == 0 {
+                    16384
+                } else {
+                    c.runtime_env.ring_task_window[r]
+                };
                 // Only when no PTO2_RING_* is set in the test environment.
                 if std::env::var_os("PTO2_RING_TASK_WINDOW").is_none() {
                     assert_eq!(rep.ring_sizing.task_window[r], want_w);
@@ -83,7 +105,12 @@ fn dispatch_reports_its_own_sizing_and_peaks() {
 
 #[test]
 fn prewarm_then_dispatch_builds_nothing() {
-    let small = RingSizing::resolve(&cfg([8; 4], [4096; 4], [8; 4]).runtime_env, &config::EnvSnapshot::empty()).unwrap().0;
+    let small = RingSizing::resolve(
+        &cfg([8; 4], [4096; 4], [8; 4]).runtime_env,
+        &config::EnvSnapshot::empty(),
+    )
+    .unwrap()
+    .0;
     let mut w = ChipWorker::new(ChipOptions {
         cores: 2,
         prewarm: vec![RingSizing::default(), small],
@@ -113,7 +140,12 @@ fn alternating_two_sizings_single_slot_vs_two() {
     let a = RingSizing::uniform(8, 4096, 8).unwrap();
     let b = RingSizing::from_values([8, 4, 4, 4], [4096; 4], [8; 4]).unwrap();
     for (slots, want_builds) in [(1usize, 10u64), (2, 2)] {
-        let mut w = ChipWorker::new(ChipOptions { cores: 1, arena_cache_slots: slots, ..Default::default() }).unwrap();
+        let mut w = ChipWorker::new(ChipOptions {
+            cores: 1,
+            arena_cache_slots: slots,
+            ..Default::default()
+        })
+        .unwrap();
         for i in 0..10 {
             let s = if i % 2 == 0 { &a } else { &b };
             let rep = w.run_with_sizing(&program_noop(), &[], s).unwrap();
@@ -126,8 +158,14 @@ fn alternating_two_sizings_single_slot_vs_two() {
 #[test]
 fn eviction_returns_memory() {
     // Touch a big heap, then evict its arena: RSS must drop back.
-    let big = RingSizing::from_values([16384; 4], [64 << 20, 1024, 1024, 1024], [16384; 4]).unwrap();
-    let mut w = ChipWorker::new(ChipOptions { cores: 1, arena_cache_slots: 1, ..Default::default() }).unwrap();
+    let big =
+        RingSizing::from_values([16384; 4], [64 << 20, 1024, 1024, 1024], [16384; 4]).unwrap();
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 1,
+        arena_cache_slots: 1,
+        ..Default::default()
+    })
+    .unwrap();
     let touch = Program::new("touch", |o, _| {
         for _ in 0..48 {
             submit(o, FILL, |t| {
@@ -139,10 +177,21 @@ fn eviction_returns_memory() {
     let before = rss_bytes();
     w.run_with_sizing(&touch, &[], &big).unwrap();
     let touched = rss_bytes();
-    assert!(touched > before + (40 << 20), "run should have committed ~48 MiB: {before} -> {touched}");
-    w.run_with_sizing(&program_noop(), &[], &RingSizing::uniform(4, 1024, 4).unwrap()).unwrap();
+    assert!(
+        touched > before + (40 << 20),
+        "run should have committed ~48 MiB: {before} -> {touched}"
+    );
+    w.run_with_sizing(
+        &program_noop(),
+        &[],
+        &RingSizing::uniform(4, 1024, 4).unwrap(),
+    )
+    .unwrap();
     let after = rss_bytes();
-    assert!(after + (40 << 20) < touched, "eviction did not return memory: {touched} -> {after}");
+    assert!(
+        after + (40 << 20) < touched,
+        "eviction did not return memory: {touched} -> {after}"
+    );
 }
 
 #[test]
@@ -150,17 +199,33 @@ fn invalid_config_is_rejected_before_anything_runs() {
     let mut w = chip(1);
     let bad = cfg([3, 0, 0, 0], [0; 4], [0; 4]);
     let e = w.run(&program_noop(), &[], &bad).unwrap_err();
-    assert_eq!(e.to_string(), "RuntimeEnv: ring_task_window[0] must be a power of 2 in [4, 1073741824], got 3");
+    assert_eq!(
+        e.to_string(),
+        "RuntimeEnv: ring_task_window[0] must be a power of 2 in [4, 1073741824], got 3"
+    );
     // The broken rule is data too, not only text.
-    let RunError::Config(ce) = e else { panic!("expected a config error") };
+    let RunError::Config(ce) = e else {
+        panic!("expected a config error")
+    };
     assert_eq!(
         ce.kind(),
-        &config::ConfigErrorKind::RuntimeEnvEntry { field: RingField::TaskWindow, ring: 0, value: 3 }
+        &config::ConfigErrorKind::RuntimeEnvEntry {
+            field: RingField::TaskWindow,
+            ring: 0,
+            value: 3
+        }
     );
-    let c = CallConfig { enable_scope_stats: true, ..Default::default() };
+    let c = CallConfig {
+        enable_scope_stats: true,
+        ..Default::default()
+    };
     let e = w.run(&program_noop(), &[], &c).unwrap_err();
-    assert!(e.to_string().starts_with("CallConfig: output_prefix must be set"));
-    assert!(matches!(e, RunError::Config(ce) if *ce.kind() == config::ConfigErrorKind::OutputPrefixRequired));
+    assert!(e
+        .to_string()
+        .starts_with("CallConfig: output_prefix must be set"));
+    assert!(
+        matches!(e, RunError::Config(ce) if *ce.kind() == config::ConfigErrorKind::OutputPrefixRequired)
+    );
     assert_eq!(w.arena_stats().builds, 0);
 }
 
@@ -184,7 +249,12 @@ fn env_precedence_in_a_subprocess() {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "env_precedence_in_a_subprocess", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "env_precedence_in_a_subprocess",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("TASKRING_ENV_CHILD", "1")
         .env("PTO2_RING_TASK_WINDOW", "64,256,0,32")
         .env("PTO2_RING_HEAP", "banana")
@@ -200,6 +270,12 @@ fn env_precedence_in_a_subprocess() {
         ),
         "{stdout}"
     );
-    assert!(stdout.contains("SOURCES call_config env default call_config"), "{stdout}");
-    assert!(stderr.contains("PTO2_RING_HEAP=banana"), "no warning for the bad variable: {stderr}");
+    assert!(
+        stdout.contains("SOURCES call_config env default call_config"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("PTO2_RING_HEAP=banana"),
+        "no warning for the bad variable: {stderr}"
+    );
 }

@@ -17,7 +17,10 @@ fn build_library(out_dir: &std::path::Path) -> Result<std::path::PathBuf, String
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let src = root.join("examples/native/kernels.c");
     if !src.exists() {
-        return Err(format!("{} not found (b10 builds the example kernels of the source tree)", src.display()));
+        return Err(format!(
+            "{} not found (b10 builds the example kernels of the source tree)",
+            src.display()
+        ));
     }
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let lib = out_dir.join("libtrkernels_b10.so");
@@ -55,9 +58,14 @@ fn one_run(chip: &mut ChipWorker, k: KernelRef, with_args: bool, n: u32) -> Resu
     });
     let mut va = vec![1f32; 256];
     let mut vb = vec![2f32; 256];
-    let args = [Arg::Tensor(HostTensor::f32(&mut va, &[256])), Arg::Tensor(HostTensor::f32(&mut vb, &[256]))];
+    let args = [
+        Arg::Tensor(HostTensor::f32(&mut va, &[256])),
+        Arg::Tensor(HostTensor::f32(&mut vb, &[256])),
+    ];
     let t0 = Instant::now();
-    let rep = chip.run_with_sizing(&prog, &args, &RingSizing::default()).map_err(|e| e.to_string())?;
+    let rep = chip
+        .run_with_sizing(&prog, &args, &RingSizing::default())
+        .map_err(|e| e.to_string())?;
     let dt = t0.elapsed().as_secs_f64();
     if rep.tasks != n as u64 {
         return Err(format!("expected {n} tasks, the run reports {}", rep.tasks));
@@ -66,13 +74,30 @@ fn one_run(chip: &mut ChipWorker, k: KernelRef, with_args: bool, n: u32) -> Resu
 }
 
 pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start("b10", "native", "per-task cost of a C-ABI kernel vs the builtin (1 core, n independent tasks)", opts);
+    let mut b = Bench::start(
+        "b10",
+        "native",
+        "per-task cost of a C-ABI kernel vs the builtin (1 core, n independent tasks)",
+        opts,
+    );
     let lib = build_library(&opts.out_dir)?;
-    let load = |sym: &str| NativeKernel::load(&lib, sym, CoreKind::Any).map(KernelRef::leak).map_err(|e| e.to_string());
-    let cases = [("noop", NOOP, load("tr_noop")?, false), ("add", ADD, load("tr_add")?, true)];
+    let load = |sym: &str| {
+        NativeKernel::load(&lib, sym, CoreKind::Any)
+            .map(KernelRef::leak)
+            .map_err(|e| e.to_string())
+    };
+    let cases = [
+        ("noop", NOOP, load("tr_noop")?, false),
+        ("add", ADD, load("tr_add")?, true),
+    ];
     let n: u32 = if opts.quick { 2000 } else { 8000 };
     let reps = opts.reps.max(5) * 2;
-    let mut chip = ChipWorker::new(ChipOptions { cores: 1, prewarm: vec![RingSizing::default()], ..Default::default() }).map_err(|e| e.to_string())?;
+    let mut chip = ChipWorker::new(ChipOptions {
+        cores: 1,
+        prewarm: vec![RingSizing::default()],
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     for &(_, builtin, native, args) in &cases {
         one_run(&mut chip, builtin, args, n)?;
         one_run(&mut chip, native, args, n)?;
@@ -95,14 +120,25 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         let ratio = nat.median / base.median;
         let met = ratio <= 1.2;
         all_met &= met;
-        b.say(&format!("   {name:<5} native {:>7.1} ns/task, builtin {:>7.1} ns/task: {ratio:.2}x", nat.median, base.median));
+        b.say(&format!(
+            "   {name:<5} native {:>7.1} ns/task, builtin {:>7.1} ns/task: {ratio:.2}x",
+            nat.median, base.median
+        ));
         b.push(
-            Case::new(name, &format!("ns per task (wall), median of one run's {n} independent tasks"), nat)
-                .with_baseline("builtin", base, "native time / builtin time", ratio)
-                .bar("≤ 1.2× the builtin", met),
+            Case::new(
+                name,
+                &format!("ns per task (wall), median of one run's {n} independent tasks"),
+                nat,
+            )
+            .with_baseline("builtin", base, "native time / builtin time", ratio)
+            .bar("≤ 1.2× the builtin", met),
         );
         parts.push(format!("{name} {ratio:.2}x"));
     }
-    let summary = format!("native kernel vs builtin per task: {} (bar ≤ 1.2x: {})", parts.join(", "), if all_met { "met" } else { "missed" });
+    let summary = format!(
+        "native kernel vs builtin per task: {} (bar ≤ 1.2x: {})",
+        parts.join(", "),
+        if all_met { "met" } else { "missed" }
+    );
     Ok(b.finish(json!({ "tasks_per_run": n, "chip_cores": 1, "samples_per_case": reps, "library": lib.display().to_string() }), summary))
 }

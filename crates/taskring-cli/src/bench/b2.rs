@@ -65,7 +65,12 @@ impl Variant {
 }
 
 /// One run: ns per submit of `n` submits (and the scope-end time, ns per task).
-fn one_run(chip: &mut ChipWorker, gate: KernelRef, v: Variant, n: u32) -> Result<(f64, f64), String> {
+fn one_run(
+    chip: &mut ChipWorker,
+    gate: KernelRef,
+    v: Variant,
+    n: u32,
+) -> Result<(f64, f64), String> {
     let out = std::sync::Arc::new(Mutex::new((0f64, 0f64)));
     let o2 = out.clone();
     let prog = Program::new("b2", move |o, args| {
@@ -110,21 +115,37 @@ fn one_run(chip: &mut ChipWorker, gate: KernelRef, v: Variant, n: u32) -> Result
         Arg::Tensor(HostTensor::f32(&mut vb, &[16])),
         Arg::Tensor(HostTensor::f32(&mut vx, &[16])),
     ];
-    let rep = chip.run_with_sizing(&prog, &args, &RingSizing::default()).map_err(|e| e.to_string())?;
+    let rep = chip
+        .run_with_sizing(&prog, &args, &RingSizing::default())
+        .map_err(|e| e.to_string())?;
     if rep.tasks != n as u64 + 1 {
-        return Err(format!("expected {} tasks, the run reports {}", n + 1, rep.tasks));
+        return Err(format!(
+            "expected {} tasks, the run reports {}",
+            n + 1,
+            rep.tasks
+        ));
     }
     let r = *out.lock().unwrap();
     Ok(r)
 }
 
 pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start("b2", "submit", "orchestrator cost per submit, cores paused (1 core held by a gate task)", opts);
+    let mut b = Bench::start(
+        "b2",
+        "submit",
+        "orchestrator cost per submit, cores paused (1 core held by a gate task)",
+        opts,
+    );
     // One scope holds at most window - 1 = 16383 tasks of ring 1.
     let n: u32 = if opts.quick { 4000 } else { 16000 };
     let reps = opts.reps.max(5) * 2;
     let gate = gate_kernel();
-    let mut chip = ChipWorker::new(ChipOptions { cores: 1, prewarm: vec![RingSizing::default()], ..Default::default() }).map_err(|e| e.to_string())?;
+    let mut chip = ChipWorker::new(ChipOptions {
+        cores: 1,
+        prewarm: vec![RingSizing::default()],
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     let variants = [Variant::TwoInOneOut, Variant::Chain, Variant::NoArgs];
     // Warm-up: touch the arena pages the runs use.
     for v in variants {
@@ -153,8 +174,12 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             s.max,
             end.median
         ));
-        let mut c = Case::new(v.name(), &format!("ns per submit, median of one run's {n} submits in one scope"), s.clone())
-            .extra(json!({ "scope_end_ns_per_task": end }));
+        let mut c = Case::new(
+            v.name(),
+            &format!("ns per submit, median of one run's {n} submits in one scope"),
+            s.clone(),
+        )
+        .extra(json!({ "scope_end_ns_per_task": end }));
         if v == Variant::TwoInOneOut {
             main = s.median;
             c = c.bar("≤ 150 ns/task", s.median <= 150.0);
@@ -162,6 +187,11 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         b.push(c);
     }
     let chain = b.cases[1].value.median;
-    let summary = format!("submit 2in+1out {} ns/task (bar ≤ 150: {}), chain {} ns/task", fmt_num(main), if main <= 150.0 { "met" } else { "missed" }, fmt_num(chain));
+    let summary = format!(
+        "submit 2in+1out {} ns/task (bar ≤ 150: {}), chain {} ns/task",
+        fmt_num(main),
+        if main <= 150.0 { "met" } else { "missed" },
+        fmt_num(chain)
+    );
     Ok(b.finish(json!({ "submits_per_run": n, "chip_cores": 1, "sizing": "default", "kernel": "noop", "samples_per_case": reps }), summary))
 }

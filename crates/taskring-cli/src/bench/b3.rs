@@ -110,7 +110,9 @@ pub fn chain(n: u64) -> Pattern {
 pub fn fanout(blocks: u64, k: u64) -> Pattern {
     Pattern {
         name: "fanout",
-        desc: format!("{blocks} blocks of 1 producer -> {k} consumers (runtime output), one scope per block"),
+        desc: format!(
+            "{blocks} blocks of 1 producer -> {k} consumers (runtime output), one scope per block"
+        ),
         tasks: blocks * (k + 1),
         buf_elems: 0,
         program: Program::new("fanout", move |o, _| {
@@ -219,16 +221,26 @@ pub fn fanin(trees: u64) -> Pattern {
 /// cell is a tensor of its own (its own base address).
 pub fn wavefront(grids: u64, r: u64, c: u64, views: bool) -> Pattern {
     Pattern {
-        name: if views { "wavefront_views" } else { "wavefront" },
+        name: if views {
+            "wavefront_views"
+        } else {
+            "wavefront"
+        },
         desc: format!(
             "{grids} grids of {r}x{c}, cell (i,j) <- (i-1,j), (i,j-1), one scope per grid; {}",
-            if views { "cells are row views of one buffer" } else { "each cell its own 16-float tensor" }
+            if views {
+                "cells are row views of one buffer"
+            } else {
+                "each cell its own 16-float tensor"
+            }
         ),
         tasks: grids * r * c,
         buf_elems: (grids * r * c * 16) as usize,
         program: Program::new("wavefront", move |o, args| {
             let buf = args[0].tensor()?;
-            let cells = buf.view(&[(grids * r * c) as u32, 16], 0, None).map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+            let cells = buf
+                .view(&[(grids * r * c) as u32, 16], 0, None)
+                .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
             let base_addr = buf.data_ptr() as u64;
             let cell = |k: u64| {
                 if views {
@@ -295,13 +307,27 @@ pub fn patterns(quick: bool) -> Vec<Pattern> {
 }
 
 /// One taskring run of `p`: seconds.
-pub fn run_taskring(chip: &mut ChipWorker, p: &Pattern, buf: &mut [f32], sizing: &RingSizing) -> Result<f64, String> {
-    let args: Vec<Arg<'_>> = if p.buf_elems > 0 { vec![Arg::Tensor(HostTensor::f32(buf, &[p.buf_elems as u32]))] } else { vec![] };
+pub fn run_taskring(
+    chip: &mut ChipWorker,
+    p: &Pattern,
+    buf: &mut [f32],
+    sizing: &RingSizing,
+) -> Result<f64, String> {
+    let args: Vec<Arg<'_>> = if p.buf_elems > 0 {
+        vec![Arg::Tensor(HostTensor::f32(buf, &[p.buf_elems as u32]))]
+    } else {
+        vec![]
+    };
     let t0 = Instant::now();
-    let rep = chip.run_with_sizing(&p.program, &args, sizing).map_err(|e| format!("{}: {e}", p.name))?;
+    let rep = chip
+        .run_with_sizing(&p.program, &args, sizing)
+        .map_err(|e| format!("{}: {e}", p.name))?;
     let dt = t0.elapsed().as_secs_f64();
     if rep.tasks != p.tasks {
-        return Err(format!("{}: expected {} tasks, the run reports {}", p.name, p.tasks, rep.tasks));
+        return Err(format!(
+            "{}: expected {} tasks, the run reports {}",
+            p.name, p.tasks, rep.tasks
+        ));
     }
     Ok(dt)
 }
@@ -315,18 +341,37 @@ pub fn run_baseline(pool: &Pool, p: &Pattern) -> (f64, f64, usize) {
     pool.run(&dag);
     let t2 = Instant::now();
     assert_eq!(n as u64, p.tasks, "{}: baseline DAG size", p.name);
-    (t2.duration_since(t0).as_secs_f64(), t2.duration_since(t1).as_secs_f64(), dag.edges())
+    (
+        t2.duration_since(t0).as_secs_f64(),
+        t2.duration_since(t1).as_secs_f64(),
+        dag.edges(),
+    )
 }
 
 pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start("b3", "overhead", "end-to-end empty tasks vs a hand-rolled work-stealing executor of the same DAG", opts);
+    let mut b = Bench::start(
+        "b3",
+        "overhead",
+        "end-to-end empty tasks vs a hand-rolled work-stealing executor of the same DAG",
+        opts,
+    );
     let threads = opts.threads;
     let reps = opts.reps.max(5);
-    let mut chip = ChipWorker::new(ChipOptions { cores: threads, prewarm: vec![RingSizing::default()], ..Default::default() }).map_err(|e| e.to_string())?;
+    let mut chip = ChipWorker::new(ChipOptions {
+        cores: threads,
+        prewarm: vec![RingSizing::default()],
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     // The same with as many threads as the baseline: threads-1 cores plus the
     // orchestrator, which runs ready tasks while it waits (ChipOptions::orchestrator_helps).
-    let mut helper = ChipWorker::new(ChipOptions { cores: threads.saturating_sub(1).max(1), orchestrator_helps: true, prewarm: vec![RingSizing::default()], ..Default::default() })
-        .map_err(|e| e.to_string())?;
+    let mut helper = ChipWorker::new(ChipOptions {
+        cores: threads.saturating_sub(1).max(1),
+        orchestrator_helps: true,
+        prewarm: vec![RingSizing::default()],
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     let pool = Pool::new(threads);
     let sizing = RingSizing::default();
     let pats = patterns(opts.quick);
@@ -377,7 +422,8 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         let mut v = Vec::with_capacity(batch);
         for _ in 0..batch {
             let t0 = Instant::now();
-            chip.run_with_sizing(&one, &[], &sizing).map_err(|e| e.to_string())?;
+            chip.run_with_sizing(&one, &[], &sizing)
+                .map_err(|e| e.to_string())?;
             v.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         w_sz.push(median(&v));
@@ -443,7 +489,12 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             help.median / base.median,
             exec.median
         ));
-        parts.push(format!("{} {:.2}M/s ({:.2}x)", p.name, 1e3 / s.median, ratio));
+        parts.push(format!(
+            "{} {:.2}M/s ({:.2}x)",
+            p.name,
+            1e3 / s.median,
+            ratio
+        ));
         b.push(c);
     }
     let w = Series::new("µs/run", w_tr);
@@ -455,13 +506,27 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         w.median, ws.median, wb.median, wr
     ));
     b.push(
-        Case::new("warm_1task", &format!("median µs of {batch} warm ChipWorker::run dispatches of a 1-task program"), w.clone())
-            .with_baseline("the baseline pool running a 1-node DAG", wb, "taskring time / baseline time", wr)
-            .bar("≤ 50 µs", w.median <= 50.0)
-            .bar("≤ 1.5× the baseline's time", wr <= 1.5)
-            .extra(json!({ "run_with_sizing_us": ws })),
+        Case::new(
+            "warm_1task",
+            &format!("median µs of {batch} warm ChipWorker::run dispatches of a 1-task program"),
+            w.clone(),
+        )
+        .with_baseline(
+            "the baseline pool running a 1-node DAG",
+            wb,
+            "taskring time / baseline time",
+            wr,
+        )
+        .bar("≤ 50 µs", w.median <= 50.0)
+        .bar("≤ 1.5× the baseline's time", wr <= 1.5)
+        .extra(json!({ "run_with_sizing_us": ws })),
     );
-    let summary = format!("{}; warm 1-task {:.1} µs ({:.2}x)", parts.join(", "), w.median, wr);
+    let summary = format!(
+        "{}; warm 1-task {:.1} µs ({:.2}x)",
+        parts.join(", "),
+        w.median,
+        wr
+    );
     let _ = all_ratio_ok;
     Ok(b.finish(
         json!({
@@ -485,9 +550,20 @@ mod tests {
     /// and the baseline DAG has the edges the module doc states.
     #[test]
     fn patterns_agree_with_their_baseline_dags() {
-        let mut chip = ChipWorker::new(ChipOptions { cores: 2, ..Default::default() }).unwrap();
+        let mut chip = ChipWorker::new(ChipOptions {
+            cores: 2,
+            ..Default::default()
+        })
+        .unwrap();
         let pool = Pool::new(2);
-        for p in [independent(2500), chain(2500), fanout(3, 50), fanin(1), wavefront(2, 7, 9, false), wavefront(2, 7, 9, true)] {
+        for p in [
+            independent(2500),
+            chain(2500),
+            fanout(3, 50),
+            fanin(1),
+            wavefront(2, 7, 9, false),
+            wavefront(2, 7, 9, true),
+        ] {
             let mut buf = vec![0f32; p.buf_elems];
             run_taskring(&mut chip, &p, &mut buf, &RingSizing::default()).unwrap();
             let (_, _, e) = run_baseline(&pool, &p);

@@ -90,14 +90,23 @@ struct Stalls {
     orch_ns: u64,
 }
 
-fn program(p: Pat, sz: Sizes, scope: u64, instrument: bool, out: std::sync::Arc<std::sync::Mutex<Stalls>>) -> Program {
+fn program(
+    p: Pat,
+    sz: Sizes,
+    scope: u64,
+    instrument: bool,
+    out: std::sync::Arc<std::sync::Mutex<Stalls>>,
+) -> Program {
     Program::new(p.name(), move |o, args| {
         let buf = args[0].tensor()?;
         let mut st = Stalls::default();
         let t_orch = Instant::now();
         let mut in_scope = 0u64;
         let mut open = false;
-        let mut submit = |o: &mut Orchestrator<'_>, t: &TaskArgs, fresh_scope: bool| -> Result<TaskOutputs, RuntimeFailure> {
+        let mut submit = |o: &mut Orchestrator<'_>,
+                          t: &TaskArgs,
+                          fresh_scope: bool|
+         -> Result<TaskOutputs, RuntimeFailure> {
             if !open || fresh_scope || in_scope == scope {
                 if open {
                     o.end_scope()?;
@@ -130,7 +139,9 @@ fn program(p: Pat, sz: Sizes, scope: u64, instrument: bool, out: std::sync::Arc<
                 }
             }
             Pat::Stencil => {
-                let rows = buf.view(&[((sz.t + 1) * sz.w) as u32, 16], 0, None).map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+                let rows = buf
+                    .view(&[((sz.t + 1) * sz.w) as u32, 16], 0, None)
+                    .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
                 for step in 0..sz.t {
                     for j in 0..sz.w {
                         let lo = step * sz.w + j.saturating_sub(1);
@@ -144,7 +155,9 @@ fn program(p: Pat, sz: Sizes, scope: u64, instrument: bool, out: std::sync::Arc<
                 }
             }
             Pat::Fanout => {
-                let rows = buf.view(&[sz.blocks as u32, 16], 0, None).map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+                let rows = buf
+                    .view(&[sz.blocks as u32, 16], 0, None)
+                    .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
                 for bk in 0..sz.blocks {
                     let row = rows.rows_slice(bk, bk + 1).expect("row");
                     let mut t = TaskArgs::new();
@@ -191,10 +204,23 @@ struct Point {
     peak_heap: u64,
 }
 
-fn measure(p: Pat, sz: Sizes, sizing: &RingSizing, scope: u64, threads: usize, reps: usize) -> Result<Point, String> {
+fn measure(
+    p: Pat,
+    sz: Sizes,
+    sizing: &RingSizing,
+    scope: u64,
+    threads: usize,
+    reps: usize,
+) -> Result<Point, String> {
     let rss_before = rss_now();
     let hwm_ok = reset_peak_rss();
-    let mut chip = ChipWorker::new(ChipOptions { cores: threads, arena_cache_slots: 1, prewarm: vec![*sizing], ..Default::default() }).map_err(|e| e.to_string())?;
+    let mut chip = ChipWorker::new(ChipOptions {
+        cores: threads,
+        arena_cache_slots: 1,
+        prewarm: vec![*sizing],
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     let mut buf = vec![0f32; sz.buf_elems(p)];
     let cell = std::sync::Arc::new(std::sync::Mutex::new(Stalls::default()));
     let plain = program(p, sz, scope, false, cell.clone());
@@ -204,7 +230,9 @@ fn measure(p: Pat, sz: Sizes, sizing: &RingSizing, scope: u64, threads: usize, r
         let len = buf.len() as u32;
         let args = [Arg::Tensor(HostTensor::f32(buf, &[len]))];
         let t0 = Instant::now();
-        let r = chip.run_with_sizing(prog, &args, sizing).map_err(|e| format!("{} at {sizing}: {e}", p.name()))?;
+        let r = chip
+            .run_with_sizing(prog, &args, sizing)
+            .map_err(|e| format!("{} at {sizing}: {e}", p.name()))?;
         let dt = t0.elapsed().as_secs_f64();
         if r.tasks != n {
             return Err(format!("{}: expected {n} tasks, got {}", p.name(), r.tasks));
@@ -240,7 +268,11 @@ struct Under {
     prog: Program,
 }
 
-fn timed_submit(o: &mut Orchestrator<'_>, t: &TaskArgs, diag: &std::sync::Mutex<f64>) -> Result<TaskOutputs, RuntimeFailure> {
+fn timed_submit(
+    o: &mut Orchestrator<'_>,
+    t: &TaskArgs,
+    diag: &std::sync::Mutex<f64>,
+) -> Result<TaskOutputs, RuntimeFailure> {
     let t0 = Instant::now();
     let r = o.submit(NOOP, t);
     if r.is_err() {
@@ -349,13 +381,32 @@ fn undersized(diag: std::sync::Arc<std::sync::Mutex<f64>>) -> Vec<Under> {
 }
 
 pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start("b4", "ring_curve", "throughput, peak RSS and back-pressure vs ring sizing; undersized rings", opts);
+    let mut b = Bench::start(
+        "b4",
+        "ring_curve",
+        "throughput, peak RSS and back-pressure vs ring sizing; undersized rings",
+        opts,
+    );
     let threads = opts.threads;
     let reps = opts.reps.max(5);
     let sz = if opts.quick {
-        Sizes { chain: 4000, w: 64, t: 60, blocks: 40, k: 100, heap_blocks: 250 }
+        Sizes {
+            chain: 4000,
+            w: 64,
+            t: 60,
+            blocks: 40,
+            k: 100,
+            heap_blocks: 250,
+        }
     } else {
-        Sizes { chain: 20000, w: 64, t: 300, blocks: 200, k: 100, heap_blocks: 1250 }
+        Sizes {
+            chain: 20000,
+            w: 64,
+            t: 300,
+            blocks: 200,
+            k: 100,
+            heap_blocks: 1250,
+        }
     };
     let windows: Vec<u64> = vec![8, 16, 64, 256, 1024, 4096, 16384, 65536];
     let heaps: Vec<u64> = vec![1 << 12, 1 << 14, 1 << 16, 1 << 20, 1 << 24, 1 << 28];
@@ -367,11 +418,21 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     for p in [Pat::Chain, Pat::Stencil, Pat::Fanout] {
         let base = measure(p, sz, &def, 1024, threads, reps)?;
         prog.tick(&format!("{} default", p.name()));
-        b.say(&format!("   {} ({} tasks): default sizing {:.0} tasks/s, peak RSS {:.1} MiB", p.name(), sz.tasks(p), base.tput.median, base.peak_rss as f64 / MIB));
-        b.say(&format!("     {:>7} {:>12} {:>7} {:>10} {:>10} {:>10} {:>9}", "window", "tasks/s", "ratio", "peakRSS", "stalled", "blocked", "blocked%"));
+        b.say(&format!(
+            "   {} ({} tasks): default sizing {:.0} tasks/s, peak RSS {:.1} MiB",
+            p.name(),
+            sz.tasks(p),
+            base.tput.median,
+            base.peak_rss as f64 / MIB
+        ));
+        b.say(&format!(
+            "     {:>7} {:>12} {:>7} {:>10} {:>10} {:>10} {:>9}",
+            "window", "tasks/s", "ratio", "peakRSS", "stalled", "blocked", "blocked%"
+        ));
         let mut pts = vec![];
         for &w in &windows {
-            let s = RingSizing::from_values([w; 4], def.heap, def.dep_pool).map_err(|e| e.to_string())?;
+            let s = RingSizing::from_values([w; 4], def.heap, def.dep_pool)
+                .map_err(|e| e.to_string())?;
             let scope = (w / 2).clamp(1, 1024);
             let pt = measure(p, sz, &s, scope, threads, reps)?;
             prog.tick(&format!("{} w={w}", p.name()));
@@ -408,11 +469,20 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         let p = Pat::FanoutHeap;
         let base = measure(p, sz, &def, 1024, threads, reps)?;
         prog.tick("fanout_heap default");
-        b.say(&format!("   {} ({} tasks, 4 KiB output per block): default sizing {:.0} tasks/s", p.name(), sz.tasks(p), base.tput.median));
-        b.say(&format!("     {:>10} {:>12} {:>7} {:>10} {:>10} {:>10}", "heap", "tasks/s", "ratio", "peakRSS", "stalled", "blocked"));
+        b.say(&format!(
+            "   {} ({} tasks, 4 KiB output per block): default sizing {:.0} tasks/s",
+            p.name(),
+            sz.tasks(p),
+            base.tput.median
+        ));
+        b.say(&format!(
+            "     {:>10} {:>12} {:>7} {:>10} {:>10} {:>10}",
+            "heap", "tasks/s", "ratio", "peakRSS", "stalled", "blocked"
+        ));
         let mut pts = vec![];
         for &h in &heaps {
-            let s = RingSizing::from_values(def.task_window, [h; 4], def.dep_pool).map_err(|e| e.to_string())?;
+            let s = RingSizing::from_values(def.task_window, [h; 4], def.dep_pool)
+                .map_err(|e| e.to_string())?;
             let pt = measure(p, sz, &s, 1024, threads, reps)?;
             prog.tick(&format!("heap {h}"));
             let ratio = pt.tput.median / base.tput.median;
@@ -433,11 +503,18 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
                     .extra(json!({ "peak_rss_bytes": pt.peak_rss, "stalled_submits": pt.stalls.stalled, "blocked_ns": pt.stalls.stalled_ns, "peak_heap": pt.peak_heap })),
             );
         }
-        curves.insert(p.name().into(), json!({ "tasks": sz.tasks(p), "default_tasks_per_s": base.tput.median, "points": pts }));
+        curves.insert(
+            p.name().into(),
+            json!({ "tasks": sz.tasks(p), "default_tasks_per_s": base.tput.median, "points": pts }),
+        );
     }
     // Undersized.
     let diag = std::sync::Arc::new(std::sync::Mutex::new(f64::NAN));
-    let mut chip = ChipWorker::new(ChipOptions { cores: threads, ..Default::default() }).map_err(|e| e.to_string())?;
+    let mut chip = ChipWorker::new(ChipOptions {
+        cores: threads,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     let mut worst: f64 = 0.0;
     let mut all_codes = true;
     for u in undersized(diag.clone()) {
@@ -478,7 +555,11 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         );
     }
     prog.done();
-    summary_parts.push(format!("undersized: codes {}, slowest diagnosis {:.1} µs (bar < 10 ms)", if all_codes { "right" } else { "WRONG" }, worst));
+    summary_parts.push(format!(
+        "undersized: codes {}, slowest diagnosis {:.1} µs (bar < 10 ms)",
+        if all_codes { "right" } else { "WRONG" },
+        worst
+    ));
     Ok(b.finish(
         json!({ "threads": threads, "reps": reps, "windows": windows, "heaps": heaps, "sizes": format!("{sz:?}"),
             "stall_threshold_ns": STALL_NS, "curves": curves }),

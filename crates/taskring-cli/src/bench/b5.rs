@@ -18,14 +18,22 @@ use taskring::builtin::NOOP;
 use taskring::*;
 
 pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start("b5", "arena", "arena build time and RSS per sizing, cache hit cost, slots=1 vs slots=4", opts);
+    let mut b = Bench::start(
+        "b5",
+        "arena",
+        "arena build time and RSS per sizing, cache hit cost, slots=1 vs slots=4",
+        opts,
+    );
     let reps = opts.reps.max(5);
     let windows: Vec<u64> = vec![4, 64, 1024, 16384];
     let heaps: Vec<u64> = vec![1 << 10, 1 << 16, 1 << 24, 1 << 28];
     let mut prog = Progress::new("b5", windows.len() * heaps.len() + 5);
 
     // Cold builds.
-    b.say(&format!("   {:>7} {:>11} {:>9} {:>12} {:>12}", "window", "heap", "dep_pool", "build µs", "RSS KiB"));
+    b.say(&format!(
+        "   {:>7} {:>11} {:>9} {:>12} {:>12}",
+        "window", "heap", "dep_pool", "build µs", "RSS KiB"
+    ));
     let mut default_build = (f64::NAN, 0u64);
     let mut grid = vec![];
     let build = |s: &RingSizing, shared: bool| -> Result<(Series, Series), String> {
@@ -49,18 +57,30 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             let s = RingSizing::uniform(w, h, w).map_err(|e| e.to_string())?;
             let (t, r) = build(&s, false)?;
             prog.tick(&format!("build w={w} h={h}"));
-            b.say(&format!("   {:>7} {:>11} {:>9} {:>12.1} {:>12.0}", w, h, w, t.median, r.median));
+            b.say(&format!(
+                "   {:>7} {:>11} {:>9} {:>12.1} {:>12.0}",
+                w, h, w, t.median, r.median
+            ));
             let is_default = s.key() == RingSizing::default().key();
             if is_default {
                 default_build = (t.median, r.median as u64);
             }
             grid.push(json!({ "window": w, "heap": h, "dep_pool": w, "build_us": t.median, "rss_kib": r.median }));
-            let mut c = Case::new(&format!("build_w{w}_h{h}"), "µs of one cold Arena::build (the previous one unmapped)", t)
-                .extra(json!({ "rss_growth_kib": r, "default_sizing": is_default }));
+            let mut c = Case::new(
+                &format!("build_w{w}_h{h}"),
+                "µs of one cold Arena::build (the previous one unmapped)",
+                t,
+            )
+            .extra(json!({ "rss_growth_kib": r, "default_sizing": is_default }));
             if is_default {
-                let rss_mib = c.extra["rss_growth_kib"]["median"].as_f64().unwrap_or(f64::NAN) / 1024.0;
+                let rss_mib = c.extra["rss_growth_kib"]["median"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN)
+                    / 1024.0;
                 let tm = c.value.median;
-                c = c.bar("default sizing build ≤ 1 ms", tm <= 1000.0).bar("default sizing ≤ 16 MiB RSS", rss_mib <= 16.0);
+                c = c
+                    .bar("default sizing build ≤ 1 ms", tm <= 1000.0)
+                    .bar("default sizing ≤ 16 MiB RSS", rss_mib <= 16.0);
             }
             b.push(c);
         }
@@ -68,14 +88,27 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     {
         let (t, r) = build(&RingSizing::default(), true)?;
         prog.tick("build shared");
-        b.say(&format!("   default sizing with shared-memory heaps (L3 node): {:.1} µs, {:.0} KiB", t.median, r.median));
-        b.push(Case::new("build_default_shared_heaps", "µs of one cold Arena::build_with(default, shared heaps)", t).extra(json!({ "rss_growth_kib": r })));
+        b.say(&format!(
+            "   default sizing with shared-memory heaps (L3 node): {:.1} µs, {:.0} KiB",
+            t.median, r.median
+        ));
+        b.push(
+            Case::new(
+                "build_default_shared_heaps",
+                "µs of one cold Arena::build_with(default, shared heaps)",
+                t,
+            )
+            .extra(json!({ "rss_growth_kib": r })),
+        );
     }
 
     // Cache hits.
     let batch = if opts.quick { 2000 } else { 20000 };
     let def = RingSizing::default();
-    let keys: Vec<RingSizing> = [16384u64, 8192, 4096, 2048].iter().map(|&w| RingSizing::from_values([w; 4], def.heap, def.dep_pool).unwrap()).collect();
+    let keys: Vec<RingSizing> = [16384u64, 8192, 4096, 2048]
+        .iter()
+        .map(|&w| RingSizing::from_values([w; 4], def.heap, def.dep_pool).unwrap())
+        .collect();
     let mut c1 = ArenaCache::new(4);
     c1.prewarm(&def).map_err(|e| e.to_string())?;
     let mut c4 = ArenaCache::new(4);
@@ -101,14 +134,35 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     }
     prog.tick("hits");
     if c1.stats().builds != 1 || c4.stats().builds != 4 {
-        return Err(format!("cache hits built arenas: {:?} {:?}", c1.stats(), c4.stats()));
+        return Err(format!(
+            "cache hits built arenas: {:?} {:?}",
+            c1.stats(),
+            c4.stats()
+        ));
     }
     let h1 = Series::new("ns", h1);
     let h4 = Series::new("ns", h4);
-    b.say(&format!("   cache hit + reset: {:.0} ns (1 resident), {:.0} ns (4 resident, LRU-last key)", h1.median, h4.median));
+    b.say(&format!(
+        "   cache hit + reset: {:.0} ns (1 resident), {:.0} ns (4 resident, LRU-last key)",
+        h1.median, h4.median
+    ));
     let hit_ok = h1.median <= 5000.0 && h4.median <= 5000.0;
-    b.push(Case::new("hit_1_resident", &format!("ns per ArenaCache::acquire (hit) + Arena::reset, mean of {batch}"), h1.clone()).bar("hit ≤ 5 µs", h1.median <= 5000.0));
-    b.push(Case::new("hit_4_resident", &format!("ns per acquire (hit, the LRU-last of 4 keys) + reset, mean of {batch}"), h4.clone()).bar("hit ≤ 5 µs", h4.median <= 5000.0));
+    b.push(
+        Case::new(
+            "hit_1_resident",
+            &format!("ns per ArenaCache::acquire (hit) + Arena::reset, mean of {batch}"),
+            h1.clone(),
+        )
+        .bar("hit ≤ 5 µs", h1.median <= 5000.0),
+    );
+    b.push(
+        Case::new(
+            "hit_4_resident",
+            &format!("ns per acquire (hit, the LRU-last of 4 keys) + reset, mean of {batch}"),
+            h4.clone(),
+        )
+        .bar("hit ≤ 5 µs", h4.median <= 5000.0),
+    );
 
     // Alternating two sizings.
     let one = Program::new("one", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ()));
@@ -118,11 +172,17 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         let mut v = vec![];
         let mut builds = 0;
         for _ in 0..reps {
-            let mut chip = ChipWorker::new(ChipOptions { cores: opts.threads, arena_cache_slots: slots, ..Default::default() }).map_err(|e| e.to_string())?;
+            let mut chip = ChipWorker::new(ChipOptions {
+                cores: opts.threads,
+                arena_cache_slots: slots,
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())?;
             let t0 = Instant::now();
             for i in 0..100 {
                 let s = if i % 2 == 0 { &a_s } else { &b_s };
-                chip.run_with_sizing(&one, &[], s).map_err(|e| e.to_string())?;
+                chip.run_with_sizing(&one, &[], s)
+                    .map_err(|e| e.to_string())?;
             }
             v.push(t0.elapsed().as_secs_f64() * 1e3);
             builds = chip.arena_stats().builds;
@@ -133,14 +193,21 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     // faults of what the run uses), then the same dispatch warm.
     let (mut cold, mut warm, mut cold_rss) = (vec![], vec![], vec![]);
     for _ in 0..reps {
-        let mut chip = ChipWorker::new(ChipOptions { cores: opts.threads, arena_cache_slots: 1, ..Default::default() }).map_err(|e| e.to_string())?;
+        let mut chip = ChipWorker::new(ChipOptions {
+            cores: opts.threads,
+            arena_cache_slots: 1,
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
         let r0 = rss_now();
         let t0 = Instant::now();
-        chip.run_with_sizing(&one, &[], &a_s).map_err(|e| e.to_string())?;
+        chip.run_with_sizing(&one, &[], &a_s)
+            .map_err(|e| e.to_string())?;
         cold.push(t0.elapsed().as_secs_f64() * 1e6);
         cold_rss.push(rss_now().saturating_sub(r0) as f64 / 1024.0);
         let t0 = Instant::now();
-        chip.run_with_sizing(&one, &[], &a_s).map_err(|e| e.to_string())?;
+        chip.run_with_sizing(&one, &[], &a_s)
+            .map_err(|e| e.to_string())?;
         warm.push(t0.elapsed().as_secs_f64() * 1e6);
     }
     let cold = Series::new("µs", cold);
@@ -171,7 +238,14 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             .with_baseline("the same with arena_cache_slots=4", t4.clone(), "slots=1 time / slots=4 time", ratio)
             .extra(json!({ "builds_slots1": b1, "builds_slots4": b4 })),
     );
-    b.push(Case::new("alternate_slots4", "ms for the same 100 dispatches, arena_cache_slots=4", t4.clone()).extra(json!({ "builds": b4 })));
+    b.push(
+        Case::new(
+            "alternate_slots4",
+            "ms for the same 100 dispatches, arena_cache_slots=4",
+            t4.clone(),
+        )
+        .extra(json!({ "builds": b4 })),
+    );
     let (bt, br) = default_build;
     let summary = format!(
         "default build {:.1} µs / {:.0} KiB RSS (bars ≤ 1 ms, ≤ 16 MiB: {}), hit {:.0} ns (bar ≤ 5 µs: {}), alternate slots=1 {:.1} ms/{} builds vs slots=4 {:.1} ms/{} builds",

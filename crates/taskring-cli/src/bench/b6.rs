@@ -33,7 +33,10 @@ use taskring::*;
 
 fn callables() -> Arc<RwLock<Vec<ChipCallable>>> {
     Arc::new(RwLock::new(vec![
-        ChipCallable { program: Program::new("tiny", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ())), signature: vec![] },
+        ChipCallable {
+            program: Program::new("tiny", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ())),
+            signature: vec![],
+        },
         ChipCallable {
             program: Program::new("tiny_in", |o, args| {
                 let mut t = TaskArgs::new();
@@ -71,7 +74,13 @@ fn configs() -> Vec<CallConfig> {
 
 /// One L3 run of `m` tiny tasks over `chips` chips (round-robin), configs cycling when
 /// `vary`; returns seconds.
-fn l3_run(node: &mut Node, m: usize, chips: usize, vary: bool, tensor: Option<Tensor>) -> Result<f64, String> {
+fn l3_run(
+    node: &mut Node,
+    m: usize,
+    chips: usize,
+    vary: bool,
+    tensor: Option<Tensor>,
+) -> Result<f64, String> {
     let cfgs = Arc::new(configs());
     let t0 = Instant::now();
     let rep = node
@@ -79,7 +88,11 @@ fn l3_run(node: &mut Node, m: usize, chips: usize, vary: bool, tensor: Option<Te
             move |o| {
                 for i in 0..m {
                     // Chip i % chips gets configs cycling over the three sizings.
-                    let cfg = if vary { &cfgs[(i / chips) % cfgs.len()] } else { &cfgs[0] };
+                    let cfg = if vary {
+                        &cfgs[(i / chips) % cfgs.len()]
+                    } else {
+                        &cfgs[0]
+                    };
                     match tensor {
                         Some(t) => o.submit_next_level(1, &[NodeArg::Tensor(t)], cfg, i % chips)?,
                         None => o.submit_next_level(0, &[], cfg, i % chips)?,
@@ -102,7 +115,14 @@ fn l3_run(node: &mut Node, m: usize, chips: usize, vary: bool, tensor: Option<Te
 fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
     // safety: an anonymous shared page, checked.
     let page = unsafe {
-        libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     if page == libc::MAP_FAILED {
         return Err(format!("mmap: {}", std::io::Error::last_os_error()));
@@ -125,7 +145,12 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
         }
         let mut served = 0u32;
         loop {
-            wait_until(req, || req.load(Acquire) != served || stop.load(Acquire) != 0, || false, Duration::from_millis(50));
+            wait_until(
+                req,
+                || req.load(Acquire) != served || stop.load(Acquire) != 0,
+                || false,
+                Duration::from_millis(50),
+            );
             if stop.load(Acquire) != 0 {
                 unsafe { libc::_exit(0) };
             }
@@ -141,7 +166,12 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
             let want = seq;
             req.store(want, Release);
             futex_wake(req);
-            if !wait_until(resp, || resp.load(Acquire) == want, || false, Duration::from_millis(50)) {
+            if !wait_until(
+                resp,
+                || resp.load(Acquire) == want,
+                || false,
+                Duration::from_millis(50),
+            ) {
                 return false;
             }
         }
@@ -165,15 +195,28 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
 }
 
 pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start("b6", "l3", "submit_next_level round trip and throughput to 1..4 chip processes", opts);
+    let mut b = Bench::start(
+        "b6",
+        "l3",
+        "submit_next_level round trip and throughput to 1..4 chip processes",
+        opts,
+    );
     let reps = opts.reps.max(5);
-    let (rt_batch, many, pp_n) = if opts.quick { (50, 200, 2000) } else { (300, 2000, 20000) };
+    let (rt_batch, many, pp_n) = if opts.quick {
+        (50, 200, 2000)
+    } else {
+        (300, 2000, 20000)
+    };
     let mut prog = Progress::new("b6", 2 + 4);
 
     // Baseline first (a clean process: no node threads yet).
     let pp = Series::new("µs", ping_pong(pp_n, reps)?);
     prog.tick("ping-pong");
-    b.say(&format!("   baseline shared-memory futex ping-pong: {:.2} µs per round trip ({:.0} round trips/s)", pp.median, 1e6 / pp.median));
+    b.say(&format!(
+        "   baseline shared-memory futex ping-pong: {:.2} µs per round trip ({:.0} round trips/s)",
+        pp.median,
+        1e6 / pp.median
+    ));
 
     // Round trips, one chip.
     let mut node = make_node(1)?;
@@ -209,17 +252,46 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     ));
     let ratio = r1.median / pp.median;
     b.push(
-        Case::new("rt_1task", &format!("median µs of {rt_batch} L3 runs holding one tiny L2 task (Node::run wall time)"), r1.clone())
-            .with_baseline("shared-memory futex ping-pong between two processes", pp.clone(), "taskring round trip / ping-pong round trip", ratio)
-            .bar("round trip ≤ 30 µs", r1.median <= 30.0),
+        Case::new(
+            "rt_1task",
+            &format!(
+                "median µs of {rt_batch} L3 runs holding one tiny L2 task (Node::run wall time)"
+            ),
+            r1.clone(),
+        )
+        .with_baseline(
+            "shared-memory futex ping-pong between two processes",
+            pp.clone(),
+            "taskring round trip / ping-pong round trip",
+            ratio,
+        )
+        .bar("round trip ≤ 30 µs", r1.median <= 30.0),
     );
     b.push(
-        Case::new("rt_1task_tensor", "the same with one shared-memory tensor argument", r1t.clone())
-            .with_baseline("shared-memory futex ping-pong", pp.clone(), "taskring round trip / ping-pong round trip", r1t.median / pp.median),
+        Case::new(
+            "rt_1task_tensor",
+            "the same with one shared-memory tensor argument",
+            r1t.clone(),
+        )
+        .with_baseline(
+            "shared-memory futex ping-pong",
+            pp.clone(),
+            "taskring round trip / ping-pong round trip",
+            r1t.median / pp.median,
+        ),
     );
     b.push(
-        Case::new("rt_in_run", &format!("µs per L2 task of one L3 run of {many} tiny tasks to one chip"), rin.clone())
-            .with_baseline("shared-memory futex ping-pong", pp.clone(), "taskring per-task time / ping-pong round trip", rin.median / pp.median),
+        Case::new(
+            "rt_in_run",
+            &format!("µs per L2 task of one L3 run of {many} tiny tasks to one chip"),
+            rin.clone(),
+        )
+        .with_baseline(
+            "shared-memory futex ping-pong",
+            pp.clone(),
+            "taskring per-task time / ping-pong round trip",
+            rin.median / pp.median,
+        ),
     );
 
     // Throughput to 1..4 chips with differing per-task configs.
@@ -231,7 +303,9 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         for _ in 0..reps {
             v.push(many as f64 / l3_run(&mut node, many, chips, true, None)?);
         }
-        let builds: Vec<u64> = (0..chips).map(|w| node.chip_arena_stats(w).map(|s| s.builds).unwrap_or(0)).collect();
+        let builds: Vec<u64> = (0..chips)
+            .map(|w| node.chip_arena_stats(w).map(|s| s.builds).unwrap_or(0))
+            .collect();
         drop(node);
         let s = Series::new("tasks/s", v);
         let base_tps = 1e6 / pp.median;

@@ -51,13 +51,22 @@ pub fn decode_step(blocks: u32) -> Program {
 pub fn decode_step_with(blocks: u32, k: [KernelRef; 4]) -> Program {
     let [qk, softmax, fill, pv] = k;
     Program::new("decode_step", move |o, args| {
-        let (q, kt, v, out) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?, args[3].tensor()?);
+        let (q, kt, v, out) = (
+            args[0].tensor()?,
+            args[1].tensor()?,
+            args[2].tensor()?,
+            args[3].tensor()?,
+        );
         let width = BLOCK * blocks;
         let scores = o.alloc(&[spec(&[HEADS, width])?])?.output(0);
         for b in 0..blocks {
             o.scope(|o| {
-                let ktb = kt.rows_slice((b * DIM) as u64, ((b + 1) * DIM) as u64).map_err(bad)?;
-                let sb = scores.view(&[HEADS, BLOCK], (b * BLOCK) as u64, Some(&[width, 1])).map_err(bad)?;
+                let ktb = kt
+                    .rows_slice((b * DIM) as u64, ((b + 1) * DIM) as u64)
+                    .map_err(bad)?;
+                let sb = scores
+                    .view(&[HEADS, BLOCK], (b * BLOCK) as u64, Some(&[width, 1]))
+                    .map_err(bad)?;
                 let mut t = TaskArgs::new();
                 t.input(q).input(ktb).output_existing(sb);
                 o.submit(qk, &t).map(|_| ())
@@ -71,8 +80,12 @@ pub fn decode_step_with(blocks: u32, k: [KernelRef; 4]) -> Program {
         o.submit(fill, &t)?;
         for b in 0..blocks {
             o.scope(|o| {
-                let pb = p.view(&[HEADS, BLOCK], (b * BLOCK) as u64, Some(&[width, 1])).map_err(bad)?;
-                let vb = v.rows_slice((b * BLOCK) as u64, ((b + 1) * BLOCK) as u64).map_err(bad)?;
+                let pb = p
+                    .view(&[HEADS, BLOCK], (b * BLOCK) as u64, Some(&[width, 1]))
+                    .map_err(bad)?;
+                let vb = v
+                    .rows_slice((b * BLOCK) as u64, ((b + 1) * BLOCK) as u64)
+                    .map_err(bad)?;
                 let mut t = TaskArgs::new();
                 t.input(pb).input(vb).inout(out);
                 o.submit(pv, &t).map(|_| ())
@@ -92,8 +105,17 @@ pub struct DecodeData {
 
 impl DecodeData {
     pub fn new(blocks: u32, seed: usize) -> DecodeData {
-        let f = |n: u32, m: usize| (0..n as usize).map(|i| ((i * m + seed) % 13) as f32 / 13.0 - 0.5).collect::<Vec<f32>>();
-        DecodeData { q: f(HEADS * DIM, 7), kt: f(blocks * DIM * BLOCK, 5), v: f(blocks * BLOCK * DIM, 3), out: vec![0.0; (HEADS * DIM) as usize] }
+        let f = |n: u32, m: usize| {
+            (0..n as usize)
+                .map(|i| ((i * m + seed) % 13) as f32 / 13.0 - 0.5)
+                .collect::<Vec<f32>>()
+        };
+        DecodeData {
+            q: f(HEADS * DIM, 7),
+            kt: f(blocks * DIM * BLOCK, 5),
+            v: f(blocks * BLOCK * DIM, 3),
+            out: vec![0.0; (HEADS * DIM) as usize],
+        }
     }
     pub fn args(&mut self, blocks: u32) -> Vec<Arg<'_>> {
         vec![
@@ -105,12 +127,24 @@ impl DecodeData {
     }
 }
 
-fn replay_once(chip: &mut ChipWorker, g: &Captured, args: &[Arg<'_>], tasks: u64) -> Result<f64, String> {
+fn replay_once(
+    chip: &mut ChipWorker,
+    g: &Captured,
+    args: &[Arg<'_>],
+    tasks: u64,
+) -> Result<f64, String> {
     let t0 = Instant::now();
-    let rep = g.replay(chip, args, None).map_err(|e| format!("replay of {}: {e}", g.name()))?;
+    let rep = g
+        .replay(chip, args, None)
+        .map_err(|e| format!("replay of {}: {e}", g.name()))?;
     let dt = t0.elapsed().as_secs_f64();
     if rep.tasks != tasks || !rep.replayed {
-        return Err(format!("replay of {}: expected {tasks} tasks, the report says {} (replayed={})", g.name(), rep.tasks, rep.replayed));
+        return Err(format!(
+            "replay of {}: expected {tasks} tasks, the report says {} (replayed={})",
+            g.name(),
+            rep.tasks,
+            rep.replayed
+        ));
     }
     Ok(dt)
 }
@@ -119,11 +153,21 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     let mut b = Bench::start("b9", "replay", "captured graphs replayed vs the hand-rolled executor (B3 patterns) and vs normal runs (a decode step)", opts);
     let threads = opts.threads;
     let reps = opts.reps.max(5);
-    let mut chip = ChipWorker::new(ChipOptions { cores: threads, prewarm: vec![RingSizing::default()], ..Default::default() }).map_err(|e| e.to_string())?;
+    let mut chip = ChipWorker::new(ChipOptions {
+        cores: threads,
+        prewarm: vec![RingSizing::default()],
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     // As B3: the same with as many threads as the baseline (threads-1 cores plus the
     // orchestrator running ready tasks while it waits).
-    let mut helper = ChipWorker::new(ChipOptions { cores: threads.saturating_sub(1).max(1), orchestrator_helps: true, prewarm: vec![RingSizing::default()], ..Default::default() })
-        .map_err(|e| e.to_string())?;
+    let mut helper = ChipWorker::new(ChipOptions {
+        cores: threads.saturating_sub(1).max(1),
+        orchestrator_helps: true,
+        prewarm: vec![RingSizing::default()],
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     let pool = Pool::new(threads);
     let sizing = RingSizing::default();
     let cfg = CallConfig::default();
@@ -132,36 +176,62 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     let (mut graphs, mut hgraphs) = (vec![], vec![]);
     for (i, p) in pats.iter().enumerate() {
         for (w, gs) in [(&mut chip, &mut graphs), (&mut helper, &mut hgraphs)] {
-            let g = w.capture(&p.program, &pattern_args(p, &mut bufs[i]), &cfg).map_err(|e| format!("capture of {}: {e}", p.name))?;
+            let g = w
+                .capture(&p.program, &pattern_args(p, &mut bufs[i]), &cfg)
+                .map_err(|e| format!("capture of {}: {e}", p.name))?;
             if g.tasks() as u64 != p.tasks {
-                return Err(format!("capture of {}: {} tasks recorded, expected {}", p.name, g.tasks(), p.tasks));
+                return Err(format!(
+                    "capture of {}: {} tasks recorded, expected {}",
+                    p.name,
+                    g.tasks(),
+                    p.tasks
+                ));
             }
             gs.push(g);
         }
     }
     let series = || vec![Vec::<f64>::new(); pats.len()];
-    let (mut rp, mut bl, mut bx, mut nr, mut hp) = (series(), series(), series(), series(), series());
+    let (mut rp, mut bl, mut bx, mut nr, mut hp) =
+        (series(), series(), series(), series(), series());
     let mut edges = vec![0usize; pats.len()];
     for (i, p) in pats.iter().enumerate() {
-        replay_once(&mut chip, &graphs[i], &pattern_args(p, &mut bufs[i]), p.tasks)?;
-        replay_once(&mut helper, &hgraphs[i], &pattern_args(p, &mut bufs[i]), p.tasks)?;
+        replay_once(
+            &mut chip,
+            &graphs[i],
+            &pattern_args(p, &mut bufs[i]),
+            p.tasks,
+        )?;
+        replay_once(
+            &mut helper,
+            &hgraphs[i],
+            &pattern_args(p, &mut bufs[i]),
+            p.tasks,
+        )?;
         run_baseline(&pool, p);
     }
     // Decode step, and its graph with empty kernels.
     let mut data = DecodeData::new(DECODE_BLOCKS, 1);
-    let progs = [decode_step(DECODE_BLOCKS), decode_step_with(DECODE_BLOCKS, [NOOP; 4])];
+    let progs = [
+        decode_step(DECODE_BLOCKS),
+        decode_step_with(DECODE_BLOCKS, [NOOP; 4]),
+    ];
     let mut dgs = vec![];
     for prog in &progs {
-        dgs.push(chip.capture(prog, &data.args(DECODE_BLOCKS), &cfg).map_err(|e| format!("capture of the decode step: {e}"))?);
+        dgs.push(
+            chip.capture(prog, &data.args(DECODE_BLOCKS), &cfg)
+                .map_err(|e| format!("capture of the decode step: {e}"))?,
+        );
     }
     let dtasks = dgs[0].tasks() as u64;
     data.out.iter_mut().for_each(|x| *x = 0.0);
-    chip.run_with_sizing(&progs[0], &data.args(DECODE_BLOCKS), &sizing).map_err(|e| e.to_string())?;
+    chip.run_with_sizing(&progs[0], &data.args(DECODE_BLOCKS), &sizing)
+        .map_err(|e| e.to_string())?;
     let reference = data.out.clone();
     let batch = if opts.quick { 200 } else { 1000 };
     for _ in 0..100 {
         for (prog, dg) in progs.iter().zip(&dgs) {
-            chip.run_with_sizing(prog, &data.args(DECODE_BLOCKS), &sizing).map_err(|e| e.to_string())?;
+            chip.run_with_sizing(prog, &data.args(DECODE_BLOCKS), &sizing)
+                .map_err(|e| e.to_string())?;
             replay_once(&mut chip, dg, &data.args(DECODE_BLOCKS), dtasks)?;
         }
     }
@@ -175,10 +245,20 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     let (mut d_run, mut d_rep) = ([vec![], vec![]], [vec![], vec![]]);
     for _ in 0..reps {
         for (i, p) in pats.iter().enumerate() {
-            let t = replay_once(&mut chip, &graphs[i], &pattern_args(p, &mut bufs[i]), p.tasks)?;
+            let t = replay_once(
+                &mut chip,
+                &graphs[i],
+                &pattern_args(p, &mut bufs[i]),
+                p.tasks,
+            )?;
             let (tb, tx, e) = run_baseline(&pool, p);
             let tn = run_taskring(&mut chip, p, &mut bufs[i], &sizing)?;
-            let th = replay_once(&mut helper, &hgraphs[i], &pattern_args(p, &mut bufs[i]), p.tasks)?;
+            let th = replay_once(
+                &mut helper,
+                &hgraphs[i],
+                &pattern_args(p, &mut bufs[i]),
+                p.tasks,
+            )?;
             let per = |s: f64| s * 1e9 / p.tasks as f64;
             rp[i].push(per(t));
             bl[i].push(per(tb));
@@ -193,7 +273,8 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             for _ in 0..batch {
                 let args = data.args(DECODE_BLOCKS);
                 let t0 = Instant::now();
-                chip.run_with_sizing(prog, &args, &sizing).map_err(|e| e.to_string())?;
+                chip.run_with_sizing(prog, &args, &sizing)
+                    .map_err(|e| e.to_string())?;
                 v.push(t0.elapsed().as_secs_f64() * 1e6);
             }
             d_run[k].push(median(&v));
@@ -201,7 +282,8 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             for _ in 0..batch {
                 let args = data.args(DECODE_BLOCKS);
                 let t0 = Instant::now();
-                dg.replay(&mut chip, &args, None).map_err(|e| e.to_string())?;
+                dg.replay(&mut chip, &args, None)
+                    .map_err(|e| e.to_string())?;
                 v.push(t0.elapsed().as_secs_f64() * 1e6);
             }
             d_rep[k].push(median(&v));
@@ -214,7 +296,17 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     let mut all_ok = true;
     b.say(&format!(
         "   {:<16} {:>8} {:>12} {:>12} {:>8} {:>12} {:>8} {:>12} {:>8} {:>12} {:>8}",
-        "pattern", "tasks", "replay/s", "baseline/s", "ratio", "exec-only/s", "ratio", "normal/s", "speedup", "helper/s", "ratio"
+        "pattern",
+        "tasks",
+        "replay/s",
+        "baseline/s",
+        "ratio",
+        "exec-only/s",
+        "ratio",
+        "normal/s",
+        "speedup",
+        "helper/s",
+        "ratio"
     ));
     for (i, p) in pats.iter().enumerate() {
         let s = Series::new("ns/task", rp[i].clone());
@@ -271,10 +363,19 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         dr.median, dp.median, speedup, er.median, ep.median, empty_speedup
     ));
     b.push(
-        Case::new("decode_step", &format!("median µs of {batch} replays of a {dtasks}-task paged-attention decode step"), dp.clone())
-            .with_baseline("the same program run normally (run_with_sizing, the captured sizing)", dr.clone(), "normal run time / replay time", speedup)
-            .bar("≥ 3× faster than a normal run", speedup >= 3.0)
-            .extra(json!({ "tasks": dtasks, "edges": dgs[0].edges(), "blocks": DECODE_BLOCKS })),
+        Case::new(
+            "decode_step",
+            &format!("median µs of {batch} replays of a {dtasks}-task paged-attention decode step"),
+            dp.clone(),
+        )
+        .with_baseline(
+            "the same program run normally (run_with_sizing, the captured sizing)",
+            dr.clone(),
+            "normal run time / replay time",
+            speedup,
+        )
+        .bar("≥ 3× faster than a normal run", speedup >= 3.0)
+        .extra(json!({ "tasks": dtasks, "edges": dgs[0].edges(), "blocks": DECODE_BLOCKS })),
     );
     b.push(
         Case::new("decode_step_empty_kernels", &format!("median µs of {batch} replays of the decode step's graph with NOOP kernels (what the runtime itself costs)"), ep.clone())
@@ -309,13 +410,21 @@ mod tests {
     /// The decode step has 67 tasks, and its replay computes what its normal run does.
     #[test]
     fn decode_step_replays_like_its_normal_run() {
-        let mut chip = ChipWorker::new(ChipOptions { cores: 2, ..Default::default() }).unwrap();
+        let mut chip = ChipWorker::new(ChipOptions {
+            cores: 2,
+            ..Default::default()
+        })
+        .unwrap();
         let prog = decode_step(DECODE_BLOCKS);
         let mut a = DecodeData::new(DECODE_BLOCKS, 1);
-        let rep = chip.run_with_sizing(&prog, &a.args(DECODE_BLOCKS), &RingSizing::default()).unwrap();
+        let rep = chip
+            .run_with_sizing(&prog, &a.args(DECODE_BLOCKS), &RingSizing::default())
+            .unwrap();
         assert_eq!(rep.tasks, 67);
         let mut c = DecodeData::new(DECODE_BLOCKS, 2);
-        let g = chip.capture(&prog, &c.args(DECODE_BLOCKS), &CallConfig::default()).unwrap();
+        let g = chip
+            .capture(&prog, &c.args(DECODE_BLOCKS), &CallConfig::default())
+            .unwrap();
         let mut d = DecodeData::new(DECODE_BLOCKS, 1);
         g.replay(&mut chip, &d.args(DECODE_BLOCKS), None).unwrap();
         assert_eq!(d.out, a.out);

@@ -46,7 +46,12 @@ impl Dag {
             succ[*f as usize] = b;
             *f += 1;
         }
-        Dag { n, indeg, succ_off: off, succ }
+        Dag {
+            n,
+            indeg,
+            succ_off: off,
+            succ,
+        }
     }
 
     pub fn edges(&self) -> usize {
@@ -105,10 +110,16 @@ impl Pool {
             .enumerate()
             .map(|(i, w)| {
                 let sh = shared.clone();
-                std::thread::Builder::new().name(format!("baseline-{i}")).spawn(move || worker_loop(&sh, i, w)).expect("spawn a baseline worker")
+                std::thread::Builder::new()
+                    .name(format!("baseline-{i}"))
+                    .spawn(move || worker_loop(&sh, i, w))
+                    .expect("spawn a baseline worker")
             })
             .collect();
-        Pool { shared, threads: handles }
+        Pool {
+            shared,
+            threads: handles,
+        }
     }
 
     /// Run `dag` to completion; returns once every node ran.
@@ -166,7 +177,9 @@ impl Pool {
                 std::thread::yield_now();
             }
         }
-        job.order.as_ref().map(|o| o.iter().map(|a| a.load(Relaxed)).collect())
+        job.order
+            .as_ref()
+            .map(|o| o.iter().map(|a| a.load(Relaxed)).collect())
     }
 }
 
@@ -301,7 +314,10 @@ mod tests {
         assert!(order.iter().all(|&o| o > 0), "every node ran");
         for a in 0..dag.n as u32 {
             for &b in dag.succs(a) {
-                assert!(order[a as usize] < order[b as usize], "{a} -> {b} ran out of order");
+                assert!(
+                    order[a as usize] < order[b as usize],
+                    "{a} -> {b} ran out of order"
+                );
             }
         }
     }

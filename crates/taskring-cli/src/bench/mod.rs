@@ -55,11 +55,19 @@ impl Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
-            .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).trim().to_string()))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).trim().to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
         Machine {
-            nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            nproc: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             cpu_model,
             kernel,
             loadavg_start: loadavg(),
@@ -67,12 +75,20 @@ impl Machine {
         }
     }
     pub fn line(&self) -> String {
-        format!("machine: nproc={} cpu=\"{}\" kernel={} loadavg={}", self.nproc, self.cpu_model, self.kernel, self.loadavg_start)
+        format!(
+            "machine: nproc={} cpu=\"{}\" kernel={} loadavg={}",
+            self.nproc, self.cpu_model, self.kernel, self.loadavg_start
+        )
     }
 }
 
 pub fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A bar of BENCHMARKS.md and whether this run met it.
@@ -94,7 +110,13 @@ pub struct Series {
 
 impl Series {
     pub fn new(unit: &str, samples: Vec<f64>) -> Series {
-        Series { unit: unit.into(), median: median(&samples), min: fmin(&samples), max: fmax(&samples), samples }
+        Series {
+            unit: unit.into(),
+            median: median(&samples),
+            min: fmin(&samples),
+            max: fmax(&samples),
+            samples,
+        }
     }
 }
 
@@ -127,16 +149,31 @@ pub struct Baseline {
 
 impl Case {
     pub fn new(name: &str, what: &str, value: Series) -> Case {
-        Case { name: name.into(), what: what.into(), value, baseline: None, ratio_def: None, ratio: None, bars: vec![], extra: serde_json::Value::Null }
+        Case {
+            name: name.into(),
+            what: what.into(),
+            value,
+            baseline: None,
+            ratio_def: None,
+            ratio: None,
+            bars: vec![],
+            extra: serde_json::Value::Null,
+        }
     }
     pub fn with_baseline(mut self, name: &str, b: Series, ratio_def: &str, ratio: f64) -> Case {
-        self.baseline = Some(Baseline { name: name.into(), value: b });
+        self.baseline = Some(Baseline {
+            name: name.into(),
+            value: b,
+        });
         self.ratio_def = Some(ratio_def.into());
         self.ratio = Some(ratio);
         self
     }
     pub fn bar(mut self, text: impl Into<String>, met: bool) -> Case {
-        self.bars.push(Bar { text: text.into(), met });
+        self.bars.push(Bar {
+            text: text.into(),
+            met,
+        });
         self
     }
     pub fn extra(mut self, v: serde_json::Value) -> Case {
@@ -178,8 +215,24 @@ impl Bench {
         let machine = Machine::probe();
         say(opts, &format!("== {id} {name}: {title}"));
         say(opts, &format!("   {}", machine.line()));
-        say(opts, &format!("   threads={} reps={}{}", opts.threads, opts.reps, if opts.quick { " (quick)" } else { "" }));
-        Bench { id, name, title, opts: opts.clone(), machine, cases: vec![], t0: Instant::now() }
+        say(
+            opts,
+            &format!(
+                "   threads={} reps={}{}",
+                opts.threads,
+                opts.reps,
+                if opts.quick { " (quick)" } else { "" }
+            ),
+        );
+        Bench {
+            id,
+            name,
+            title,
+            opts: opts.clone(),
+            machine,
+            cases: vec![],
+            t0: Instant::now(),
+        }
     }
 
     pub fn say(&self, s: &str) {
@@ -199,7 +252,10 @@ impl Bench {
             bench: format!("{}_{}", self.id, self.name),
             title: self.title.into(),
             command: std::env::args().collect::<Vec<_>>().join(" "),
-            unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            unix_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
             duration_s: self.t0.elapsed().as_secs_f64(),
             machine: self.machine.clone(),
             params,
@@ -209,11 +265,19 @@ impl Bench {
         };
         let text = serde_json::to_string_pretty(&report).expect("report serialises");
         let path = self.opts.out_dir.join(format!("{}.json", report.bench));
-        let written = std::fs::create_dir_all(&self.opts.out_dir).and_then(|_| std::fs::write(&path, &text));
+        let written =
+            std::fs::create_dir_all(&self.opts.out_dir).and_then(|_| std::fs::write(&path, &text));
         if let Err(e) = &written {
             eprintln!("taskring bench: cannot write {}: {e}", path.display());
         }
-        let line = format!("{} {}: {} [bars {}] -> {}", self.id, self.name, summary, if bars_met { "met" } else { "NOT all met" }, path.display());
+        let line = format!(
+            "{} {}: {} [bars {}] -> {}",
+            self.id,
+            self.name,
+            summary,
+            if bars_met { "met" } else { "NOT all met" },
+            path.display()
+        );
         if self.opts.json {
             eprintln!("{line}");
             println!("{text}");
@@ -249,7 +313,15 @@ pub struct Progress {
 impl Progress {
     pub fn new(label: &str, total: usize) -> Progress {
         let now = Instant::now();
-        Progress { label: label.into(), total, done: 0, t0: now, last: now, tty: std::io::stderr().is_terminal(), shown: false }
+        Progress {
+            label: label.into(),
+            total,
+            done: 0,
+            t0: now,
+            last: now,
+            tty: std::io::stderr().is_terminal(),
+            shown: false,
+        }
     }
     pub fn tick(&mut self, what: &str) {
         self.done += 1;
@@ -257,13 +329,24 @@ impl Progress {
         if now.duration_since(self.t0) < Duration::from_secs(2) {
             return;
         }
-        let every = if self.tty { Duration::from_millis(200) } else { Duration::from_secs(5) };
+        let every = if self.tty {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(5)
+        };
         if self.shown && now.duration_since(self.last) < every && self.done < self.total {
             return;
         }
         self.last = now;
         self.shown = true;
-        let msg = format!("  [{}] {}/{} {:.0}s {}", self.label, self.done, self.total, now.duration_since(self.t0).as_secs_f64(), what);
+        let msg = format!(
+            "  [{}] {}/{} {:.0}s {}",
+            self.label,
+            self.done,
+            self.total,
+            now.duration_since(self.t0).as_secs_f64(),
+            what
+        );
         let mut e = std::io::stderr();
         if self.tty {
             let _ = write!(e, "\r{msg:<100}");
@@ -345,20 +428,38 @@ fn run_script(rel: &str, args: &[&str], opts: &Opts) -> Result<(), String> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = root.join(rel);
     if !script.exists() {
-        return Err(format!("{} not found (this command runs the scripts of the source tree it was built from)", script.display()));
+        return Err(format!(
+            "{} not found (this command runs the scripts of the source tree it was built from)",
+            script.display()
+        ));
     }
     let venv = root.join(".venv/bin/python");
-    let python = if venv.exists() { venv } else { std::path::PathBuf::from("python3") };
+    let python = if venv.exists() {
+        venv
+    } else {
+        std::path::PathBuf::from("python3")
+    };
     let mut cmd = std::process::Command::new(&python);
-    cmd.arg(&script).args(args).arg("--reps").arg(opts.reps.to_string()).arg("--out-dir").arg(&opts.out_dir);
+    cmd.arg(&script)
+        .args(args)
+        .arg("--reps")
+        .arg(opts.reps.to_string())
+        .arg("--out-dir")
+        .arg(&opts.out_dir);
     if opts.quick && rel.ends_with("metg.py") {
         cmd.args(["--steps", "200", "--budget", "20"]);
     }
-    let status = cmd.status().map_err(|e| format!("could not run {}: {e}", python.display()))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("could not run {}: {e}", python.display()))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("{} {} exited with {status}", python.display(), script.display()))
+        Err(format!(
+            "{} {} exited with {status}",
+            python.display(),
+            script.display()
+        ))
     }
 }
 

@@ -17,8 +17,8 @@
 use crate::arena::{ArenaCache, ArenaStats};
 use crate::config::{CallConfig, ConfigError, RingSizing};
 use crate::engine::orch::{ExecutorProbe, WaitPolicy};
-use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::replay::DirectJob;
+use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, Scalar, StatusCode};
 use crate::kernel::{CoreKind, KernelCall};
 use crate::tensor::{DType, TaskId, Tensor};
@@ -42,15 +42,26 @@ impl<'a> HostTensor<'a> {
     /// match the slice length.
     pub fn f32(data: &'a mut [f32], shape: &[u32]) -> HostTensor<'a> {
         let n: u64 = shape.iter().map(|&d| d as u64).product();
-        assert_eq!(n as usize, data.len(), "shape {shape:?} does not match {} elements", data.len());
-        HostTensor { tensor: Tensor::from_raw(data.as_mut_ptr() as u64, shape, DType::F32), _borrow: PhantomData }
+        assert_eq!(
+            n as usize,
+            data.len(),
+            "shape {shape:?} does not match {} elements",
+            data.len()
+        );
+        HostTensor {
+            tensor: Tensor::from_raw(data.as_mut_ptr() as u64, shape, DType::F32),
+            _borrow: PhantomData,
+        }
     }
 
     /// # Safety
     /// `tensor` must describe memory that is valid for reads and writes, and not used
     /// elsewhere, for `'a` (the duration of the run).
     pub unsafe fn from_raw(tensor: Tensor) -> HostTensor<'a> {
-        HostTensor { tensor, _borrow: PhantomData }
+        HostTensor {
+            tensor,
+            _borrow: PhantomData,
+        }
     }
 
     pub fn tensor(&self) -> Tensor {
@@ -70,13 +81,19 @@ impl Arg<'_> {
     pub fn tensor(&self) -> Result<Tensor, RuntimeFailure> {
         match self {
             Arg::Tensor(t) => Ok(t.tensor),
-            Arg::Scalar(_) => Err(RuntimeFailure::invalid_args(None, "program argument is a scalar, expected a tensor")),
+            Arg::Scalar(_) => Err(RuntimeFailure::invalid_args(
+                None,
+                "program argument is a scalar, expected a tensor",
+            )),
         }
     }
     pub fn scalar(&self) -> Result<Scalar, RuntimeFailure> {
         match self {
             Arg::Scalar(s) => Ok(*s),
-            Arg::Tensor(_) => Err(RuntimeFailure::invalid_args(None, "program argument is a tensor, expected a scalar")),
+            Arg::Tensor(_) => Err(RuntimeFailure::invalid_args(
+                None,
+                "program argument is a tensor, expected a scalar",
+            )),
         }
     }
 }
@@ -93,21 +110,32 @@ pub struct Program {
 impl Program {
     pub fn new(
         name: &str,
-        f: impl Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure> + Send + Sync + 'static,
+        f: impl Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure>
+            + Send
+            + Sync
+            + 'static,
     ) -> Program {
-        Program { name: name.to_string(), f: Arc::new(f) }
+        Program {
+            name: name.to_string(),
+            f: Arc::new(f),
+        }
     }
     pub fn name(&self) -> &str {
         &self.name
     }
     /// Run the orchestration.
-    pub(crate) fn call(&self, o: &mut Orchestrator<'_>, args: &[Arg<'_>]) -> Result<(), RuntimeFailure> {
+    pub(crate) fn call(
+        &self,
+        o: &mut Orchestrator<'_>,
+        args: &[Arg<'_>],
+    ) -> Result<(), RuntimeFailure> {
         (self.f)(o, args)
     }
 }
 
 /// The orchestration of one dispatch: a program's, or a replay's.
-pub(crate) type OrchBody<'a> = dyn Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure> + 'a;
+pub(crate) type OrchBody<'a> =
+    dyn Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure> + 'a;
 
 /// Worker ids (a captured graph belongs to its worker).
 static NEXT_WORKER_ID: AtomicU64 = AtomicU64::new(1);
@@ -151,7 +179,9 @@ pub struct Diagnostics {
 
 impl Diagnostics {
     pub fn from_config(c: &CallConfig) -> Diagnostics {
-        let at = |on: bool| (on && !c.output_prefix.is_empty()).then(|| std::path::PathBuf::from(&c.output_prefix));
+        let at = |on: bool| {
+            (on && !c.output_prefix.is_empty()).then(|| std::path::PathBuf::from(&c.output_prefix))
+        };
         Diagnostics {
             scope_stats_prefix: at(c.enable_scope_stats),
             deps_prefix: at(c.enable_dep_gen),
@@ -160,8 +190,15 @@ impl Diagnostics {
     }
 }
 
-fn write_stats(prefix: &std::path::Path, sizing: &RingSizing, orch: &crate::engine::OrchState, failure: Option<&RuntimeFailure>) {
-    let Some(stats) = orch.stats.as_ref() else { return };
+fn write_stats(
+    prefix: &std::path::Path,
+    sizing: &RingSizing,
+    orch: &crate::engine::OrchState,
+    failure: Option<&RuntimeFailure>,
+) {
+    let Some(stats) = orch.stats.as_ref() else {
+        return;
+    };
     let peaks = orch.peaks();
     let header = crate::dfx::ScopeStatsHeader {
         version: 6,
@@ -178,7 +215,10 @@ fn write_stats(prefix: &std::path::Path, sizing: &RingSizing, orch: &crate::engi
         failure: failure.map(crate::dfx::FailureRecord::from),
     };
     if let Err(e) = crate::dfx::write_scope_stats(prefix, &header, stats) {
-        eprintln!("taskring: could not write scope stats under {}: {e}", prefix.display());
+        eprintln!(
+            "taskring: could not write scope stats under {}: {e}",
+            prefix.display()
+        );
     }
 }
 
@@ -213,7 +253,11 @@ pub struct ChipOptions {
 }
 
 fn env_ms(var: &str) -> Option<Duration> {
-    std::env::var(var).ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&v| v > 0).map(Duration::from_millis)
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&v| v > 0)
+        .map(Duration::from_millis)
 }
 
 impl Default for ChipOptions {
@@ -224,7 +268,8 @@ impl Default for ChipOptions {
             arena_cache_slots: 4,
             prewarm: Vec::new(),
             backstop: env_ms("TASKRING_ALLOC_TIMEOUT_MS").unwrap_or(Duration::from_millis(500)),
-            scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS").unwrap_or(Duration::from_secs(10)),
+            scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS")
+                .unwrap_or(Duration::from_secs(10)),
             shared_heaps: false,
             orchestrator_helps: false,
         }
@@ -293,20 +338,51 @@ impl ChipWorker {
     /// Start the core threads and prewarm `opts.prewarm`.
     pub fn new(opts: ChipOptions) -> Result<ChipWorker, RuntimeFailure> {
         if opts.cores > MAX_CORES {
-            return Err(RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("a chip has at most {MAX_CORES} cores (got cores={})", opts.cores)));
+            return Err(RuntimeFailure::new(
+                StatusCode::RuntimeSetup,
+                None,
+                format!(
+                    "a chip has at most {MAX_CORES} cores (got cores={})",
+                    opts.cores
+                ),
+            ));
         }
         let cores = if opts.cores == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(MAX_CORES)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(MAX_CORES)
         } else {
             opts.cores
         };
-        let aic = opts.aic_cores.unwrap_or(if cores >= 2 { cores / 2 } else { 0 }).min(cores);
+        let aic = opts
+            .aic_cores
+            .unwrap_or(if cores >= 2 { cores / 2 } else { 0 })
+            .min(cores);
         let kinds: Vec<CoreKind> = (0..cores)
-            .map(|i| if cores == 1 { CoreKind::Any } else if i < aic { CoreKind::Aic } else { CoreKind::Aiv })
+            .map(|i| {
+                if cores == 1 {
+                    CoreKind::Any
+                } else if i < aic {
+                    CoreKind::Aic
+                } else {
+                    CoreKind::Aiv
+                }
+            })
             .collect();
-        let mut cache = if opts.shared_heaps { ArenaCache::new_shared(opts.arena_cache_slots) } else { ArenaCache::new(opts.arena_cache_slots) };
+        let mut cache = if opts.shared_heaps {
+            ArenaCache::new_shared(opts.arena_cache_slots)
+        } else {
+            ArenaCache::new(opts.arena_cache_slots)
+        };
         for s in opts.prewarm.iter().take(cache.slots()) {
-            cache.prewarm(s).map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("prewarm of {s}: {e}")))?;
+            cache.prewarm(s).map_err(|e| {
+                RuntimeFailure::new(
+                    StatusCode::RuntimeSetup,
+                    None,
+                    format!("prewarm of {s}: {e}"),
+                )
+            })?;
         }
         let shared = Arc::new(ChipShared {
             eng: EngineShared::default(),
@@ -321,7 +397,10 @@ impl ChipWorker {
             threads: Vec::with_capacity(cores),
             kinds: kinds.clone(),
             cache,
-            policy: WaitPolicy { backstop: opts.backstop, scheduler_timeout: opts.scheduler_timeout },
+            policy: WaitPolicy {
+                backstop: opts.backstop,
+                scheduler_timeout: opts.scheduler_timeout,
+            },
             scheduler_timeout: opts.scheduler_timeout,
             orchestrator_helps: opts.orchestrator_helps,
             node_engine: opts.shared_heaps,
@@ -336,7 +415,12 @@ impl ChipWorker {
 
     /// Start core thread `i` (a new one, or the replacement of an abandoned one).
     fn start_core(&mut self, i: usize, kind: CoreKind) -> Result<(), RuntimeFailure> {
-        let core = Arc::new(Core { kind, lane: parking_lot::Mutex::new(Vec::new()), state: CachePadded::new(AtomicU64::new(CORE_IDLE)), abandoned: AtomicBool::new(false) });
+        let core = Arc::new(Core {
+            kind,
+            lane: parking_lot::Mutex::new(Vec::new()),
+            state: CachePadded::new(AtomicU64::new(CORE_IDLE)),
+            abandoned: AtomicBool::new(false),
+        });
         {
             let mut cores = self.shared.cores.write();
             if i < cores.len() {
@@ -347,11 +431,24 @@ impl ChipWorker {
         }
         let sh = self.shared.clone();
         let rec = core.clone();
-        let name = format!("taskring-core{i}-{}", match kind { CoreKind::Aic => "aic", CoreKind::Aiv => "aiv", CoreKind::Any => "any" });
+        let name = format!(
+            "taskring-core{i}-{}",
+            match kind {
+                CoreKind::Aic => "aic",
+                CoreKind::Aiv => "aiv",
+                CoreKind::Any => "any",
+            }
+        );
         let h = std::thread::Builder::new()
             .name(name)
             .spawn(move || core_loop(&sh, &core))
-            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("could not start a core thread: {e}")))?;
+            .map_err(|e| {
+                RuntimeFailure::new(
+                    StatusCode::RuntimeSetup,
+                    None,
+                    format!("could not start a core thread: {e}"),
+                )
+            })?;
         self.threads.push((rec, h));
         Ok(())
     }
@@ -379,7 +476,11 @@ impl ChipWorker {
     /// Threads of cores given up on (a kernel that never returned) that still run.
     /// A host whose kernels can be interrupted (Python's) uses it to stop them.
     pub fn abandoned_threads(&self) -> Vec<std::thread::ThreadId> {
-        self.threads.iter().filter(|(c, t)| c.abandoned.load(SeqCst) && !t.is_finished()).map(|(_, t)| t.thread().id()).collect()
+        self.threads
+            .iter()
+            .filter(|(c, t)| c.abandoned.load(SeqCst) && !t.is_finished())
+            .map(|(_, t)| t.thread().id())
+            .collect()
     }
 
     /// Core kinds, one per core thread.
@@ -399,14 +500,23 @@ impl ChipWorker {
 
     /// Build `sizing`'s arena now if it is not resident.
     pub fn prewarm(&mut self, sizing: &RingSizing) -> Result<(), RuntimeFailure> {
-        self.cache
-            .prewarm(sizing)
-            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("prewarm of {sizing}: {e}")))
+        self.cache.prewarm(sizing).map_err(|e| {
+            RuntimeFailure::new(
+                StatusCode::RuntimeSetup,
+                None,
+                format!("prewarm of {sizing}: {e}"),
+            )
+        })
     }
 
     /// Dispatch `program` with `config`: validate it, resolve its sizing against the
     /// process environment now, run.
-    pub fn run(&mut self, program: &Program, args: &[Arg<'_>], config: &CallConfig) -> Result<RunReport, RunError> {
+    pub fn run(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+    ) -> Result<RunReport, RunError> {
         config.validate()?;
         let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
         let diag = Diagnostics::from_config(config);
@@ -415,7 +525,13 @@ impl ChipWorker {
 
     /// As [`ChipWorker::run`], calling `hook(true)` before the runtime blocks the
     /// caller's thread and `hook(false)` after (e.g. to release an interpreter lock).
-    pub fn run_with_hook(&mut self, program: &Program, args: &[Arg<'_>], config: &CallConfig, hook: &dyn Fn(bool)) -> Result<RunReport, RunError> {
+    pub fn run_with_hook(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+        hook: &dyn Fn(bool),
+    ) -> Result<RunReport, RunError> {
         config.validate()?;
         let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
         let diag = Diagnostics::from_config(config);
@@ -423,7 +539,12 @@ impl ChipWorker {
     }
 
     /// Dispatch `program` on an explicit sizing.
-    pub fn run_with_sizing(&mut self, program: &Program, args: &[Arg<'_>], sizing: &RingSizing) -> Result<RunReport, RuntimeFailure> {
+    pub fn run_with_sizing(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        sizing: &RingSizing,
+    ) -> Result<RunReport, RuntimeFailure> {
         self.run_inner(program, args, sizing, None, &Diagnostics::default())
     }
 
@@ -456,22 +577,34 @@ impl ChipWorker {
 
     /// The heap addresses of `sizing`'s arena (built if it is not resident).
     pub(crate) fn heap_bases(&mut self, sizing: &RingSizing) -> Result<[u64; 4], RuntimeFailure> {
-        let (arena, _) = self
-            .cache
-            .acquire(sizing)
-            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("arena for {sizing}: {e}")))?;
+        let (arena, _) = self.cache.acquire(sizing).map_err(|e| {
+            RuntimeFailure::new(
+                StatusCode::RuntimeSetup,
+                None,
+                format!("arena for {sizing}: {e}"),
+            )
+        })?;
         Ok([0, 1, 2, 3].map(|r| arena.orch.heap_base(r)))
     }
 
     /// A direct replay (see `engine::replay`): the graph's tasks run on the cores with
     /// predecessor counters, no rings; `job`'s output blocks are in `sizing`'s arena
     /// ([`ChipWorker::heap_bases`]); `peak` is what the report says the rings hold.
-    pub(crate) fn run_direct(&mut self, sizing: &RingSizing, blocking_hook: Option<&dyn Fn(bool)>, peak: PeakUse, job: &DirectJob<'_>) -> Result<RunReport, RuntimeFailure> {
+    pub(crate) fn run_direct(
+        &mut self,
+        sizing: &RingSizing,
+        blocking_hook: Option<&dyn Fn(bool)>,
+        peak: PeakUse,
+        job: &DirectJob<'_>,
+    ) -> Result<RunReport, RuntimeFailure> {
         let t0 = Instant::now();
-        let (arena, acq) = self
-            .cache
-            .acquire(sizing)
-            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("arena for {sizing}: {e}")))?;
+        let (arena, acq) = self.cache.acquire(sizing).map_err(|e| {
+            RuntimeFailure::new(
+                StatusCode::RuntimeSetup,
+                None,
+                format!("arena for {sizing}: {e}"),
+            )
+        })?;
         arena.reset();
         let tasks = job.tasks() as u64;
         let sh = &*self.shared;
@@ -479,7 +612,8 @@ impl ChipWorker {
         wait_cores_idle(sh, self.scheduler_timeout);
         *sh.eng.failure.lock() = None;
         sh.eng.fatal.store(false, SeqCst);
-        sh.direct.store(job as *const DirectJob<'_> as *mut (), Release);
+        sh.direct
+            .store(job as *const DirectJob<'_> as *mut (), Release);
         // One root per core to start with; cores take the others as they go.
         for _ in 0..self.kinds.len() {
             match job.claim_root() {
@@ -505,7 +639,9 @@ impl ChipWorker {
                     }
                 }
                 if let Some(mut i) = t {
-                    while let Some(n) = direct_step(&sh.eng, job, i, help_kind, None, &mut self.direct_local) {
+                    while let Some(n) =
+                        direct_step(&sh.eng, job, i, help_kind, None, &mut self.direct_local)
+                    {
                         i = n;
                     }
                     continue;
@@ -528,7 +664,10 @@ impl ChipWorker {
                 }
                 hooked = true;
             }
-            sh.eng.progress.wait(|| job.done() || fatal(), Duration::from_millis(50).min(self.scheduler_timeout));
+            sh.eng.progress.wait(
+                || job.done() || fatal(),
+                Duration::from_millis(50).min(self.scheduler_timeout),
+            );
             let c = sh.eng.completed.load(Relaxed);
             if c != seen {
                 (seen, since) = (c, Instant::now());
@@ -541,24 +680,49 @@ impl ChipWorker {
                 h(false);
             }
         }
-        let result = if fatal() { Err(sh.eng.failure.lock().clone().expect("failure latched")) } else { Ok(()) };
+        let result = if fatal() {
+            Err(sh.eng.failure.lock().clone().expect("failure latched"))
+        } else {
+            Ok(())
+        };
         self.settle(result.as_ref().err(), blocking_hook);
         let sh = &*self.shared;
         sh.direct.store(std::ptr::null_mut(), Release);
         result?;
-        Ok(RunReport { ring_sizing: *sizing, peak, tasks, arena_hit: acq.hit, arena_build_s: acq.build_s, elapsed_s: t0.elapsed().as_secs_f64(), replayed: true })
+        Ok(RunReport {
+            ring_sizing: *sizing,
+            peak,
+            tasks,
+            arena_hit: acq.hit,
+            arena_build_s: acq.build_s,
+            elapsed_s: t0.elapsed().as_secs_f64(),
+            replayed: true,
+        })
     }
 
     /// SCHEDULER_TIMEOUT of a direct replay in which no task completed for the timeout.
     fn direct_stall(&self, job: &DirectJob<'_>) -> RuntimeFailure {
-        let running = self.shared.cores.read().iter().enumerate().find_map(|(c, core)| {
-            let s = core.state.load(SeqCst);
-            (s < CORE_SEARCHING).then_some((c, s as u32))
-        });
+        let running = self
+            .shared
+            .cores
+            .read()
+            .iter()
+            .enumerate()
+            .find_map(|(c, core)| {
+                let s = core.state.load(SeqCst);
+                (s < CORE_SEARCHING).then_some((c, s as u32))
+            });
         let (label, what) = match running {
             Some((c, i)) => {
                 let (id, k) = job.head(i);
-                ("S1:running-stalled", format!(" stuck_task_id={id:?}{} stuck_core={c}", k.map(|k| format!(" running kernel '{}'", k.name())).unwrap_or_default()))
+                (
+                    "S1:running-stalled",
+                    format!(
+                        " stuck_task_id={id:?}{} stuck_core={c}",
+                        k.map(|k| format!(" running kernel '{}'", k.name()))
+                            .unwrap_or_default()
+                    ),
+                )
             }
             None if self.shared.eng.ready_len() > 0 => ("S3:ready-but-all-idle", String::new()),
             None => ("S4:dependency-deadlock", String::new()),
@@ -566,7 +730,10 @@ impl ChipWorker {
         RuntimeFailure::new(
             StatusCode::SchedulerTimeout,
             running.map(|(_, i)| job.head(i).0.ring()),
-            format!("no task completed for {} ms in a replay: sub_class={label}{what}", self.scheduler_timeout.as_millis()),
+            format!(
+                "no task completed for {} ms in a replay: sub_class={label}{what}",
+                self.scheduler_timeout.as_millis()
+            ),
         )
     }
 
@@ -578,7 +745,16 @@ impl ChipWorker {
         blocking_hook: Option<&dyn Fn(bool)>,
         diag: &Diagnostics,
     ) -> Result<RunReport, RuntimeFailure> {
-        self.run_body(&program.name, &*program.f, args, sizing, blocking_hook, diag, None, false)
+        self.run_body(
+            &program.name,
+            &*program.f,
+            args,
+            sizing,
+            blocking_hook,
+            diag,
+            None,
+            false,
+        )
     }
 
     /// One dispatch of the orchestration `body`. `capture`: a recorder to install for
@@ -598,10 +774,13 @@ impl ChipWorker {
     ) -> Result<RunReport, RuntimeFailure> {
         let t0 = Instant::now();
         let sh = &*self.shared;
-        let (arena, acq) = self
-            .cache
-            .acquire(sizing)
-            .map_err(|e| RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("arena for {sizing}: {e}")))?;
+        let (arena, acq) = self.cache.acquire(sizing).map_err(|e| {
+            RuntimeFailure::new(
+                StatusCode::RuntimeSetup,
+                None,
+                format!("arena for {sizing}: {e}"),
+            )
+        })?;
         arena.reset();
         if diag.scope_stats_prefix.is_some() {
             arena.orch.enable_stats();
@@ -626,17 +805,34 @@ impl ChipWorker {
         // publish the arena, then lift the flag.
         sh.eng.drain_queues();
         wait_cores_idle(sh, self.scheduler_timeout);
-        sh.arena.store(&arena.shared as *const ArenaShared as *mut ArenaShared, Release);
+        sh.arena.store(
+            &arena.shared as *const ArenaShared as *mut ArenaShared,
+            Release,
+        );
         *sh.eng.failure.lock() = None;
         sh.eng.fatal.store(false, SeqCst);
         let completed_at_start = sh.eng.completed.load(SeqCst);
 
         let help_kind = help_kind(&self.kinds);
         let help_fn = || help_one(sh, &arena.shared, help_kind);
-        let help: Option<&dyn Fn() -> bool> = if self.orchestrator_helps && !tracing { Some(&help_fn) } else { None };
-        let probe = CoreProbe { sh, arena: &arena.shared, completed_at_start };
+        let help: Option<&dyn Fn() -> bool> = if self.orchestrator_helps && !tracing {
+            Some(&help_fn)
+        } else {
+            None
+        };
+        let probe = CoreProbe {
+            sh,
+            arena: &arena.shared,
+            completed_at_start,
+        };
         let (result, peak, tasks) = {
-            let mut o = Orchestrator::new(&sh.eng, &arena.shared, &mut arena.orch, *sizing, self.policy);
+            let mut o = Orchestrator::new(
+                &sh.eng,
+                &arena.shared,
+                &mut arena.orch,
+                *sizing,
+                self.policy,
+            );
             o.blocking_hook = blocking_hook;
             o.helper = help;
             o.probe = Some(&probe);
@@ -648,7 +844,11 @@ impl ChipWorker {
                     Err(p) => Err(RuntimeFailure::new(
                         StatusCode::ExplicitOrchFatal,
                         None,
-                        format!("orchestration of program '{}' panicked: {}", name, panic_text(&p)),
+                        format!(
+                            "orchestration of program '{}' panicked: {}",
+                            name,
+                            panic_text(&p)
+                        ),
                     )),
                 };
             }
@@ -664,7 +864,17 @@ impl ChipWorker {
         };
 
         let submitted = tasks;
-        let result = result.and_then(|()| wait_retired(sh, &arena.shared, blocking_hook, help, self.scheduler_timeout, submitted, completed_at_start));
+        let result = result.and_then(|()| {
+            wait_retired(
+                sh,
+                &arena.shared,
+                blocking_hook,
+                help,
+                self.scheduler_timeout,
+                submitted,
+                completed_at_start,
+            )
+        });
         let result = match result {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -678,13 +888,22 @@ impl ChipWorker {
         sh.trace.store(false, SeqCst);
         if let Some(prefix) = &diag.scope_stats_prefix {
             // The arena is idle now; its orchestrator state holds the samples.
-            let (arena, _) = self.cache.acquire_resident(sizing).expect("the run's arena is resident");
+            let (arena, _) = self
+                .cache
+                .acquire_resident(sizing)
+                .expect("the run's arena is resident");
             write_stats(prefix, sizing, &arena.orch, result.as_ref().err());
         }
         if let Some(prefix) = &diag.deps_prefix {
-            let (arena, _) = self.cache.acquire_resident(sizing).expect("the run's arena is resident");
+            let (arena, _) = self
+                .cache
+                .acquire_resident(sizing)
+                .expect("the run's arena is resident");
             if let Err(e) = crate::dfx::write_deps(prefix, arena.orch.deps.as_deref()) {
-                eprintln!("taskring: could not write deps.json under {}: {e}", prefix.display());
+                eprintln!(
+                    "taskring: could not write deps.json under {}: {e}",
+                    prefix.display()
+                );
             }
         }
         if let Some(prefix) = &diag.swimlane_prefix {
@@ -692,11 +911,21 @@ impl ChipWorker {
             let mut events = vec![];
             let mut names = vec![];
             for (i, c) in cores.iter().enumerate() {
-                names.push(format!("core {i} ({})", match c.kind { CoreKind::Aic => "AIC", CoreKind::Aiv => "AIV", CoreKind::Any => "any" }));
+                names.push(format!(
+                    "core {i} ({})",
+                    match c.kind {
+                        CoreKind::Aic => "AIC",
+                        CoreKind::Aiv => "AIV",
+                        CoreKind::Any => "any",
+                    }
+                ));
                 events.extend(c.lane.lock().drain(..));
             }
             if let Err(e) = crate::dfx::write_swimlane(prefix, &events, &names) {
-                eprintln!("taskring: could not write merged_swimlane.json under {}: {e}", prefix.display());
+                eprintln!(
+                    "taskring: could not write merged_swimlane.json under {}: {e}",
+                    prefix.display()
+                );
             }
         }
         result?;
@@ -746,7 +975,11 @@ fn wait_retired(
     submitted: u64,
     completed_at_start: u64,
 ) -> Result<(), RuntimeFailure> {
-    let all_retired = || a.rings.iter().all(|r| r.last_alive.load(Acquire) == r.current.load(Acquire));
+    let all_retired = || {
+        a.rings
+            .iter()
+            .all(|r| r.last_alive.load(Acquire) == r.current.load(Acquire))
+    };
     let fatal = || sh.eng.fatal.load(Acquire);
     if let Some(h) = help {
         while !all_retired() && !fatal() && h() {}
@@ -772,13 +1005,23 @@ fn wait_retired(
                     continue;
                 }
             }
-            sh.eng.progress.wait(|| all_retired() || fatal(), Duration::from_millis(50).min(timeout));
+            sh.eng.progress.wait(
+                || all_retired() || fatal(),
+                Duration::from_millis(50).min(timeout),
+            );
             let c = sh.eng.completed.load(Relaxed);
             if c != seen {
                 seen = c;
                 since = Instant::now();
             } else if since.elapsed() >= timeout && !all_retired() {
-                sh.eng.fail(classify_stall(sh, a, timeout, submitted, c - completed_at_start, true));
+                sh.eng.fail(classify_stall(
+                    sh,
+                    a,
+                    timeout,
+                    submitted,
+                    c - completed_at_start,
+                    true,
+                ));
             }
         }
         if let Some(h) = hook {
@@ -793,7 +1036,14 @@ fn wait_retired(
 
 /// SCHEDULER_TIMEOUT with the stall sub-class (reference §12.3): a task on a core
 /// (S1) > a ready task nobody runs (S3) > only waiting tasks (S4).
-fn classify_stall(sh: &ChipShared, a: &ArenaShared, timeout: Duration, submitted: u64, completed: u64, orch_done: bool) -> RuntimeFailure {
+fn classify_stall(
+    sh: &ChipShared,
+    a: &ArenaShared,
+    timeout: Duration,
+    submitted: u64,
+    completed: u64,
+    orch_done: bool,
+) -> RuntimeFailure {
     let cores = sh.cores.read();
     let running: Vec<(usize, TaskId)> = cores
         .iter()
@@ -814,14 +1064,18 @@ fn classify_stall(sh: &ChipShared, a: &ArenaShared, timeout: Duration, submitted
     } else {
         ("unknown:accounting/corruption", 99, None)
     };
-    let (stuck_task, stuck_core) = stuck.map(|(t, c)| (format!("{t:?}"), c)).unwrap_or(("none".into(), -1));
+    let (stuck_task, stuck_core) = stuck
+        .map(|(t, c)| (format!("{t:?}"), c))
+        .unwrap_or(("none".into(), -1));
     let ring = stuck.map(|(t, _)| t.ring());
     let kernel = stuck
         .map(|(t, _)| {
             // safety: a task on a core was published and its slot is not reused while
             // it has not completed.
             let p = unsafe { a.rings[t.ring()].payload(t.local()) };
-            p.kernel.map(|k| format!(" running kernel '{}'", k.name())).unwrap_or_default()
+            p.kernel
+                .map(|k| format!(" running kernel '{}'", k.name()))
+                .unwrap_or_default()
         })
         .unwrap_or_default();
     RuntimeFailure::new(
@@ -848,7 +1102,13 @@ struct CoreProbe<'a> {
 
 impl ExecutorProbe for CoreProbe<'_> {
     fn busy(&self) -> bool {
-        self.sh.eng.ready_len() > 0 || self.sh.cores.read().iter().any(|c| c.state.load(SeqCst) < CORE_SEARCHING)
+        self.sh.eng.ready_len() > 0
+            || self
+                .sh
+                .cores
+                .read()
+                .iter()
+                .any(|c| c.state.load(SeqCst) < CORE_SEARCHING)
     }
     fn stall(&self, timeout: Duration, submitted: u64) -> RuntimeFailure {
         let completed = self.sh.eng.completed.load(SeqCst) - self.completed_at_start;
@@ -861,7 +1121,12 @@ impl ExecutorProbe for CoreProbe<'_> {
 fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
     let mut spins = 0u32;
     let t0 = Instant::now();
-    while sh.cores.read().iter().any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE) {
+    while sh
+        .cores
+        .read()
+        .iter()
+        .any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE)
+    {
         if spins.is_multiple_of(1024) && t0.elapsed() >= limit {
             return false;
         }
@@ -903,7 +1168,14 @@ const DIRECT_LOCAL: usize = 4096;
 /// cores take them, and this thread), the rest to the shared ready queues.
 /// `abandoned`: the core was given up on while its kernel ran — then nothing of the job
 /// is touched any more.
-fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, abandoned: Option<&AtomicBool>, local: &mut Vec<u32>) -> Option<u32> {
+fn direct_step(
+    eng: &EngineShared,
+    job: &DirectJob<'_>,
+    i: u32,
+    kind: CoreKind,
+    abandoned: Option<&AtomicBool>,
+    local: &mut Vec<u32>,
+) -> Option<u32> {
     let r = job.run(i);
     if abandoned.is_some_and(|a| a.load(SeqCst)) {
         return None;
@@ -942,7 +1214,8 @@ fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, 
     }
     // Progress for the stall clock only (it looks for a change): a plain increment, an
     // update lost to a race with another core does not matter.
-    eng.completed.store(eng.completed.load(Relaxed).wrapping_add(1), Relaxed);
+    eng.completed
+        .store(eng.completed.load(Relaxed).wrapping_add(1), Relaxed);
     if last {
         eng.progress.notify();
         return None;
@@ -963,14 +1236,21 @@ fn direct_step(eng: &EngineShared, job: &DirectJob<'_>, i: u32, kind: CoreKind, 
 }
 
 fn task_failed(k: crate::kernel::KernelRef, task: TaskId, msg: String) -> RuntimeFailure {
-    RuntimeFailure::new(StatusCode::TaskFailed, Some(task.ring()), format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg))
+    RuntimeFailure::new(
+        StatusCode::TaskFailed,
+        Some(task.ring()),
+        format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg),
+    )
 }
 
 /// The kinds of task the orchestrator may help with: those some core of the chip can
 /// run (a task no core can run stays a SCHEDULER_TIMEOUT, helper or not).
 fn help_kind(kinds: &[CoreKind]) -> CoreKind {
     let has = |k: CoreKind| kinds.contains(&k);
-    match (has(CoreKind::Any) || (has(CoreKind::Aic) && has(CoreKind::Aiv)), has(CoreKind::Aic)) {
+    match (
+        has(CoreKind::Any) || (has(CoreKind::Aic) && has(CoreKind::Aiv)),
+        has(CoreKind::Aic),
+    ) {
         (true, _) => CoreKind::Any,
         (false, true) => CoreKind::Aic,
         (false, false) => CoreKind::Aiv,
@@ -985,7 +1265,9 @@ fn help_one(sh: &ChipShared, arena: &ArenaShared, kind: CoreKind) -> bool {
     if eng.fatal.load(Acquire) {
         return false;
     }
-    let Some(task) = eng.pop_ready(kind) else { return false };
+    let Some(task) = eng.pop_ready(kind) else {
+        return false;
+    };
     if eng.fatal.load(Acquire) {
         // Dropped, as a core drops what it popped after a failure.
         return false;
@@ -1001,7 +1283,9 @@ fn help_one(sh: &ChipShared, arena: &ArenaShared, kind: CoreKind) -> bool {
     }
     // safety: the task ran (or is a dummy) and is completed exactly once, here.
     unsafe {
-        arena.complete(task, eng, |c| eng.push_ready(c, arena.rings[c.ring()].payload(c.local()).kind));
+        arena.complete(task, eng, |c| {
+            eng.push_ready(c, arena.rings[c.ring()].payload(c.local()).kind)
+        });
     }
     true
 }
@@ -1097,7 +1381,15 @@ fn core_loop(sh: &ChipShared, core: &Core) {
             // safety: installed for the whole direct replay, removed only after every
             // core went idle; an abandoned core touches nothing after its kernel.
             let job = unsafe { &*(job as *const DirectJob<'static>) };
-            next = direct_step(eng, job, task.0 as u32, kind, Some(&core.abandoned), &mut local).map(|s| TaskId(s as u64));
+            next = direct_step(
+                eng,
+                job,
+                task.0 as u32,
+                kind,
+                Some(&core.abandoned),
+                &mut local,
+            )
+            .map(|s| TaskId(s as u64));
             if core.abandoned.load(SeqCst) {
                 return;
             }
@@ -1125,8 +1417,19 @@ fn core_loop(sh: &ChipShared, core: &Core) {
             if let Some(t) = t_start {
                 if let Some(t0) = *sh.trace_t0.lock() {
                     let ns = |x: Instant| x.saturating_duration_since(t0).as_nanos() as u64;
-                    let idx = sh.cores.read().iter().position(|c| std::ptr::eq(&**c, core)).unwrap_or(0) as u32;
-                    core.lane.lock().push(crate::dfx::SwimlaneEvent { task: task.0, core: idx, kernel: k.name_static(), start_ns: ns(t), end_ns: ns(Instant::now()) });
+                    let idx = sh
+                        .cores
+                        .read()
+                        .iter()
+                        .position(|c| std::ptr::eq(&**c, core))
+                        .unwrap_or(0) as u32;
+                    core.lane.lock().push(crate::dfx::SwimlaneEvent {
+                        task: task.0,
+                        core: idx,
+                        kernel: k.name_static(),
+                        start_ns: ns(t),
+                        end_ns: ns(Instant::now()),
+                    });
                 }
             }
             if core.abandoned.load(SeqCst) {

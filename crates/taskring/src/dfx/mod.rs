@@ -102,7 +102,11 @@ impl ScopeStats {
 }
 
 /// Write `header` and `stats` to `<prefix>/scope_stats/scope_stats.jsonl`.
-pub fn write_scope_stats(prefix: &Path, header: &ScopeStatsHeader, stats: &ScopeStats) -> std::io::Result<PathBuf> {
+pub fn write_scope_stats(
+    prefix: &Path,
+    header: &ScopeStatsHeader,
+    stats: &ScopeStats,
+) -> std::io::Result<PathBuf> {
     use std::io::Write;
     let dir = prefix.join("scope_stats");
     std::fs::create_dir_all(&dir)?;
@@ -279,7 +283,11 @@ impl DepGraph {
         let id = *self.tensor_ids.entry((t.addr, t.owner.0)).or_insert(next);
         if id == next {
             let numel = t.buf_bytes / t.dtype.size_bytes() as u64;
-            self.tensors.push(RecTensor { addr: t.addr, dtype: t.dtype, numel });
+            self.tensors.push(RecTensor {
+                addr: t.addr,
+                dtype: t.dtype,
+                numel,
+            });
             self.writers.push(Vec::new());
         }
         id
@@ -288,10 +296,18 @@ impl DepGraph {
     /// Add an edge into the task being recorded (whose edges start at `first`), merging
     /// flags with an edge of the same producer and source.
     fn edge(&mut self, first: usize, pred: TaskId, succ: TaskId, explicit: bool, flags: u64) {
-        if let Some(e) = self.edges[first..].iter_mut().find(|e| e.pred == pred.0 && e.explicit == explicit) {
+        if let Some(e) = self.edges[first..]
+            .iter_mut()
+            .find(|e| e.pred == pred.0 && e.explicit == explicit)
+        {
             e.flags |= flags;
         } else {
-            self.edges.push(RecEdge { pred: pred.0, succ: succ.0, explicit, flags });
+            self.edges.push(RecEdge {
+                pred: pred.0,
+                succ: succ.0,
+                explicit,
+                flags,
+            });
         }
     }
 
@@ -323,10 +339,24 @@ impl DepGraph {
             let mut shape = [0u32; MAX_DIMS];
             let nd = (t.ndims as usize).min(MAX_DIMS);
             shape[..nd].copy_from_slice(&t.shape[..nd]);
-            self.args.push(RecArg { idx: order[i], tag: tags[i], tensor, ndims: nd as u8, shape, dtype: t.dtype, offset: t.offset });
+            self.args.push(RecArg {
+                idx: order[i],
+                tag: tags[i],
+                tensor,
+                ndims: nd as u8,
+                shape,
+                dtype: t.dtype,
+                offset: t.offset,
+            });
         }
         self.args[a0 as usize..].sort_by_key(|a| a.idx);
-        self.tasks.push(RecTask { id: id.0, kernel, ring: ring as u8, scope, args: (a0, self.args.len() as u32) });
+        self.tasks.push(RecTask {
+            id: id.0,
+            kernel,
+            ring: ring as u8,
+            scope,
+            args: (a0, self.args.len() as u32),
+        });
         let first = self.edges.len();
         for &(d, flags) in explicit {
             self.edge(first, d, id, true, flags & (WAIT | RETAIN));
@@ -397,7 +427,12 @@ impl DepGraph {
             .tensors
             .iter()
             .enumerate()
-            .map(|(i, t)| DepsTensor { id: i as u32, addr: t.addr, dtype: t.dtype.name().to_string(), numel: t.numel })
+            .map(|(i, t)| DepsTensor {
+                id: i as u32,
+                addr: t.addr,
+                dtype: t.dtype.name().to_string(),
+                numel: t.numel,
+            })
             .collect();
         let mut edges: Vec<&RecEdge> = self.edges.iter().collect();
         // "explicit" < "tensormap"
@@ -411,7 +446,11 @@ impl DepGraph {
                 flags: flag_names(e.flags),
             })
             .collect();
-        DepsFile { tasks, tensors, edges }
+        DepsFile {
+            tasks,
+            tensors,
+            edges,
+        }
     }
 }
 
@@ -439,7 +478,11 @@ pub struct SwimlaneEvent {
 }
 
 /// Write `<prefix>/merged_swimlane.json` (Chrome trace events; opens in Perfetto).
-pub fn write_swimlane(prefix: &Path, events: &[SwimlaneEvent], core_names: &[String]) -> std::io::Result<PathBuf> {
+pub fn write_swimlane(
+    prefix: &Path,
+    events: &[SwimlaneEvent],
+    core_names: &[String],
+) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(prefix)?;
     let path = prefix.join("merged_swimlane.json");
     let mut ev: Vec<serde_json::Value> = core_names
@@ -459,7 +502,10 @@ pub fn write_swimlane(prefix: &Path, events: &[SwimlaneEvent], core_names: &[Str
         }));
     }
     let f = std::io::BufWriter::new(std::fs::File::create(&path)?);
-    serde_json::to_writer(f, &serde_json::json!({ "traceEvents": ev, "displayTimeUnit": "ns" }))?;
+    serde_json::to_writer(
+        f,
+        &serde_json::json!({ "traceEvents": ev, "displayTimeUnit": "ns" }),
+    )?;
     Ok(path)
 }
 
@@ -480,27 +526,35 @@ pub struct RecordedPeaks {
 pub fn read_peaks(text: &str) -> Result<RecordedPeaks, String> {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let first = lines.next().ok_or("empty scope-stats file")?;
-    let h: ScopeStatsHeader = serde_json::from_str(first).map_err(|e| format!("line 1 is not scope-stats metadata: {e}"))?;
+    let h: ScopeStatsHeader = serde_json::from_str(first)
+        .map_err(|e| format!("line 1 is not scope-stats metadata: {e}"))?;
     if h.version != 6 {
-        return Err(format!("unsupported scope-stats version {} (expected 6)", h.version));
+        return Err(format!(
+            "unsupported scope-stats version {} (expected 6)",
+            h.version
+        ));
     }
     let mut p = RecordedPeaks {
         task_window: h.peak_task_window.unwrap_or([0; 4]),
         heap: h.peak_heap.unwrap_or([0; 4]),
         dep_pool: h.peak_dep_pool.unwrap_or([0; 4]),
         failure: h.failure.clone(),
-        floor: h.fatal.then_some((h.task_window_max, h.heap_max, h.dep_pool_max)),
+        floor: h
+            .fatal
+            .then_some((h.task_window_max, h.heap_max, h.dep_pool_max)),
     };
     if h.peak_task_window.is_none() {
         // Derive from the samples: open scopes' begin values per ring, matched to ends.
         let mut open: Vec<ScopeSample> = Vec::new();
         for (i, l) in lines.enumerate() {
-            let s: ScopeSample = serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 2))?;
+            let s: ScopeSample =
+                serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 2))?;
             if s.phase == "begin" {
                 open.push(s);
             } else if let Some(b) = open.pop() {
                 let r = (s.ring as usize).min(3);
-                p.task_window[r] = p.task_window[r].max(s.task_window_end.saturating_sub(b.task_window_start));
+                p.task_window[r] =
+                    p.task_window[r].max(s.task_window_end.saturating_sub(b.task_window_start));
                 p.heap[r] = p.heap[r].max(s.heap_end.saturating_sub(b.heap_start));
                 p.dep_pool[r] = p.dep_pool[r].max(s.dep_pool_end.saturating_sub(b.dep_pool_start));
             }
@@ -544,14 +598,21 @@ fn scaled(v: u64, headroom: f64) -> u64 {
 /// The smallest valid size of `field` (config rules) that is at least `need`, or the
 /// largest valid size and `false` when none is.
 fn valid_at_least(field: RingField, need: u64) -> (u64, bool) {
-    use crate::config::{MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW};
+    use crate::config::{
+        MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP,
+        MIN_RING_TASK_WINDOW,
+    };
     let (min, max, pow2) = match field {
         RingField::TaskWindow => (MIN_RING_TASK_WINDOW, MAX_RING_TASK_WINDOW, true),
         RingField::Heap => (MIN_RING_HEAP, 1u64 << 63, true),
         RingField::DepPool => (MIN_RING_DEP_POOL, MAX_RING_DEP_POOL, false),
     };
     let v = need.max(min);
-    let v = if pow2 { v.checked_next_power_of_two().unwrap_or(u64::MAX) } else { v };
+    let v = if pow2 {
+        v.checked_next_power_of_two().unwrap_or(u64::MAX)
+    } else {
+        v
+    };
     let r = if v <= max { (v, true) } else { (max, false) };
     debug_assert!(field.check(r.0));
     r
@@ -575,8 +636,18 @@ fn valid_at_least(field: RingField, need: u64) -> (u64, bool) {
 /// A `headroom` that is not a finite number ≥ 1 counts as 1 (the command line rejects
 /// it: [`check_headroom`]).
 pub fn advise(p: &RecordedPeaks, headroom: f64) -> SizingAdvice {
-    let headroom = if headroom.is_finite() && headroom >= 1.0 { headroom } else { 1.0 };
-    let mut a = SizingAdvice { task_window: [4; 4], heap: [1024; 4], dep_pool: [4; 4], headroom, unfit: Vec::new() };
+    let headroom = if headroom.is_finite() && headroom >= 1.0 {
+        headroom
+    } else {
+        1.0
+    };
+    let mut a = SizingAdvice {
+        task_window: [4; 4],
+        heap: [1024; 4],
+        dep_pool: [4; 4],
+        headroom,
+        unfit: Vec::new(),
+    };
     let raise = |a: &mut SizingAdvice, field: RingField, r: usize, need: u64| {
         let (v, fits) = valid_at_least(field, need);
         let slot = match field {
@@ -587,18 +658,37 @@ pub fn advise(p: &RecordedPeaks, headroom: f64) -> SizingAdvice {
         *slot = (*slot).max(v);
         if !fits {
             let (max, _) = valid_at_least(field, u64::MAX);
-            if let Some(u) = a.unfit.iter_mut().find(|u| u.field == field.name() && u.ring == r) {
+            if let Some(u) = a
+                .unfit
+                .iter_mut()
+                .find(|u| u.field == field.name() && u.ring == r)
+            {
                 u.need = u.need.max(need);
             } else {
-                a.unfit.push(Unfit { field: field.name(), ring: r, need, max });
+                a.unfit.push(Unfit {
+                    field: field.name(),
+                    ring: r,
+                    need,
+                    max,
+                });
             }
         }
     };
     for r in 0..4 {
         // A window holds window − 1 live tasks.
-        raise(&mut a, RingField::TaskWindow, r, scaled(p.task_window[r], headroom).saturating_add(1));
+        raise(
+            &mut a,
+            RingField::TaskWindow,
+            r,
+            scaled(p.task_window[r], headroom).saturating_add(1),
+        );
         raise(&mut a, RingField::Heap, r, scaled(p.heap[r], headroom));
-        raise(&mut a, RingField::DepPool, r, scaled(p.dep_pool[r], headroom));
+        raise(
+            &mut a,
+            RingField::DepPool,
+            r,
+            scaled(p.dep_pool[r], headroom),
+        );
     }
     if let Some((w, h, d)) = &p.floor {
         for r in 0..4 {
@@ -646,14 +736,22 @@ pub const SIZING_USAGE: &str = "usage: taskring sizing <scope_stats.jsonl> [--he
 /// module): same arguments, same output, same exit status (0; 2 for bad arguments or an
 /// unreadable file).
 pub fn sizing_command(args: &[String]) -> CommandOutput {
-    let usage_err = |msg: String| CommandOutput { status: 2, stdout: String::new(), stderr: format!("taskring sizing: {msg}\n{SIZING_USAGE}\n") };
+    let usage_err = |msg: String| CommandOutput {
+        status: 2,
+        stdout: String::new(),
+        stderr: format!("taskring sizing: {msg}\n{SIZING_USAGE}\n"),
+    };
     let mut file: Option<&str> = None;
     let mut headroom = 1.25;
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
         if a == "-h" || a == "--help" {
-            return CommandOutput { status: 0, stdout: format!("{SIZING_USAGE}\n"), stderr: String::new() };
+            return CommandOutput {
+                status: 0,
+                stdout: format!("{SIZING_USAGE}\n"),
+                stderr: String::new(),
+            };
         }
         let value = if a == "--headroom" {
             i += 1;
@@ -676,14 +774,30 @@ pub fn sizing_command(args: &[String]) -> CommandOutput {
         }
         i += 1;
     }
-    let Some(file) = file else { return usage_err("the scope-stats file is missing".into()) };
+    let Some(file) = file else {
+        return usage_err("the scope-stats file is missing".into());
+    };
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
-        Err(e) => return CommandOutput { status: 2, stdout: String::new(), stderr: format!("taskring sizing: cannot read {file}: {e}\n") },
+        Err(e) => {
+            return CommandOutput {
+                status: 2,
+                stdout: String::new(),
+                stderr: format!("taskring sizing: cannot read {file}: {e}\n"),
+            }
+        }
     };
     match sizing_report(&text, headroom) {
-        Ok(out) => CommandOutput { status: 0, stdout: out, stderr: String::new() },
-        Err(e) => CommandOutput { status: 2, stdout: String::new(), stderr: format!("taskring sizing: {file}: {e}\n") },
+        Ok(out) => CommandOutput {
+            status: 0,
+            stdout: out,
+            stderr: String::new(),
+        },
+        Err(e) => CommandOutput {
+            status: 2,
+            stdout: String::new(),
+            stderr: format!("taskring sizing: {file}: {e}\n"),
+        },
     }
 }
 
@@ -694,7 +808,11 @@ pub fn sizing_report(text: &str, headroom: f64) -> Result<String, String> {
     let a = advise(&peaks, headroom);
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     let mut o = String::new();
-    let _ = writeln!(o, "# recorded peaks per ring: task_window={:?} heap={:?} dep_pool={:?}", peaks.task_window, peaks.heap, peaks.dep_pool);
+    let _ = writeln!(
+        o,
+        "# recorded peaks per ring: task_window={:?} heap={:?} dep_pool={:?}",
+        peaks.task_window, peaks.heap, peaks.dep_pool
+    );
     if let Some(f) = &peaks.failure {
         let _ = writeln!(
             o,
@@ -787,8 +905,20 @@ mod tests {
         assert_eq!(a.task_window, [4; 4]);
         assert_eq!(a.heap, [1024; 4]);
         assert_eq!(a.dep_pool, [4; 4]);
-        assert_eq!(a.runtime_env(), "runtime_env = {\"ring_task_window\": 4, \"ring_heap\": 1024, \"ring_dep_pool\": 4}");
-        let a = advise(&RecordedPeaks { task_window: [100, 7, 0, 0], heap: [5000, 0, 0, 0], dep_pool: [10, 0, 0, 0], failure: None, floor: None }, 1.25);
+        assert_eq!(
+            a.runtime_env(),
+            "runtime_env = {\"ring_task_window\": 4, \"ring_heap\": 1024, \"ring_dep_pool\": 4}"
+        );
+        let a = advise(
+            &RecordedPeaks {
+                task_window: [100, 7, 0, 0],
+                heap: [5000, 0, 0, 0],
+                dep_pool: [10, 0, 0, 0],
+                failure: None,
+                floor: None,
+            },
+            1.25,
+        );
         assert_eq!(a.task_window, [128, 16, 4, 4]);
         assert_eq!(a.heap, [8192, 1024, 1024, 1024]);
         assert_eq!(a.dep_pool, [13, 4, 4, 4]);
@@ -816,7 +946,12 @@ mod tests {
         e.task_window_end = 30;
         e.heap_end = 3000;
         e.dep_pool_end = 25;
-        let text = format!("{}\n{}\n{}\n", serde_json::to_string(&h).unwrap(), serde_json::to_string(&b).unwrap(), serde_json::to_string(&e).unwrap());
+        let text = format!(
+            "{}\n{}\n{}\n",
+            serde_json::to_string(&h).unwrap(),
+            serde_json::to_string(&b).unwrap(),
+            serde_json::to_string(&e).unwrap()
+        );
         let p = read_peaks(&text).unwrap();
         assert_eq!((p.task_window[1], p.heap[1], p.dep_pool[1]), (20, 3000, 20));
         let mut p2 = p.clone();
@@ -844,13 +979,23 @@ mod tests {
     }
 
     fn peaks(w: [u64; 4], h: [u64; 4], d: [u64; 4]) -> RecordedPeaks {
-        RecordedPeaks { task_window: w, heap: h, dep_pool: d, failure: None, floor: None }
+        RecordedPeaks {
+            task_window: w,
+            heap: h,
+            dep_pool: d,
+            failure: None,
+            floor: None,
+        }
     }
 
     #[test]
     fn huge_peaks_saturate_and_are_reported_unfit() {
         // next_power_of_two of these wrapped to the minimum suggestion.
-        let p = peaks([u64::MAX, 1 << 30, (1 << 30) - 1, 0], [(1 << 63) + 1, 1 << 63, u64::MAX, 5], [u64::MAX, i32::MAX as u64, 4, 0]);
+        let p = peaks(
+            [u64::MAX, 1 << 30, (1 << 30) - 1, 0],
+            [(1 << 63) + 1, 1 << 63, u64::MAX, 5],
+            [u64::MAX, i32::MAX as u64, 4, 0],
+        );
         for h in [1.0, 1.25, 1e300] {
             let a = advise(&p, h);
             all_valid(&a);
@@ -867,16 +1012,34 @@ mod tests {
                 assert_eq!(a.dep_pool[1], i32::MAX as u64);
             }
             let unfit: Vec<(&str, usize)> = a.unfit.iter().map(|u| (u.field, u.ring)).collect();
-            for want in [("ring_task_window", 0), ("ring_task_window", 1), ("ring_heap", 0), ("ring_heap", 2), ("ring_dep_pool", 0)] {
+            for want in [
+                ("ring_task_window", 0),
+                ("ring_task_window", 1),
+                ("ring_heap", 0),
+                ("ring_heap", 2),
+                ("ring_dep_pool", 0),
+            ] {
                 assert!(unfit.contains(&want), "{want:?} not in {:?}", a.unfit);
             }
-            let u = a.unfit.iter().find(|u| (u.field, u.ring) == ("ring_task_window", 1)).unwrap();
+            let u = a
+                .unfit
+                .iter()
+                .find(|u| (u.field, u.ring) == ("ring_task_window", 1))
+                .unwrap();
             assert_eq!(u.max, 1 << 30);
             assert!(u.need > 1 << 30);
         }
-        let a = advise(&peaks([(1 << 30) - 1; 4], [1 << 63; 4], [i32::MAX as u64; 4]), 1.0);
+        let a = advise(
+            &peaks([(1 << 30) - 1; 4], [1 << 63; 4], [i32::MAX as u64; 4]),
+            1.0,
+        );
         assert!(a.unfit.is_empty(), "{:?}", a.unfit);
-        let text = sizing_report(&serde_json::to_string(&header(Some(([u64::MAX; 4], [u64::MAX; 4], [u64::MAX; 4])))).unwrap(), 1.25).unwrap();
+        let text = sizing_report(
+            &serde_json::to_string(&header(Some(([u64::MAX; 4], [u64::MAX; 4], [u64::MAX; 4]))))
+                .unwrap(),
+            1.25,
+        )
+        .unwrap();
         assert!(text.contains("# no valid size fits: ring 0 needs ring_task_window >= 18446744073709551615 but the largest valid ring_task_window is 1073741824;"), "{text}");
         assert!(text.contains("\"ring_task_window\": 1073741824, \"ring_heap\": 9223372036854775808, \"ring_dep_pool\": 2147483647"), "{text}");
     }
@@ -896,16 +1059,33 @@ mod tests {
         assert_eq!(a.dep_pool, [4, 5, 4, i32::MAX as u64]);
         // A failure's needed size beyond the largest valid size is reported, not wrapped.
         let mut p2 = p.clone();
-        p2.failure = Some(FailureRecord { code: 2, name: "HEAP_RING_DEADLOCK".into(), ring: Some(1), resource: Some("ring_heap".into()), configured: Some(1024), needed: Some(u64::MAX) });
+        p2.failure = Some(FailureRecord {
+            code: 2,
+            name: "HEAP_RING_DEADLOCK".into(),
+            ring: Some(1),
+            resource: Some("ring_heap".into()),
+            configured: Some(1024),
+            needed: Some(u64::MAX),
+        });
         let a = advise(&p2, 1.25);
         all_valid(&a);
         assert_eq!(a.heap[1], 1 << 63);
-        assert_eq!(a.unfit, vec![Unfit { field: "ring_heap", ring: 1, need: u64::MAX, max: 1 << 63 }]);
+        assert_eq!(
+            a.unfit,
+            vec![Unfit {
+                field: "ring_heap",
+                ring: 1,
+                need: u64::MAX,
+                max: 1 << 63
+            }]
+        );
     }
 
     #[test]
     fn headroom_must_be_a_finite_factor_of_at_least_one() {
-        for bad in ["nan", "NaN", "-1", "0", "0.5", "inf", "-inf", "", "x", "1e400"] {
+        for bad in [
+            "nan", "NaN", "-1", "0", "0.5", "inf", "-inf", "", "x", "1e400",
+        ] {
             let e = check_headroom(bad).unwrap_err();
             assert_eq!(e, format!("--headroom must be a finite number >= 1 (a factor on the recorded peaks), got '{bad}'"));
         }
@@ -915,15 +1095,35 @@ mod tests {
         let o = sizing_command(&args(&["x.jsonl", "--headroom", "nan"]));
         assert_eq!(o.status, 2);
         assert!(o.stdout.is_empty());
-        assert!(o.stderr.starts_with("taskring sizing: --headroom must be a finite number >= 1"), "{}", o.stderr);
-        for a in [&["x.jsonl", "--headroom"][..], &["--headroom=0", "x.jsonl"], &[], &["a", "b"], &["x.jsonl", "--bogus"]] {
+        assert!(
+            o.stderr
+                .starts_with("taskring sizing: --headroom must be a finite number >= 1"),
+            "{}",
+            o.stderr
+        );
+        for a in [
+            &["x.jsonl", "--headroom"][..],
+            &["--headroom=0", "x.jsonl"],
+            &[],
+            &["a", "b"],
+            &["x.jsonl", "--bogus"],
+        ] {
             let o = sizing_command(&args(a));
             assert_eq!(o.status, 2, "{a:?}");
-            assert!(o.stderr.starts_with("taskring sizing: "), "{a:?}: {}", o.stderr);
+            assert!(
+                o.stderr.starts_with("taskring sizing: "),
+                "{a:?}: {}",
+                o.stderr
+            );
         }
         let o = sizing_command(&args(&["/nonexistent/scope_stats.jsonl"]));
         assert_eq!(o.status, 2);
-        assert!(o.stderr.starts_with("taskring sizing: cannot read /nonexistent/scope_stats.jsonl: "), "{}", o.stderr);
+        assert!(
+            o.stderr
+                .starts_with("taskring sizing: cannot read /nonexistent/scope_stats.jsonl: "),
+            "{}",
+            o.stderr
+        );
         assert_eq!(sizing_command(&args(&["-h"])).status, 0);
     }
 }

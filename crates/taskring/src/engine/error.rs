@@ -115,7 +115,14 @@ pub struct RuntimeFailure {
 
 impl RuntimeFailure {
     pub fn new(code: StatusCode, ring: Option<usize>, detail: impl Into<String>) -> RuntimeFailure {
-        RuntimeFailure { code, ring, detail: detail.into(), resource: None, configured: None, needed: None }
+        RuntimeFailure {
+            code,
+            ring,
+            detail: detail.into(),
+            resource: None,
+            configured: None,
+            needed: None,
+        }
     }
 
     /// An INVALID_ARGS failure.
@@ -150,7 +157,11 @@ impl RuntimeFailure {
     /// ring_task_window[1] >= 64; raise ring_task_window ...`).
     pub fn hint(&self) -> String {
         match (self.resource, self.ring, self.needed) {
-            (Some(r), Some(ring), Some(n)) if r != Resource::Tensormap => format!("runtime_env {}[{ring}] >= {n}; {}", r.name(), self.code.hint()),
+            (Some(r), Some(ring), Some(n)) if r != Resource::Tensormap => format!(
+                "runtime_env {}[{ring}] >= {n}; {}",
+                r.name(),
+                self.code.hint()
+            ),
             _ => self.code.hint().to_string(),
         }
     }
@@ -202,6 +213,8 @@ mod tests {
         assert!(s.starts_with("SCOPE_DEADLOCK (code 1) on ring 1: tasks submitted in one scope"));
         assert!(s.contains("; scope at depth 1 holds 3 tasks. Hint: runtime_env ring_task_window[1] >= 9; raise ring_task_window"), "{s}");
         let n = RuntimeFailure::invalid_args(None, "x");
-        assert!(n.to_string().starts_with("INVALID_ARGS (code 5) on ring None: "));
+        assert!(n
+            .to_string()
+            .starts_with("INVALID_ARGS (code 5) on ring None: "));
     }
 }

@@ -22,7 +22,7 @@ pub mod shared;
 pub mod tensormap;
 
 pub use error::{Resource, RuntimeFailure, StatusCode};
-pub use orch::{Orchestrator, OrchState, PeakUse, TaskOutputs};
+pub use orch::{OrchState, Orchestrator, PeakUse, TaskOutputs};
 
 use crate::kernel::{CoreKind, KernelRef};
 use crate::tensor::{DType, TaskId, Tensor, TensorError, MAX_DIMS};
@@ -105,10 +105,18 @@ impl TensorSpec {
         }
         let mut s = [1u32; MAX_DIMS];
         s[..shape.len()].copy_from_slice(shape);
-        Ok(TensorSpec { shape: s, ndims: shape.len() as u8, dtype })
+        Ok(TensorSpec {
+            shape: s,
+            ndims: shape.len() as u8,
+            dtype,
+        })
     }
     pub fn nbytes(&self) -> u64 {
-        self.shape[..self.ndims as usize].iter().map(|&d| d as u64).product::<u64>() * self.dtype.size_bytes() as u64
+        self.shape[..self.ndims as usize]
+            .iter()
+            .map(|&d| d as u64)
+            .product::<u64>()
+            * self.dtype.size_bytes() as u64
     }
     /// The tensor this spec becomes at `addr`, owned by `owner`.
     pub fn materialize(&self, addr: u64, owner: TaskId) -> Tensor {
@@ -130,10 +138,19 @@ pub enum ArgError {
 impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ArgError::TooManyTensors => write!(f, "a task takes at most {MAX_TASK_TENSORS} tensors"),
-            ArgError::TooManyScalars => write!(f, "a task takes at most {MAX_TASK_SCALARS} scalars"),
-            ArgError::TooManyDeps => write!(f, "a task takes at most {MAX_TASK_DEPS} explicit dependencies"),
-            ArgError::TensorAfterScalar => f.write_str("all tensors must be added before any scalar"),
+            ArgError::TooManyTensors => {
+                write!(f, "a task takes at most {MAX_TASK_TENSORS} tensors")
+            }
+            ArgError::TooManyScalars => {
+                write!(f, "a task takes at most {MAX_TASK_SCALARS} scalars")
+            }
+            ArgError::TooManyDeps => write!(
+                f,
+                "a task takes at most {MAX_TASK_DEPS} explicit dependencies"
+            ),
+            ArgError::TensorAfterScalar => {
+                f.write_str("all tensors must be added before any scalar")
+            }
         }
     }
 }
@@ -231,7 +248,11 @@ impl TaskArgs {
     /// [`TaskArgs::output`] (`t`'s address, strides and offset are not used).
     pub fn tensor(&mut self, tag: ArgTag, t: Tensor) -> &mut Self {
         if tag == ArgTag::Output {
-            return self.push_tensor(ArgTensor::Spec(TensorSpec { shape: t.shape, ndims: t.ndims, dtype: t.dtype }));
+            return self.push_tensor(ArgTensor::Spec(TensorSpec {
+                shape: t.shape,
+                ndims: t.ndims,
+                dtype: t.dtype,
+            }));
         }
         self.push_tensor(ArgTensor::Existing(tag, t))
     }

@@ -21,7 +21,9 @@
 //!
 //! After any failure the run is fatal: every later call returns the latched failure.
 
-use super::ring::{align_output, window_admits, HeapAlloc, HeapRing, LinearPool, OUTPUT_ALIGN_BYTES};
+use super::ring::{
+    align_output, window_admits, HeapAlloc, HeapRing, LinearPool, OUTPUT_ALIGN_BYTES,
+};
 use super::shared::{ArenaShared, Claim, EngineShared, DEP_RETAIN, DEP_WAIT, SCOPE_BIT};
 use super::tensormap::TensorMap;
 use super::*;
@@ -205,13 +207,44 @@ impl OrchState {
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn record(&mut self, head: &super::replay::TaskHead, block: u64, scope: u32, tensors: &[Tensor], tags: &[ArgTag], order: &[u8], args: &TaskArgs, infer: bool) {
+    fn record(
+        &mut self,
+        head: &super::replay::TaskHead,
+        block: u64,
+        scope: u32,
+        tensors: &[Tensor],
+        tags: &[ArgTag],
+        order: &[u8],
+        args: &TaskArgs,
+        infer: bool,
+    ) {
         if let Some(g) = self.deps.as_deref_mut() {
-            let name = head.kernel.map(|k| k.name_static()).unwrap_or(if head.alloc { "alloc" } else { "dummy" });
-            g.record(head.id, name, head.id.ring(), scope, tensors, tags, order, args.deps(), infer);
+            let name = head
+                .kernel
+                .map(|k| k.name_static())
+                .unwrap_or(if head.alloc { "alloc" } else { "dummy" });
+            g.record(
+                head.id,
+                name,
+                head.id.ring(),
+                scope,
+                tensors,
+                tags,
+                order,
+                args.deps(),
+                infer,
+            );
         }
         if let Some(c) = self.capture.as_deref_mut() {
-            c.task(head, block, tensors, tags, args.scalars(), args.deps(), infer);
+            c.task(
+                head,
+                block,
+                tensors,
+                tags,
+                args.scalars(),
+                args.deps(),
+                infer,
+            );
         }
     }
 
@@ -242,7 +275,12 @@ impl OrchState {
 
     /// Next local id per ring (tasks submitted per ring this run).
     pub fn submitted_per_ring(&self) -> [u32; 4] {
-        [self.rings[0].next, self.rings[1].next, self.rings[2].next, self.rings[3].next]
+        [
+            self.rings[0].next,
+            self.rings[1].next,
+            self.rings[2].next,
+            self.rings[3].next,
+        ]
     }
 
     /// Peak tensormap entries this run.
@@ -266,16 +304,30 @@ pub struct TaskOutputs {
 
 impl std::fmt::Debug for TaskOutputs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskOutputs").field("id", &self.id).field("outputs", &self.outputs().collect::<Vec<_>>()).finish()
+        f.debug_struct("TaskOutputs")
+            .field("id", &self.id)
+            .field("outputs", &self.outputs().collect::<Vec<_>>())
+            .finish()
     }
 }
 
 impl TaskOutputs {
     fn new(id: TaskId) -> TaskOutputs {
-        TaskOutputs { id, n: 0, outs: [const { std::mem::MaybeUninit::uninit() }; MAX_TASK_TENSORS] }
+        TaskOutputs {
+            id,
+            n: 0,
+            outs: [const { std::mem::MaybeUninit::uninit() }; MAX_TASK_TENSORS],
+        }
     }
     fn push(&mut self, t: &Tensor) {
-        self.outs[self.n as usize].write((t.addr, TensorSpec { shape: t.shape, ndims: t.ndims, dtype: t.dtype }));
+        self.outs[self.n as usize].write((
+            t.addr,
+            TensorSpec {
+                shape: t.shape,
+                ndims: t.ndims,
+                dtype: t.dtype,
+            },
+        ));
         self.n += 1;
     }
     /// Number of runtime-allocated outputs.
@@ -292,7 +344,11 @@ impl TaskOutputs {
     }
     /// Output `i` (panics if `i >= len()`).
     pub fn output(&self, i: usize) -> Tensor {
-        assert!(i < self.len(), "output {i} of a task with {} runtime outputs", self.len());
+        assert!(
+            i < self.len(),
+            "output {i} of a task with {} runtime outputs",
+            self.len()
+        );
         // safety: the first `n` entries were written by the submit.
         let (addr, spec) = unsafe { self.outs[i].assume_init() };
         spec.materialize(addr, self.id)
@@ -312,7 +368,10 @@ pub struct WaitPolicy {
 
 impl Default for WaitPolicy {
     fn default() -> Self {
-        WaitPolicy { backstop: Duration::from_millis(500), scheduler_timeout: Duration::from_secs(10) }
+        WaitPolicy {
+            backstop: Duration::from_millis(500),
+            scheduler_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -375,10 +434,20 @@ impl DryScope {
     /// The SCOPE_DEADLOCK: `complete` when the scope ended (its task count is exact),
     /// else the count so far is a lower bound.
     fn failure(&self, complete: bool) -> RuntimeFailure {
-        let DryScope { ring, depth, window, owned, ref what, .. } = *self;
+        let DryScope {
+            ring,
+            depth,
+            window,
+            owned,
+            ref what,
+            ..
+        } = *self;
         let max = crate::config::MAX_RING_TASK_WINDOW;
         // A scope of `owned` tasks needs `owned + 1 <= window - 1` at its last submit.
-        let needed = owned.saturating_add(1).checked_next_power_of_two().filter(|&n| n <= max);
+        let needed = owned
+            .saturating_add(1)
+            .checked_next_power_of_two()
+            .filter(|&n| n <= max);
         let count = if complete {
             format!("the scope at depth {depth} submits {owned} tasks (those beyond the window were counted to the end of the scope, not run)")
         } else {
@@ -387,7 +456,9 @@ impl DryScope {
         let fit = match needed {
             Some(n) if complete => format!("a ring_task_window of {n} slots would have held it"),
             Some(n) => format!("a ring_task_window of at least {n} slots is needed"),
-            None => format!("no valid ring_task_window (at most {max} slots) holds that many; split the scope"),
+            None => format!(
+                "no valid ring_task_window (at most {max} slots) holds that many; split the scope"
+            ),
         };
         RuntimeFailure::capacity(
             StatusCode::ScopeDeadlock,
@@ -416,7 +487,18 @@ impl<'r> Orchestrator<'r> {
         sizing: RingSizing,
         policy: WaitPolicy,
     ) -> Orchestrator<'r> {
-        Orchestrator { eng, sh, st, sizing, policy, blocking_hook: None, helper: None, probe: None, dry: None, count_scope_overflow: true }
+        Orchestrator {
+            eng,
+            sh,
+            st,
+            sizing,
+            policy,
+            blocking_hook: None,
+            helper: None,
+            probe: None,
+            dry: None,
+            count_scope_overflow: true,
+        }
     }
 
     /// The sizing this run uses.
@@ -445,7 +527,8 @@ impl<'r> Orchestrator<'r> {
 
     /// A runtime-allocated output spec (tag OUTPUT).
     pub fn spec(shape: &[u32], dtype: DType) -> Result<TensorSpec, RuntimeFailure> {
-        TensorSpec::new(shape, dtype).map_err(|e| RuntimeFailure::invalid_args(None, format!("spec: {e}")))
+        TensorSpec::new(shape, dtype)
+            .map_err(|e| RuntimeFailure::invalid_args(None, format!("spec: {e}")))
     }
 
     #[inline]
@@ -459,7 +542,9 @@ impl<'r> Orchestrator<'r> {
     #[cold]
     fn latched_failure(&self) -> RuntimeFailure {
         let f = self.eng.failure.lock().clone();
-        f.unwrap_or_else(|| RuntimeFailure::new(StatusCode::TaskFailed, None, "the run already failed"))
+        f.unwrap_or_else(|| {
+            RuntimeFailure::new(StatusCode::TaskFailed, None, "the run already failed")
+        })
     }
 
     /// Latch `f` as the run's failure (first wins) and return it. A scope deadlock
@@ -477,7 +562,11 @@ impl<'r> Orchestrator<'r> {
     /// Open a scope. `manual` scopes infer no dependencies (only explicit ones).
     #[track_caller]
     pub fn begin_scope(&mut self, manual: bool) -> Result<(), RuntimeFailure> {
-        let site = if self.st.scopes.is_empty() { Site::Root } else { Site::Code(std::panic::Location::caller()) };
+        let site = if self.st.scopes.is_empty() {
+            Site::Root
+        } else {
+            Site::Code(std::panic::Location::caller())
+        };
         self.begin_scope_at(manual, site)
     }
 
@@ -510,7 +599,12 @@ impl<'r> Orchestrator<'r> {
         let begin = self.st.scope_tasks.len();
         let id = self.st.scopes_opened;
         self.st.scopes_opened = id.wrapping_add(1);
-        self.st.scopes.push(ScopeFrame { begin, manual, site, id });
+        self.st.scopes.push(ScopeFrame {
+            begin,
+            manual,
+            site,
+            id,
+        });
         if let Some(c) = self.st.capture.as_deref_mut() {
             c.begin_scope(manual);
         }
@@ -563,7 +657,9 @@ impl<'r> Orchestrator<'r> {
     }
 
     pub(crate) fn close_scope(&mut self) {
-        let Some(&frame) = self.st.scopes.last() else { return };
+        let Some(&frame) = self.st.scopes.last() else {
+            return;
+        };
         self.sample("end", frame.site);
         self.st.scopes.pop();
         if let Some(c) = self.st.capture.as_deref_mut() {
@@ -619,7 +715,11 @@ impl<'r> Orchestrator<'r> {
     // ----- submission ---------------------------------------------------------------
 
     /// Submit a task running `kernel`.
-    pub fn submit(&mut self, kernel: KernelRef, args: &TaskArgs) -> Result<TaskOutputs, RuntimeFailure> {
+    pub fn submit(
+        &mut self,
+        kernel: KernelRef,
+        args: &TaskArgs,
+    ) -> Result<TaskOutputs, RuntimeFailure> {
         self.submit_impl(Some(kernel), args, false)
     }
 
@@ -633,7 +733,10 @@ impl<'r> Orchestrator<'r> {
     pub fn alloc(&mut self, specs: &[TensorSpec]) -> Result<TaskOutputs, RuntimeFailure> {
         let mut a = TaskArgs::new();
         if specs.is_empty() {
-            return Err(self.fail(RuntimeFailure::invalid_args(Some(self.current_ring()), "alloc(): needs at least one tensor")));
+            return Err(self.fail(RuntimeFailure::invalid_args(
+                Some(self.current_ring()),
+                "alloc(): needs at least one tensor",
+            )));
         }
         for s in specs {
             a.output(*s);
@@ -641,21 +744,33 @@ impl<'r> Orchestrator<'r> {
         self.submit_impl(None, &a, true)
     }
 
-    fn submit_impl(&mut self, kernel: Option<KernelRef>, args: &TaskArgs, inline_complete: bool) -> Result<TaskOutputs, RuntimeFailure> {
+    fn submit_impl(
+        &mut self,
+        kernel: Option<KernelRef>,
+        args: &TaskArgs,
+        inline_complete: bool,
+    ) -> Result<TaskOutputs, RuntimeFailure> {
         self.check_fatal()?;
         if self.dry.is_some() {
             return self.count_dry(args);
         }
         self.st.fanin.clear();
         let ring = self.current_ring();
-        let what = What { kernel, alloc: inline_complete };
+        let what = What {
+            kernel,
+            alloc: inline_complete,
+        };
         if let Some(e) = args.error {
-            return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: {e}"))));
+            return Err(self.fail(RuntimeFailure::invalid_args(
+                Some(ring),
+                format!("{what}: {e}"),
+            )));
         }
 
         // 1. canonical order: inputs, inouts, outputs (OUTPUT and OUTPUT_EXISTING in
         //    argument order), no_dep; validate views; output layout.
-        let mut tensor_buf = [const { std::mem::MaybeUninit::<Tensor>::uninit() }; MAX_TASK_TENSORS];
+        let mut tensor_buf =
+            [const { std::mem::MaybeUninit::<Tensor>::uninit() }; MAX_TASK_TENSORS];
         let mut tags = [ArgTag::Input; MAX_TASK_TENSORS];
         let mut out_size = [0u64; MAX_TASK_TENSORS];
         let mut n = 0usize;
@@ -690,7 +805,12 @@ impl<'r> Orchestrator<'r> {
                 }
             } else {
                 // Stable counting sort by group.
-                let mut at = [0usize, count[0], count[0] + count[1], count[0] + count[1] + count[2]];
+                let mut at = [
+                    0usize,
+                    count[0],
+                    count[0] + count[1],
+                    count[0] + count[1] + count[2],
+                ];
                 for (i, &g) in group.iter().enumerate().take(argv.len()) {
                     let g = g as usize;
                     order[at[g]] = i as u8;
@@ -709,20 +829,34 @@ impl<'r> Orchestrator<'r> {
                     // Rank, sizes, byte size: materialising needs a valid rank, and a
                     // size that overflows 64 bits must not wrap into a small buffer.
                     let nd = s.ndims as usize;
-                    let bytes = s.shape[..nd.min(MAX_DIMS)].iter().fold(s.dtype.size_bytes() as u128, |b, &d| b * d as u128);
+                    let bytes = s.shape[..nd.min(MAX_DIMS)]
+                        .iter()
+                        .fold(s.dtype.size_bytes() as u128, |b, &d| b * d as u128);
                     let bad = if nd == 0 || nd > MAX_DIMS {
                         Some(crate::tensor::TensorError::Rank(nd).to_string())
                     } else if s.shape[..nd].contains(&0) {
-                        Some(crate::tensor::TensorError::EmptyDim(s.shape[..nd].to_vec()).to_string())
+                        Some(
+                            crate::tensor::TensorError::EmptyDim(s.shape[..nd].to_vec())
+                                .to_string(),
+                        )
                     } else if bytes > u64::MAX as u128 {
-                        Some(format!("an output of shape {:?} ({bytes} bytes) does not fit 64-bit sizes", &s.shape[..nd]))
+                        Some(format!(
+                            "an output of shape {:?} ({bytes} bytes) does not fit 64-bit sizes",
+                            &s.shape[..nd]
+                        ))
                     } else if !crate::tensor::contiguous_strides_fit(&s.shape[..nd]) {
-                        Some(crate::tensor::TensorError::StrideOverflow(s.shape[..nd].to_vec()).to_string())
+                        Some(
+                            crate::tensor::TensorError::StrideOverflow(s.shape[..nd].to_vec())
+                                .to_string(),
+                        )
                     } else {
                         None
                     };
                     if let Some(e) = bad {
-                        return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} (OUTPUT): {e}"))));
+                        return Err(self.fail(RuntimeFailure::invalid_args(
+                            Some(ring),
+                            format!("{what}: tensor {n} (OUTPUT): {e}"),
+                        )));
                     }
                     tensor_buf[n].write(s.materialize(0, TaskId::INVALID));
                     ArgTag::Output
@@ -731,24 +865,36 @@ impl<'r> Orchestrator<'r> {
             // safety: written just above.
             let t = unsafe { tensor_buf[n].assume_init_ref() };
             if inline_complete && tag != ArgTag::Output {
-                return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), "alloc(): only runtime-allocated outputs are allowed")));
+                return Err(self.fail(RuntimeFailure::invalid_args(
+                    Some(ring),
+                    "alloc(): only runtime-allocated outputs are allowed",
+                )));
             }
             // A materialised spec is valid by construction once its rank, sizes and
             // byte size are checked (contiguous from offset 0 over exactly its bytes).
             if matches!(a, ArgTensor::Existing(..)) {
                 if let Err(e) = t.validate() {
-                    return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {e}", tag.name()))));
+                    return Err(self.fail(RuntimeFailure::invalid_args(
+                        Some(ring),
+                        format!("{what}: tensor {n} ({}): {e}", tag.name()),
+                    )));
                 }
             }
             if tag == ArgTag::Output {
                 // Saturating: a size near 2^64 must not wrap into a small allocation
                 // (it fails as larger than any heap instead).
-                out_size[n] = t.nbytes().checked_add(OUTPUT_ALIGN_BYTES - 1).map_or(u64::MAX, |_| align_output(t.nbytes()));
+                out_size[n] = t
+                    .nbytes()
+                    .checked_add(OUTPUT_ALIGN_BYTES - 1)
+                    .map_or(u64::MAX, |_| align_output(t.nbytes()));
                 heap_bytes = heap_bytes.saturating_add(out_size[n]);
             } else if t.owner.is_valid() {
                 let owner = t.owner;
                 if let Err(msg) = self.check_owner_live(owner) {
-                    return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: tensor {n} ({}): {msg}", tag.name()))));
+                    return Err(self.fail(RuntimeFailure::invalid_args(
+                        Some(ring),
+                        format!("{what}: tensor {n} ({}): {msg}", tag.name()),
+                    )));
                 }
             }
             if tag == ArgTag::Input {
@@ -761,11 +907,15 @@ impl<'r> Orchestrator<'r> {
             n += 1;
         }
         // safety: entries 0..n were written just above.
-        let tensors: &mut [Tensor] = unsafe { std::slice::from_raw_parts_mut(tensor_buf.as_mut_ptr() as *mut Tensor, n) };
+        let tensors: &mut [Tensor] =
+            unsafe { std::slice::from_raw_parts_mut(tensor_buf.as_mut_ptr() as *mut Tensor, n) };
         let scalars = args.scalars();
         if let Some(k) = kernel {
             if let Err(msg) = k.0.check(&tensors[..n], n_inputs, scalars) {
-                return Err(self.fail(RuntimeFailure::invalid_args(Some(ring), format!("{what}: {msg}"))));
+                return Err(self.fail(RuntimeFailure::invalid_args(
+                    Some(ring),
+                    format!("{what}: {msg}"),
+                )));
             }
         }
         for &(d, _) in args.deps() {
@@ -779,14 +929,29 @@ impl<'r> Orchestrator<'r> {
 
         // 2. scope admission.
         let window = self.sizing.task_window[ring];
-        let frame = *self.st.scopes.last().expect("root scope is open during a run");
+        let frame = *self
+            .st
+            .scopes
+            .last()
+            .expect("root scope is open during a run");
         let owned = (self.st.scope_tasks.len() - frame.begin) as u64;
         if owned + 1 >= window {
             // Structural: this scope can never fit. Count the rest of it without
             // running anything, and report at its end which window would have held it.
-            let d = DryScope { level: self.st.scopes.len(), ring, depth: self.depth(), window, owned, counted: 0, what: what.to_string() };
+            let d = DryScope {
+                level: self.st.scopes.len(),
+                ring,
+                depth: self.depth(),
+                window,
+                owned,
+                counted: 0,
+                what: what.to_string(),
+            };
             if !self.count_scope_overflow {
-                let d = DryScope { owned: owned + 1, ..d };
+                let d = DryScope {
+                    owned: owned + 1,
+                    ..d
+                };
                 return Err(self.fail(d.failure(false)));
             }
             self.dry = Some(d);
@@ -809,7 +974,12 @@ impl<'r> Orchestrator<'r> {
                 outputs.push(t);
                 debug_assert!({
                     let back = outputs.output(outputs.len() - 1);
-                    back.addr == t.addr && back.offset == t.offset && back.buf_bytes == t.buf_bytes && back.shape == t.shape && back.strides == t.strides && back.owner == t.owner
+                    back.addr == t.addr
+                        && back.offset == t.offset
+                        && back.buf_bytes == t.buf_bytes
+                        && back.shape == t.shape
+                        && back.strides == t.strides
+                        && back.owner == t.owner
                 });
             }
         }
@@ -831,16 +1001,30 @@ impl<'r> Orchestrator<'r> {
         if !manual {
             for i in 0..n {
                 let t = &tensors[i];
-                if tags[i] != ArgTag::Output && t.owner.is_valid() && t.owner.local() >= la[t.owner.ring()] {
+                if tags[i] != ArgTag::Output
+                    && t.owner.is_valid()
+                    && t.owner.local() >= la[t.owner.ring()]
+                {
                     self.add_fanin(t.owner, DEP_WAIT | DEP_RETAIN);
                 }
-                if (tags[i] == ArgTag::Input || tags[i] == ArgTag::Inout) && !t.manual_dep && !self.st.tensormap.bucket_empty(t.addr) {
+                if (tags[i] == ArgTag::Input || tags[i] == ArgTag::Inout)
+                    && !t.manual_dep
+                    && !self.st.tensormap.bucket_empty(t.addr)
+                {
                     let remove = tags[i] == ArgTag::Inout;
                     let st = &mut *self.st;
-                    let (tm, fanin, rings, epoch) = (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
+                    let (tm, fanin, rings, epoch) =
+                        (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
                     let sh = self.sh;
                     let done_edges = &mut finished_producers;
-                    tm.lookup_pending(t, remove, &la, |p| sh.is_completed(p), |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT), |_| *done_edges += 1);
+                    tm.lookup_pending(
+                        t,
+                        remove,
+                        &la,
+                        |p| sh.is_completed(p),
+                        |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT),
+                        |_| *done_edges += 1,
+                    );
                 }
             }
         }
@@ -851,7 +1035,9 @@ impl<'r> Orchestrator<'r> {
             if need > 0 {
                 self.reserve_tensormap(need, ring, what)?;
                 for i in 0..n {
-                    if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !tensors[i].manual_dep {
+                    if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting)
+                        && !tensors[i].manual_dep
+                    {
                         let ok = self.st.tensormap.insert(&tensors[i], id);
                         debug_assert!(ok);
                     }
@@ -860,10 +1046,33 @@ impl<'r> Orchestrator<'r> {
         }
 
         if self.st.recording {
-            let head = super::replay::TaskHead { id, kernel, alloc: inline_complete, heap_bytes, n_inputs: n_inputs as u8, scalar_float_mask: args.scalar_float_mask };
-            self.st.record(&head, base, frame.id, tensors, &tags[..n], &order[..n], args, !manual);
+            let head = super::replay::TaskHead {
+                id,
+                kernel,
+                alloc: inline_complete,
+                heap_bytes,
+                n_inputs: n_inputs as u8,
+                scalar_float_mask: args.scalar_float_mask,
+            };
+            self.st.record(
+                &head,
+                base,
+                frame.id,
+                tensors,
+                &tags[..n],
+                &order[..n],
+                args,
+                !manual,
+            );
         }
-        let task = Submitted { id, kernel, inline_complete, n_inputs, scalar_float_mask: args.scalar_float_mask, what };
+        let task = Submitted {
+            id,
+            kernel,
+            inline_complete,
+            n_inputs,
+            scalar_float_mask: args.scalar_float_mask,
+            what,
+        };
         self.finish_submit(&task, tensors, scalars, finished_producers)?;
         Ok(outputs)
     }
@@ -871,7 +1080,12 @@ impl<'r> Orchestrator<'r> {
     /// Step 3: a slot and `heap_bytes` of the current ring's heap (back-pressure, or
     /// the capacity failure). Returns the task's id and the address of its output block.
     #[inline(always)]
-    fn take_slot(&mut self, ring: usize, heap_bytes: u64, what: What) -> Result<(TaskId, u64), RuntimeFailure> {
+    fn take_slot(
+        &mut self,
+        ring: usize,
+        heap_bytes: u64,
+        what: What,
+    ) -> Result<(TaskId, u64), RuntimeFailure> {
         let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, what)?;
         let id = TaskId::new(ring as u8, local);
         let rs = &self.sh.rings[ring];
@@ -895,8 +1109,21 @@ impl<'r> Orchestrator<'r> {
     /// Steps 4 (claims) to 7 of a submit whose slot is taken and whose fanin
     /// (`self.st.fanin`) is gathered: the pools, the payload, wiring and publication.
     #[inline(always)]
-    fn finish_submit(&mut self, task: &Submitted, tensors: &[Tensor], scalars: &[u64], finished_producers: usize) -> Result<(), RuntimeFailure> {
-        let Submitted { id, kernel, inline_complete, n_inputs, scalar_float_mask, what } = *task;
+    fn finish_submit(
+        &mut self,
+        task: &Submitted,
+        tensors: &[Tensor],
+        scalars: &[u64],
+        finished_producers: usize,
+    ) -> Result<(), RuntimeFailure> {
+        let Submitted {
+            id,
+            kernel,
+            inline_complete,
+            n_inputs,
+            scalar_float_mask,
+            what,
+        } = *task;
         let (ring, local, n) = (id.ring(), id.local(), tensors.len());
         let rs = &self.sh.rings[ring];
         // Claim producers.
@@ -927,12 +1154,20 @@ impl<'r> Orchestrator<'r> {
         //    producer (as upstream's fanin list does), so whether it fits does not
         //    depend on how fast producers happen to complete.
         let spill_need = (live_edges + finished_producers).saturating_sub(FANIN_INLINE) as u64;
-        let spill_start = if spill_need > 0 { self.reserve_pool(ring, spill_need, Blocked::Spill, what)? } else { 0 };
+        let spill_start = if spill_need > 0 {
+            self.reserve_pool(ring, spill_need, Blocked::Spill, what)?
+        } else {
+            0
+        };
         // Nodes are reserved for every claimed WAIT edge, not only for producers still
         // running at claim time: the pool demand of a program then does not depend on
         // how fast its producers happen to complete (so sizes that fit once fit again).
         let _ = pending;
-        let dep_start = if waits > 0 { self.reserve_pool(ring, waits as u64, Blocked::Deps, what)? } else { 0 };
+        let dep_start = if waits > 0 {
+            self.reserve_pool(ring, waits as u64, Blocked::Deps, what)?
+        } else {
+            0
+        };
 
         // Payload.
         {
@@ -940,7 +1175,9 @@ impl<'r> Orchestrator<'r> {
             // is zero-initialised at arena build (every field is valid at zero) or holds
             // a previous task's payload, so it may be referenced.
             let p = unsafe { rs.payload_mut(local) }.as_mut_ptr();
-            let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
+            let kind = kernel
+                .map(|k| k.core())
+                .unwrap_or(crate::kernel::CoreKind::Any);
             unsafe {
                 (*p).kernel = kernel;
                 (*p).kind = kind;
@@ -963,7 +1200,9 @@ impl<'r> Orchestrator<'r> {
                         (*p).fanin_inline[i] = rec;
                     } else {
                         let sp = &rs.spill;
-                        *sp[((spill_start + (i - FANIN_INLINE) as u64) % sp.len() as u64) as usize].get() = rec;
+                        *sp[((spill_start + (i - FANIN_INLINE) as u64) % sp.len() as u64)
+                            as usize]
+                            .get() = rec;
                     }
                 }
             }
@@ -1004,8 +1243,14 @@ impl<'r> Orchestrator<'r> {
             // The pools moved since the slot's marks were taken at allocation.
             self.record_marks(ring, local);
         }
-        if if waits == 0 { me.publish_unwaited() } else { me.publish(done) } {
-            let kind = kernel.map(|k| k.core()).unwrap_or(crate::kernel::CoreKind::Any);
+        if if waits == 0 {
+            me.publish_unwaited()
+        } else {
+            me.publish(done)
+        } {
+            let kind = kernel
+                .map(|k| k.core())
+                .unwrap_or(crate::kernel::CoreKind::Any);
             self.eng.push_ready(id, kind);
         }
         Ok(())
@@ -1026,7 +1271,10 @@ impl<'r> Orchestrator<'r> {
         let mut stop = d.counted > DRY_COUNT_LIMIT;
         // An id past every id of the run (on the ring the task would have gone to), never
         // used: nothing is submitted any more in this run.
-        let mut outputs = TaskOutputs::new(TaskId::new(ring as u8, self.st.rings[ring].next.wrapping_add(d.counted as u32)));
+        let mut outputs = TaskOutputs::new(TaskId::new(
+            ring as u8,
+            self.st.rings[ring].next.wrapping_add(d.counted as u32),
+        ));
         for a in args.tensors() {
             if let ArgTensor::Spec(s) = a {
                 let nd = s.ndims as usize;
@@ -1054,22 +1302,45 @@ impl<'r> Orchestrator<'r> {
     /// `outs` (tensor index, byte offset in the task's output block), which are set
     /// here. `scope_total`: the tasks the innermost scope owns in the recording (the
     /// SCOPE_DEADLOCK's count). Returns the address of the task's output block.
-    pub(crate) fn submit_replayed(&mut self, t: &super::replay::ReplaySubmit<'_>, tensors: &mut [Tensor], scope_total: u64) -> Result<u64, RuntimeFailure> {
+    pub(crate) fn submit_replayed(
+        &mut self,
+        t: &super::replay::ReplaySubmit<'_>,
+        tensors: &mut [Tensor],
+        scope_total: u64,
+    ) -> Result<u64, RuntimeFailure> {
         self.check_fatal()?;
         // Before waiting for space: the previous submit's claims must not look like
         // claims of this one (`head_pinned`).
         self.st.fanin.clear();
         let ring = self.current_ring();
         let h = &t.head;
-        let what = What { kernel: h.kernel, alloc: h.alloc };
+        let what = What {
+            kernel: h.kernel,
+            alloc: h.alloc,
+        };
         let window = self.sizing.task_window[ring];
-        let frame = *self.st.scopes.last().expect("root scope is open during a run");
+        let frame = *self
+            .st
+            .scopes
+            .last()
+            .expect("root scope is open during a run");
         if (self.st.scope_tasks.len() - frame.begin) as u64 + 1 >= window {
-            let d = DryScope { level: self.st.scopes.len(), ring, depth: self.depth(), window, owned: scope_total, counted: 0, what: what.to_string() };
+            let d = DryScope {
+                level: self.st.scopes.len(),
+                ring,
+                depth: self.depth(),
+                window,
+                owned: scope_total,
+                counted: 0,
+                what: what.to_string(),
+            };
             return Err(self.fail(d.failure(true)));
         }
         let (id, base) = self.take_slot(ring, h.heap_bytes, what)?;
-        debug_assert_eq!(id, h.id, "a replay submits the recorded tasks in the recorded order");
+        debug_assert_eq!(
+            id, h.id,
+            "a replay submits the recorded tasks in the recorded order"
+        );
         for &(i, off) in t.outs {
             let o = &mut tensors[i as usize];
             o.addr = base + off;
@@ -1079,10 +1350,22 @@ impl<'r> Orchestrator<'r> {
         let la = [rr[0].seen_la, rr[1].seen_la, rr[2].seen_la, rr[3].seen_la];
         for &(p, flags) in t.fanin {
             if p.local() >= la[p.ring()] {
-                self.st.fanin.push(FaninEdge { producer: p, flags, claimed: false, pending: false });
+                self.st.fanin.push(FaninEdge {
+                    producer: p,
+                    flags,
+                    claimed: false,
+                    pending: false,
+                });
             }
         }
-        let task = Submitted { id, kernel: h.kernel, inline_complete: h.alloc, n_inputs: h.n_inputs as usize, scalar_float_mask: h.scalar_float_mask, what };
+        let task = Submitted {
+            id,
+            kernel: h.kernel,
+            inline_complete: h.alloc,
+            n_inputs: h.n_inputs as usize,
+            scalar_float_mask: h.scalar_float_mask,
+            what,
+        };
         self.finish_submit(&task, tensors, t.scalars, 0)?;
         Ok(base)
     }
@@ -1149,7 +1432,11 @@ impl<'r> Orchestrator<'r> {
             let old_tail = r.heap.tail;
             r.heap.retire_to(la, last.heap_end);
             let t = r.heap.tail;
-            r.heap_retired += if t >= old_tail { t - old_tail } else { r.heap.size - old_tail + t };
+            r.heap_retired += if t >= old_tail {
+                t - old_tail
+            } else {
+                r.heap.size - old_tail + t
+            };
             r.deps.retire_to(last.dep_mark);
             r.spill.retire_to(last.spill_mark);
             r.seen_la = la;
@@ -1164,21 +1451,34 @@ impl<'r> Orchestrator<'r> {
         }
         let head = TaskId::new(ring as u8, r.seen_la);
         let s = self.sh.slot(head);
-        if !s.scope_released() || self.st.fanin.iter().any(|e| e.claimed && e.producer == head) {
+        if !s.scope_released()
+            || self
+                .st
+                .fanin
+                .iter()
+                .any(|e| e.claimed && e.producer == head)
+        {
             Some(head)
         } else {
             None
         }
     }
 
-    fn alloc_slot(&mut self, ring: usize, heap_bytes: u64, what: What) -> Result<(u32, u64, u64), RuntimeFailure> {
+    fn alloc_slot(
+        &mut self,
+        ring: usize,
+        heap_bytes: u64,
+        what: What,
+    ) -> Result<(u32, u64, u64), RuntimeFailure> {
         let heap_size = self.sizing.heap[ring];
         let window = self.sizing.task_window[ring];
         if heap_bytes > heap_size {
             let needed = heap_bytes.checked_next_power_of_two();
             let fit = match needed {
                 Some(n) => format!("a ring_heap of at least {n} bytes is needed"),
-                None => "no valid ring_heap (a power of 2 of at most 2^63 bytes) holds them".to_string(),
+                None => {
+                    "no valid ring_heap (a power of 2 of at most 2^63 bytes) holds them".to_string()
+                }
             };
             return Err(self.fail(RuntimeFailure::capacity(
                 StatusCode::HeapRingDeadlock,
@@ -1203,12 +1503,22 @@ impl<'r> Orchestrator<'r> {
                     return Ok((local, offset, end));
                 }
             }
-            let blocked = if win_ok { Blocked::Heap } else { Blocked::Window };
+            let blocked = if win_ok {
+                Blocked::Heap
+            } else {
+                Blocked::Window
+            };
             self.wait_or_fail(ring, blocked, heap_bytes, what, &mut clock)?;
         }
     }
 
-    fn reserve_pool(&mut self, ring: usize, need: u64, which: Blocked, what: What) -> Result<u64, RuntimeFailure> {
+    fn reserve_pool(
+        &mut self,
+        ring: usize,
+        need: u64,
+        which: Blocked,
+        what: What,
+    ) -> Result<u64, RuntimeFailure> {
         let cap = self.sizing.dep_pool[ring];
         if need > cap {
             let (noun, extra) = match which {
@@ -1241,10 +1551,22 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
-    fn reserve_tensormap(&mut self, need: u32, ring: usize, what: What) -> Result<(), RuntimeFailure> {
+    fn reserve_tensormap(
+        &mut self,
+        need: u32,
+        ring: usize,
+        what: What,
+    ) -> Result<(), RuntimeFailure> {
         let cap = self.st.tensormap.capacity();
         if need > cap {
-            return Err(self.fail(RuntimeFailure::capacity(StatusCode::TensormapOverflow, ring, Resource::Tensormap, cap as u64, Some(need as u64), format!("{what}: needs {need} tensormap entries"))));
+            return Err(self.fail(RuntimeFailure::capacity(
+                StatusCode::TensormapOverflow,
+                ring,
+                Resource::Tensormap,
+                cap as u64,
+                Some(need as u64),
+                format!("{what}: needs {need} tensormap entries"),
+            )));
         }
         let mut clock = Backstop::new(self);
         loop {
@@ -1261,32 +1583,83 @@ impl<'r> Orchestrator<'r> {
     }
 
     /// Either prove a deadlock, time out, or wait for progress.
-    fn wait_or_fail(&mut self, ring: usize, blocked: Blocked, need: u64, what: What, clock: &mut Backstop) -> Result<(), RuntimeFailure> {
+    fn wait_or_fail(
+        &mut self,
+        ring: usize,
+        blocked: Blocked,
+        need: u64,
+        what: What,
+        clock: &mut Backstop,
+    ) -> Result<(), RuntimeFailure> {
         self.check_fatal()?;
         let (code, resource, configured) = match blocked {
-            Blocked::Window => (StatusCode::FlowControlDeadlock, Resource::TaskWindow, self.sizing.task_window[ring]),
-            Blocked::Heap => (StatusCode::HeapRingDeadlock, Resource::Heap, self.sizing.heap[ring]),
-            Blocked::Deps | Blocked::Spill => (StatusCode::DepPoolOverflow, Resource::DepPool, self.sizing.dep_pool[ring]),
-            Blocked::Tensormap => (StatusCode::TensormapOverflow, Resource::Tensormap, self.st.tensormap.capacity() as u64),
+            Blocked::Window => (
+                StatusCode::FlowControlDeadlock,
+                Resource::TaskWindow,
+                self.sizing.task_window[ring],
+            ),
+            Blocked::Heap => (
+                StatusCode::HeapRingDeadlock,
+                Resource::Heap,
+                self.sizing.heap[ring],
+            ),
+            Blocked::Deps | Blocked::Spill => (
+                StatusCode::DepPoolOverflow,
+                Resource::DepPool,
+                self.sizing.dep_pool[ring],
+            ),
+            Blocked::Tensormap => (
+                StatusCode::TensormapOverflow,
+                Resource::Tensormap,
+                self.st.tensormap.capacity() as u64,
+            ),
         };
         let r = &self.st.rings[ring];
         let live = (r.next - r.seen_la) as u64;
         // The size that would hold what is live now plus this submit (None: no valid
         // size of the resource would).
         let (in_use, needed) = match blocked {
-            Blocked::Window => (live, (live + 2).checked_next_power_of_two().filter(|&n| n <= crate::config::MAX_RING_TASK_WINDOW)),
+            Blocked::Window => (
+                live,
+                (live + 2)
+                    .checked_next_power_of_two()
+                    .filter(|&n| n <= crate::config::MAX_RING_TASK_WINDOW),
+            ),
             // The live bytes plus this submit; never the configured size itself: a heap
             // ring that failed at this size does not fit it (the end gap a wrap abandons,
             // and the strict tail rule of `HeapRing::try_alloc`), so the next size up.
             Blocked::Heap => (
                 r.heap.used(),
-                r.heap.used().saturating_add(need).checked_next_power_of_two().map(|n| if n <= configured { configured.saturating_mul(2) } else { n }),
+                r.heap
+                    .used()
+                    .saturating_add(need)
+                    .checked_next_power_of_two()
+                    .map(|n| {
+                        if n <= configured {
+                            configured.saturating_mul(2)
+                        } else {
+                            n
+                        }
+                    }),
             ),
-            Blocked::Deps => (r.deps.used(), Some(r.deps.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL)),
-            Blocked::Spill => (r.spill.used(), Some(r.spill.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL)),
-            Blocked::Tensormap => (self.st.tensormap.used() as u64, Some(self.st.tensormap.used() as u64 + need)),
+            Blocked::Deps => (
+                r.deps.used(),
+                Some(r.deps.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL),
+            ),
+            Blocked::Spill => (
+                r.spill.used(),
+                Some(r.spill.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL),
+            ),
+            Blocked::Tensormap => (
+                self.st.tensormap.used() as u64,
+                Some(self.st.tensormap.used() as u64 + need),
+            ),
         };
-        let (window, heap_used, heap_size) = (self.sizing.task_window[ring], r.heap.used(), self.sizing.heap[ring]);
+        let (window, heap_used, heap_size) = (
+            self.sizing.task_window[ring],
+            r.heap.used(),
+            self.sizing.heap[ring],
+        );
         // What the blocked resource lacks, in its own unit: one more slot for the task
         // window, the submit's bytes for the heap, its entries for the pools.
         let (more, unit) = match blocked {
@@ -1294,7 +1667,15 @@ impl<'r> Orchestrator<'r> {
             Blocked::Heap => (need, "bytes"),
             Blocked::Deps | Blocked::Spill | Blocked::Tensormap => (need, "entries"),
         };
-        let unit_of = |n: u64| if unit == "slot" && n != 1 { "slots" } else if unit == "entries" && n == 1 { "entry" } else { unit };
+        let unit_of = |n: u64| {
+            if unit == "slot" && n != 1 {
+                "slots"
+            } else if unit == "entries" && n == 1 {
+                "entry"
+            } else {
+                unit
+            }
+        };
         // Built only when a failure is reported (this runs on every back-pressure wait).
         let usage = || {
             format!(
@@ -1307,7 +1688,11 @@ impl<'r> Orchestrator<'r> {
         if !matches!(blocked, Blocked::Tensormap) {
             if let Some(head) = self.head_pinned(ring) {
                 let fit = match needed {
-                    Some(n) => format!("{} of at least {n} {} would be needed", resource.name(), unit_of(n)),
+                    Some(n) => format!(
+                        "{} of at least {n} {} would be needed",
+                        resource.name(),
+                        unit_of(n)
+                    ),
                     None => format!("no valid {} holds that much", resource.name()),
                 };
                 return Err(self.fail(RuntimeFailure::capacity(
@@ -1343,8 +1728,16 @@ impl<'r> Orchestrator<'r> {
         }
         // Wait for a watermark to move (or anything to fail): the ring's own, or, for
         // the tensormap (whose entries belong to producers of every ring), any ring's.
-        let seen: [u32; 4] = if matches!(blocked, Blocked::Tensormap) { self.watermarks() } else { [self.st.rings[ring].seen_la; 4] };
-        let rings: &[usize] = if matches!(blocked, Blocked::Tensormap) { &[0, 1, 2, 3] } else { std::slice::from_ref(&ring) };
+        let seen: [u32; 4] = if matches!(blocked, Blocked::Tensormap) {
+            self.watermarks()
+        } else {
+            [self.st.rings[ring].seen_la; 4]
+        };
+        let rings: &[usize] = if matches!(blocked, Blocked::Tensormap) {
+            &[0, 1, 2, 3]
+        } else {
+            std::slice::from_ref(&ring)
+        };
         // Help: run a ready task (its completion may be what frees the space).
         if let Some(h) = self.helper {
             if h() {
@@ -1353,7 +1746,13 @@ impl<'r> Orchestrator<'r> {
         }
         let sh = self.sh;
         let eng = self.eng;
-        let moved = || eng.fatal.load(Acquire) || rings.iter().any(|&r| sh.rings[r].last_alive.load(Acquire) != seen[if rings.len() == 1 { 0 } else { r }]);
+        let moved = || {
+            eng.fatal.load(Acquire)
+                || rings.iter().any(|&r| {
+                    sh.rings[r].last_alive.load(Acquire)
+                        != seen[if rings.len() == 1 { 0 } else { r }]
+                })
+        };
         for i in 0..64 {
             if moved() {
                 return Ok(());
@@ -1367,7 +1766,9 @@ impl<'r> Orchestrator<'r> {
         if let Some(h) = self.blocking_hook {
             h(true);
         }
-        self.eng.progress.wait(moved, Duration::from_millis(20).min(self.policy.backstop));
+        self.eng
+            .progress
+            .wait(moved, Duration::from_millis(20).min(self.policy.backstop));
         if let Some(h) = self.blocking_hook {
             h(false);
         }
@@ -1414,7 +1815,13 @@ fn which_copy(b: &Blocked) -> Blocked {
 }
 
 /// Add `p` to the fanin being built, merging flags of duplicates (per-submit epoch).
-fn add_fanin_to(fanin: &mut Vec<FaninEdge>, rings: &mut [OrchRing; 4], epoch: u32, p: TaskId, flags: u64) {
+fn add_fanin_to(
+    fanin: &mut Vec<FaninEdge>,
+    rings: &mut [OrchRing; 4],
+    epoch: u32,
+    p: TaskId,
+    flags: u64,
+) {
     let r = &mut rings[p.ring()];
     let os = &mut r.slots[(p.local() & r.mask) as usize];
     if os.seen_epoch == epoch {
@@ -1426,7 +1833,12 @@ fn add_fanin_to(fanin: &mut Vec<FaninEdge>, rings: &mut [OrchRing; 4], epoch: u3
     }
     os.seen_epoch = epoch;
     os.seen_idx = fanin.len() as u32;
-    fanin.push(FaninEdge { producer: p, flags, claimed: false, pending: false });
+    fanin.push(FaninEdge {
+        producer: p,
+        flags,
+        claimed: false,
+        pending: false,
+    });
 }
 
 /// The no-progress clock, started lazily at the first wait (the uncontended path reads
@@ -1453,7 +1865,11 @@ enum Verdict {
 
 impl Backstop {
     fn new(_o: &Orchestrator<'_>) -> Backstop {
-        Backstop { since: None, completed: 0, idle_since: None }
+        Backstop {
+            since: None,
+            completed: 0,
+            idle_since: None,
+        }
     }
     fn check(&mut self, o: &Orchestrator<'_>) -> Verdict {
         let c = o.eng.completed.load(Relaxed);

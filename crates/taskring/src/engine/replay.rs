@@ -36,7 +36,9 @@ use super::shared::{DEP_FLAGS, DEP_RETAIN, DEP_WAIT};
 use super::tensormap::{check_overlap, Overlap};
 use super::*;
 use crate::chip::{Arg, ChipWorker, RunError, RunReport};
-use crate::config::{CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW};
+use crate::config::{
+    CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
+};
 use crate::kernel::CoreKind;
 use std::collections::HashMap;
 use std::fmt;
@@ -46,7 +48,10 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::*};
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Op {
     /// A scope opens; `total`: the tasks it owns directly.
-    Begin { manual: bool, total: u32 },
+    Begin {
+        manual: bool,
+        total: u32,
+    },
     End,
     /// Task `i` (index into the recorded tasks).
     Task(u32),
@@ -141,7 +146,10 @@ impl Recorder {
                 Arg::Scalar(_) => (0, 0),
             })
             .collect();
-        Recorder { args, ..Recorder::default() }
+        Recorder {
+            args,
+            ..Recorder::default()
+        }
     }
 
     pub(crate) fn begin_scope(&mut self, manual: bool) {
@@ -163,7 +171,11 @@ impl Recorder {
         // An argument's buffer: the one starting at the view's base address, else one
         // that contains it.
         let exact = self.args.iter().position(|&(a, b)| b > 0 && a == t.addr);
-        let within = || self.args.iter().position(|&(a, b)| b > 0 && t.addr > a && t.addr - a < b);
+        let within = || {
+            self.args
+                .iter()
+                .position(|&(a, b)| b > 0 && t.addr > a && t.addr - a < b)
+        };
         match exact.or_else(within) {
             Some(j) => (Base::Arg(j as u16), t.addr - self.args[j].0),
             None => (Base::Fixed, 0),
@@ -174,9 +186,23 @@ impl Recorder {
     /// `block`: the address of the task's output block in this run. Called from the
     /// orchestrator's cold recording path.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn task(&mut self, s: &TaskHead, block: u64, tensors: &[Tensor], tags: &[ArgTag], scalars: &[u64], explicit: &[(TaskId, u64)], infer: bool) {
+    pub(crate) fn task(
+        &mut self,
+        s: &TaskHead,
+        block: u64,
+        tensors: &[Tensor],
+        tags: &[ArgTag],
+        scalars: &[u64],
+        explicit: &[(TaskId, u64)],
+        infer: bool,
+    ) {
         let idx = self.tasks.len() as u32;
-        let (t0, o0, f0, s0) = (self.tensors.len() as u32, self.outs.len() as u32, self.fanin.len(), self.scalars.len() as u32);
+        let (t0, o0, f0, s0) = (
+            self.tensors.len() as u32,
+            self.outs.len() as u32,
+            self.fanin.len(),
+            self.scalars.len() as u32,
+        );
         for (i, t) in tensors.iter().enumerate() {
             let (base, rel) = if tags[i] == ArgTag::Output {
                 self.outs.push((i as u8, t.addr - block));
@@ -184,7 +210,11 @@ impl Recorder {
             } else {
                 self.base_of(t)
             };
-            self.tensors.push(RecTensor { view: *t, base, rel });
+            self.tensors.push(RecTensor {
+                view: *t,
+                base,
+                rel,
+            });
         }
         self.scalars.extend_from_slice(scalars);
         let fanin = &mut self.fanin;
@@ -215,7 +245,10 @@ impl Recorder {
             }
             for (i, t) in tensors.iter().enumerate() {
                 if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
-                    self.writers.entry((t.addr, t.owner.0)).or_default().push((*t, s.id));
+                    self.writers
+                        .entry((t.addr, t.owner.0))
+                        .or_default()
+                        .push((*t, s.id));
                 }
             }
         }
@@ -264,14 +297,34 @@ impl Recorder {
                 }
             }
         }
-        let roots = (0..n as u32).filter(|&i| fanin_n[i as usize] == 0).collect();
+        let roots = (0..n as u32)
+            .filter(|&i| fanin_n[i as usize] == 0)
+            .collect();
         let mut ring_bytes = [0u64; 4];
         for t in &self.tasks {
             ring_bytes[t.head.id.ring()] += t.head.heap_bytes;
         }
         let sinks = (0..n).filter(|&i| succ_off[i] == succ_off[i + 1]).count();
-        let kinds = self.tasks.iter().map(|t| t.head.kernel.map(|k| k.core()).unwrap_or(CoreKind::Any)).collect();
-        Graph { ops: self.ops, tasks: self.tasks, tensors: self.tensors, scalars: self.scalars, fanin: self.fanin, outs: self.outs, succ_off, succ, fanin_n, roots, ring_bytes, sinks, kinds }
+        let kinds = self
+            .tasks
+            .iter()
+            .map(|t| t.head.kernel.map(|k| k.core()).unwrap_or(CoreKind::Any))
+            .collect();
+        Graph {
+            ops: self.ops,
+            tasks: self.tasks,
+            tensors: self.tensors,
+            scalars: self.scalars,
+            fanin: self.fanin,
+            outs: self.outs,
+            succ_off,
+            succ,
+            fanin_n,
+            roots,
+            ring_bytes,
+            sinks,
+            kinds,
+        }
     }
 }
 
@@ -336,7 +389,9 @@ impl DirectJob<'_> {
     #[inline]
     pub(crate) fn run(&self, i: u32) -> Result<(), String> {
         let t = &self.g.tasks[i as usize];
-        let Some(k) = t.head.kernel else { return Ok(()) };
+        let Some(k) = t.head.kernel else {
+            return Ok(());
+        };
         let rec = slice(&self.g.tensors, t.tensors);
         let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
         for (dst, r) in buf.iter_mut().zip(rec) {
@@ -350,8 +405,14 @@ impl DirectJob<'_> {
             dst.write(v);
         }
         // safety: the first `rec.len()` entries were written just above.
-        let tensors = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const Tensor, rec.len()) };
-        let call = crate::kernel::KernelCall { tensors, scalars: slice(&self.g.scalars, t.scalars), n_inputs: t.head.n_inputs as usize, scalar_float_mask: t.head.scalar_float_mask };
+        let tensors =
+            unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const Tensor, rec.len()) };
+        let call = crate::kernel::KernelCall {
+            tensors,
+            scalars: slice(&self.g.scalars, t.scalars),
+            n_inputs: t.head.n_inputs as usize,
+            scalar_float_mask: t.head.scalar_float_mask,
+        };
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| k.0.try_run(&call))) {
             Ok(r) => r,
             Err(p) => Err(crate::chip::panic_text(&p)),
@@ -389,7 +450,12 @@ impl DirectJob<'_> {
 
 /// Feed the recorded ops to the orchestrator (the root scope is open already: op 0).
 /// `blocks[i]` receives task `i`'s output block address.
-fn replay_ops(o: &mut Orchestrator<'_>, g: &Graph, args: &[Arg<'_>], blocks: &mut [u64]) -> Result<(), RuntimeFailure> {
+fn replay_ops(
+    o: &mut Orchestrator<'_>,
+    g: &Graph,
+    args: &[Arg<'_>],
+    blocks: &mut [u64],
+) -> Result<(), RuntimeFailure> {
     let mut totals = [0u32; MAX_SCOPE_DEPTH + 1];
     let mut depth = 1usize;
     if let Some(Op::Begin { total, .. }) = g.ops.first() {
@@ -424,7 +490,9 @@ fn replay_ops(o: &mut Orchestrator<'_>, g: &Graph, args: &[Arg<'_>], blocks: &mu
                     dst.write(v);
                 }
                 // safety: the first `rec.len()` entries were written just above.
-                let tensors = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut Tensor, rec.len()) };
+                let tensors = unsafe {
+                    std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut Tensor, rec.len())
+                };
                 let s = ReplaySubmit {
                     head: t.head,
                     scalars: slice(&g.scalars, t.scalars),
@@ -441,7 +509,11 @@ fn replay_ops(o: &mut Orchestrator<'_>, g: &Graph, args: &[Arg<'_>], blocks: &mu
 /// What one program argument looked like at capture.
 #[derive(Clone, Debug, PartialEq)]
 enum ArgSig {
-    Tensor { shape: Vec<u32>, dtype: DType, bytes: u64 },
+    Tensor {
+        shape: Vec<u32>,
+        dtype: DType,
+        bytes: u64,
+    },
     Scalar,
 }
 
@@ -453,7 +525,10 @@ pub enum ReplayError {
     WrongWorker { captured: u64, given: u64 },
     /// An argument does not match the capture (count, kind, shape or dtype).
     #[error("{message}")]
-    Args { index: Option<usize>, message: String },
+    Args {
+        index: Option<usize>,
+        message: String,
+    },
     /// The replay's dispatch failed (config, or a runtime failure).
     #[error("{0}")]
     Run(#[from] RunError),
@@ -475,31 +550,61 @@ pub struct Captured {
 
 impl fmt::Debug for Captured {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Captured(program='{}', tasks={}, edges={})", self.name, self.tasks(), self.edges())
+        write!(
+            f,
+            "Captured(program='{}', tasks={}, edges={})",
+            self.name,
+            self.tasks(),
+            self.edges()
+        )
     }
 }
 
 impl ChipWorker {
     /// Run `program` once (a normal run) and record its task graph for
     /// [`Captured::replay`]. A failing run fails the capture.
-    pub fn capture(&mut self, program: &crate::chip::Program, args: &[Arg<'_>], config: &CallConfig) -> Result<Captured, RunError> {
+    pub fn capture(
+        &mut self,
+        program: &crate::chip::Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+    ) -> Result<Captured, RunError> {
         self.capture_with_hook(program, args, config, None)
     }
 
     /// As [`ChipWorker::capture`], with a blocking hook (see `run_with_hook`).
-    pub fn capture_with_hook(&mut self, program: &crate::chip::Program, args: &[Arg<'_>], config: &CallConfig, hook: Option<&dyn Fn(bool)>) -> Result<Captured, RunError> {
+    pub fn capture_with_hook(
+        &mut self,
+        program: &crate::chip::Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+        hook: Option<&dyn Fn(bool)>,
+    ) -> Result<Captured, RunError> {
         config.validate()?;
         let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
         let diag = crate::chip::Diagnostics::from_config(config);
         let mut rec = Some(Box::new(Recorder::new(args)));
-        let report = self.run_body(program.name(), &|o, a| program.call(o, a), args, &sizing, hook, &diag, Some(&mut rec), false)?;
+        let report = self.run_body(
+            program.name(),
+            &|o, a| program.call(o, a),
+            args,
+            &sizing,
+            hook,
+            &diag,
+            Some(&mut rec),
+            false,
+        )?;
         let graph = rec.expect("the recorder comes back from the run").finish();
         let sigs = args
             .iter()
             .map(|a| match a {
                 Arg::Tensor(h) => {
                     let t = h.tensor();
-                    ArgSig::Tensor { shape: t.shape[..t.ndims as usize].to_vec(), dtype: t.dtype, bytes: t.buf_bytes }
+                    ArgSig::Tensor {
+                        shape: t.shape[..t.ndims as usize].to_vec(),
+                        dtype: t.dtype,
+                        bytes: t.buf_bytes,
+                    }
                 }
                 Arg::Scalar(_) => ArgSig::Scalar,
             })
@@ -508,7 +613,10 @@ impl ChipWorker {
         Ok(Captured {
             name: program.name().to_string(),
             worker: self.worker_id(),
-            scratch: parking_lot::Mutex::new(Scratch { blocks: vec![0; graph.tasks.len()], counters: (0..graph.tasks.len()).map(|_| AtomicU32::new(0)).collect() }),
+            scratch: parking_lot::Mutex::new(Scratch {
+                blocks: vec![0; graph.tasks.len()],
+                counters: (0..graph.tasks.len()).map(|_| AtomicU32::new(0)).collect(),
+            }),
             graph,
             sigs,
             sizing,
@@ -560,10 +668,16 @@ impl Captured {
         for r in 0..4 {
             let live = p.task_window[r].max(n.slots[r]);
             env.ring_task_window[r] = (live + 1).next_power_of_two().max(MIN_RING_TASK_WINDOW);
-            env.ring_heap[r] = p.heap[r].max(n.heap[r]).next_power_of_two().max(MIN_RING_HEAP);
+            env.ring_heap[r] = p.heap[r]
+                .max(n.heap[r])
+                .next_power_of_two()
+                .max(MIN_RING_HEAP);
             env.ring_dep_pool[r] = p.dep_pool[r].max(n.deps[r]).max(MIN_RING_DEP_POOL);
         }
-        CallConfig { runtime_env: env, ..CallConfig::default() }
+        CallConfig {
+            runtime_env: env,
+            ..CallConfig::default()
+        }
     }
 
     /// Check `args` against the capture: count, kind, shape and dtype.
@@ -571,28 +685,57 @@ impl Captured {
         if args.len() != self.sigs.len() {
             return Err(ReplayError::Args {
                 index: None,
-                message: format!("program '{}' was captured with {} arguments, replayed with {}", self.name, self.sigs.len(), args.len()),
+                message: format!(
+                    "program '{}' was captured with {} arguments, replayed with {}",
+                    self.name,
+                    self.sigs.len(),
+                    args.len()
+                ),
             });
         }
         for (i, (a, sig)) in args.iter().zip(&self.sigs).enumerate() {
-            let bad = |m: String| Err(ReplayError::Args { index: Some(i), message: format!("argument {i}: {m}") });
+            let bad = |m: String| {
+                Err(ReplayError::Args {
+                    index: Some(i),
+                    message: format!("argument {i}: {m}"),
+                })
+            };
             match (a, sig) {
-                (Arg::Tensor(h), ArgSig::Tensor { shape, dtype, bytes }) => {
+                (
+                    Arg::Tensor(h),
+                    ArgSig::Tensor {
+                        shape,
+                        dtype,
+                        bytes,
+                    },
+                ) => {
                     let t = h.tensor();
                     let got = &t.shape[..t.ndims as usize];
                     if got != &shape[..] {
-                        return bad(format!("shape {got:?} does not match the captured shape {shape:?}"));
+                        return bad(format!(
+                            "shape {got:?} does not match the captured shape {shape:?}"
+                        ));
                     }
                     if t.dtype != *dtype {
-                        return bad(format!("dtype {} does not match the captured dtype {dtype}", t.dtype));
+                        return bad(format!(
+                            "dtype {} does not match the captured dtype {dtype}",
+                            t.dtype
+                        ));
                     }
                     if t.buf_bytes != *bytes {
-                        return bad(format!("{} bytes do not match the captured {bytes} bytes", t.buf_bytes));
+                        return bad(format!(
+                            "{} bytes do not match the captured {bytes} bytes",
+                            t.buf_bytes
+                        ));
                     }
                 }
                 (Arg::Scalar(_), ArgSig::Scalar) => {}
-                (Arg::Scalar(_), ArgSig::Tensor { .. }) => return bad("a scalar where the capture had a tensor".into()),
-                (Arg::Tensor(_), ArgSig::Scalar) => return bad("a tensor where the capture had a scalar".into()),
+                (Arg::Scalar(_), ArgSig::Tensor { .. }) => {
+                    return bad("a scalar where the capture had a tensor".into())
+                }
+                (Arg::Tensor(_), ArgSig::Scalar) => {
+                    return bad("a tensor where the capture had a scalar".into())
+                }
             }
         }
         Ok(())
@@ -601,19 +744,35 @@ impl Captured {
     /// Replay the graph on `chip` (the worker that captured it) with `args` (same count,
     /// shapes and dtypes as the capture; scalar arguments are the captured ones) and
     /// `config` (`None`: the captured sizing).
-    pub fn replay(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>) -> Result<RunReport, ReplayError> {
+    pub fn replay(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+    ) -> Result<RunReport, ReplayError> {
         self.replay_with_hook(chip, args, config, None)
     }
 
     /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`).
-    pub fn replay_with_hook(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>, hook: Option<&dyn Fn(bool)>) -> Result<RunReport, ReplayError> {
+    pub fn replay_with_hook(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+        hook: Option<&dyn Fn(bool)>,
+    ) -> Result<RunReport, ReplayError> {
         self.replay_mode(chip, args, config, hook, false)
     }
 
     /// A replay through the rings even where the sizing holds the whole graph (the way a
     /// replay goes under a sizing that does not; see the module doc). For tests and
     /// comparisons.
-    pub fn replay_through_rings(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>) -> Result<RunReport, ReplayError> {
+    pub fn replay_through_rings(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+    ) -> Result<RunReport, ReplayError> {
         self.replay_mode(chip, args, config, None, true)
     }
 
@@ -622,18 +781,36 @@ impl Captured {
     /// through the rings could not fail for capacity either)?
     pub fn fits(&self, sizing: &RingSizing) -> bool {
         let (g, n) = (&self.graph, &self.needs);
-        (0..4).all(|r| g.ring_bytes[r] <= sizing.heap[r] && n.heap[r] <= sizing.heap[r] && n.slots[r] < sizing.task_window[r] && n.deps[r] <= sizing.dep_pool[r])
+        (0..4).all(|r| {
+            g.ring_bytes[r] <= sizing.heap[r]
+                && n.heap[r] <= sizing.heap[r]
+                && n.slots[r] < sizing.task_window[r]
+                && n.deps[r] <= sizing.dep_pool[r]
+        })
     }
 
-    fn replay_mode(&self, chip: &mut ChipWorker, args: &[Arg<'_>], config: Option<&CallConfig>, hook: Option<&dyn Fn(bool)>, rings: bool) -> Result<RunReport, ReplayError> {
+    fn replay_mode(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+        hook: Option<&dyn Fn(bool)>,
+        rings: bool,
+    ) -> Result<RunReport, ReplayError> {
         if chip.worker_id() != self.worker {
-            return Err(ReplayError::WrongWorker { captured: self.worker, given: chip.worker_id() });
+            return Err(ReplayError::WrongWorker {
+                captured: self.worker,
+                given: chip.worker_id(),
+            });
         }
         self.check_args(args)?;
         let (sizing, mut diag) = match config {
             Some(c) => {
                 c.validate().map_err(RunError::from)?;
-                (RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?, crate::chip::Diagnostics::from_config(c))
+                (
+                    RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?,
+                    crate::chip::Diagnostics::from_config(c),
+                )
             }
             None => (self.sizing, crate::chip::Diagnostics::default()),
         };
@@ -641,9 +818,17 @@ impl Captured {
         diag.deps_prefix = None;
         let mut scratch = self.scratch.lock();
         let Scratch { blocks, counters } = &mut *scratch;
-        if !rings && diag.scope_stats_prefix.is_none() && diag.swimlane_prefix.is_none() && self.fits(&sizing) {
+        if !rings
+            && diag.scope_stats_prefix.is_none()
+            && diag.swimlane_prefix.is_none()
+            && self.fits(&sizing)
+        {
             let g = &self.graph;
-            let needs = PeakUse { task_window: self.needs.slots, heap: g.ring_bytes, dep_pool: self.needs.deps };
+            let needs = PeakUse {
+                task_window: self.needs.slots,
+                heap: g.ring_bytes,
+                dep_pool: self.needs.deps,
+            };
             let mut at = chip.heap_bases(&sizing).map_err(RunError::from)?;
             for (b, t) in blocks.iter_mut().zip(&g.tasks) {
                 let r = t.head.id.ring();
@@ -660,12 +845,25 @@ impl Captured {
                     Arg::Scalar(_) => 0,
                 })
                 .collect();
-            let job = DirectJob { g, args, blocks, counters, remaining: AtomicUsize::new(g.sinks), next_root: AtomicUsize::new(0) };
-            return Ok(chip.run_direct(&sizing, hook, needs, &job).map_err(RunError::from)?);
+            let job = DirectJob {
+                g,
+                args,
+                blocks,
+                counters,
+                remaining: AtomicUsize::new(g.sinks),
+                next_root: AtomicUsize::new(0),
+            };
+            return Ok(chip
+                .run_direct(&sizing, hook, needs, &job)
+                .map_err(RunError::from)?);
         }
         let blocks = std::cell::RefCell::new(&mut blocks[..]);
-        let body = |o: &mut Orchestrator<'_>, a: &[Arg<'_>]| replay_ops(o, &self.graph, a, &mut blocks.borrow_mut());
-        Ok(chip.run_body(&self.name, &body, args, &sizing, hook, &diag, None, true).map_err(RunError::from)?)
+        let body = |o: &mut Orchestrator<'_>, a: &[Arg<'_>]| {
+            replay_ops(o, &self.graph, a, &mut blocks.borrow_mut())
+        };
+        Ok(chip
+            .run_body(&self.name, &body, args, &sizing, hook, &diag, None, true)
+            .map_err(RunError::from)?)
     }
 }
 
@@ -713,7 +911,12 @@ impl Needs {
                 }
             }
         }
-        let index: HashMap<TaskId, usize> = g.tasks.iter().enumerate().map(|(i, t)| (t.head.id, i)).collect();
+        let index: HashMap<TaskId, usize> = g
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.head.id, i))
+            .collect();
         let mut free_at = scope_end.clone();
         for i in (0..n).rev() {
             for &(p, flags) in slice(&g.fanin, g.tasks[i].fanin) {
@@ -721,7 +924,11 @@ impl Needs {
                     // A RETAIN claim holds the producer until the consumer can retire; a
                     // WAIT claim (taken when the producer had not completed) until the
                     // consumer's submit is done.
-                    let until = if flags & DEP_RETAIN != 0 { free_at[i] } else { at[i] };
+                    let until = if flags & DEP_RETAIN != 0 {
+                        free_at[i]
+                    } else {
+                        at[i]
+                    };
                     free_at[j] = free_at[j].max(until);
                 }
             }
@@ -735,7 +942,12 @@ impl Needs {
         let cost = |i: usize| {
             let f = slice(&g.fanin, g.tasks[i].fanin);
             let waits = f.iter().filter(|e| e.1 & DEP_WAIT != 0).count() as u64;
-            [1, g.tasks[i].head.heap_bytes, waits, (f.len() as u64).saturating_sub(FANIN_INLINE as u64)]
+            [
+                1,
+                g.tasks[i].head.heap_bytes,
+                waits,
+                (f.len() as u64).saturating_sub(FANIN_INLINE as u64),
+            ]
         };
         #[allow(clippy::needless_range_loop)]
         for i in 0..n {

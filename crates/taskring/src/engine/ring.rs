@@ -49,7 +49,12 @@ pub enum HeapAlloc {
 
 impl HeapRing {
     pub fn new(size: u64) -> HeapRing {
-        HeapRing { size, top: 0, tail: 0, rebase_anchor: None }
+        HeapRing {
+            size,
+            top: 0,
+            tail: 0,
+            rebase_anchor: None,
+        }
     }
 
     pub fn reset(&mut self) {
@@ -71,29 +76,44 @@ impl HeapRing {
     /// Try to reserve `size` bytes for the task with local id `local`.
     pub fn try_alloc(&mut self, size: u64, local: u32) -> HeapAlloc {
         if size == 0 {
-            return HeapAlloc::At { offset: self.top, end: self.top };
+            return HeapAlloc::At {
+                offset: self.top,
+                end: self.top,
+            };
         }
         if self.top >= self.tail {
             if self.size - self.top >= size {
                 let offset = self.top;
                 self.top += size;
-                return HeapAlloc::At { offset, end: self.top };
+                return HeapAlloc::At {
+                    offset,
+                    end: self.top,
+                };
             }
             if self.tail > size {
                 self.top = size;
-                return HeapAlloc::At { offset: 0, end: size };
+                return HeapAlloc::At {
+                    offset: 0,
+                    end: size,
+                };
             }
             if self.top == self.tail && size <= self.size {
                 self.top = size;
                 self.tail = 0;
                 self.rebase_anchor = Some(local);
-                return HeapAlloc::At { offset: 0, end: size };
+                return HeapAlloc::At {
+                    offset: 0,
+                    end: size,
+                };
             }
             HeapAlloc::Full
         } else if self.tail - self.top > size {
             let offset = self.top;
             self.top += size;
-            HeapAlloc::At { offset, end: self.top }
+            HeapAlloc::At {
+                offset,
+                end: self.top,
+            }
         } else {
             HeapAlloc::Full
         }
@@ -122,7 +142,11 @@ pub struct LinearPool {
 
 impl LinearPool {
     pub fn new(capacity: u64) -> LinearPool {
-        LinearPool { capacity, top: 0, tail: 0 }
+        LinearPool {
+            capacity,
+            top: 0,
+            tail: 0,
+        }
     }
     pub fn reset(&mut self) {
         self.top = 0;
@@ -190,14 +214,38 @@ mod tests {
     #[test]
     fn heap_bump_and_full() {
         let mut h = HeapRing::new(4096);
-        assert_eq!(h.try_alloc(1024, 0), HeapAlloc::At { offset: 0, end: 1024 });
-        assert_eq!(h.try_alloc(2048, 1), HeapAlloc::At { offset: 1024, end: 3072 });
+        assert_eq!(
+            h.try_alloc(1024, 0),
+            HeapAlloc::At {
+                offset: 0,
+                end: 1024
+            }
+        );
+        assert_eq!(
+            h.try_alloc(2048, 1),
+            HeapAlloc::At {
+                offset: 1024,
+                end: 3072
+            }
+        );
         assert_eq!(h.used(), 3072);
         // 2048 does not fit before the end; tail == 0 so no wrap.
         assert_eq!(h.try_alloc(2048, 2), HeapAlloc::Full);
-        assert_eq!(h.try_alloc(1024, 2), HeapAlloc::At { offset: 3072, end: 4096 });
+        assert_eq!(
+            h.try_alloc(1024, 2),
+            HeapAlloc::At {
+                offset: 3072,
+                end: 4096
+            }
+        );
         assert_eq!(h.used(), 4096);
-        assert_eq!(h.try_alloc(0, 3), HeapAlloc::At { offset: 4096, end: 4096 });
+        assert_eq!(
+            h.try_alloc(0, 3),
+            HeapAlloc::At {
+                offset: 4096,
+                end: 4096
+            }
+        );
     }
 
     #[test]
@@ -206,19 +254,31 @@ mod tests {
         h.try_alloc(2048, 0);
         h.try_alloc(1024, 1); // top = 3072
         h.retire_to(1, 2048); // task 0 retired -> tail 2048
-        // 2048 does not fit in [3072, 4096); tail (2048) > 2048 is false -> full.
+                              // 2048 does not fit in [3072, 4096); tail (2048) > 2048 is false -> full.
         assert_eq!(h.try_alloc(2048, 2), HeapAlloc::Full);
         // 1024 fits before the end.
         // A 1536-byte request (rounded by caller) would not fit the end gap of 1024:
         h.top = 3072;
-        assert_eq!(h.try_alloc(1024 + 512, 2), HeapAlloc::At { offset: 0, end: 1536 });
+        assert_eq!(
+            h.try_alloc(1024 + 512, 2),
+            HeapAlloc::At {
+                offset: 0,
+                end: 1536
+            }
+        );
         assert_eq!(h.top, 1536);
         assert!(h.top < h.tail);
         // used counts the abandoned gap: (4096 - 2048) + 1536
         assert_eq!(h.used(), 2048 + 1536);
         // top < tail: strict inequality tail - top > size
         assert_eq!(h.try_alloc(512, 3), HeapAlloc::Full); // 2048-1536 = 512, not > 512
-        assert_eq!(h.try_alloc(256, 3), HeapAlloc::At { offset: 1536, end: 1792 });
+        assert_eq!(
+            h.try_alloc(256, 3),
+            HeapAlloc::At {
+                offset: 1536,
+                end: 1792
+            }
+        );
     }
 
     #[test]
@@ -228,10 +288,22 @@ mod tests {
         h.retire_to(1, 3072); // empty, parked at 3072
         assert_eq!(h.used(), 0);
         // 2048 does not fit at the end; tail (3072) > 2048 -> plain wrap.
-        assert_eq!(h.try_alloc(2048, 1), HeapAlloc::At { offset: 0, end: 2048 });
+        assert_eq!(
+            h.try_alloc(2048, 1),
+            HeapAlloc::At {
+                offset: 0,
+                end: 2048
+            }
+        );
         h.retire_to(2, 2048);
         // Now parked at 2048: a 4096 request can only fit by rebasing.
-        assert_eq!(h.try_alloc(4096, 2), HeapAlloc::At { offset: 0, end: 4096 });
+        assert_eq!(
+            h.try_alloc(4096, 2),
+            HeapAlloc::At {
+                offset: 0,
+                end: 4096
+            }
+        );
         assert_eq!(h.rebase_anchor, Some(2));
         assert_eq!(h.tail, 0);
         // A stale marker from an older task is ignored until the anchor retires.

@@ -61,7 +61,10 @@ use crate::engine::Payload;
 use crate::kernel::CoreKind;
 use crate::mem::ReserveError;
 use crate::sync::Ordering::*;
-use crate::sync::{fence, schedule_hint, spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Table, UnsafeCell};
+use crate::sync::{
+    fence, schedule_hint, spin_loop, yield_now, AtomicBool, AtomicU32, AtomicU64, AtomicUsize,
+    Condvar, Mutex, Table, UnsafeCell,
+};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
 use std::mem::MaybeUninit;
@@ -119,7 +122,11 @@ impl SlotState {
     #[inline]
     pub fn lock(&self) {
         let mut spins = 0u32;
-        while self.lock.compare_exchange_weak(0, 1, Acquire, Relaxed).is_err() {
+        while self
+            .lock
+            .compare_exchange_weak(0, 1, Acquire, Relaxed)
+            .is_err()
+        {
             spins += 1;
             if spins < LOCK_SPINS {
                 spin_loop();
@@ -133,7 +140,8 @@ impl SlotState {
     #[cfg(loom)]
     fn touch_witness(&self) {
         // safety: loom-checked cell; the value is irrelevant.
-        self.witness.with_mut(|w| unsafe { *w = w.read().wrapping_add(1) });
+        self.witness
+            .with_mut(|w| unsafe { *w = w.read().wrapping_add(1) });
     }
     #[cfg(not(loom))]
     #[inline(always)]
@@ -327,7 +335,11 @@ impl RingShared {
         loop {
             // SeqCst on failure too: the argument above needs the failed raise in the
             // single total order (a Relaxed failure would be a store-buffering pattern).
-            if self.advancing.compare_exchange(false, true, SeqCst, SeqCst).is_err() {
+            if self
+                .advancing
+                .compare_exchange(false, true, SeqCst, SeqCst)
+                .is_err()
+            {
                 return moved;
             }
             while self.advance_req.swap(0, SeqCst) != 0 {
@@ -378,8 +390,11 @@ impl ArenaShared {
         let gone = s.local.load(Relaxed) != p.local() || state > COMPLETED;
         let completed = state == COMPLETED;
         let r = if !gone && (flags & DEP_RETAIN != 0 || !completed) {
-            s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
-            Claim::Claimed { pending: flags & DEP_WAIT != 0 && !completed }
+            s.fanout_count
+                .store(s.fanout_count.load(Relaxed) + 1, Relaxed);
+            Claim::Claimed {
+                pending: flags & DEP_WAIT != 0 && !completed,
+            }
         } else {
             Claim::Skipped { live: !gone }
         };
@@ -402,8 +417,16 @@ impl ArenaShared {
             let next = s.fanout_head.load(Relaxed);
             // safety: the node is reserved for this submit and only read after this
             // lock is released by a completion that snapshots the head under it.
-            cell.with_mut(|n| unsafe { *n = DepNode { consumer: consumer.0, next } });
-            s.fanout_head.store(((consumer.ring() as u64) << 32) | (node as u64 + 1), Release);
+            cell.with_mut(|n| unsafe {
+                *n = DepNode {
+                    consumer: consumer.0,
+                    next,
+                }
+            });
+            s.fanout_head.store(
+                ((consumer.ring() as u64) << 32) | (node as u64 + 1),
+                Release,
+            );
         }
         s.unlock();
         linked
@@ -458,7 +481,8 @@ impl ArenaShared {
         s.state.store(COMPLETED, Release);
         // The completion's own reference: `id` cannot turn CONSUMED (and its slot,
         // payload and spill entries cannot be reused) before this function is done.
-        s.fanout_count.store(s.fanout_count.load(Relaxed) + 1, Relaxed);
+        s.fanout_count
+            .store(s.fanout_count.load(Relaxed) + 1, Relaxed);
         let mut node = s.fanout_head.load(Relaxed);
         s.unlock();
         while node != 0 {
@@ -489,7 +513,8 @@ impl ArenaShared {
                 p.fanin_inline[i]
             } else {
                 let sp = &ring.spill;
-                sp[((p.fanin_spill_start + (i - n_inline) as u64) % sp.len() as u64) as usize].with(|p| *p)
+                sp[((p.fanin_spill_start + (i - n_inline) as u64) % sp.len() as u64) as usize]
+                    .with(|p| *p)
             };
             if e & DEP_RETAIN != 0 {
                 self.release_ref(TaskId(e & !DEP_FLAGS), 1, eng);
@@ -534,7 +559,8 @@ impl ReadyQueue {
     #[inline]
     fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }    #[inline]
+    }
+    #[inline]
     fn len(&self) -> usize {
         self.0.len()
     }
@@ -554,7 +580,8 @@ impl ReadyQueue {
     }
     fn is_empty(&self) -> bool {
         self.0.lock().is_empty()
-    }    fn len(&self) -> usize {
+    }
+    fn len(&self) -> usize {
         self.0.lock().len()
     }
 }
@@ -571,7 +598,11 @@ fn queue_index(kind: CoreKind) -> usize {
 impl Default for EngineShared {
     fn default() -> Self {
         EngineShared {
-            queues: [ReadyQueue::default(), ReadyQueue::default(), ReadyQueue::default()],
+            queues: [
+                ReadyQueue::default(),
+                ReadyQueue::default(),
+                ReadyQueue::default(),
+            ],
             sleep: Sleep::default(),
             progress: Progress::default(),
             fatal: AtomicBool::new(false),
@@ -626,7 +657,11 @@ impl EngineShared {
             return self.queues[2].pop().map(TaskId);
         }
         // A core of kind Any (a one-core chip) runs every kind.
-        self.queues[2].pop().or_else(|| self.queues[0].pop()).or_else(|| self.queues[1].pop()).map(TaskId)
+        self.queues[2]
+            .pop()
+            .or_else(|| self.queues[0].pop())
+            .or_else(|| self.queues[1].pop())
+            .map(TaskId)
     }
 
     /// Any task a core of `kind` could take?
@@ -657,7 +692,10 @@ impl EngineShared {
 
     /// Park the calling core until work may be there (or `timeout`).
     pub fn park_core(&self, kind: CoreKind, timeout: Duration) {
-        self.sleep.park(|| self.has_ready(kind) || self.shutdown.load(SeqCst), timeout)
+        self.sleep.park(
+            || self.has_ready(kind) || self.shutdown.load(SeqCst),
+            timeout,
+        )
     }
 
     /// Try to become the spinning idle core (see [`Sleep`]).
@@ -718,7 +756,11 @@ impl Sleep {
     /// already spins.
     #[inline]
     pub fn try_spin(&self, kind: usize) -> bool {
-        if self.spinning.compare_exchange(0, 1, SeqCst, Relaxed).is_ok() {
+        if self
+            .spinning
+            .compare_exchange(0, 1, SeqCst, Relaxed)
+            .is_ok()
+        {
             self.spinner_kind.store(kind, SeqCst);
             true
         } else {

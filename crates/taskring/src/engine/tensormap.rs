@@ -99,7 +99,11 @@ fn structured_overlap(p: &Tensor, e: &Tensor) -> Option<Overlap> {
             covered = false;
         }
     }
-    Some(if covered { Overlap::Covered } else { Overlap::Other })
+    Some(if covered {
+        Overlap::Covered
+    } else {
+        Overlap::Other
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -182,7 +186,8 @@ impl TensorMap {
 
     #[inline]
     fn bucket_of(addr: u64) -> usize {
-        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TENSORMAP_BUCKETS.trailing_zeros())) as usize
+        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TENSORMAP_BUCKETS.trailing_zeros()))
+            as usize
     }
 
     #[inline]
@@ -204,7 +209,13 @@ impl TensorMap {
 
     /// Call `f(producer)` for every live entry of `probe`'s buffer that overlaps it; when
     /// `remove_covered`, entries the probe covers are removed (an INOUT supersedes them).
-    pub fn lookup(&mut self, probe: &Tensor, remove_covered: bool, last_alive: &[u32; 4], f: impl FnMut(TaskId)) {
+    pub fn lookup(
+        &mut self,
+        probe: &Tensor,
+        remove_covered: bool,
+        last_alive: &[u32; 4],
+        f: impl FnMut(TaskId),
+    ) {
         self.lookup_pending(probe, remove_covered, last_alive, |_| false, f, |_| {})
     }
 
@@ -254,7 +265,10 @@ impl TensorMap {
             }
             if unlink {
                 if prev == NIL {
-                    self.buckets[b] = Bucket { epoch: self.epoch, head: next };
+                    self.buckets[b] = Bucket {
+                        epoch: self.epoch,
+                        head: next,
+                    };
                 } else {
                     self.pool[prev as usize].next = next;
                 }
@@ -281,8 +295,15 @@ impl TensorMap {
         };
         let b = Self::bucket_of(t.addr);
         let head = self.head(b);
-        self.pool[idx as usize] = Entry { tensor: *t, producer, next: head };
-        self.buckets[b] = Bucket { epoch: self.epoch, head: idx };
+        self.pool[idx as usize] = Entry {
+            tensor: *t,
+            producer,
+            next: head,
+        };
+        self.buckets[b] = Bucket {
+            epoch: self.epoch,
+            head: idx,
+        };
         self.live += 1;
         self.peak = self.peak.max(self.live);
         true
@@ -298,7 +319,10 @@ impl TensorMap {
                 let e = self.pool[cur as usize];
                 if !alive(e.producer, last_alive) {
                     if prev == NIL {
-                        self.buckets[b] = Bucket { epoch: self.epoch, head: e.next };
+                        self.buckets[b] = Bucket {
+                            epoch: self.epoch,
+                            head: e.next,
+                        };
                     } else {
                         self.pool[prev as usize].next = e.next;
                     }
@@ -404,7 +428,14 @@ mod tests {
         // the rest, so the chain no longer grows with every finished writer.
         let mut seen = vec![];
         let mut dropped = 0;
-        m.lookup_pending(&t, false, &la, |p| p.local() < 6, |p| seen.push(p.local()), |_| dropped += 1);
+        m.lookup_pending(
+            &t,
+            false,
+            &la,
+            |p| p.local() < 6,
+            |p| seen.push(p.local()),
+            |_| dropped += 1,
+        );
         seen.sort();
         assert_eq!(seen, vec![6, 7]);
         assert_eq!(dropped, 6);

@@ -73,7 +73,12 @@ impl fmt::Display for UnknownCoreKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names = CoreKind::ALL.map(|k| format!("'{}'", k.name()));
         let (last, rest) = names.split_last().expect("CoreKind::ALL is not empty");
-        write!(f, "core must be {} or {last}, got {:?}", rest.join(", "), self.0)
+        write!(
+            f,
+            "core must be {} or {last}, got {:?}",
+            rest.join(", "),
+            self.0
+        )
     }
 }
 
@@ -202,7 +207,11 @@ pub fn fn_kernel<F>(name: &str, core: CoreKind, f: F) -> KernelRef
 where
     F: Fn(&KernelCall<'_>) + Send + Sync + 'static,
 {
-    KernelRef::leak(FnKernel { name: name.to_string(), core, f })
+    KernelRef::leak(FnKernel {
+        name: name.to_string(),
+        core,
+        f,
+    })
 }
 
 #[cfg(test)]

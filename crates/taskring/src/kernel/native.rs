@@ -57,7 +57,11 @@ pub enum NativeKernelError {
     Library { path: String, reason: String },
     /// The library has no such symbol.
     #[error("native kernel library {path} has no symbol '{symbol}': {reason}")]
-    Symbol { path: String, symbol: String, reason: String },
+    Symbol {
+        path: String,
+        symbol: String,
+        reason: String,
+    },
 }
 
 /// What one tensor argument must be (`None` = anything).
@@ -79,7 +83,11 @@ pub struct NativeSignature {
 impl NativeSignature {
     fn check(&self, tensors: &[Tensor], scalars: usize) -> Result<(), String> {
         if tensors.len() != self.tensors.len() {
-            return Err(format!("takes {} tensors, got {}", self.tensors.len(), tensors.len()));
+            return Err(format!(
+                "takes {} tensors, got {}",
+                self.tensors.len(),
+                tensors.len()
+            ));
         }
         if let Some(n) = self.scalars {
             if n != scalars {
@@ -89,12 +97,19 @@ impl NativeSignature {
         for (i, (t, r)) in tensors.iter().zip(&self.tensors).enumerate() {
             if let Some(d) = r.dtype {
                 if t.dtype != d {
-                    return Err(format!("tensor {i} must be {}, got {}", d.name(), t.dtype.name()));
+                    return Err(format!(
+                        "tensor {i} must be {}, got {}",
+                        d.name(),
+                        t.dtype.name()
+                    ));
                 }
             }
             if let Some(n) = r.ndim {
                 if t.ndims != n {
-                    return Err(format!("tensor {i} must have {n} dimensions, got {}", t.ndims));
+                    return Err(format!(
+                        "tensor {i} must have {n} dimensions, got {}",
+                        t.ndims
+                    ));
                 }
             }
         }
@@ -126,24 +141,38 @@ pub struct NativeKernel {
 impl NativeKernel {
     /// Load `symbol` from the shared library at `path`. The kernel's name is the
     /// symbol's.
-    pub fn load(path: impl AsRef<Path>, symbol: &str, core: CoreKind) -> Result<NativeKernel, NativeKernelError> {
+    pub fn load(
+        path: impl AsRef<Path>,
+        symbol: &str,
+        core: CoreKind,
+    ) -> Result<NativeKernel, NativeKernelError> {
         let given = path.as_ref();
         // An existing file is opened by its absolute path (so a chip process started
         // elsewhere opens the same file); a bare name goes to the loader's search.
         let path = std::fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
         let shown = path.display().to_string();
         // safety: loading a library runs its initialisers; that is what the user asks for.
-        let lib = unsafe { libloading::Library::new(&path) }
-            .map_err(|e| NativeKernelError::Library { path: shown.clone(), reason: e.to_string() })?;
+        let lib =
+            unsafe { libloading::Library::new(&path) }.map_err(|e| NativeKernelError::Library {
+                path: shown.clone(),
+                reason: e.to_string(),
+            })?;
         // safety: the symbol is declared by the ABI to have the tr_kernel_fn type.
         let func: TrKernelFn = unsafe { lib.get::<TrKernelFn>(symbol.as_bytes()) }
             .map(|s| *s)
-            .map_err(|e| NativeKernelError::Symbol { path: shown, symbol: symbol.to_string(), reason: e.to_string() })?;
+            .map_err(|e| NativeKernelError::Symbol {
+                path: shown,
+                symbol: symbol.to_string(),
+                reason: e.to_string(),
+            })?;
         Ok(NativeKernel {
             name: symbol.to_string(),
             core,
             func,
-            source: NativeSource::Library { path, symbol: symbol.to_string() },
+            source: NativeSource::Library {
+                path,
+                symbol: symbol.to_string(),
+            },
             signature: None,
             _lib: Some(Arc::new(lib)),
         })
@@ -196,7 +225,13 @@ fn tr_tensor(t: &Tensor) -> TrTensor {
         shape[i] = d as i64;
         strides[i] = s as i64;
     }
-    TrTensor { data: t.data_ptr() as *mut c_void, dtype: t.dtype as i32, ndim: t.ndims as i32, shape, strides }
+    TrTensor {
+        data: t.data_ptr() as *mut c_void,
+        dtype: t.dtype as i32,
+        ndim: t.ndims as i32,
+        shape,
+        strides,
+    }
 }
 
 impl Kernel for NativeKernel {
@@ -225,7 +260,11 @@ impl Kernel for NativeKernel {
         }
         let mut scalars = [const { MaybeUninit::<TrScalar>::uninit() }; MAX_SCALARS];
         for (i, slot) in scalars.iter_mut().enumerate().take(ns) {
-            slot.write(TrScalar { kind: call.scalar_is_float(i) as i32, reserved: 0, bits: call.scalars[i] });
+            slot.write(TrScalar {
+                kind: call.scalar_is_float(i) as i32,
+                reserved: 0,
+                bits: call.scalars[i],
+            });
         }
         // Zeroed (one small memset): whatever the kernel writes, the message is read
         // from initialised bytes.
@@ -233,7 +272,14 @@ impl Kernel for NativeKernel {
         // safety: the ABI's contract; the kernel reads only the first nt / ns entries,
         // which are initialised; err holds ERR_LEN bytes.
         let rc = unsafe {
-            (self.func)(tensors.as_ptr() as *const TrTensor, nt as i32, scalars.as_ptr() as *const TrScalar, ns as i32, err.as_mut_ptr() as *mut c_char, ERR_LEN)
+            (self.func)(
+                tensors.as_ptr() as *const TrTensor,
+                nt as i32,
+                scalars.as_ptr() as *const TrScalar,
+                ns as i32,
+                err.as_mut_ptr() as *mut c_char,
+                ERR_LEN,
+            )
         };
         if rc == 0 {
             return Ok(());
@@ -242,7 +288,11 @@ impl Kernel for NativeKernel {
         // no NUL).
         let end = err.iter().position(|&b| b == 0).unwrap_or(ERR_LEN);
         let msg = String::from_utf8_lossy(&err[..end]);
-        Err(if msg.is_empty() { format!("returned {rc}") } else { format!("returned {rc}: {msg}") })
+        Err(if msg.is_empty() {
+            format!("returned {rc}")
+        } else {
+            format!("returned {rc}: {msg}")
+        })
     }
 }
 
@@ -250,13 +300,27 @@ impl Kernel for NativeKernel {
 mod tests {
     use super::*;
 
-    unsafe extern "C" fn add_one(t: *const TrTensor, nt: i32, s: *const TrScalar, ns: i32, err: *mut c_char, errlen: usize) -> i32 {
+    unsafe extern "C" fn add_one(
+        t: *const TrTensor,
+        nt: i32,
+        s: *const TrScalar,
+        ns: i32,
+        err: *mut c_char,
+        errlen: usize,
+    ) -> i32 {
         // safety: called by try_run with nt tensors and ns scalars.
-        let (t, s) = unsafe { (std::slice::from_raw_parts(t, nt as usize), std::slice::from_raw_parts(s, ns as usize)) };
+        let (t, s) = unsafe {
+            (
+                std::slice::from_raw_parts(t, nt as usize),
+                std::slice::from_raw_parts(s, ns as usize),
+            )
+        };
         if nt != 2 || ns != 1 || s[0].kind != 1 {
             let m = b"want 2 tensors and a float\0";
             // safety: errlen >= the message's length.
-            unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), err as *mut u8, m.len().min(errlen)) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(m.as_ptr(), err as *mut u8, m.len().min(errlen))
+            };
             return 7;
         }
         let n = t[0].shape[0] as usize;
@@ -273,44 +337,94 @@ mod tests {
         assert_eq!(std::mem::size_of::<TrTensor>(), 8 + 4 + 4 + 40 + 40);
         assert_eq!(std::mem::size_of::<TrScalar>(), 16);
         // safety: add_one has the ABI and lives for the whole test binary.
-        let k = unsafe { NativeKernel::from_address("add_one", CoreKind::Any, add_one as TrKernelFn as usize) };
+        let k = unsafe {
+            NativeKernel::from_address("add_one", CoreKind::Any, add_one as TrKernelFn as usize)
+        };
         let a = [1f32, 2., 3.];
         let mut b = [0f32; 3];
         let ta = Tensor::from_raw(a.as_ptr() as u64, &[3], DType::F32);
         let tb = Tensor::from_raw(b.as_mut_ptr() as u64, &[3], DType::F32);
         let tensors = [ta, tb];
         let scalars = [0.5f64.to_bits()];
-        let call = KernelCall { tensors: &tensors, scalars: &scalars, n_inputs: 1, scalar_float_mask: 1 };
+        let call = KernelCall {
+            tensors: &tensors,
+            scalars: &scalars,
+            n_inputs: 1,
+            scalar_float_mask: 1,
+        };
         k.try_run(&call).unwrap();
         assert_eq!(b, [1.5, 2.5, 3.5]);
-        let call = KernelCall { tensors: &tensors, scalars: &scalars, n_inputs: 1, scalar_float_mask: 0 };
-        assert_eq!(k.try_run(&call).unwrap_err(), "returned 7: want 2 tensors and a float");
+        let call = KernelCall {
+            tensors: &tensors,
+            scalars: &scalars,
+            n_inputs: 1,
+            scalar_float_mask: 0,
+        };
+        assert_eq!(
+            k.try_run(&call).unwrap_err(),
+            "returned 7: want 2 tensors and a float"
+        );
     }
 
     #[test]
     fn signature_is_checked_at_submit() {
         // safety: never called.
-        let k = unsafe { NativeKernel::from_address("k", CoreKind::Any, add_one as TrKernelFn as usize) }.with_signature(NativeSignature {
-            tensors: vec![TensorRule { dtype: Some(DType::F32), ndim: Some(1) }, TensorRule::default()],
+        let k = unsafe {
+            NativeKernel::from_address("k", CoreKind::Any, add_one as TrKernelFn as usize)
+        }
+        .with_signature(NativeSignature {
+            tensors: vec![
+                TensorRule {
+                    dtype: Some(DType::F32),
+                    ndim: Some(1),
+                },
+                TensorRule::default(),
+            ],
             scalars: Some(1),
         });
         let t1 = Tensor::from_raw(0x1000, &[3], DType::F32);
         let t2 = Tensor::from_raw(0x1000, &[3, 1], DType::I32);
         assert!(k.check(&[t1, t2], 1, &[0]).is_ok());
-        assert_eq!(k.check(&[t1], 1, &[0]).unwrap_err(), "takes 2 tensors, got 1");
-        assert_eq!(k.check(&[t1, t2], 1, &[]).unwrap_err(), "takes 1 scalars, got 0");
-        assert_eq!(k.check(&[t2, t1], 1, &[0]).unwrap_err(), "tensor 0 must be float32, got int32");
+        assert_eq!(
+            k.check(&[t1], 1, &[0]).unwrap_err(),
+            "takes 2 tensors, got 1"
+        );
+        assert_eq!(
+            k.check(&[t1, t2], 1, &[]).unwrap_err(),
+            "takes 1 scalars, got 0"
+        );
+        assert_eq!(
+            k.check(&[t2, t1], 1, &[0]).unwrap_err(),
+            "tensor 0 must be float32, got int32"
+        );
         let t3 = Tensor::from_raw(0x1000, &[3, 1], DType::F32);
-        assert_eq!(k.check(&[t3, t1], 1, &[0]).unwrap_err(), "tensor 0 must have 1 dimensions, got 2");
+        assert_eq!(
+            k.check(&[t3, t1], 1, &[0]).unwrap_err(),
+            "tensor 0 must have 1 dimensions, got 2"
+        );
     }
 
     #[test]
     fn load_errors_name_the_file_and_the_symbol() {
-        let e = NativeKernel::load("/nonexistent/libnothing.so", "k", CoreKind::Aiv).err().unwrap();
-        assert!(matches!(&e, NativeKernelError::Library { path, .. } if path == "/nonexistent/libnothing.so"), "{e}");
+        let e = NativeKernel::load("/nonexistent/libnothing.so", "k", CoreKind::Aiv)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&e, NativeKernelError::Library { path, .. } if path == "/nonexistent/libnothing.so"),
+            "{e}"
+        );
         // The C library is always there and has no such symbol.
-        let libc_path = if cfg!(target_os = "linux") { "libc.so.6" } else { return };
-        let e = NativeKernel::load(libc_path, "taskring_no_such_kernel", CoreKind::Aiv).err().unwrap();
-        assert!(matches!(&e, NativeKernelError::Symbol { symbol, .. } if symbol == "taskring_no_such_kernel"), "{e}");
+        let libc_path = if cfg!(target_os = "linux") {
+            "libc.so.6"
+        } else {
+            return;
+        };
+        let e = NativeKernel::load(libc_path, "taskring_no_such_kernel", CoreKind::Aiv)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&e, NativeKernelError::Symbol { symbol, .. } if symbol == "taskring_no_such_kernel"),
+            "{e}"
+        );
     }
 }

@@ -132,7 +132,10 @@ impl W<'_> {
     fn put(&mut self, b: &[u8]) -> Result<(), FrameError> {
         let end = self.at + b.len();
         if end > self.buf.len() {
-            return Err(FrameError::TooBig { need: end, cap: self.buf.len() });
+            return Err(FrameError::TooBig {
+                need: end,
+                cap: self.buf.len(),
+            });
         }
         self.buf[self.at..end].copy_from_slice(b);
         self.at = end;
@@ -159,7 +162,10 @@ struct R<'a> {
 
 impl<'a> R<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
-        let end = self.at.checked_add(n).ok_or(FrameError::Truncated(self.at))?;
+        let end = self
+            .at
+            .checked_add(n)
+            .ok_or(FrameError::Truncated(self.at))?;
         if end > self.buf.len() {
             return Err(FrameError::Truncated(self.at));
         }
@@ -171,13 +177,19 @@ impl<'a> R<'a> {
         Ok(self.take(1)?[0])
     }
     fn u16(&mut self) -> Result<u16, FrameError> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
     }
     fn u32(&mut self) -> Result<u32, FrameError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> Result<u64, FrameError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
 }
 
@@ -213,9 +225,15 @@ fn open(buf: &[u8], kind: u16) -> Result<R<'_>, FrameError> {
     }
     let body = r.u32()? as usize;
     if HEADER_BYTES + body > buf.len() {
-        return Err(FrameError::Length { body, available: buf.len() - HEADER_BYTES });
+        return Err(FrameError::Length {
+            body,
+            available: buf.len() - HEADER_BYTES,
+        });
     }
-    Ok(R { buf: &buf[..HEADER_BYTES + body], at: HEADER_BYTES })
+    Ok(R {
+        buf: &buf[..HEADER_BYTES + body],
+        at: HEADER_BYTES,
+    })
 }
 
 /// Encode `f` into `buf`; returns the frame's length.
@@ -227,12 +245,21 @@ pub fn encode_task(f: &TaskFrame, buf: &mut [u8]) -> Result<usize, FrameError> {
     w.u32(c.aicpu_thread_num)?;
     w.u32(c.enable_chip_swimlane)?;
     w.u32(c.enable_scope_stats as u32 | (c.enable_dep_gen as u32) << 1)?;
-    for v in c.runtime_env.ring_task_window.iter().chain(&c.runtime_env.ring_heap).chain(&c.runtime_env.ring_dep_pool) {
+    for v in c
+        .runtime_env
+        .ring_task_window
+        .iter()
+        .chain(&c.runtime_env.ring_heap)
+        .chain(&c.runtime_env.ring_dep_pool)
+    {
         w.u64(*v)?;
     }
     let p = c.output_prefix.as_bytes();
     if p.len() > MAX_PREFIX_BYTES {
-        return Err(FrameError::Field(format!("output_prefix is {} bytes; at most {MAX_PREFIX_BYTES}", p.len())));
+        return Err(FrameError::Field(format!(
+            "output_prefix is {} bytes; at most {MAX_PREFIX_BYTES}",
+            p.len()
+        )));
     }
     w.u32(p.len() as u32)?;
     w.put(p)?;
@@ -268,14 +295,21 @@ pub fn encode_task(f: &TaskFrame, buf: &mut [u8]) -> Result<usize, FrameError> {
 }
 
 fn dtype_of(v: u8) -> Result<DType, FrameError> {
-    DType::ALL.get(v as usize).copied().ok_or_else(|| FrameError::Field(format!("dtype {v}")))
+    DType::ALL
+        .get(v as usize)
+        .copied()
+        .ok_or_else(|| FrameError::Field(format!("dtype {v}")))
 }
 
 /// Decode a task frame.
 pub fn decode_task(buf: &[u8]) -> Result<TaskFrame, FrameError> {
     let mut r = open(buf, KIND_TASK)?;
     let callable = r.u32()?;
-    let mut c = CallConfig { aicpu_thread_num: r.u32()?, enable_chip_swimlane: r.u32()?, ..Default::default() };
+    let mut c = CallConfig {
+        aicpu_thread_num: r.u32()?,
+        enable_chip_swimlane: r.u32()?,
+        ..Default::default()
+    };
     let flags = r.u32()?;
     c.enable_scope_stats = flags & 1 != 0;
     c.enable_dep_gen = flags & 2 != 0;
@@ -291,7 +325,8 @@ pub fn decode_task(buf: &[u8]) -> Result<TaskFrame, FrameError> {
     if plen > MAX_PREFIX_BYTES {
         return Err(FrameError::Field(format!("output_prefix length {plen}")));
     }
-    c.output_prefix = String::from_utf8(r.take(plen)?.to_vec()).map_err(|_| FrameError::Field("output_prefix is not UTF-8".into()))?;
+    c.output_prefix = String::from_utf8(r.take(plen)?.to_vec())
+        .map_err(|_| FrameError::Field("output_prefix is not UTF-8".into()))?;
     let n = r.u32()? as usize;
     if n > 4096 {
         return Err(FrameError::Field(format!("{n} arguments")));
@@ -317,14 +352,26 @@ pub fn decode_task(buf: &[u8]) -> Result<TaskFrame, FrameError> {
                 for s in strides.iter_mut() {
                     *s = r.u32()?;
                 }
-                args.push(WireArg::Tensor(WireTensor { dtype, ndims, region, region_bytes, offset_bytes, shape, strides }));
+                args.push(WireArg::Tensor(WireTensor {
+                    dtype,
+                    ndims,
+                    region,
+                    region_bytes,
+                    offset_bytes,
+                    shape,
+                    strides,
+                }));
             }
             2 => args.push(WireArg::Int(r.u64()? as i64)),
             3 => args.push(WireArg::Float(f64::from_bits(r.u64()?))),
             k => return Err(FrameError::Field(format!("argument kind {k}"))),
         }
     }
-    Ok(TaskFrame { callable, config: c, args })
+    Ok(TaskFrame {
+        callable,
+        config: c,
+        args,
+    })
 }
 
 /// Encode a reply (the error text is cut to [`MAX_ERROR_BYTES`]).
@@ -360,7 +407,14 @@ pub fn encode_reply(f: &ReplyFrame, buf: &mut [u8]) -> Result<usize, FrameError>
         None => w.u8(0)?,
         Some(st) => {
             w.u8(1)?;
-            for v in [st.builds, st.hits, st.misses, st.evictions, st.build_s.to_bits(), st.resident.len() as u64] {
+            for v in [
+                st.builds,
+                st.hits,
+                st.misses,
+                st.evictions,
+                st.build_s.to_bits(),
+                st.resident.len() as u64,
+            ] {
                 w.u64(v)?;
             }
             for k in &st.resident {
@@ -412,7 +466,15 @@ pub fn decode_reply(buf: &[u8]) -> Result<ReplyFrame, FrameError> {
             let arena_hit = r.u8()? != 0;
             let arena_build_s = f64::from_bits(r.u64()?);
             let elapsed_s = f64::from_bits(r.u64()?);
-            Some(WireReport { sizing, sources, peak, tasks, arena_hit, arena_build_s, elapsed_s })
+            Some(WireReport {
+                sizing,
+                sources,
+                peak,
+                tasks,
+                arena_hit,
+                arena_build_s,
+                elapsed_s,
+            })
         }
         k => return Err(FrameError::Field(format!("report flag {k}"))),
     };
@@ -433,11 +495,23 @@ pub fn decode_reply(buf: &[u8]) -> Result<ReplyFrame, FrameError> {
                 }
                 resident.push(k);
             }
-            Some(WireStats { builds, hits, misses, evictions, build_s, resident })
+            Some(WireStats {
+                builds,
+                hits,
+                misses,
+                evictions,
+                build_s,
+                resident,
+            })
         }
         k => return Err(FrameError::Field(format!("stats flag {k}"))),
     };
-    Ok(ReplyFrame { status, error, report, stats })
+    Ok(ReplyFrame {
+        status,
+        error,
+        report,
+        stats,
+    })
 }
 
 #[cfg(test)]
@@ -487,7 +561,11 @@ mod tests {
         assert_eq!(f.config, g.config);
         assert_eq!(format!("{:?}", f.args), format!("{:?}", g.args));
         // The default config round-trips too.
-        let d = TaskFrame { callable: 0, config: CallConfig::default(), args: vec![] };
+        let d = TaskFrame {
+            callable: 0,
+            config: CallConfig::default(),
+            args: vec![],
+        };
         let n = encode_task(&d, &mut buf).unwrap();
         assert_eq!(decode_task(&buf[..n]).unwrap(), d);
     }
@@ -506,12 +584,24 @@ mod tests {
                 arena_build_s: 1e-9,
                 elapsed_s: 3.5,
             }),
-            stats: Some(WireStats { builds: 3, hits: u64::MAX, misses: 0, evictions: 1, build_s: 0.25, resident: vec![[9; 12], [u64::MAX; 12]] }),
+            stats: Some(WireStats {
+                builds: 3,
+                hits: u64::MAX,
+                misses: 0,
+                evictions: 1,
+                build_s: 0.25,
+                resident: vec![[9; 12], [u64::MAX; 12]],
+            }),
         };
         let mut buf = vec![0u8; 1 << 16];
         let n = encode_reply(&r, &mut buf).unwrap();
         assert_eq!(decode_reply(&buf[..n]).unwrap(), r);
-        let long = ReplyFrame { status: 1, error: "é".repeat(MAX_ERROR_BYTES), report: None, stats: None };
+        let long = ReplyFrame {
+            status: 1,
+            error: "é".repeat(MAX_ERROR_BYTES),
+            report: None,
+            stats: None,
+        };
         let n = encode_reply(&long, &mut buf).unwrap();
         let back = decode_reply(&buf[..n]).unwrap();
         assert!(back.error.len() <= MAX_ERROR_BYTES && back.error.chars().all(|c| c == 'é'));
@@ -529,8 +619,14 @@ mod tests {
         let mut v = buf[..n].to_vec();
         v[0] = 0;
         assert!(matches!(decode_task(&v).unwrap_err(), FrameError::Magic(_)));
-        assert!(matches!(decode_task(&buf[..n - 3]).unwrap_err(), FrameError::Length { .. }));
-        assert_eq!(decode_reply(&buf[..n]).unwrap_err(), FrameError::Kind(KIND_TASK));
+        assert!(matches!(
+            decode_task(&buf[..n - 3]).unwrap_err(),
+            FrameError::Length { .. }
+        ));
+        assert_eq!(
+            decode_reply(&buf[..n]).unwrap_err(),
+            FrameError::Kind(KIND_TASK)
+        );
         // Every truncation of the body is an error, never a panic.
         for cut in HEADER_BYTES..n {
             let mut v = buf[..cut].to_vec();
@@ -543,6 +639,9 @@ mod tests {
         assert_eq!(request_kind(&buf[..3]).unwrap_err(), FrameError::Short(3));
         // Too small a mailbox.
         let mut small = [0u8; 32];
-        assert!(matches!(encode_task(&f, &mut small).unwrap_err(), FrameError::TooBig { .. }));
+        assert!(matches!(
+            encode_task(&f, &mut small).unwrap_err(),
+            FrameError::TooBig { .. }
+        ));
     }
 }

@@ -84,7 +84,10 @@ impl Mailbox {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Mailbox { base: p as *mut u8, len })
+        Ok(Mailbox {
+            base: p as *mut u8,
+            len,
+        })
     }
 
     pub fn header(&self) -> &Header {
@@ -118,10 +121,21 @@ impl Drop for Mailbox {
 
 /// Wait while `word == expected`, at most `timeout` (spurious returns are fine).
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
     // safety: a shared (non-private) futex wait on a word in shared memory.
     unsafe {
-        libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -129,13 +143,26 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 pub fn futex_wake(word: &AtomicU32) {
     // safety: as futex_wait.
     unsafe {
-        libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
     }
 }
 
 /// Wait until `cond()` holds, spinning briefly, then sleeping on `word` (which the other
 /// side changes and wakes), checking `give_up()` between sleeps.
-pub fn wait_until(word: &AtomicU32, cond: impl Fn() -> bool, give_up: impl Fn() -> bool, slice: Duration) -> bool {
+pub fn wait_until(
+    word: &AtomicU32,
+    cond: impl Fn() -> bool,
+    give_up: impl Fn() -> bool,
+    slice: Duration,
+) -> bool {
     for i in 0..200 {
         if cond() {
             return true;
@@ -170,7 +197,12 @@ mod tests {
             let h = c.header();
             let mut served = 0;
             while served < 100 {
-                wait_until(&h.req_seq, || h.req_seq.load(Acquire) != served, || false, Duration::from_millis(50));
+                wait_until(
+                    &h.req_seq,
+                    || h.req_seq.load(Acquire) != served,
+                    || false,
+                    Duration::from_millis(50),
+                );
                 served = h.req_seq.load(Acquire);
                 unsafe { c.resp_buf()[0] = c.req_buf()[0].wrapping_add(1) };
                 h.resp_seq.store(served, Release);
@@ -182,7 +214,12 @@ mod tests {
             unsafe { m.req_buf()[0] = i as u8 };
             h.req_seq.store(i, Release);
             futex_wake(&h.req_seq);
-            assert!(wait_until(&h.resp_seq, || h.resp_seq.load(Acquire) == i, || false, Duration::from_millis(50)));
+            assert!(wait_until(
+                &h.resp_seq,
+                || h.resp_seq.load(Acquire) == i,
+                || false,
+                Duration::from_millis(50)
+            ));
             assert_eq!(unsafe { m.resp_buf()[0] }, (i as u8).wrapping_add(1));
         }
         t.join().unwrap();

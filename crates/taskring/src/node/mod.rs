@@ -116,12 +116,16 @@ pub mod trace;
 
 use crate::chip::{Arg, ChipOptions, ChipWorker, HostTensor, Program, RunError};
 use crate::config::{CallConfig, RingSizing};
-use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, Scalar, StatusCode, TaskArgs, TaskOutputs, TensorSpec};
-use crate::tensor::TaskId;
+use crate::engine::{
+    Orchestrator, PeakUse, RuntimeFailure, Scalar, StatusCode, TaskArgs, TaskOutputs, TensorSpec,
+};
 use crate::kernel::{Kernel, KernelCall, KernelRef};
+use crate::tensor::TaskId;
 use crate::tensor::Tensor;
 use frame::{ReplyFrame, TaskFrame, WireArg, WireReport, WireTensor};
-use mailbox::{futex_wake, wait_until, Mailbox, STATE_FAILED, STATE_READY, STATE_SHUTDOWN, STATE_STARTING};
+use mailbox::{
+    futex_wake, wait_until, Mailbox, STATE_FAILED, STATE_READY, STATE_SHUTDOWN, STATE_STARTING,
+};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering::*;
@@ -309,9 +313,15 @@ impl Chip {
             let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
             if r == self.pid {
                 let why = if libc::WIFSIGNALED(status) {
-                    format!("the chip process was killed by signal {}", libc::WTERMSIG(status))
+                    format!(
+                        "the chip process was killed by signal {}",
+                        libc::WTERMSIG(status)
+                    )
                 } else {
-                    format!("the chip process exited with status {}", libc::WEXITSTATUS(status))
+                    format!(
+                        "the chip process exited with status {}",
+                        libc::WEXITSTATUS(status)
+                    )
                 };
                 *d = Some(format!("{}: {why}", self.prefix()));
             }
@@ -336,7 +346,12 @@ impl Chip {
         let now = Instant::now();
         let mut b = self.beat.lock();
         if b.value != v || now.duration_since(b.looked) > WATCH_GAP {
-            *b = Beat { value: v, since: now, looked: now, stopped: false };
+            *b = Beat {
+                value: v,
+                since: now,
+                looked: now,
+                stopped: false,
+            };
         }
         b.looked = now;
         if now.duration_since(b.since) >= 5 * mailbox::HEARTBEAT {
@@ -360,7 +375,10 @@ impl Chip {
         let stalled = self.stalled_for();
         let closing = ctl.closing.load(Acquire);
         let limit = if closing { CLOSE_STALL } else { ctl.timeout };
-        if self.process && (stalled >= limit || (closing && proc_state(self.pid).is_some_and(|c| c == 'T' || c == 't'))) {
+        if self.process
+            && (stalled >= limit
+                || (closing && proc_state(self.pid).is_some_and(|c| c == 'T' || c == 't')))
+        {
             let state = match proc_state(self.pid) {
                 Some('T') => "T, stopped".to_string(),
                 Some('t') => "t, stopped by a tracer".to_string(),
@@ -368,14 +386,24 @@ impl Chip {
                 Some(c) => c.to_string(),
                 None => "unknown".to_string(),
             };
-            return Some(format!("{}: not responding: no heartbeat for {} ms (process state {state})", self.prefix(), stalled.as_millis()));
+            return Some(format!(
+                "{}: not responding: no heartbeat for {} ms (process state {state})",
+                self.prefix(),
+                stalled.as_millis()
+            ));
         }
         None
     }
 
     /// Wait until `cond` holds, sleeping on `word` in slices; `Err(why)` when a wait on
     /// this chip should end ([`Chip::give_up`]) or `until` has passed.
-    fn wait(&self, ctl: &Ctl, word: &std::sync::atomic::AtomicU32, cond: impl Fn() -> bool, until: Option<Instant>) -> Result<(), Option<String>> {
+    fn wait(
+        &self,
+        ctl: &Ctl,
+        word: &std::sync::atomic::AtomicU32,
+        cond: impl Fn() -> bool,
+        until: Option<Instant>,
+    ) -> Result<(), Option<String>> {
         let why = RefCell::new(None);
         let stop = || {
             if until.is_some_and(|u| Instant::now() >= u) {
@@ -414,12 +442,21 @@ impl Chip {
 
     /// One round trip with a task; `after(posted_ns)` runs once the reply is in, while
     /// this host thread still holds the chip's turn (the chip starts nothing else).
-    fn call<T>(&self, ctl: &Ctl, task: &TaskFrame, after: impl FnOnce(u64) -> T) -> Result<(ReplyFrame, T), String> {
+    fn call<T>(
+        &self,
+        ctl: &Ctl,
+        task: &TaskFrame,
+        after: impl FnOnce(u64) -> T,
+    ) -> Result<(ReplyFrame, T), String> {
         self.round_trip_then(ctl, |buf| frame::encode_task(task, buf), after)
     }
 
     /// One round trip with the request `encode` writes.
-    fn round_trip(&self, ctl: &Ctl, encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>) -> Result<ReplyFrame, String> {
+    fn round_trip(
+        &self,
+        ctl: &Ctl,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
+    ) -> Result<ReplyFrame, String> {
         self.round_trip_then(ctl, encode, |_| ()).map(|(r, ())| r)
     }
 
@@ -444,7 +481,8 @@ impl Chip {
             self.await_reply(ctl, *seq)?;
         }
         // safety: we hold the chip's lock and no request is in flight.
-        let n = encode(unsafe { self.mailbox.req_buf() }).map_err(|e| format!("{}: cannot encode the request: {e}", self.prefix()))?;
+        let n = encode(unsafe { self.mailbox.req_buf() })
+            .map_err(|e| format!("{}: cannot encode the request: {e}", self.prefix()))?;
         *seq = seq.wrapping_add(1);
         let want = *seq;
         h.req_len.store(n as u32, Relaxed);
@@ -455,7 +493,8 @@ impl Chip {
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
         // safety: the chip wrote the reply before publishing resp_seq (acquired above).
         let buf = unsafe { &self.mailbox.resp_buf()[..len] };
-        let r = frame::decode_reply(buf).map_err(|e| format!("{}: bad reply frame: {e}", self.prefix()))?;
+        let r = frame::decode_reply(buf)
+            .map_err(|e| format!("{}: bad reply frame: {e}", self.prefix()))?;
         Ok((r, after(posted)))
     }
 
@@ -475,10 +514,17 @@ impl Chip {
     /// request then fails with that).
     fn settle(&self, ctl: &Ctl, budget: Duration) -> bool {
         let until = Instant::now() + budget;
-        let Some(seq) = self.seq.try_lock_for(budget) else { return false };
+        let Some(seq) = self.seq.try_lock_for(budget) else {
+            return false;
+        };
         let h = self.mailbox.header();
         let want = *seq;
-        match self.wait(ctl, &h.resp_seq, || h.resp_seq.load(Acquire) == want, Some(until)) {
+        match self.wait(
+            ctl,
+            &h.resp_seq,
+            || h.resp_seq.load(Acquire) == want,
+            Some(until),
+        ) {
             Ok(()) => true,
             Err(why) => why.is_some(),
         }
@@ -549,7 +595,9 @@ mod host_pipes {
             libc::close(fds[0]);
             libc::close(fds[1]);
         }
-        Err(std::io::Error::other(format!("more than {SLOTS} chip processes in this process")))
+        Err(std::io::Error::other(format!(
+            "more than {SLOTS} chip processes in this process"
+        )))
     }
 
     /// Forget `fd` (before closing it).
@@ -568,7 +616,11 @@ mod host_pipes {
 fn watchdog(mb: Arc<Mailbox>, pipe: i32) {
     let h = mb.header();
     loop {
-        let mut p = libc::pollfd { fd: pipe, events: libc::POLLIN, revents: 0 };
+        let mut p = libc::pollfd {
+            fd: pipe,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // safety: poll on our own fd.
         let r = unsafe { libc::poll(&mut p, 1, mailbox::HEARTBEAT.as_millis() as i32) };
         if r > 0 {
@@ -576,7 +628,10 @@ fn watchdog(mb: Arc<Mailbox>, pipe: i32) {
             // safety: read into a local buffer. The host never writes: data or not, a
             // readable pipe here means EOF (or an error) — the host is gone.
             let n = unsafe { libc::read(pipe, b.as_mut_ptr() as *mut libc::c_void, b.len()) };
-            if n <= 0 && !(n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted) {
+            if n <= 0
+                && !(n < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted)
+            {
                 // safety: ends the process without running anything of it.
                 unsafe { libc::_exit(0) };
             }
@@ -660,7 +715,8 @@ impl RunState {
     /// Nothing more to wait for: every task dispatched, or the run failed and the
     /// dispatches already under way ended.
     fn over(&self) -> bool {
-        self.finished >= self.tasks.len() || (self.first_chip_error.is_some() && self.in_flight == 0)
+        self.finished >= self.tasks.len()
+            || (self.first_chip_error.is_some() && self.in_flight == 0)
     }
 }
 
@@ -707,7 +763,10 @@ impl Kernel for Dispatch {
         let (task, run_prefix) = {
             let mut st = self.node.run.lock();
             st.in_flight += 1;
-            (st.tasks[idx].clone(), st.trace.as_ref().map(|t| t.prefix.clone()))
+            (
+                st.tasks[idx].clone(),
+                st.trace.as_ref().map(|t| t.prefix.clone()),
+            )
         };
         let chip = &self.node.chips[task.worker];
         // A traced run has every chip record its swimlane (under the task's own prefix,
@@ -728,7 +787,11 @@ impl Kernel for Dispatch {
             let replied_ns = trace::mono_ns();
             let h = chip.mailbox.header();
             let t0_ns = h.trace_t0_ns.load(Acquire);
-            let events = if t0_ns == 0 { Err("the chip recorded no swimlane".to_string()) } else { trace::read_chip_trace(&swimlane) };
+            let events = if t0_ns == 0 {
+                Err("the chip recorded no swimlane".to_string())
+            } else {
+                trace::read_chip_trace(&swimlane)
+            };
             let side = ChipSide {
                 tid: h.served_tid.load(Acquire) as u64,
                 served_ns: h.served_ns.load(Acquire),
@@ -742,12 +805,24 @@ impl Kernel for Dispatch {
             .args
             .iter()
             .map(|a| match *a {
-                ArgRef::Tensor(i) => Self::wire_tensor(&call.tensors[i]).map(WireArg::Tensor).map_err(|e| format!("{}: {e}", chip.prefix())),
+                ArgRef::Tensor(i) => Self::wire_tensor(&call.tensors[i])
+                    .map(WireArg::Tensor)
+                    .map_err(|e| format!("{}: {e}", chip.prefix())),
                 ArgRef::Int(v) => Ok(WireArg::Int(v)),
                 ArgRef::Float(v) => Ok(WireArg::Float(v)),
             })
             .collect();
-        let reply = args.and_then(|args| chip.call(&self.node.ctl, &TaskFrame { callable: task.callable, config, args }, after));
+        let reply = args.and_then(|args| {
+            chip.call(
+                &self.node.ctl,
+                &TaskFrame {
+                    callable: task.callable,
+                    config,
+                    args,
+                },
+                after,
+            )
+        });
         let end_ns = trace::mono_ns();
         let (reply, side) = match reply {
             Ok((r, side)) => (Ok(r), side),
@@ -759,8 +834,18 @@ impl Kernel for Dispatch {
                 Some((p, r, c)) => (p, r, Some(c)),
                 None => (end_ns, end_ns, None),
             };
-            let thread = std::thread::current().name().unwrap_or("node thread").to_string();
-            t.dispatch = Some(DispatchTrace { tid: trace::gettid(), thread, start_ns, posted_ns, replied_ns, chip });
+            let thread = std::thread::current()
+                .name()
+                .unwrap_or("node thread")
+                .to_string();
+            t.dispatch = Some(DispatchTrace {
+                tid: trace::gettid(),
+                thread,
+                start_ns,
+                posted_ns,
+                replied_ns,
+                chip,
+            });
         }
         st.finished += 1;
         st.in_flight -= 1;
@@ -768,9 +853,15 @@ impl Kernel for Dispatch {
         let (report, err) = match reply {
             Ok(r) => {
                 let err = (r.status != 0).then(|| format!("{}: {}", chip.prefix(), r.error));
-                (report_of(task.worker, task.callable, r.report.as_ref(), err.clone()), err)
+                (
+                    report_of(task.worker, task.callable, r.report.as_ref(), err.clone()),
+                    err,
+                )
             }
-            Err(e) => (report_of(task.worker, task.callable, None, Some(e.clone())), Some(e)),
+            Err(e) => (
+                report_of(task.worker, task.callable, None, Some(e.clone())),
+                Some(e),
+            ),
         };
         if idx < st.reports.len() {
             st.reports[idx] = Some(report);
@@ -787,7 +878,12 @@ impl Kernel for Dispatch {
     }
 }
 
-fn report_of(worker: usize, callable: u32, r: Option<&WireReport>, error: Option<String>) -> ChipTaskReport {
+fn report_of(
+    worker: usize,
+    callable: u32,
+    r: Option<&WireReport>,
+    error: Option<String>,
+) -> ChipTaskReport {
     let mut rep = ChipTaskReport {
         worker,
         callable,
@@ -841,19 +937,35 @@ impl<'r> NodeOrchestrator<'_, 'r> {
     }
 
     /// Submit the L2 task `callable(args)` to chip `worker`, run there with `config`.
-    pub fn submit_next_level(&mut self, callable: u32, args: &[NodeArg], config: &CallConfig, worker: usize) -> Result<TaskId, RuntimeFailure> {
+    pub fn submit_next_level(
+        &mut self,
+        callable: u32,
+        args: &[NodeArg],
+        config: &CallConfig,
+        worker: usize,
+    ) -> Result<TaskId, RuntimeFailure> {
         let start_ns = self.node.tracing.load(Relaxed).then(trace::mono_ns);
-        let bad = |msg: String| RuntimeFailure::invalid_args(None, format!("submit_next_level: {msg}"));
+        let bad =
+            |msg: String| RuntimeFailure::invalid_args(None, format!("submit_next_level: {msg}"));
         if worker >= self.node.chips.len() {
-            return Err(bad(format!("worker {worker} is not a chip of this node (it has {})", self.node.chips.len())));
+            return Err(bad(format!(
+                "worker {worker} is not a chip of this node (it has {})",
+                self.node.chips.len()
+            )));
         }
         config.validate().map_err(|e| bad(e.message))?;
         let sig = {
             let c = self.callables.read();
-            c.get(callable as usize).map(|c| c.signature.clone()).ok_or_else(|| bad(format!("unknown callable handle {callable}")))?
+            c.get(callable as usize)
+                .map(|c| c.signature.clone())
+                .ok_or_else(|| bad(format!("unknown callable handle {callable}")))?
         };
         if sig.len() != args.len() {
-            return Err(bad(format!("the program takes {} arguments, got {}", sig.len(), args.len())));
+            return Err(bad(format!(
+                "the program takes {} arguments, got {}",
+                sig.len(),
+                args.len()
+            )));
         }
         // Tensors in canonical order: inputs, inouts, outputs.
         let group = |d: ArgDir| match d {
@@ -874,7 +986,11 @@ impl<'r> NodeOrchestrator<'_, 'r> {
             match (d, a) {
                 (ArgDir::Scalar, NodeArg::Int(v)) => refs.push(ArgRef::Int(*v)),
                 (ArgDir::Scalar, NodeArg::Float(v)) => refs.push(ArgRef::Float(*v)),
-                (ArgDir::Scalar, NodeArg::Tensor(_)) => return Err(bad(format!("argument {i} is SCALAR but a tensor was given"))),
+                (ArgDir::Scalar, NodeArg::Tensor(_)) => {
+                    return Err(bad(format!(
+                        "argument {i} is SCALAR but a tensor was given"
+                    )))
+                }
                 (_, NodeArg::Tensor(t)) => {
                     if Dispatch::wire_tensor(t).is_err() {
                         return Err(bad(format!("argument {i} is not in shared memory (use taskring.shared_array or a node allocation)")));
@@ -893,7 +1009,12 @@ impl<'r> NodeOrchestrator<'_, 'r> {
         }
         let idx = {
             let mut st = self.node.run.lock();
-            st.tasks.push(L3Task { worker, callable, config: config.clone(), args: refs });
+            st.tasks.push(L3Task {
+                worker,
+                callable,
+                config: config.clone(),
+                args: refs,
+            });
             st.reports.push(None);
             if let Some(t) = st.trace.as_mut() {
                 t.tasks.push(TaskTrace::default());
@@ -910,7 +1031,10 @@ impl<'r> NodeOrchestrator<'_, 'r> {
             if let Some(t) = st.trace.as_mut() {
                 t.tasks.truncate(idx);
             }
-        } else if let (Some(s), Some(t)) = (start_ns, st.trace.as_mut().and_then(|t| t.tasks.get_mut(idx))) {
+        } else if let (Some(s), Some(t)) = (
+            start_ns,
+            st.trace.as_mut().and_then(|t| t.tasks.get_mut(idx)),
+        ) {
             t.submit = Some((s, trace::mono_ns()));
         }
         r
@@ -937,10 +1061,23 @@ impl NodeHandle {
         if std::process::id() != self.creator {
             return Err(NodeError::Forked(self.creator));
         }
-        let chip = self.shared.chips.get(worker).ok_or_else(|| NodeError::Config(format!("worker {worker} is not a chip of this node")))?;
-        let r = chip.round_trip(&self.shared.ctl, frame::encode_stats_request).map_err(NodeError::Chip)?;
-        let st = r.stats.ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
-        Ok(crate::arena::ArenaStats { builds: st.builds, hits: st.hits, misses: st.misses, evictions: st.evictions, resident: st.resident, build_s: st.build_s })
+        let chip = self.shared.chips.get(worker).ok_or_else(|| {
+            NodeError::Config(format!("worker {worker} is not a chip of this node"))
+        })?;
+        let r = chip
+            .round_trip(&self.shared.ctl, frame::encode_stats_request)
+            .map_err(NodeError::Chip)?;
+        let st = r
+            .stats
+            .ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
+        Ok(crate::arena::ArenaStats {
+            builds: st.builds,
+            hits: st.hits,
+            misses: st.misses,
+            evictions: st.evictions,
+            resident: st.resident,
+            build_s: st.build_s,
+        })
     }
 
     /// Cancel the run in flight: every dispatch waiting on a chip gives up at once and
@@ -987,7 +1124,12 @@ struct ChipContext {
 
 /// Write a start-up failure into the reply buffer and publish FAILED.
 fn report_start_failure(mb: &Mailbox, text: &str) {
-    let r = ReplyFrame { status: StatusCode::RuntimeSetup.code(), error: text.to_string(), report: None, stats: None };
+    let r = ReplyFrame {
+        status: StatusCode::RuntimeSetup.code(),
+        error: text.to_string(),
+        report: None,
+        stats: None,
+    };
     // safety: the chip side owns the reply buffer while starting.
     if let Ok(n) = frame::encode_reply(&r, unsafe { mb.resp_buf() }) {
         mb.header().resp_len.store(n as u32, Release);
@@ -1002,7 +1144,10 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     if ctx.pipe >= 0 {
         let m = mb.clone();
         let pipe = ctx.pipe;
-        if let Err(e) = std::thread::Builder::new().name("taskring-chip-watchdog".into()).spawn(move || watchdog(m, pipe)) {
+        if let Err(e) = std::thread::Builder::new()
+            .name("taskring-chip-watchdog".into())
+            .spawn(move || watchdog(m, pipe))
+        {
             report_start_failure(mb, &format!("could not start the watchdog thread: {e}"));
             return 1;
         }
@@ -1017,7 +1162,12 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
             }
         }
     }
-    let copts = ChipOptions { cores: ctx.opts.chip_cores, arena_cache_slots: ctx.opts.arena_cache_slots, prewarm: sizings, ..ChipOptions::default() };
+    let copts = ChipOptions {
+        cores: ctx.opts.chip_cores,
+        arena_cache_slots: ctx.opts.arena_cache_slots,
+        prewarm: sizings,
+        ..ChipOptions::default()
+    };
     let mut chip = match ChipWorker::new(copts) {
         Ok(c) => c,
         Err(e) => {
@@ -1050,7 +1200,16 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
         // safety: we own the reply buffer until we publish resp_seq.
         let n = match frame::encode_reply(&reply, unsafe { mb.resp_buf() }) {
             Ok(n) => n,
-            Err(e) => frame::encode_reply(&ReplyFrame { status: StatusCode::RuntimeSetup.code(), error: format!("cannot encode the reply: {e}"), report: None, stats: None }, unsafe { mb.resp_buf() }).unwrap_or(0),
+            Err(e) => frame::encode_reply(
+                &ReplyFrame {
+                    status: StatusCode::RuntimeSetup.code(),
+                    error: format!("cannot encode the reply: {e}"),
+                    report: None,
+                    stats: None,
+                },
+                unsafe { mb.resp_buf() },
+            )
+            .unwrap_or(0),
         };
         h.resp_len.store(n as u32, Release);
         h.served_tid.store(trace::gettid() as u32, Relaxed);
@@ -1077,22 +1236,49 @@ pub fn chip_dir(prefix: &str, worker: usize) -> std::path::PathBuf {
 
 /// Run one request on this chip; with the reply, the start of the swimlane it recorded
 /// on `CLOCK_MONOTONIC` (0 for none).
-fn serve(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap, req: &[u8]) -> (ReplyFrame, u64) {
+fn serve(
+    ctx: &ChipContext,
+    chip: &mut ChipWorker,
+    regions: &mut shm::RegionMap,
+    req: &[u8],
+) -> (ReplyFrame, u64) {
     let mut traced = false;
     let r = serve_request(ctx, chip, regions, req, &mut traced);
-    let t0 = if traced { chip.trace_start().map(trace::instant_ns).unwrap_or(0) } else { 0 };
+    let t0 = if traced {
+        chip.trace_start().map(trace::instant_ns).unwrap_or(0)
+    } else {
+        0
+    };
     (r, t0)
 }
 
-fn serve_request(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::RegionMap, req: &[u8], traced: &mut bool) -> ReplyFrame {
-    let fail = |status: StatusCode, e: String| ReplyFrame { status: status.code(), error: e, report: None, stats: None };
+fn serve_request(
+    ctx: &ChipContext,
+    chip: &mut ChipWorker,
+    regions: &mut shm::RegionMap,
+    req: &[u8],
+    traced: &mut bool,
+) -> ReplyFrame {
+    let fail = |status: StatusCode, e: String| ReplyFrame {
+        status: status.code(),
+        error: e,
+        report: None,
+        stats: None,
+    };
     if let Ok(frame::KIND_STATS) = frame::request_kind(req) {
         let st = chip.arena_stats();
         return ReplyFrame {
             status: 0,
             error: String::new(),
             report: None,
-            stats: Some(frame::WireStats { builds: st.builds, hits: st.hits, misses: st.misses, evictions: st.evictions, build_s: st.build_s, resident: st.resident }),
+            stats: Some(frame::WireStats {
+                builds: st.builds,
+                hits: st.hits,
+                misses: st.misses,
+                evictions: st.evictions,
+                build_s: st.build_s,
+                resident: st.resident,
+            }),
         };
     }
     let task = match frame::decode_task(req) {
@@ -1101,7 +1287,15 @@ fn serve_request(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::Re
     };
     let callable = match ctx.callables.read().get(task.callable as usize) {
         Some(c) => c.clone(),
-        None => return fail(StatusCode::InvalidArgs, format!("unknown callable {} (registered after this chip started?)", task.callable)),
+        None => {
+            return fail(
+                StatusCode::InvalidArgs,
+                format!(
+                    "unknown callable {} (registered after this chip started?)",
+                    task.callable
+                ),
+            )
+        }
     };
     let mut args: Vec<Arg<'_>> = Vec::with_capacity(task.args.len());
     for (i, a) in task.args.iter().enumerate() {
@@ -1115,7 +1309,10 @@ fn serve_request(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::Re
                 };
                 let esize = w.dtype.size_bytes() as u64;
                 if w.offset_bytes % esize != 0 {
-                    return fail(StatusCode::InvalidArgs, format!("argument {i}: misaligned offset"));
+                    return fail(
+                        StatusCode::InvalidArgs,
+                        format!("argument {i}: misaligned offset"),
+                    );
                 }
                 let mut t = Tensor::from_raw(base, &[1], w.dtype);
                 t.buf_bytes = w.region_bytes;
@@ -1172,14 +1369,23 @@ fn serve_request(ctx: &ChipContext, chip: &mut ChipWorker, regions: &mut shm::Re
             }
         }
         Err(RunError::Config(e)) => fail(StatusCode::InvalidArgs, e.message),
-        Err(RunError::Failure(f)) => ReplyFrame { status: f.code.code(), error: f.to_string(), report: None, stats: None },
+        Err(RunError::Failure(f)) => ReplyFrame {
+            status: f.code.code(),
+            error: f.to_string(),
+            report: None,
+            stats: None,
+        },
     }
 }
 
 impl Node {
     /// Start the chips (see the module doc). `callables` are the programs chips can
     /// run; in process mode a chip knows those registered before this call.
-    pub fn new(opts: NodeOptions, callables: Arc<RwLock<Vec<ChipCallable>>>, hooks: &dyn ForkHooks) -> Result<Node, NodeError> {
+    pub fn new(
+        opts: NodeOptions,
+        callables: Arc<RwLock<Vec<ChipCallable>>>,
+        hooks: &dyn ForkHooks,
+    ) -> Result<Node, NodeError> {
         if opts.device_ids.is_empty() {
             return Err(NodeError::Config("device_ids must not be empty".into()));
         }
@@ -1201,13 +1407,22 @@ impl Node {
                     Ok(p) => p,
                     Err(e) => {
                         shutdown_chips(&chips);
-                        return Err(NodeError::Config(format!("host pipe of chip {worker}: {e}")));
+                        return Err(NodeError::Config(format!(
+                            "host pipe of chip {worker}: {e}"
+                        )));
                     }
                 }
             } else {
                 (-1, -1)
             };
-            let ctx = ChipContext { worker, host_pid, in_process: !opts.chip_processes, opts: opts.clone(), callables: callables.clone(), pipe: pipe_r };
+            let ctx = ChipContext {
+                worker,
+                host_pid,
+                in_process: !opts.chip_processes,
+                opts: opts.clone(),
+                callables: callables.clone(),
+                pipe: pipe_r,
+            };
             let (pid, thread) = if opts.chip_processes {
                 hooks.before();
                 // safety: fork; the child runs only `chip_main` and then `_exit`s, never
@@ -1247,9 +1462,11 @@ impl Node {
                 (pid, None)
             } else {
                 let m = mb.clone();
-                let t = match std::thread::Builder::new().name(format!("taskring-chip{worker}")).spawn(move || {
-                    chip_main(ctx, &m);
-                }) {
+                let t = match std::thread::Builder::new()
+                    .name(format!("taskring-chip{worker}"))
+                    .spawn(move || {
+                        chip_main(ctx, &m);
+                    }) {
                     Ok(t) => t,
                     Err(e) => {
                         shutdown_chips(&chips);
@@ -1268,34 +1485,64 @@ impl Node {
                 dead: Mutex::new(None),
                 thread: Mutex::new(thread),
                 pipe: AtomicI32::new(pipe_w),
-                beat: Mutex::new(Beat { value: 0, since: now, looked: now, stopped: false }),
+                beat: Mutex::new(Beat {
+                    value: 0,
+                    since: now,
+                    looked: now,
+                    stopped: false,
+                }),
             });
         }
         // Wait for every chip, with one deadline (a chip that stops beating fails sooner).
         let deadline = Instant::now() + opts.init_timeout;
-        let ctl = Ctl { cancel: AtomicBool::new(false), closing: AtomicBool::new(false), timeout: opts.chip_timeout };
+        let ctl = Ctl {
+            cancel: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            timeout: opts.chip_timeout,
+        };
         for c in &chips {
             let h = c.mailbox.header();
-            let r = c.wait(&ctl, &h.state, || h.state.load(Acquire) != STATE_STARTING, Some(deadline));
+            let r = c.wait(
+                &ctl,
+                &h.state,
+                || h.state.load(Acquire) != STATE_STARTING,
+                Some(deadline),
+            );
             let state = h.state.load(Acquire);
             if r.is_err() || state != STATE_READY {
                 let why = if state == STATE_FAILED {
                     let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
                     // safety: the chip published FAILED after writing its reason.
                     let buf = unsafe { &c.mailbox.resp_buf()[..len] };
-                    frame::decode_reply(buf).map(|r| r.error).unwrap_or_else(|e| e.to_string())
+                    frame::decode_reply(buf)
+                        .map(|r| r.error)
+                        .unwrap_or_else(|e| e.to_string())
                 } else if let Err(Some(e)) = r {
                     e
                 } else {
                     format!("not ready within {} ms", opts.init_timeout.as_millis())
                 };
                 shutdown_chips(&chips);
-                let text = if why.starts_with("chip ") { why } else { format!("{}: {why}", c.prefix()) };
+                let text = if why.starts_with("chip ") {
+                    why
+                } else {
+                    format!("{}: {why}", c.prefix())
+                };
                 return Err(NodeError::Chip(text));
             }
         }
-        let shared = Arc::new(NodeShared { chips, tracing: AtomicBool::new(false), run: Mutex::new(RunState::default()), done: Condvar::new(), ctl });
-        let node_cores = if opts.node_cores == 0 { 2 * opts.device_ids.len() } else { opts.node_cores };
+        let shared = Arc::new(NodeShared {
+            chips,
+            tracing: AtomicBool::new(false),
+            run: Mutex::new(RunState::default()),
+            done: Condvar::new(),
+            ctl,
+        });
+        let node_cores = if opts.node_cores == 0 {
+            2 * opts.device_ids.len()
+        } else {
+            opts.node_cores
+        };
         let engine = match ChipWorker::new(ChipOptions {
             cores: node_cores,
             aic_cores: Some(0),
@@ -1316,8 +1563,17 @@ impl Node {
         // The kernel holds the shared state, which the node owns: the box is taken back
         // in `close`, after the engine (else each node would stay alive, mailboxes and
         // all, for the life of the process).
-        let dispatch = KernelRef::leak(Dispatch { node: shared.clone() });
-        Ok(Node { shared, callables, engine: Some(engine), dispatch: Some(dispatch), closed: false, creator: std::process::id() })
+        let dispatch = KernelRef::leak(Dispatch {
+            node: shared.clone(),
+        });
+        Ok(Node {
+            shared,
+            callables,
+            engine: Some(engine),
+            dispatch: Some(dispatch),
+            closed: false,
+            creator: std::process::id(),
+        })
     }
 
     /// Process ids of the chips (the host's own pid for chip threads).
@@ -1338,7 +1594,10 @@ impl Node {
     /// A handle usable from other threads while a run is in flight (statistics,
     /// cancel, close announcement).
     pub fn handle(&self) -> NodeHandle {
-        NodeHandle { shared: self.shared.clone(), creator: self.creator }
+        NodeHandle {
+            shared: self.shared.clone(),
+            creator: self.creator,
+        }
     }
 
     /// The node's own engine (its L3 arena cache):
@@ -1359,7 +1618,10 @@ impl Node {
     /// release an interpreter lock and look for an interrupt ([`NodeHandle::cancel`]).
     pub fn run(
         &mut self,
-        orch: impl Fn(&mut NodeOrchestrator<'_, '_>) -> Result<(), RuntimeFailure> + Send + Sync + 'static,
+        orch: impl Fn(&mut NodeOrchestrator<'_, '_>) -> Result<(), RuntimeFailure>
+            + Send
+            + Sync
+            + 'static,
         config: &CallConfig,
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<NodeRunReport, NodeError> {
@@ -1368,15 +1630,24 @@ impl Node {
         if self.shared.ctl.closing.load(Acquire) {
             return Err(NodeError::Config("the node is closed".into()));
         }
-        let engine = self.engine.as_mut().ok_or_else(|| NodeError::Config("the node is closed".into()))?;
+        let engine = self
+            .engine
+            .as_mut()
+            .ok_or_else(|| NodeError::Config("the node is closed".into()))?;
         let sh = &*self.shared;
         sh.ctl.cancel.store(false, SeqCst);
         // A chip may still run a task of an interrupted run: wait for its late reply
         // first, so that task's writes cannot overlap this run.
-        for c in sh.chips.iter().filter(|c| !c.settle(&sh.ctl, Duration::ZERO)) {
+        for c in sh
+            .chips
+            .iter()
+            .filter(|c| !c.settle(&sh.ctl, Duration::ZERO))
+        {
             while !blocking(hook, || c.settle(&sh.ctl, HOOK_SLICE)) {
                 if sh.ctl.cancel.load(Acquire) {
-                    return Err(NodeError::Interrupted("interrupted while chips finished an interrupted run".into()));
+                    return Err(NodeError::Interrupted(
+                        "interrupted while chips finished an interrupted run".into(),
+                    ));
                 }
             }
         }
@@ -1389,7 +1660,12 @@ impl Node {
         }
         let t0_ns = trace::mono_ns();
         *sh.run.lock() = RunState {
-            trace: traced.then(|| RunTrace { prefix: config.output_prefix.clone(), t0_ns, orch_tid: trace::gettid(), tasks: vec![] }),
+            trace: traced.then(|| RunTrace {
+                prefix: config.output_prefix.clone(),
+                t0_ns,
+                orch_tid: trace::gettid(),
+                tasks: vec![],
+            }),
             ..RunState::default()
         };
         sh.tracing.store(traced, SeqCst);
@@ -1398,10 +1674,16 @@ impl Node {
         let dispatch = self.dispatch.expect("an open node has its dispatch kernel");
         // safety: the program (and so this reference) lives only during this call; the
         // engine does not keep it past `run_with_hook`.
-        let hook_ref: Option<&'static (dyn Fn(bool) + 'static)> = hook.map(|h| unsafe { std::mem::transmute::<&dyn Fn(bool), &'static dyn Fn(bool)>(h) });
+        let hook_ref: Option<&'static (dyn Fn(bool) + 'static)> =
+            hook.map(|h| unsafe { std::mem::transmute::<&dyn Fn(bool), &'static dyn Fn(bool)>(h) });
         let hook_ptr = HookRef(hook_ref);
         let program = Program::new("l3", move |o, _| {
-            let mut no = NodeOrchestrator { o, node: &shared, callables: &callables, dispatch };
+            let mut no = NodeOrchestrator {
+                o,
+                node: &shared,
+                callables: &callables,
+                dispatch,
+            };
             orch(&mut no)?;
             // Wait for the dispatched tasks here rather than in the engine: this wait
             // calls the hook every slice (how a Python host sees Ctrl-C).
@@ -1417,14 +1699,25 @@ impl Node {
         if let Some(t) = st.trace.take() {
             let prefix = std::path::PathBuf::from(&t.prefix);
             if let Err(e) = self.timeline(t, &st.tasks).write(&prefix) {
-                eprintln!("taskring: could not write merged_swimlane.json under {}: {e}", prefix.display());
+                eprintln!(
+                    "taskring: could not write merged_swimlane.json under {}: {e}",
+                    prefix.display()
+                );
             }
         }
         let interrupted = sh.ctl.cancel.load(Acquire);
         match r {
-            _ if interrupted => Err(NodeError::Interrupted(st.first_chip_error.take().unwrap_or_else(|| "interrupted".into()))),
+            _ if interrupted => Err(NodeError::Interrupted(
+                st.first_chip_error
+                    .take()
+                    .unwrap_or_else(|| "interrupted".into()),
+            )),
             Ok(_) => Ok(NodeRunReport {
-                tasks: st.reports.drain(..).map(|r| r.expect("every L2 task reported")).collect(),
+                tasks: st
+                    .reports
+                    .drain(..)
+                    .map(|r| r.expect("every L2 task reported"))
+                    .collect(),
                 elapsed_s: t0.elapsed().as_secs_f64(),
             }),
             Err(RunError::Config(e)) => Err(NodeError::Config(e.message)),
@@ -1443,43 +1736,109 @@ impl Node {
         use serde_json::json;
         let end_ns = trace::mono_ns();
         let host = std::process::id() as u64;
-        let names: Vec<String> = self.callables.read().iter().map(|c| c.program.name().to_string()).collect();
-        let mut tl = trace::Timeline { t0_ns: t.t0_ns, ..Default::default() };
+        let names: Vec<String> = self
+            .callables
+            .read()
+            .iter()
+            .map(|c| c.program.name().to_string())
+            .collect();
+        let mut tl = trace::Timeline {
+            t0_ns: t.t0_ns,
+            ..Default::default()
+        };
         tl.processes.push((host, format!("host (pid {host})")));
         for c in &self.shared.chips {
             tl.processes.push((c.lane_pid(), c.prefix()));
         }
         tl.threads.push((host, t.orch_tid, "orchestrator".into()));
-        tl.slices.push(trace::Slice { pid: host, tid: t.orch_tid, name: "L3 run".into(), start_ns: t.t0_ns, end_ns, args: json!({"tasks": tasks.len()}) });
+        tl.slices.push(trace::Slice {
+            pid: host,
+            tid: t.orch_tid,
+            name: "L3 run".into(),
+            start_ns: t.t0_ns,
+            end_ns,
+            args: json!({"tasks": tasks.len()}),
+        });
         let mut seen = std::collections::HashSet::new();
         for (i, (task, tt)) in tasks.iter().zip(&t.tasks).enumerate() {
             let w = task.worker;
             let chip = &self.shared.chips[w];
-            let prog = names.get(task.callable as usize).map(String::as_str).unwrap_or("?");
+            let prog = names
+                .get(task.callable as usize)
+                .map(String::as_str)
+                .unwrap_or("?");
             let args = json!({"l3_task": i, "worker": w, "program": prog});
             if let Some((s, e)) = tt.submit {
-                tl.slices.push(trace::Slice { pid: host, tid: t.orch_tid, name: format!("submit {prog} -> chip {w}"), start_ns: s, end_ns: e, args: args.clone() });
+                tl.slices.push(trace::Slice {
+                    pid: host,
+                    tid: t.orch_tid,
+                    name: format!("submit {prog} -> chip {w}"),
+                    start_ns: s,
+                    end_ns: e,
+                    args: args.clone(),
+                });
             }
             let Some(d) = &tt.dispatch else { continue };
             if seen.insert((host, d.tid)) {
-                tl.threads.push((host, d.tid, format!("dispatch ({})", d.thread)));
+                tl.threads
+                    .push((host, d.tid, format!("dispatch ({})", d.thread)));
             }
             let mut dargs = args.clone();
-            dargs["waited_for_chip_us"] = json!(d.posted_ns.saturating_sub(d.start_ns) as f64 / 1000.0);
-            tl.slices.push(trace::Slice { pid: host, tid: d.tid, name: format!("dispatch {prog} -> chip {w}"), start_ns: d.start_ns, end_ns: d.replied_ns, args: dargs });
-            let at_dispatch = trace::FlowEnd { pid: host, tid: d.tid, at_ns: d.posted_ns };
+            dargs["waited_for_chip_us"] =
+                json!(d.posted_ns.saturating_sub(d.start_ns) as f64 / 1000.0);
+            tl.slices.push(trace::Slice {
+                pid: host,
+                tid: d.tid,
+                name: format!("dispatch {prog} -> chip {w}"),
+                start_ns: d.start_ns,
+                end_ns: d.replied_ns,
+                args: dargs,
+            });
+            let at_dispatch = trace::FlowEnd {
+                pid: host,
+                tid: d.tid,
+                at_ns: d.posted_ns,
+            };
             if let Some((s, e)) = tt.submit {
-                let from = trace::FlowEnd { pid: host, tid: t.orch_tid, at_ns: s + (e - s) / 2 };
-                tl.flows.push(trace::Flow { id: 2 * i as u64 + 1, cat: "submit", name: "submit".into(), from, to: at_dispatch });
+                let from = trace::FlowEnd {
+                    pid: host,
+                    tid: t.orch_tid,
+                    at_ns: s + (e - s) / 2,
+                };
+                tl.flows.push(trace::Flow {
+                    id: 2 * i as u64 + 1,
+                    cat: "submit",
+                    name: "submit".into(),
+                    from,
+                    to: at_dispatch,
+                });
             }
             let Some(c) = &d.chip else { continue };
             let pid = chip.lane_pid();
             if seen.insert((pid, c.tid)) {
-                tl.threads.push((pid, c.tid, format!("orchestrator (tid {})", c.tid)));
+                tl.threads
+                    .push((pid, c.tid, format!("orchestrator (tid {})", c.tid)));
             }
-            tl.slices.push(trace::Slice { pid, tid: c.tid, name: prog.to_string(), start_ns: c.served_ns, end_ns: c.replied_ns, args: args.clone() });
-            let to = trace::FlowEnd { pid, tid: c.tid, at_ns: c.served_ns + (c.replied_ns.saturating_sub(c.served_ns) / 2).min(1000) };
-            tl.flows.push(trace::Flow { id: 2 * i as u64 + 2, cat: "dispatch", name: "dispatch".into(), from: at_dispatch, to });
+            tl.slices.push(trace::Slice {
+                pid,
+                tid: c.tid,
+                name: prog.to_string(),
+                start_ns: c.served_ns,
+                end_ns: c.replied_ns,
+                args: args.clone(),
+            });
+            let to = trace::FlowEnd {
+                pid,
+                tid: c.tid,
+                at_ns: c.served_ns + (c.replied_ns.saturating_sub(c.served_ns) / 2).min(1000),
+            };
+            tl.flows.push(trace::Flow {
+                id: 2 * i as u64 + 2,
+                cat: "dispatch",
+                name: "dispatch".into(),
+                from: at_dispatch,
+                to,
+            });
             // A chip's file numbers its cores 0, 1, ...: on the timeline each core lane
             // gets a tid of its own (Perfetto keeps a thread by tid; tids are below 2^22).
             let core_tid = |core: u64| (1 << 30) + ((w as u64) << 16) + core;
@@ -1495,10 +1854,22 @@ impl Node {
                         if let Some(m) = a.as_object_mut() {
                             m.insert("l3_task".into(), json!(i));
                         }
-                        tl.slices.push(trace::Slice { pid, tid: core_tid(e.tid), name: e.name.clone(), start_ns: c.t0_ns + e.start_ns, end_ns: c.t0_ns + e.end_ns, args: a });
+                        tl.slices.push(trace::Slice {
+                            pid,
+                            tid: core_tid(e.tid),
+                            name: e.name.clone(),
+                            start_ns: c.t0_ns + e.start_ns,
+                            end_ns: c.t0_ns + e.end_ns,
+                            args: a,
+                        });
                     }
                 }
-                Err(why) => tl.notes.push((pid, c.tid, c.replied_ns, format!("no chip swimlane for L3 task {i}: {why}"))),
+                Err(why) => tl.notes.push((
+                    pid,
+                    c.tid,
+                    c.replied_ns,
+                    format!("no chip swimlane for L3 task {i}: {why}"),
+                )),
             }
         }
         tl

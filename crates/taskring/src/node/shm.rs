@@ -57,15 +57,33 @@ impl SharedBuffer {
                 libc::close(fd);
                 return Err(e);
             }
-            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_NORESERVE, fd, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd,
+                0,
+            );
             if p == libc::MAP_FAILED {
                 let e = os_err("mmap");
                 libc::close(fd);
                 return Err(e);
             }
             let id = (SERIAL.fetch_add(1, Ordering::Relaxed) << 32) | fd as u64;
-            REGISTRY.lock().insert(p as u64, RegionInfo { id, len: len as u64 });
-            Ok(SharedBuffer { id, fd, base: p as *mut u8, len })
+            REGISTRY.lock().insert(
+                p as u64,
+                RegionInfo {
+                    id,
+                    len: len as u64,
+                },
+            );
+            Ok(SharedBuffer {
+                id,
+                fd,
+                base: p as *mut u8,
+                len,
+            })
         }
     }
 
@@ -104,7 +122,11 @@ pub fn locate(addr: u64, bytes: u64) -> Option<(u64, u64, u64)> {
 
 /// Base address of a region registered in this process.
 fn local_base(id: u64) -> Option<(u64, u64)> {
-    REGISTRY.lock().iter().find(|(_, i)| i.id == id).map(|(&b, i)| (b, i.len))
+    REGISTRY
+        .lock()
+        .iter()
+        .find(|(_, i)| i.id == id)
+        .map(|(&b, i)| (b, i.len))
 }
 
 /// Regions mapped into a chip (a process, or a thread of the host itself).
@@ -119,7 +141,12 @@ impl RegionMap {
     /// For a chip of the host process `host_pid`; `in_process` when the chip is a
     /// thread of the host (regions are then used where they are).
     pub fn new(host_pid: i32, in_process: bool) -> RegionMap {
-        RegionMap { host_pid, in_process, cache: HashMap::new(), owned: Vec::new() }
+        RegionMap {
+            host_pid,
+            in_process,
+            cache: HashMap::new(),
+            owned: Vec::new(),
+        }
     }
 
     /// Base address of region `id` (of `len` bytes) in this chip, mapping it on first use.
@@ -130,9 +157,12 @@ impl RegionMap {
             }
         }
         if self.in_process {
-            let (b, l) = local_base(id).ok_or_else(|| ShmError(format!("region {id:#x} is not registered")))?;
+            let (b, l) = local_base(id)
+                .ok_or_else(|| ShmError(format!("region {id:#x} is not registered")))?;
             if l < len {
-                return Err(ShmError(format!("region {id:#x} holds {l} bytes, {len} expected")));
+                return Err(ShmError(format!(
+                    "region {id:#x} holds {l} bytes, {len} expected"
+                )));
             }
             self.cache.insert(id, (b, l));
             return Ok(b);
@@ -141,7 +171,12 @@ impl RegionMap {
         // A new region on an fd number seen before: the host closed the old region
         // (fd numbers are reused only after close), so its mapping can go — this keeps a
         // chip's mappings bounded by the host's open regions.
-        let stale: Vec<u64> = self.cache.keys().copied().filter(|&k| k as u32 as i32 == fd && k != id).collect();
+        let stale: Vec<u64> = self
+            .cache
+            .keys()
+            .copied()
+            .filter(|&k| k as u32 as i32 == fd && k != id)
+            .collect();
         for k in stale {
             if let Some((b, l)) = self.cache.remove(&k) {
                 if let Some(i) = self.owned.iter().position(|&(p, _)| p == b) {
@@ -158,16 +193,29 @@ impl RegionMap {
         // safety: plain syscalls with checked results; the mapping is recorded and
         // unmapped when the map is dropped.
         unsafe {
-            let f = libc::open(path.as_ptr() as *const libc::c_char, libc::O_RDWR | libc::O_CLOEXEC);
+            let f = libc::open(
+                path.as_ptr() as *const libc::c_char,
+                libc::O_RDWR | libc::O_CLOEXEC,
+            );
             if f < 0 {
                 return Err(os_err(&format!("open {}", path.trim_end_matches('\0'))));
             }
             let mut st: libc::stat = std::mem::zeroed();
             if libc::fstat(f, &mut st) != 0 || (st.st_size as u64) < len {
                 libc::close(f);
-                return Err(ShmError(format!("region {id:#x}: size {} smaller than {len}", st.st_size)));
+                return Err(ShmError(format!(
+                    "region {id:#x}: size {} smaller than {len}",
+                    st.st_size
+                )));
             }
-            let p = libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_NORESERVE, f, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                f,
+                0,
+            );
             libc::close(f);
             if p == libc::MAP_FAILED {
                 return Err(os_err("mmap of a shared region"));
@@ -213,7 +261,9 @@ mod tests {
         let id = b.id();
         drop(b);
         assert_eq!(locate(base, 1), None);
-        assert!(RegionMap::new(std::process::id() as i32, true).resolve(id, 1).is_err());
+        assert!(RegionMap::new(std::process::id() as i32, true)
+            .resolve(id, 1)
+            .is_err());
         // A new region reusing the fd number replaces the old mapping.
         let b2 = SharedBuffer::new(4096).unwrap();
         if b2.id() as u32 == id as u32 {

@@ -28,7 +28,10 @@ use std::time::Instant;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // safety: writes into a local timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -99,7 +102,12 @@ impl Timeline {
 
     /// The Chrome trace object.
     pub fn to_json(&self) -> Value {
-        let mut ev = Vec::with_capacity(2 * self.processes.len() + self.threads.len() + self.slices.len() + 2 * self.flows.len());
+        let mut ev = Vec::with_capacity(
+            2 * self.processes.len()
+                + self.threads.len()
+                + self.slices.len()
+                + 2 * self.flows.len(),
+        );
         for (i, (pid, name)) in self.processes.iter().enumerate() {
             ev.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}));
             ev.push(json!({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": i}}));
@@ -149,16 +157,27 @@ pub struct ChipTrace {
 
 /// Read a chip's swimlane file.
 pub fn read_chip_trace(path: &Path) -> Result<ChipTrace, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
-    let events = v.get("traceEvents").and_then(Value::as_array).ok_or_else(|| format!("{}: no traceEvents", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let events = v
+        .get("traceEvents")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("{}: no traceEvents", path.display()))?;
     let mut t = ChipTrace::default();
-    let ns = |x: Option<&Value>| (x.and_then(Value::as_f64).unwrap_or(0.0).max(0.0) * 1000.0).round() as u64;
+    let ns = |x: Option<&Value>| {
+        (x.and_then(Value::as_f64).unwrap_or(0.0).max(0.0) * 1000.0).round() as u64
+    };
     for e in events {
         let tid = e.get("tid").and_then(Value::as_u64).unwrap_or(0);
         match e.get("ph").and_then(Value::as_str) {
             Some("M") if e.get("name").and_then(Value::as_str) == Some("thread_name") => {
-                let name = e.pointer("/args/name").and_then(Value::as_str).unwrap_or("core").to_string();
+                let name = e
+                    .pointer("/args/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("core")
+                    .to_string();
                 t.threads.push((tid, name));
             }
             Some("X") => {
@@ -166,7 +185,11 @@ pub fn read_chip_trace(path: &Path) -> Result<ChipTrace, String> {
                 t.slices.push(Slice {
                     pid: 0,
                     tid,
-                    name: e.get("name").and_then(Value::as_str).unwrap_or("?").to_string(),
+                    name: e
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                        .to_string(),
                     start_ns: start,
                     end_ns: start + ns(e.get("dur")),
                     args: e.get("args").cloned().unwrap_or(Value::Null),
@@ -196,18 +219,48 @@ mod tests {
 
     #[test]
     fn timeline_json_shape() {
-        let mut t = Timeline { t0_ns: 1_000_000, ..Default::default() };
+        let mut t = Timeline {
+            t0_ns: 1_000_000,
+            ..Default::default()
+        };
         t.processes.push((7, "host (pid 7)".into()));
         t.threads.push((7, 8, "orchestrator".into()));
-        t.slices.push(Slice { pid: 7, tid: 8, name: "a".into(), start_ns: 1_002_000, end_ns: 1_005_000, args: json!({}) });
-        t.flows.push(Flow { id: 3, cat: "dispatch", name: "d".into(), from: FlowEnd { pid: 7, tid: 8, at_ns: 1_003_000 }, to: FlowEnd { pid: 9, tid: 1, at_ns: 1_004_000 } });
+        t.slices.push(Slice {
+            pid: 7,
+            tid: 8,
+            name: "a".into(),
+            start_ns: 1_002_000,
+            end_ns: 1_005_000,
+            args: json!({}),
+        });
+        t.flows.push(Flow {
+            id: 3,
+            cat: "dispatch",
+            name: "d".into(),
+            from: FlowEnd {
+                pid: 7,
+                tid: 8,
+                at_ns: 1_003_000,
+            },
+            to: FlowEnd {
+                pid: 9,
+                tid: 1,
+                at_ns: 1_004_000,
+            },
+        });
         let v = t.to_json();
         let ev = v["traceEvents"].as_array().unwrap();
         let x = ev.iter().find(|e| e["ph"] == "X").unwrap();
-        assert_eq!((x["ts"].as_f64(), x["dur"].as_f64()), (Some(2.0), Some(3.0)));
+        assert_eq!(
+            (x["ts"].as_f64(), x["dur"].as_f64()),
+            (Some(2.0), Some(3.0))
+        );
         let s = ev.iter().find(|e| e["ph"] == "s").unwrap();
         let f = ev.iter().find(|e| e["ph"] == "f").unwrap();
-        assert_eq!((s["id"].as_u64(), f["id"].as_u64(), f["bp"].as_str()), (Some(3), Some(3), Some("e")));
+        assert_eq!(
+            (s["id"].as_u64(), f["id"].as_u64(), f["bp"].as_str()),
+            (Some(3), Some(3), Some("e"))
+        );
         assert_eq!(v["otherData"]["t0_ns"], 1_000_000);
     }
 }

@@ -4,7 +4,11 @@
 use taskring::*;
 
 pub fn chip(cores: usize) -> ChipWorker {
-    ChipWorker::new(ChipOptions { cores, ..Default::default() }).expect("chip")
+    ChipWorker::new(ChipOptions {
+        cores,
+        ..Default::default()
+    })
+    .expect("chip")
 }
 
 pub fn sizing(window: u64, heap: u64, dep_pool: u64) -> RingSizing {
@@ -15,7 +19,11 @@ pub fn spec(shape: &[u32]) -> TensorSpec {
     TensorSpec::new(shape, DType::F32).unwrap()
 }
 
-pub fn submit(o: &mut Orchestrator<'_>, k: KernelRef, build: impl FnOnce(&mut TaskArgs)) -> Result<TaskOutputs, RuntimeFailure> {
+pub fn submit(
+    o: &mut Orchestrator<'_>,
+    k: KernelRef,
+    build: impl FnOnce(&mut TaskArgs),
+) -> Result<TaskOutputs, RuntimeFailure> {
     let mut a = TaskArgs::new();
     build(&mut a);
     o.submit(k, &a)

@@ -31,12 +31,22 @@ fn plural(n: usize, word: &str) -> String {
 impl Sig {
     /// `x` read, `out` written, no scalars (`copy`, `exp`, `rowmax`, `softmax_rows`, ...).
     pub(super) const fn unary(name: &'static str) -> Sig {
-        Sig { name, inputs: &["x"], outputs: &["out"], scalars: &[] }
+        Sig {
+            name,
+            inputs: &["x"],
+            outputs: &["out"],
+            scalars: &[],
+        }
     }
 
     /// `a` and `b` read, `out` written, no scalars (`add`, `sub`, `mul`).
     pub(super) const fn binary(name: &'static str) -> Sig {
-        Sig { name, inputs: &["a", "b"], outputs: &["out"], scalars: &[] }
+        Sig {
+            name,
+            inputs: &["a", "b"],
+            outputs: &["out"],
+            scalars: &[],
+        }
     }
 
     /// The same signature with these scalar labels.
@@ -63,7 +73,12 @@ impl Sig {
     }
 
     /// Counts, scalars, dtypes, row layout, alignment and writable self-overlap.
-    pub(super) fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
+    pub(super) fn check(
+        &self,
+        tensors: &[Tensor],
+        n_inputs: usize,
+        scalars: &[u64],
+    ) -> Result<(), String> {
         let (ni, no) = (self.inputs.len(), self.outputs.len());
         if tensors.len() != ni + no {
             return fail(
@@ -125,9 +140,18 @@ pub(super) fn check_scalars(name: &str, want: &[&str], got: &[u64]) -> Result<()
 }
 
 /// One tensor: dtype, row-addressable, aligned, and (if writable) rows that do not overlap.
-fn check_tensor(name: &str, i: usize, label: &str, t: &Tensor, writable: bool) -> Result<(), String> {
+fn check_tensor(
+    name: &str,
+    i: usize,
+    label: &str,
+    t: &Tensor,
+    writable: bool,
+) -> Result<(), String> {
     if t.dtype != DType::F32 {
-        return fail(name, format!("tensor {i} has dtype {}, expected float32", t.dtype));
+        return fail(
+            name,
+            format!("tensor {i} has dtype {}, expected float32", t.dtype),
+        );
     }
     let Some((rows, cols, stride)) = t.as_rows() else {
         return fail(
@@ -213,7 +237,12 @@ pub(super) fn overlaps(a: &Tensor, b: &Tensor) -> bool {
     kmin <= kmax
 }
 
-pub(super) fn check_elementwise(sig: &Sig, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
+pub(super) fn check_elementwise(
+    sig: &Sig,
+    tensors: &[Tensor],
+    n_inputs: usize,
+    scalars: &[u64],
+) -> Result<(), String> {
     sig.check(tensors, n_inputs, scalars)?;
     check_same_shape(sig, tensors)
 }
@@ -278,7 +307,11 @@ mod tests {
         assert_eq!(
             err(
                 MATMUL,
-                &[t(&mut a, &[4, 8]), t(&mut b, &[16, 2]), t(&mut o[..8], &[4, 2])],
+                &[
+                    t(&mut a, &[4, 8]),
+                    t(&mut b, &[16, 2]),
+                    t(&mut o[..8], &[4, 2])
+                ],
                 2,
                 &[]
             ),
@@ -287,7 +320,11 @@ mod tests {
         assert_eq!(
             err(
                 MATMUL,
-                &[t(&mut a, &[4, 8]), t(&mut b, &[8, 4]), t(&mut o[..9], &[3, 3])],
+                &[
+                    t(&mut a, &[4, 8]),
+                    t(&mut b, &[8, 4]),
+                    t(&mut o[..9], &[3, 3])
+                ],
                 2,
                 &[]
             ),
@@ -296,7 +333,11 @@ mod tests {
         assert_eq!(
             err(
                 MATMUL,
-                &[t(&mut a, &[32]), t(&mut b, &[32, 1]), t(&mut o[..1], &[1, 1])],
+                &[
+                    t(&mut a, &[32]),
+                    t(&mut b, &[32, 1]),
+                    t(&mut o[..1], &[1, 1])
+                ],
                 2,
                 &[]
             ),
@@ -305,7 +346,11 @@ mod tests {
         assert_eq!(
             err(
                 ADD,
-                &[t(&mut a, &[4, 8]), t(&mut b, &[8, 4]), t(&mut o[..32], &[4, 8])],
+                &[
+                    t(&mut a, &[4, 8]),
+                    t(&mut b, &[8, 4]),
+                    t(&mut o[..32], &[4, 8])
+                ],
                 2,
                 &[]
             ),
@@ -320,7 +365,12 @@ mod tests {
             "kernel 'rowsum': output out is [8], expected [4] or [4, 1] (one value per row of x [4, 8])"
         );
         assert_eq!(
-            err(ROWMAX, &[t(&mut a, &[2, 2, 8]), t(&mut o[..4], &[4])], 1, &[]),
+            err(
+                ROWMAX,
+                &[t(&mut a, &[2, 2, 8]), t(&mut o[..4], &[4])],
+                1,
+                &[]
+            ),
             "kernel 'rowmax': input x must be 1-D or 2-D, got shape [2, 2, 8]"
         );
         assert_eq!(
@@ -337,7 +387,10 @@ mod tests {
             err(SCALE, &[tx, to], 1, &[]),
             "kernel 'scale': needs 1 scalar (alpha), got 0"
         );
-        assert_eq!(err(FILL, &[to], 0, &[]), "kernel 'fill': needs 1 scalar (value), got 0");
+        assert_eq!(
+            err(FILL, &[to], 0, &[]),
+            "kernel 'fill': needs 1 scalar (value), got 0"
+        );
         assert_eq!(
             err(EXP, &[tx, to], 1, &[f(1.0)]),
             "kernel 'exp': takes no scalars, got 1"
@@ -355,8 +408,11 @@ mod tests {
              (the last dimension must have stride 1 and the leading dimensions must nest)"
         );
         // Leading dims that do not nest.
-        let bad3 = t(&mut w, &[4, 8]).view(&[2, 2, 2], 0, Some(&[3, 8, 1])).unwrap();
-        assert!(err(COPY, &[bad3, t(&mut o[..8], &[2, 2, 2])], 1, &[]).contains("tensor 0 (x) with shape [2, 2, 2]"));
+        let bad3 = t(&mut w, &[4, 8])
+            .view(&[2, 2, 2], 0, Some(&[3, 8, 1]))
+            .unwrap();
+        assert!(err(COPY, &[bad3, t(&mut o[..8], &[2, 2, 2])], 1, &[])
+            .contains("tensor 0 (x) with shape [2, 2, 2]"));
         // A written view whose rows overlap.
         let overlapping = t(&mut o, &[64]).view(&[4, 4], 0, Some(&[2, 1])).unwrap();
         assert_eq!(
@@ -385,10 +441,16 @@ mod tests {
         );
         // Disjoint column blocks / row blocks of one buffer are fine.
         let c_ok = whole.view(&[4, 4], 4, Some(&[8, 1])).unwrap();
-        MATMUL.0.check(&[a, t(&mut bb, &[4, 4]), c_ok], 2, &[]).unwrap();
+        MATMUL
+            .0
+            .check(&[a, t(&mut bb, &[4, 4]), c_ok], 2, &[])
+            .unwrap();
         let c_ok = t(&mut big, &[8, 4]).rows_slice(4, 8).unwrap();
         let a_ok = t(&mut big, &[8, 4]).rows_slice(0, 4).unwrap();
-        MATMUL.0.check(&[a_ok, t(&mut bb, &[4, 4]), c_ok], 2, &[]).unwrap();
+        MATMUL
+            .0
+            .check(&[a_ok, t(&mut bb, &[4, 4]), c_ok], 2, &[])
+            .unwrap();
     }
 
     #[test]
@@ -429,5 +491,4 @@ mod tests {
             }
         }
     }
-
 }

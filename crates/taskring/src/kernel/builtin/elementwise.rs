@@ -10,7 +10,10 @@ use crate::tensor::Tensor;
 /// `out[i] = f(x[i])` for tensors 0 (read) and 1 (written).
 #[inline(always)]
 fn map1(name: &str, call: &KernelCall<'_>, f: impl Fn(f32) -> f32) {
-    let (mut x, mut o) = (Rows::of(name, &call.tensors[0]), Rows::of(name, &call.tensors[1]));
+    let (mut x, mut o) = (
+        Rows::of(name, &call.tensors[0]),
+        Rows::of(name, &call.tensors[1]),
+    );
     assert_same_layout(name, &x, &o);
     if x.dense() && o.dense() {
         (x, o) = (x.flat(), o.flat());
@@ -234,12 +237,20 @@ mod tests {
         // Copy column block [:, 2..5] of a 4x8 matrix into column block [:, 1..4] of 4x6.
         let mut src = data(32, 3);
         let mut dst = vec![-7.0; 24];
-        let vs = t(&mut src, &[4, 8]).view(&[4, 3], 2, Some(&[8, 1])).unwrap();
-        let vd = t(&mut dst, &[4, 6]).view(&[4, 3], 1, Some(&[6, 1])).unwrap();
+        let vs = t(&mut src, &[4, 8])
+            .view(&[4, 3], 2, Some(&[8, 1]))
+            .unwrap();
+        let vd = t(&mut dst, &[4, 6])
+            .view(&[4, 3], 1, Some(&[6, 1]))
+            .unwrap();
         exec(COPY, &[vs, vd], 1, &[]);
         for r in 0..4 {
             for c in 0..6 {
-                let want = if (1..4).contains(&c) { src[r * 8 + c + 1] } else { -7.0 };
+                let want = if (1..4).contains(&c) {
+                    src[r * 8 + c + 1]
+                } else {
+                    -7.0
+                };
                 assert_eq!(dst[r * 6 + c], want, "({r}, {c})");
             }
         }
@@ -266,7 +277,11 @@ mod tests {
             let mut o = vec![0.0; 24];
             exec(
                 k,
-                &[t(&mut a, &[2, 3, 4]), t(&mut b, &[2, 3, 4]), t(&mut o, &[2, 3, 4])],
+                &[
+                    t(&mut a, &[2, 3, 4]),
+                    t(&mut b, &[2, 3, 4]),
+                    t(&mut o, &[2, 3, 4]),
+                ],
                 2,
                 &[],
             );
@@ -321,7 +336,12 @@ mod tests {
     fn scale_and_exp() {
         let mut x = data(15, 10);
         let mut o = vec![0.0; 15];
-        exec(SCALE, &[t(&mut x, &[3, 5]), t(&mut o, &[3, 5])], 1, &[f(-1.5)]);
+        exec(
+            SCALE,
+            &[t(&mut x, &[3, 5]), t(&mut o, &[3, 5])],
+            1,
+            &[f(-1.5)],
+        );
         assert_eq!(o, x.iter().map(|v| -1.5 * v).collect::<Vec<_>>());
 
         exec(EXP, &[t(&mut x, &[15]), t(&mut o, &[15])], 1, &[]);
@@ -337,5 +357,4 @@ mod tests {
             .collect();
         close(&o2, &want, 1e-6);
     }
-
 }

@@ -6,21 +6,34 @@ use super::rows::Rows;
 use crate::kernel::{CoreKind, Kernel, KernelCall};
 use crate::tensor::Tensor;
 
-fn check_matmul(sig: &Sig, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
+fn check_matmul(
+    sig: &Sig,
+    tensors: &[Tensor],
+    n_inputs: usize,
+    scalars: &[u64],
+) -> Result<(), String> {
     sig.check(tensors, n_inputs, scalars)?;
     let (a, b, c) = (&tensors[0], &tensors[1], &tensors[2]);
     for (i, t) in tensors.iter().enumerate() {
         if t.ndims != 2 {
             return fail(
                 sig.name,
-                format!("{} must be 2-D, got shape {:?} (tensor {i})", sig.label(i), t.shape()),
+                format!(
+                    "{} must be 2-D, got shape {:?} (tensor {i})",
+                    sig.label(i),
+                    t.shape()
+                ),
             );
         }
     }
     if a.shape[1] != b.shape[0] {
         return fail(
             sig.name,
-            format!("inner dimensions differ: a is {:?}, b is {:?}", a.shape(), b.shape()),
+            format!(
+                "inner dimensions differ: a is {:?}, b is {:?}",
+                a.shape(),
+                b.shape()
+            ),
         );
     }
     let want = [a.shape[0], b.shape[1]];
@@ -89,7 +102,12 @@ fn gemm(name: &str, call: &KernelCall<'_>, beta: f32) {
 
 /// `a [M, K]` and `b [K, N]` read, `c [M, N]` written, no scalars.
 const fn gemm_sig(name: &'static str) -> Sig {
-    Sig { name, inputs: &["a", "b"], outputs: &["c"], scalars: &[] }
+    Sig {
+        name,
+        inputs: &["a", "b"],
+        outputs: &["c"],
+        scalars: &[],
+    }
 }
 
 const MATMUL_SIG: Sig = gemm_sig(MatmulKernel::NAME);
@@ -184,7 +202,9 @@ mod tests {
         let mut wa = data(60, 13);
         let mut wb = data(24, 14);
         let mut wc = vec![5.0; 30];
-        let a = t(&mut wa, &[6, 10]).view(&[6, 4], 2, Some(&[10, 1])).unwrap();
+        let a = t(&mut wa, &[6, 10])
+            .view(&[6, 4], 2, Some(&[10, 1]))
+            .unwrap();
         let b = t(&mut wb, &[8, 3]).rows_slice(1, 5).unwrap();
         let c = t(&mut wc, &[6, 5]).view(&[6, 3], 1, Some(&[5, 1])).unwrap();
         exec(MATMUL, &[a, b, c], 2, &[]);
@@ -199,7 +219,10 @@ mod tests {
                 let got = wc[r * 5 + col];
                 if (1..4).contains(&col) {
                     let w = want[r * n + col - 1];
-                    assert!((got - w).abs() <= 1e-5 * (1.0 + w.abs()), "({r}, {col}): {got} vs {w}");
+                    assert!(
+                        (got - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "({r}, {col}): {got} vs {w}"
+                    );
                 } else {
                     assert_eq!(got, 5.0, "({r}, {col}) must be untouched");
                 }
@@ -220,5 +243,4 @@ mod tests {
         let want: Vec<f32> = c0.iter().zip(&p).map(|(x, y)| x + 2.0 * y).collect();
         close(&c, &want, 1e-5);
     }
-
 }

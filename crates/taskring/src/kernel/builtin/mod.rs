@@ -153,8 +153,13 @@ mod testing {
 
     /// check() must fail; returns its message (which starts with `kernel '{name}': `).
     pub fn err(k: KernelRef, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> String {
-        let e = k.0.check(tensors, n_inputs, scalars).expect_err("check should fail");
-        assert!(e.starts_with(&format!("kernel '{}': ", k.name())), "bad prefix: {e}");
+        let e =
+            k.0.check(tensors, n_inputs, scalars)
+                .expect_err("check should fail");
+        assert!(
+            e.starts_with(&format!("kernel '{}': ", k.name())),
+            "bad prefix: {e}"
+        );
         e
     }
 
@@ -162,7 +167,10 @@ mod testing {
     pub fn close(got: &[f32], want: &[f32], tol: f32) {
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "element {i}: got {g}, want {w}"
+            );
         }
     }
 }
@@ -202,7 +210,11 @@ mod tests {
             SOFTMAX_ROWS,
         ];
         for (h, k) in handles.iter().zip(all()) {
-            assert!(std::ptr::addr_eq(h.0, k.0), "{} is not the table's entry", h.name());
+            assert!(
+                std::ptr::addr_eq(h.0, k.0),
+                "{} is not the table's entry",
+                h.name()
+            );
         }
         let mut sorted = NAMES.to_vec();
         sorted.sort_unstable();

@@ -6,7 +6,12 @@ use super::rows::{assert_same_layout, Rows};
 use crate::kernel::{Kernel, KernelCall};
 use crate::tensor::Tensor;
 
-fn check_row_reduce(sig: &Sig, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
+fn check_row_reduce(
+    sig: &Sig,
+    tensors: &[Tensor],
+    n_inputs: usize,
+    scalars: &[u64],
+) -> Result<(), String> {
     sig.check(tensors, n_inputs, scalars)?;
     let (x, out) = (&tensors[0], &tensors[1]);
     let m = match x.ndims {
@@ -212,7 +217,12 @@ mod tests {
         close(&one, &[x.iter().sum()], 1e-6);
         let blk = t(&mut x, &[3, 4]).view(&[3, 2], 1, Some(&[4, 1])).unwrap();
         exec(ROWMAX, &[blk, t(&mut o, &[3, 1])], 1, &[]);
-        assert_eq!(o, (0..3).map(|r| x[r * 4 + 1].max(x[r * 4 + 2])).collect::<Vec<_>>());
+        assert_eq!(
+            o,
+            (0..3)
+                .map(|r| x[r * 4 + 1].max(x[r * 4 + 2]))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -226,9 +236,16 @@ mod tests {
             let s: f64 = e.iter().sum();
             e.iter().map(|v| (v / s) as f32).collect()
         };
-        let want: Vec<f32> = (0..4).flat_map(|r| reference(&x[r * 5..r * 5 + 5])).collect();
+        let want: Vec<f32> = (0..4)
+            .flat_map(|r| reference(&x[r * 5..r * 5 + 5]))
+            .collect();
         let mut o = vec![0.0; 20];
-        exec(SOFTMAX_ROWS, &[t(&mut x, &[4, 5]), t(&mut o, &[4, 5])], 1, &[]);
+        exec(
+            SOFTMAX_ROWS,
+            &[t(&mut x, &[4, 5]), t(&mut o, &[4, 5])],
+            1,
+            &[],
+        );
         close(&o, &want, 1e-6);
         assert!(o.iter().all(|v| v.is_finite()));
 
@@ -249,5 +266,4 @@ mod tests {
         exec(SOFTMAX_ROWS, &[tx, tx], 1, &[]);
         close(&x, &want, 1e-6);
     }
-
 }

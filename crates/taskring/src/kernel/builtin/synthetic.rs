@@ -82,5 +82,4 @@ mod tests {
             "kernel 'busy_wait': iterations must be >= 0, got -5"
         );
     }
-
 }
