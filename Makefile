@@ -20,7 +20,7 @@ demo-l3: py-dev
 demo-l2:
 	$(CARGO) run --locked --release -q -p taskring --example l2_demo
 
-test: test-rust test-loom test-python
+test: lint test-rust test-loom test-python
 
 # Python package: a virtual environment with the pinned tools, the native module built
 # by maturin into it (release mode), then pytest.

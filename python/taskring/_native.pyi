@@ -13,6 +13,7 @@ import numpy as np
 from typing_extensions import Self, TypeAlias
 
 __all__ = [
+    "CapturedProgram",
     "NodeScope",
     "sizing_command",
     "RuntimeEnv",

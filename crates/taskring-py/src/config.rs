@@ -539,17 +539,3 @@ pub fn resolve_ring_sizing(
     }
     Ok(PyRingSizing { inner: s })
 }
-
-/// The sizing advisor over a scope-stats file's text: `(runtime_env, env_lines,
-/// peaks)` where `peaks` is `(task_window, heap, dep_pool)` as recorded.
-#[pyfunction]
-#[pyo3(signature = (text, headroom=1.25))]
-pub fn sizing_advice(text: &str, headroom: f64) -> PyResult<(String, String, RingLists)> {
-    let p = taskring::dfx::read_peaks(text).map_err(PyValueError::new_err)?;
-    let a = taskring::dfx::advise(&p, headroom);
-    Ok((
-        a.runtime_env(),
-        a.env_lines(),
-        (p.task_window.to_vec(), p.heap.to_vec(), p.dep_pool.to_vec()),
-    ))
-}

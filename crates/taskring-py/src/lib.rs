@@ -40,7 +40,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PyNode>()?;
     m.add_class::<node::PyNodeOrchestrator>()?;
     m.add_class::<node::NodeScope>()?;
-    m.add_function(wrap_pyfunction!(config::sizing_advice, m)?)?;
     m.add_function(wrap_pyfunction!(sizing::sizing_command, m)?)?;
     m.add_class::<node::PyNodeRunReport>()?;
     m.add_class::<node::PyChipTaskReport>()?;

@@ -342,7 +342,7 @@ const MAX_ITEM: u64 = 8;
 /// at the wrong bytes (API.md §2). Checked before anything runs.
 pub fn check_aligned(i: usize, data: u64, dtype: DType) -> PyResult<()> {
     let item = dtype.size_bytes() as u64;
-    if data % item != 0 {
+    if !data.is_multiple_of(item) {
         return Err(PyValueError::new_err(format!(
             "argument {i}: array data is not aligned to its {item}-byte elements"
         )));
@@ -1289,9 +1289,9 @@ pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, std::sync::Arc<P
                 },
             )
             .map_err(|e| keep(e, "could not create the orchestrator"))?;
-            rt.borrow(py)
-                .ptr
-                .set(o as *mut Orchestrator<'_> as *mut Orchestrator<'static>);
+            #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetime
+            let erased = o as *mut Orchestrator<'_> as *mut Orchestrator<'static>;
+            rt.borrow(py).ptr.set(erased);
             let mut call_args: Vec<Bound<'_, PyAny>> =
                 vec![rt.clone_ref(py).into_bound(py).into_any()];
             for a in args {

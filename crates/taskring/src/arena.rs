@@ -129,7 +129,9 @@ pub struct ArenaStats {
 pub struct ArenaCache {
     slots: usize,
     shared_heaps: bool,
-    /// Most recently used first.
+    /// Most recently used first. Boxed: a run holds pointers into its arena while the
+    /// LRU order of the vector changes, so an arena must not move.
+    #[allow(clippy::vec_box)]
     arenas: Vec<Box<Arena>>,
     stats: ArenaStats,
 }

@@ -175,6 +175,24 @@ pub fn rss_bytes() -> u64 {
     pages * page.max(0) as u64
 }
 
+/// Hint that the `lines` cache lines from `p` will be written soon (a no-op where the
+/// target has no prefetch instruction, and under loom). The submit path uses it for the
+/// slot it will fill a few tasks ahead, so the stores of the next submits hit lines that
+/// are already on their way instead of stalling the publishing `lock xadd` on misses.
+#[inline(always)]
+pub fn prefetch_write(p: *const u8, lines: usize) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    for i in 0..lines {
+        // safety: prefetch never faults and has no architectural effect.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(i * 64) as *const i8);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = (p, lines);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,22 +212,4 @@ mod tests {
         a.discard();
         assert_eq!(a[7], 0);
     }
-}
-
-/// Hint that the `lines` cache lines from `p` will be written soon (a no-op where the
-/// target has no prefetch instruction, and under loom). The submit path uses it for the
-/// slot it will fill a few tasks ahead, so the stores of the next submits hit lines that
-/// are already on their way instead of stalling the publishing `lock xadd` on misses.
-#[inline(always)]
-pub fn prefetch_write(p: *const u8, lines: usize) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    for i in 0..lines {
-        // safety: prefetch never faults and has no architectural effect.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-            _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(i * 64) as *const i8);
-        }
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = (p, lines);
 }

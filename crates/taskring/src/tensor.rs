@@ -10,7 +10,7 @@
 //! - the view stays inside its buffer: `(offset + extent) * elem_size <= buf_bytes`.
 //!
 //! Who uses it: the orchestrator (dependency inference, §5 of the reference), the
-//! tensormap (overlap test), kernels (element access through [`Tensor::rows`]).
+//! tensormap (overlap test), kernels (element access through [`Tensor::data_ptr`] and [`Tensor::as_rows`]).
 
 use std::fmt;
 

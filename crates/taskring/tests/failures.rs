@@ -572,13 +572,14 @@ fn failing_kernel_fails_the_run_and_skips_dependants() {
     }
 }
 
+/// One misuse of the orchestrator API, given a host tensor.
+type Misuse =
+    Box<dyn Fn(&mut Orchestrator<'_>, Tensor) -> Result<(), RuntimeFailure> + Send + Sync>;
+
 #[test]
 fn misuse_is_invalid_args_naming_the_call() {
     let mut w = patient_chip();
-    let cases: Vec<(
-        &str,
-        Box<dyn Fn(&mut Orchestrator<'_>, Tensor) -> Result<(), RuntimeFailure> + Send + Sync>,
-    )> = vec![
+    let cases: Vec<(&str, Misuse)> = vec![
         (
             "expected 3 tensors",
             Box::new(|o, x| {

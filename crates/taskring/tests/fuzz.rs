@@ -196,7 +196,7 @@ fn text(max_chars: usize) -> impl Strategy<Value = String> {
     prop_oneof![
         3 => ".{0,40}",
         1 => prop::collection::vec(any::<char>(), 0..max_chars).prop_map(|v| v.into_iter().collect::<String>()),
-        1 => (any::<char>(), 0..max_chars).prop_map(|(c, n)| std::iter::repeat(c).take(n).collect::<String>()),
+        1 => (any::<char>(), 0..max_chars).prop_map(|(c, n)| std::iter::repeat_n(c, n).collect::<String>()),
     ]
 }
 
@@ -857,6 +857,7 @@ fn env_resolve_never_invalid() {
                             expected_warnings.push(f.env_var());
                         }
                         let env_vals = parsed.and_then(|p| p.1).unwrap_or([0; 4]);
+                        #[allow(clippy::needless_range_loop)] // ring indexes three parallel tables
                         for ring in 0..4 {
                             let v = sizing.get(f)[ring];
                             prop_assert!(

@@ -235,7 +235,7 @@ impl View {
                 View::Block { r0, nr, c0, nc }
             }
             _ => {
-                if q % 2 == 0 {
+                if q.is_multiple_of(2) {
                     View::Row1d((q / 2) % rows)
                 } else {
                     View::Flat
@@ -581,7 +581,7 @@ impl Gen {
 
     fn avail_bufs(&self) -> Vec<usize> {
         (0..self.bufs.len())
-            .filter(|&b| self.bufs[b].frame.map_or(true, |f| self.frame_open(f)))
+            .filter(|&b| self.bufs[b].frame.is_none_or(|f| self.frame_open(f)))
             .collect()
     }
 
@@ -761,7 +761,7 @@ impl Gen {
                         let b = &self.bufs[buf];
                         let rect = view.rect(b.rows, b.cols);
                         assert!(
-                            b.frame.map_or(true, |f| self.frame_open(f)),
+                            b.frame.is_none_or(|f| self.frame_open(f)),
                             "b{buf} used after its scope ended"
                         );
                         assert!(
