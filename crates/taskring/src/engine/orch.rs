@@ -98,8 +98,6 @@ struct FaninEdge {
     flags: u64,
     /// Claimed (a reference taken on the producer).
     claimed: bool,
-    /// WAIT edge whose producer had not completed at claim time.
-    pending: bool,
 }
 
 /// The orchestrator's private part of an arena. Reset per run in O(rings).
@@ -471,6 +469,7 @@ impl DryScope {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Blocked {
     Window,
     Heap,
@@ -1128,18 +1127,15 @@ impl<'r> Orchestrator<'r> {
         let rs = &self.sh.rings[ring];
         // Claim producers.
         let mut waits = 0u32;
-        let mut pending = 0u64;
         let mut live_edges = 0usize;
         let no_fanin = self.st.fanin.is_empty();
         for e in self.st.fanin.iter_mut() {
             match self.sh.claim(e.producer, e.flags) {
-                Claim::Claimed { pending: p } => {
+                Claim::Claimed { .. } => {
                     live_edges += 1;
                     e.claimed = true;
                     if e.flags & DEP_WAIT != 0 {
                         waits += 1;
-                        e.pending = p;
-                        pending += p as u64;
                     }
                 }
                 Claim::Skipped { live } => live_edges += live as usize,
@@ -1162,7 +1158,6 @@ impl<'r> Orchestrator<'r> {
         // Nodes are reserved for every claimed WAIT edge, not only for producers still
         // running at claim time: the pool demand of a program then does not depend on
         // how fast its producers happen to complete (so sizes that fit once fit again).
-        let _ = pending;
         let dep_start = if waits > 0 {
             self.reserve_pool(ring, waits as u64, Blocked::Deps, what)?
         } else {
@@ -1354,7 +1349,6 @@ impl<'r> Orchestrator<'r> {
                     producer: p,
                     flags,
                     claimed: false,
-                    pending: false,
                 });
             }
         }
@@ -1489,7 +1483,7 @@ impl<'r> Orchestrator<'r> {
                 format!("{what}: its outputs need {heap_bytes} bytes (each output rounded up to 1 KiB) but ring {ring}'s ring_heap={heap_size} bytes; {fit}"),
             )));
         }
-        let mut clock = Backstop::new(self);
+        let mut clock = Backstop::new();
         loop {
             self.observe(ring);
             let r = &mut self.st.rings[ring];
@@ -1534,7 +1528,7 @@ impl<'r> Orchestrator<'r> {
                 format!("{what}: the task needs {need} {noun}{extra} but ring {ring}'s ring_dep_pool={cap} entries; a ring_dep_pool of at least {need} entries is needed"),
             )));
         }
-        let mut clock = Backstop::new(self);
+        let mut clock = Backstop::new();
         loop {
             self.observe(ring);
             let r = &mut self.st.rings[ring];
@@ -1547,7 +1541,7 @@ impl<'r> Orchestrator<'r> {
                 r.peak_deps = r.peak_deps.max(used.max(r.deps.used()));
                 return Ok(start);
             }
-            self.wait_or_fail(ring, which_copy(&which), need, what, &mut clock)?;
+            self.wait_or_fail(ring, which, need, what, &mut clock)?;
         }
     }
 
@@ -1568,7 +1562,7 @@ impl<'r> Orchestrator<'r> {
                 format!("{what}: needs {need} tensormap entries"),
             )));
         }
-        let mut clock = Backstop::new(self);
+        let mut clock = Backstop::new();
         loop {
             if self.st.tensormap.free() >= need {
                 return Ok(());
@@ -1804,16 +1798,6 @@ impl std::fmt::Display for What {
     }
 }
 
-fn which_copy(b: &Blocked) -> Blocked {
-    match b {
-        Blocked::Window => Blocked::Window,
-        Blocked::Heap => Blocked::Heap,
-        Blocked::Deps => Blocked::Deps,
-        Blocked::Spill => Blocked::Spill,
-        Blocked::Tensormap => Blocked::Tensormap,
-    }
-}
-
 /// Add `p` to the fanin being built, merging flags of duplicates (per-submit epoch).
 fn add_fanin_to(
     fanin: &mut Vec<FaninEdge>,
@@ -1837,7 +1821,6 @@ fn add_fanin_to(
         producer: p,
         flags,
         claimed: false,
-        pending: false,
     });
 }
 
@@ -1864,7 +1847,7 @@ enum Verdict {
 }
 
 impl Backstop {
-    fn new(_o: &Orchestrator<'_>) -> Backstop {
+    fn new() -> Backstop {
         Backstop {
             since: None,
             completed: 0,

@@ -715,7 +715,7 @@ impl EngineShared {
 
     /// Wake every parked core (shutdown).
     pub fn wake_all_cores(&self) {
-        self.sleep.wake_all();
+        self.sleep.wake();
     }
 
     /// Latch `f` as the run's failure if it is the first, and stop the run.
@@ -728,7 +728,7 @@ impl EngineShared {
         }
         self.fatal.store(true, SeqCst);
         self.progress.notify();
-        self.sleep.wake_all();
+        self.sleep.wake();
     }
 }
 
@@ -788,6 +788,7 @@ impl Sleep {
         self.wake_sleepers();
     }
 
+    /// Wake every parked core (whatever it waits for).
     #[inline]
     pub fn wake(&self) {
         fence(SeqCst);
@@ -800,13 +801,6 @@ impl Sleep {
             let _g = self.m.lock();
             // All: sleepers are of different core kinds, and one woken for work it
             // cannot take would leave the right one asleep until its park timeout.
-            self.cv.notify_all();
-        }
-    }
-    pub fn wake_all(&self) {
-        fence(SeqCst);
-        if self.sleepers.load(Relaxed) > 0 {
-            let _g = self.m.lock();
             self.cv.notify_all();
         }
     }
