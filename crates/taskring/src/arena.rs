@@ -32,7 +32,7 @@ pub struct Arena {
 /// runtime outputs are read by chips).
 enum HeapMemory {
     Private(ZeroedArray<u8>),
-    Shared(crate::node::shm::SharedBuffer),
+    Shared(crate::mem::shm::SharedBuffer),
 }
 
 impl HeapMemory {
@@ -63,7 +63,7 @@ impl Arena {
         for r in 0..4 {
             heaps.push(if shared_heaps {
                 HeapMemory::Shared(
-                    crate::node::shm::SharedBuffer::new(sizing.heap[r] as usize).map_err(|e| {
+                    crate::mem::shm::SharedBuffer::new(sizing.heap[r] as usize).map_err(|e| {
                         ReserveError {
                             bytes: sizing.heap[r],
                             reason: e.to_string(),

@@ -6,6 +6,14 @@
 //! OS. `T` must be valid when all-zero bytes ([`ZeroValid`]).
 //!
 //! Who uses it: the arena (slot tables, heaps, dependency pools, tensormap pool).
+//!
+//! [`shm`] is the other kind of memory: memfd regions shared with chip processes (the
+//! arena's heaps at L3, the node's host tensors), with the registry that turns a host
+//! address into `(region, offset)` and the chip side's region map. It lives here, below
+//! the arena, so that L2 (`arena`) does not depend on L3 (`node`), which re-exports it as
+//! `node::shm`.
+
+pub mod shm;
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
