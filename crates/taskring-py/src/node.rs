@@ -64,7 +64,12 @@ impl ForkHooks for PythonForkHooks {
 
 fn node_err(py: Python<'_>, e: NodeError) -> PyErr {
     match e {
-        NodeError::Config(m) => PyValueError::new_err(m),
+        // A broken rule or a use the node cannot serve: ValueError, the text unchanged.
+        NodeError::Config(_)
+        | NodeError::NoDevices
+        | NodeError::NoSuchChip(_)
+        | NodeError::Closed
+        | NodeError::Start { .. } => PyValueError::new_err(e.to_string()),
         NodeError::Chip(m) => PyRuntimeError::new_err(m),
         NodeError::Failure(f) => failure_err(py, &f),
         NodeError::Interrupted(m) => PyKeyboardInterrupt::new_err(m),

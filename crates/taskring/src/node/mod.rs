@@ -117,7 +117,7 @@ pub use crate::mem::shm;
 pub mod trace;
 
 use crate::chip::{Arg, ChipOptions, ChipWorker, HostTensor, Program, RunError};
-use crate::config::{CallConfig, RingSizing};
+use crate::config::{CallConfig, ConfigError, RingSizing};
 use crate::engine::{
     Orchestrator, PeakUse, RuntimeFailure, Scalar, StatusCode, TaskArgs, TaskOutputs, TensorSpec,
 };
@@ -246,11 +246,31 @@ pub struct NodeRunReport {
 /// Why a node could not start or a run failed.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("{0}")]
-    Config(String),
+    /// A configuration (the prewarm sizing, a run's [`CallConfig`]) breaks a rule;
+    /// [`ConfigError::kind`] names it.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// [`NodeOptions::device_ids`] is empty: a node needs at least one chip.
+    #[error("device_ids must not be empty")]
+    NoDevices,
+    /// `worker` is not a chip of this node.
+    #[error("worker {0} is not a chip of this node")]
+    NoSuchChip(usize),
+    /// The node was closed (or is closing); it runs nothing more.
+    #[error("the node is closed")]
+    Closed,
+    /// The OS refused what starting chip `worker` needs: `what` (its mailbox, host pipe,
+    /// process or thread) and the OS's reason.
+    #[error("{what}: {reason}")]
+    Start {
+        worker: usize,
+        what: String,
+        reason: String,
+    },
     /// A chip's own failure, `chip {worker} (pid {pid}): ...`.
     #[error("{0}")]
     Chip(String),
+    /// The runtime's own failure of a run (a status code and its diagnosis).
     #[error("{0}")]
     Failure(RuntimeFailure),
     /// The run was cancelled ([`NodeHandle::cancel`]).
@@ -259,6 +279,16 @@ pub enum NodeError {
     /// Used in a child of `fork()`; the node belongs to process `.0`.
     #[error("this node was created in process {0}; it cannot be used after fork()")]
     Forked(u32),
+}
+
+impl NodeError {
+    fn start(worker: usize, what: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        NodeError::Start {
+            worker,
+            what: what.into(),
+            reason: reason.to_string(),
+        }
+    }
 }
 
 /// One chip endpoint (host side).
@@ -1063,9 +1093,11 @@ impl NodeHandle {
         if std::process::id() != self.creator {
             return Err(NodeError::Forked(self.creator));
         }
-        let chip = self.shared.chips.get(worker).ok_or_else(|| {
-            NodeError::Config(format!("worker {worker} is not a chip of this node"))
-        })?;
+        let chip = self
+            .shared
+            .chips
+            .get(worker)
+            .ok_or(NodeError::NoSuchChip(worker))?;
         let r = chip
             .round_trip(&self.shared.ctl, frame::encode_stats_request)
             .map_err(NodeError::Chip)?;
@@ -1389,10 +1421,10 @@ impl Node {
         hooks: &dyn ForkHooks,
     ) -> Result<Node, NodeError> {
         if opts.device_ids.is_empty() {
-            return Err(NodeError::Config("device_ids must not be empty".into()));
+            return Err(NodeError::NoDevices);
         }
         if let Some(c) = &opts.prewarm {
-            c.validate().map_err(|e| NodeError::Config(e.message))?;
+            c.validate()?;
         }
         let host_pid = std::process::id() as i32;
         let mut chips: Vec<Chip> = Vec::with_capacity(opts.device_ids.len());
@@ -1401,7 +1433,7 @@ impl Node {
                 Ok(m) => Arc::new(m),
                 Err(e) => {
                     shutdown_chips(&chips);
-                    return Err(NodeError::Config(format!("mailbox: {e}")));
+                    return Err(NodeError::start(worker, "mailbox", e));
                 }
             };
             let (pipe_r, pipe_w) = if opts.chip_processes {
@@ -1409,9 +1441,11 @@ impl Node {
                     Ok(p) => p,
                     Err(e) => {
                         shutdown_chips(&chips);
-                        return Err(NodeError::Config(format!(
-                            "host pipe of chip {worker}: {e}"
-                        )));
+                        return Err(NodeError::start(
+                            worker,
+                            format!("host pipe of chip {worker}"),
+                            e,
+                        ));
                     }
                 }
             } else {
@@ -1459,7 +1493,11 @@ impl Node {
                     // safety: our own fd.
                     unsafe { libc::close(pipe_w) };
                     shutdown_chips(&chips);
-                    return Err(NodeError::Config(format!("fork of chip {worker}: {e}")));
+                    return Err(NodeError::start(
+                        worker,
+                        format!("fork of chip {worker}"),
+                        e,
+                    ));
                 }
                 (pid, None)
             } else {
@@ -1472,7 +1510,7 @@ impl Node {
                     Ok(t) => t,
                     Err(e) => {
                         shutdown_chips(&chips);
-                        return Err(NodeError::Config(format!("chip thread: {e}")));
+                        return Err(NodeError::start(worker, "chip thread", e));
                     }
                 };
                 (host_pid, Some(t))
@@ -1630,12 +1668,9 @@ impl Node {
         let t0 = Instant::now();
         self.check_process()?;
         if self.shared.ctl.closing.load(Acquire) {
-            return Err(NodeError::Config("the node is closed".into()));
+            return Err(NodeError::Closed);
         }
-        let engine = self
-            .engine
-            .as_mut()
-            .ok_or_else(|| NodeError::Config("the node is closed".into()))?;
+        let engine = self.engine.as_mut().ok_or(NodeError::Closed)?;
         let sh = &*self.shared;
         sh.ctl.cancel.store(false, SeqCst);
         // A chip may still run a task of an interrupted run: wait for its late reply
@@ -1722,7 +1757,7 @@ impl Node {
                     .collect(),
                 elapsed_s: t0.elapsed().as_secs_f64(),
             }),
-            Err(RunError::Config(e)) => Err(NodeError::Config(e.message)),
+            Err(RunError::Config(e)) => Err(NodeError::Config(e)),
             Err(RunError::Failure(f)) => match st.first_chip_error.take() {
                 Some(text) if f.code == StatusCode::TaskFailed => Err(NodeError::Chip(text)),
                 _ => Err(NodeError::Failure(f)),
@@ -2006,5 +2041,56 @@ fn shutdown_chips(chips: &[Chip]) {
             kill = proc_state(c.pid).is_some_and(|s| s == 'T' || s == 't');
         }
         *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigErrorKind;
+
+    fn new_node(opts: NodeOptions) -> Result<Node, NodeError> {
+        Node::new(opts, Arc::new(RwLock::new(Vec::new())), &NoForkHooks)
+    }
+
+    #[test]
+    fn errors_before_any_chip_starts_are_typed() {
+        let e = new_node(NodeOptions {
+            device_ids: vec![],
+            ..NodeOptions::default()
+        })
+        .err()
+        .expect("no devices");
+        assert!(matches!(e, NodeError::NoDevices));
+        assert_eq!(e.to_string(), "device_ids must not be empty");
+
+        let prewarm = CallConfig {
+            aicpu_thread_num: 9,
+            ..CallConfig::default()
+        };
+        let e = new_node(NodeOptions {
+            prewarm: Some(prewarm),
+            ..NodeOptions::default()
+        })
+        .err()
+        .expect("a broken prewarm config");
+        let NodeError::Config(c) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(matches!(c.kind(), ConfigErrorKind::AicpuThreadNum { .. }));
+        assert_eq!(e.to_string(), c.message);
+    }
+
+    #[test]
+    fn messages_are_the_python_face_texts() {
+        assert_eq!(NodeError::Closed.to_string(), "the node is closed");
+        assert_eq!(
+            NodeError::NoSuchChip(3).to_string(),
+            "worker 3 is not a chip of this node"
+        );
+        assert_eq!(
+            NodeError::start(1, "fork of chip 1", "out of memory").to_string(),
+            "fork of chip 1: out of memory"
+        );
     }
 }
