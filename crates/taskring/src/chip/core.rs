@@ -1,0 +1,386 @@
+//! Core threads: what a core does with a ready task (run its kernel, complete it, keep
+//! the first consumer it made ready), the idle protocol (spin, yield, park), the
+//! orchestrator's help, and a direct replay's step. Hot path: nothing here allocates or
+//! takes a lock per task unless the swimlane is recorded.
+
+use super::ChipShared;
+use crate::engine::replay::DirectJob;
+use crate::engine::shared::{ArenaShared, EngineShared};
+use crate::engine::{RuntimeFailure, StatusCode};
+use crate::kernel::{CoreKind, KernelCall};
+use crate::tensor::TaskId;
+use crossbeam_utils::CachePadded;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::time::{Duration, Instant};
+
+/// `Core::state` when the core holds no task.
+pub(super) const CORE_IDLE: u64 = u64::MAX;
+/// `Core::state` while the core looks for a task (it may be about to hold one).
+pub(super) const CORE_SEARCHING: u64 = u64::MAX - 1;
+
+/// One core thread's shared record.
+pub(super) struct Core {
+    pub(super) kind: CoreKind,
+    /// Kernel executions of the current run (only while the swimlane is recorded).
+    pub(super) lane: parking_lot::Mutex<Vec<crate::dfx::SwimlaneEvent>>,
+    /// `CORE_IDLE`, `CORE_SEARCHING`, or the id of the task it runs.
+    pub(super) state: CachePadded<AtomicU64>,
+    /// Set when the core was given up on (its kernel never returned): the thread exits
+    /// as soon as the kernel returns, touching nothing.
+    pub(super) abandoned: AtomicBool,
+}
+
+/// Wait until no core holds a task of the run (they finish within a kernel's time), at
+/// most `limit`; false if a core still holds one then.
+pub(super) fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
+    let mut spins = 0u32;
+    let t0 = Instant::now();
+    while sh
+        .cores
+        .read()
+        .iter()
+        .any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE)
+    {
+        if spins.is_multiple_of(1024) && t0.elapsed() >= limit {
+            return false;
+        }
+        spins += 1;
+        if spins < 100 {
+            std::hint::spin_loop();
+        } else if spins < 1000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    true
+}
+
+/// Call a task's kernel; `Some(message)` if it failed (returned an error or panicked).
+fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Option<String> {
+    let call = KernelCall {
+        tensors: &p.tensors[..p.n_tensors as usize],
+        scalars: &p.scalars[..p.n_scalars as usize],
+        n_inputs: p.n_inputs as usize,
+        scalar_float_mask: p.scalar_float_mask,
+    };
+    match catch_unwind(AssertUnwindSafe(|| k.0.try_run(&call))) {
+        Ok(Ok(())) => None,
+        Ok(Err(msg)) => Some(msg),
+        Err(e) => Some(panic_text(&e)),
+    }
+}
+
+/// Most ready tasks a thread keeps to itself during a direct replay (`direct_step`).
+const DIRECT_LOCAL: usize = 4096;
+
+/// Run task `i` of a direct replay on this thread and complete it. Returns the task to
+/// run next here: the first successor it made ready (of a kind this thread runs), else
+/// one of `local`, else a root nobody took yet. Of the other successors it made ready,
+/// every second one it can run goes to `local` (this thread's own stack: no atomics, no
+/// contention; a fan-out's consumers are split between the shared queue, where other
+/// cores take them, and this thread), the rest to the shared ready queues.
+/// `abandoned`: the core was given up on while its kernel ran — then nothing of the job
+/// is touched any more.
+pub(super) fn direct_step(
+    eng: &EngineShared,
+    job: &DirectJob<'_>,
+    i: u32,
+    kind: CoreKind,
+    abandoned: Option<&AtomicBool>,
+    local: &mut Vec<u32>,
+) -> Option<u32> {
+    let r = job.run(i);
+    if abandoned.is_some_and(|a| a.load(SeqCst)) {
+        return None;
+    }
+    if let Err(msg) = r {
+        let (id, k) = job.head(i);
+        if let Some(k) = k {
+            eng.fail(task_failed(k, id, msg));
+        }
+        local.clear();
+        return None;
+    }
+    if eng.fatal.load(Acquire) {
+        // Dependants of a failed task never run; the rest is dropped too.
+        local.clear();
+        return None;
+    }
+    let mut next = None;
+    // One wake-up per batch of successors made ready (a fan-out makes many at once).
+    let mut queued = 0u8;
+    let mut extra = 0usize;
+    let last = job.complete(i, |s| {
+        let sk = job.kind(s);
+        if next.is_none() && can_run(kind, sk) {
+            next = Some(s);
+        } else if extra % 2 == 1 && local.len() < DIRECT_LOCAL && can_run(kind, sk) {
+            extra += 1;
+            local.push(s);
+        } else {
+            extra += 1;
+            queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
+        }
+    });
+    if queued != 0 {
+        eng.wake_for_queues(queued);
+    }
+    // Progress for the stall clock only (it looks for a change): a plain increment, an
+    // update lost to a race with another core does not matter.
+    eng.completed
+        .store(eng.completed.load(Relaxed).wrapping_add(1), Relaxed);
+    if last {
+        eng.progress.notify();
+        return None;
+    }
+    if next.is_none() {
+        if let Some(l) = local.pop() {
+            return Some(l);
+        }
+        while let Some(r) = job.claim_root() {
+            let rk = job.kind(r);
+            if can_run(kind, rk) {
+                return Some(r);
+            }
+            eng.push_ready(TaskId(r as u64), rk);
+        }
+    }
+    next
+}
+
+fn task_failed(k: crate::kernel::KernelRef, task: TaskId, msg: String) -> RuntimeFailure {
+    RuntimeFailure::new(
+        StatusCode::TaskFailed,
+        Some(task.ring()),
+        format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg),
+    )
+}
+
+/// The kinds of task the orchestrator may help with: those some core of the chip can
+/// run (a task no core can run stays a SCHEDULER_TIMEOUT, helper or not).
+pub(super) fn help_kind(kinds: &[CoreKind]) -> CoreKind {
+    let has = |k: CoreKind| kinds.contains(&k);
+    match (
+        has(CoreKind::Any) || (has(CoreKind::Aic) && has(CoreKind::Aiv)),
+        has(CoreKind::Aic),
+    ) {
+        (true, _) => CoreKind::Any,
+        (false, true) => CoreKind::Aic,
+        (false, false) => CoreKind::Aiv,
+    }
+}
+
+/// The orchestrator's help ([`ChipOptions::orchestrator_helps`]): run one ready task
+/// that a core of `kind` could run, on the calling thread, and complete it. Returns
+/// whether it ran one.
+pub(super) fn help_one(sh: &ChipShared, arena: &ArenaShared, kind: CoreKind) -> bool {
+    let eng = &sh.eng;
+    if eng.fatal.load(Acquire) {
+        return false;
+    }
+    let Some(task) = eng.pop_ready(kind) else {
+        return false;
+    };
+    if eng.fatal.load(Acquire) {
+        // Dropped, as a core drops what it popped after a failure.
+        return false;
+    }
+    // safety: `task` was published (popped from a ready queue) and belongs to this run
+    // (queues are drained between runs).
+    let p = unsafe { arena.rings[task.ring()].payload(task.local()) };
+    if let Some(k) = p.kernel {
+        if let Some(msg) = call_kernel(k, p) {
+            eng.fail(task_failed(k, task, msg));
+            return true;
+        }
+    }
+    // safety: the task ran (or is a dummy) and is completed exactly once, here.
+    unsafe {
+        arena.complete(task, eng, |c| {
+            eng.push_ready(c, arena.rings[c.ring()].payload(c.local()).kind)
+        });
+    }
+    true
+}
+
+#[inline]
+pub(super) fn can_run(core: CoreKind, task: CoreKind) -> bool {
+    task == CoreKind::Any || core == CoreKind::Any || core == task
+}
+
+pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
+    let kind = core.kind;
+    let busy = &core.state;
+    let eng = &sh.eng;
+    let mut next: Option<TaskId> = None;
+    // Ready tasks of a direct replay this core keeps to itself (see `direct_step`).
+    let mut local: Vec<u32> = Vec::with_capacity(DIRECT_LOCAL);
+    // Idle protocol: one core at a time may spin (bounded; a yield every 32 checks so
+    // the orchestrator is not starved on small machines), the others park at once.
+    // While a core spins, pushes skip the wake-up syscall (see `Sleep`).
+    let mut idle_spins = 0u32;
+    let mut spinning = false;
+    loop {
+        if core.abandoned.load(Relaxed) {
+            // Given up on (a replacement core runs in its place): touch nothing more.
+            if spinning {
+                eng.end_spin(false);
+            }
+            return;
+        }
+        let task = match next.take() {
+            Some(t) => t,
+            None => {
+                // Only a failed direct replay leaves tasks here (`direct_step` hands
+                // them out before it returns None): they must never meet another run.
+                local.clear();
+                busy.store(CORE_SEARCHING, SeqCst);
+                match eng.pop_ready(kind) {
+                    Some(t) => {
+                        if spinning {
+                            spinning = false;
+                            eng.end_spin(true);
+                        }
+                        t
+                    }
+                    None => {
+                        busy.store(CORE_IDLE, SeqCst);
+                        if eng.shutdown.load(Acquire) {
+                            if spinning {
+                                eng.end_spin(false);
+                            }
+                            return;
+                        }
+                        if idle_spins == 0 && !spinning {
+                            spinning = eng.try_spin(kind);
+                        }
+                        idle_spins += 1;
+                        if spinning && idle_spins < 2048 {
+                            if idle_spins.is_multiple_of(32) {
+                                std::thread::yield_now();
+                            } else {
+                                std::hint::spin_loop();
+                            }
+                        } else if spinning {
+                            // Give up spinning; look once more (a push may have skipped
+                            // its wake-up while we spun), then park.
+                            spinning = false;
+                            eng.end_spin(false);
+                            idle_spins = 0;
+                            // Work of a kind we cannot run may have skipped its wake-up.
+                            if eng.ready_len() > 0 {
+                                eng.wake_cores();
+                            }
+                            if !eng.has_ready(kind) {
+                                eng.park_core(kind, Duration::from_millis(100));
+                            }
+                        } else {
+                            idle_spins = 0;
+                            eng.park_core(kind, Duration::from_millis(100));
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        idle_spins = 0;
+        if eng.fatal.load(Acquire) {
+            busy.store(CORE_IDLE, SeqCst);
+            continue;
+        }
+        busy.store(task.0, Relaxed);
+        let job = sh.direct.load(Acquire);
+        if !job.is_null() {
+            // safety: installed for the whole direct replay, removed only after every
+            // core went idle; an abandoned core touches nothing after its kernel.
+            let job = unsafe { &*(job as *const DirectJob<'static>) };
+            next = direct_step(
+                eng,
+                job,
+                task.0 as u32,
+                kind,
+                Some(&core.abandoned),
+                &mut local,
+            )
+            .map(|s| TaskId(s as u64));
+            if core.abandoned.load(SeqCst) {
+                return;
+            }
+            if next.is_none() {
+                busy.store(CORE_IDLE, SeqCst);
+            }
+            continue;
+        }
+        let arena_ptr = sh.arena.load(Acquire);
+        if arena_ptr.is_null() {
+            // Defensive: no run is active (queues are drained between runs).
+            busy.store(CORE_IDLE, SeqCst);
+            next = None;
+            continue;
+        }
+        // safety: the arena pointer is set for the whole run and a queued task belongs
+        // to the current run (queues are drained between runs).
+        let arena = unsafe { &*arena_ptr };
+        let ring = &arena.rings[task.ring()];
+        // safety: `task` was published (popped from a ready queue or made ready by us).
+        let p = unsafe { ring.payload(task.local()) };
+        if let Some(k) = p.kernel {
+            let t_start = sh.trace.load(Relaxed).then(Instant::now);
+            let err = call_kernel(k, p);
+            if let Some(t) = t_start {
+                if let Some(t0) = *sh.trace_t0.lock() {
+                    let ns = |x: Instant| x.saturating_duration_since(t0).as_nanos() as u64;
+                    let idx = sh
+                        .cores
+                        .read()
+                        .iter()
+                        .position(|c| std::ptr::eq(&**c, core))
+                        .unwrap_or(0) as u32;
+                    core.lane.lock().push(crate::dfx::SwimlaneEvent {
+                        task: task.0,
+                        core: idx,
+                        kernel: k.name_static(),
+                        start_ns: ns(t),
+                        end_ns: ns(Instant::now()),
+                    });
+                }
+            }
+            if core.abandoned.load(SeqCst) {
+                // The run gave up on this core; its arena may be in use by another run.
+                return;
+            }
+            if let Some(msg) = err {
+                eng.fail(task_failed(k, task, msg));
+                busy.store(CORE_IDLE, SeqCst);
+                continue;
+            }
+        }
+        // safety: the task ran (or is a dummy) and is completed exactly once, here.
+        unsafe {
+            arena.complete(task, eng, |c| {
+                let ck = arena.rings[c.ring()].payload(c.local()).kind;
+                if next.is_none() && can_run(kind, ck) {
+                    next = Some(c);
+                } else {
+                    eng.push_ready(c, ck);
+                }
+            });
+        }
+        if next.is_none() {
+            busy.store(CORE_IDLE, SeqCst);
+        }
+    }
+}
+
+/// The text of a caught panic (a kernel's or an orchestration's).
+pub(crate) fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}

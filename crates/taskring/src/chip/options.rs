@@ -1,0 +1,88 @@
+//! How to build a chip ([`ChipOptions`]) and what one dispatch records
+//! ([`Diagnostics`]): the control plane of `chip`, read once when a chip starts or a run
+//! begins.
+
+use crate::config::{CallConfig, RingSizing};
+use std::time::Duration;
+
+/// How to build a chip.
+#[derive(Clone, Debug)]
+pub struct ChipOptions {
+    /// Core threads (0 = available parallelism).
+    pub cores: usize,
+    /// How many of them are AIC (cube) cores; default half, at least one when there
+    /// are two or more cores.
+    pub aic_cores: Option<usize>,
+    pub arena_cache_slots: usize,
+    /// Sizings to build before `new` returns.
+    pub prewarm: Vec<RingSizing>,
+    /// Allocation backstop (no progress for this long fails the run). Default 500 ms,
+    /// or `TASKRING_ALLOC_TIMEOUT_MS`.
+    pub backstop: Duration,
+    /// SCHEDULER_TIMEOUT after this long without any task completing while the run
+    /// waits for its tasks. Default 10 s, or `PTO2_SCHEDULER_TIMEOUT_MS`.
+    pub scheduler_timeout: Duration,
+    /// Keep ring heaps in shared memory (an L3 node, whose runtime outputs chips read).
+    pub shared_heaps: bool,
+    /// The orchestrator thread runs ready tasks whenever it would otherwise wait: for
+    /// ring space (task window, heap, pools) and, after the program returns, for the
+    /// run's tasks to retire. With `cores = nproc - 1` the chip then uses exactly the
+    /// machine's CPUs (no third thread competing with two cores on two CPUs), as an
+    /// OpenMP master thread does. Off by default: a kernel that never returns then
+    /// hangs the orchestrator itself (no SCHEDULER_TIMEOUT can reclaim it), and kernels
+    /// run on the thread that called `run` (not for Python kernels, whose program
+    /// holds the GIL). Runs with the swimlane recorded do not help (no lane for it).
+    pub orchestrator_helps: bool,
+}
+
+fn env_ms(var: &str) -> Option<Duration> {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&v| v > 0)
+        .map(Duration::from_millis)
+}
+
+impl Default for ChipOptions {
+    fn default() -> Self {
+        ChipOptions {
+            cores: 0,
+            aic_cores: None,
+            arena_cache_slots: 4,
+            prewarm: Vec::new(),
+            backstop: env_ms("TASKRING_ALLOC_TIMEOUT_MS").unwrap_or(Duration::from_millis(500)),
+            scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS")
+                .unwrap_or(Duration::from_secs(10)),
+            shared_heaps: false,
+            orchestrator_helps: false,
+        }
+    }
+}
+
+/// Most core threads a chip may have (`ChipOptions::cores`): far above any real chip's
+/// core count, and low enough that the threads can always be started.
+pub const MAX_CORES: usize = 1024;
+
+/// Diagnostics requested for one dispatch.
+#[derive(Clone, Debug, Default)]
+pub struct Diagnostics {
+    /// Write `scope_stats/scope_stats.jsonl` under this prefix.
+    pub scope_stats_prefix: Option<std::path::PathBuf>,
+    /// Write `deps.json` under this prefix.
+    pub deps_prefix: Option<std::path::PathBuf>,
+    /// Write `merged_swimlane.json` (Perfetto) under this prefix.
+    pub swimlane_prefix: Option<std::path::PathBuf>,
+}
+
+impl Diagnostics {
+    pub fn from_config(c: &CallConfig) -> Diagnostics {
+        let at = |on: bool| {
+            (on && !c.output_prefix.is_empty()).then(|| std::path::PathBuf::from(&c.output_prefix))
+        };
+        Diagnostics {
+            scope_stats_prefix: at(c.enable_scope_stats),
+            deps_prefix: at(c.enable_dep_gen),
+            swimlane_prefix: at(c.enable_chip_swimlane > 0),
+        }
+    }
+}

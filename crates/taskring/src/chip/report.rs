@@ -1,0 +1,127 @@
+//! What a run reports: its [`RunReport`] or [`RunError`], the diagnostics files it was
+//! asked for (scope stats, `deps.json`, the swimlane), and — when no task completes for
+//! the scheduler timeout — the stall's sub-class (reference §12.3).
+
+use super::core::CORE_SEARCHING;
+use super::ChipShared;
+use crate::config::{ConfigError, RingSizing};
+use crate::engine::shared::ArenaShared;
+use crate::engine::{PeakUse, RuntimeFailure, StatusCode};
+use crate::tensor::TaskId;
+use std::sync::atomic::Ordering::*;
+use std::time::Duration;
+
+/// What a run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunReport {
+    /// The effective sizing.
+    pub ring_sizing: RingSizing,
+    /// Highest simultaneous use per ring (slots, heap bytes, dep entries).
+    pub peak: PeakUse,
+    /// Tasks submitted (including alloc and dummy tasks).
+    pub tasks: u64,
+    /// The arena was resident (nothing was built).
+    pub arena_hit: bool,
+    pub arena_build_s: f64,
+    pub elapsed_s: f64,
+    /// A replay of a captured graph ([`crate::engine::replay::Captured::replay`]).
+    pub replayed: bool,
+}
+
+/// Why a dispatch did not run or failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Failure(#[from] RuntimeFailure),
+}
+
+pub(super) fn write_stats(
+    prefix: &std::path::Path,
+    sizing: &RingSizing,
+    orch: &crate::engine::OrchState,
+    failure: Option<&RuntimeFailure>,
+) {
+    let Some(stats) = orch.stats.as_ref() else {
+        return;
+    };
+    let peaks = orch.peaks();
+    let header = crate::dfx::ScopeStatsHeader {
+        version: 6,
+        fatal: failure.is_some(),
+        dropped: stats.dropped,
+        total: stats.samples.len() as u64 + stats.dropped,
+        task_window_max: sizing.task_window,
+        heap_max: sizing.heap,
+        dep_pool_max: sizing.dep_pool,
+        tensormap_max: crate::engine::tensormap::TENSORMAP_POOL_ENTRIES as u64,
+        peak_task_window: Some(peaks.task_window),
+        peak_heap: Some(peaks.heap),
+        peak_dep_pool: Some(peaks.dep_pool),
+        failure: failure.map(crate::dfx::FailureRecord::from),
+    };
+    if let Err(e) = crate::dfx::write_scope_stats(prefix, &header, stats) {
+        eprintln!(
+            "taskring: could not write scope stats under {}: {e}",
+            prefix.display()
+        );
+    }
+}
+
+/// SCHEDULER_TIMEOUT with the stall sub-class (reference §12.3): a task on a core
+/// (S1) > a ready task nobody runs (S3) > only waiting tasks (S4).
+pub(super) fn classify_stall(
+    sh: &ChipShared,
+    a: &ArenaShared,
+    timeout: Duration,
+    submitted: u64,
+    completed: u64,
+    orch_done: bool,
+) -> RuntimeFailure {
+    let cores = sh.cores.read();
+    let running: Vec<(usize, TaskId)> = cores
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let s = c.state.load(SeqCst);
+            (s < CORE_SEARCHING).then_some((i, TaskId(s)))
+        })
+        .collect();
+    let ready = sh.eng.ready_len() as u64;
+    let waiting = submitted.saturating_sub(completed + running.len() as u64 + ready);
+    let (label, detail, stuck) = if let Some(&(core, t)) = running.first() {
+        ("S1:running-stalled", 1, Some((t, core as i64)))
+    } else if ready > 0 {
+        ("S3:ready-but-all-idle", 3, None)
+    } else if waiting > 0 {
+        ("S4:dependency-deadlock", 4, None)
+    } else {
+        ("unknown:accounting/corruption", 99, None)
+    };
+    let (stuck_task, stuck_core) = stuck
+        .map(|(t, c)| (format!("{t:?}"), c))
+        .unwrap_or(("none".into(), -1));
+    let ring = stuck.map(|(t, _)| t.ring());
+    let kernel = stuck
+        .map(|(t, _)| {
+            // safety: a task on a core was published and its slot is not reused while
+            // it has not completed.
+            let p = unsafe { a.rings[t.ring()].payload(t.local()) };
+            p.kernel
+                .map(|k| format!(" running kernel '{}'", k.name()))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    RuntimeFailure::new(
+        StatusCode::SchedulerTimeout,
+        ring,
+        format!(
+            "no task completed for {} ms{}: sub_class={label} (detail={detail}) completed={completed}/{submitted} running={} ready={ready} waiting={waiting} orch_done={} stuck_task_id={stuck_task}{kernel} stuck_core={stuck_core}",
+            timeout.as_millis(),
+            if orch_done { "" } else { " while the orchestrator waited for ring space" },
+            running.len(),
+            orch_done as u8
+        ),
+    )
+}
