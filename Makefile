@@ -48,7 +48,7 @@ browser:
 	else echo "make browser: chromium not found; install Debian's chromium (as root: apt-get update && apt-get install -y chromium) for the report's browser test"; fi
 
 test-rust:
-	$(CARGO) test --locked -p taskring -p taskring-cli
+	$(CARGO) test --locked -p taskring -p taskring-bench
 
 # Model checks of the ring/completion core (loom); a separate build with --cfg loom.
 test-loom:
@@ -84,7 +84,7 @@ $(VENV)/.bench-ready: benches/requirements.txt $(VENV)/.ready
 # B2-B6, B7 (Python), B1 (METG sweeps of trivial and stencil_1d against OpenMP), then
 # the PNG plots; results and plots in bench-results/. About 4 minutes on 2 cores.
 bench: py-dev $(VENV)/.bench-ready
-	$(CARGO) run --locked --release -p taskring-cli -- bench all
+	$(CARGO) run --locked --release -p taskring-bench -- all
 	$(VPY) benches/b7_python.py
 	$(VPY) benches/b10_python.py
 	$(VPY) benches/taskbench/metg.py trivial stencil_1d

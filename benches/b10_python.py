@@ -5,7 +5,7 @@ One chip core; a Python orchestration submits ``n`` independent tasks of the ker
 (``add`` of two 256-float inputs into a runtime output) in one scope; the figure is the
 run's wall time per task, the median over ``--reps`` runs, kernels interleaved. The
 Python orchestration's own cost per submit is in every figure alike; the Rust-side
-comparison of C against the builtin alone is ``taskring bench b10``.
+comparison of C against the builtin alone is ``taskring-bench b10``.
 
 Usage: .venv/bin/python benches/b10_python.py [--reps 7] [--n 4000] [--out-dir bench-results]
 Writes bench-results/b10_python.json and prints a one-line summary.

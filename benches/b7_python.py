@@ -1,5 +1,5 @@
 """B7 python: the Python-side cost of one ``rt.submit`` against the same loop in the
-Rust API (B2, measured in the same run by ``taskring bench b2 --json``).
+Rust API (B2, measured in the same run by ``taskring-bench b2 --json``).
 
 The loop mirrors B2: the orchestration holds every core with a gate kernel (a Python
 kernel blocking on a ``threading.Event``, which releases the GIL), waits until they
@@ -81,11 +81,11 @@ def series(unit: str, samples: list) -> dict:
 def rust_b2(binary: str | None, reps: int) -> dict:
     """Run B2 in Rust and return its JSON document."""
     if binary is None:
-        cand = ROOT / "target" / "release" / "taskring"
-        cmd = [str(cand)] if cand.exists() else ["cargo", "run", "--release", "-q", "-p", "taskring-cli", "--"]
+        cand = ROOT / "target" / "release" / "taskring-bench"
+        cmd = [str(cand)] if cand.exists() else ["cargo", "run", "--release", "-q", "-p", "taskring-bench", "--"]
     else:
         cmd = [binary]
-    cmd += ["bench", "b2", "--json", "--reps", str(reps)]
+    cmd += ["b2", "--json", "--reps", str(reps)]
     print(f"   running {' '.join(cmd)}", file=sys.stderr)
     out = subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out)
@@ -163,7 +163,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=7, help="runs per case (median; at least 5)")
     ap.add_argument("--n", type=int, default=16000, help="submits per run, in one scope (at most 16383)")
-    ap.add_argument("--taskring", default=None, help="path of the taskring binary (default: target/release/taskring, else cargo run)")
+    ap.add_argument("--taskring-bench", "--taskring", dest="taskring", default=None,
+                    help="path of the taskring-bench binary (default: target/release/taskring-bench, else cargo run)")
     ap.add_argument("--out-dir", default=str(ROOT / "bench-results"))
     args = ap.parse_args()
     if args.reps < 5:
@@ -187,11 +188,11 @@ def main() -> int:
         s = series("ns/task", samples)
         case = {"name": name, "what": f"ns per call, mean over one run's {args.n} calls in one scope", "value": s}
         if name in ("submit_2in_1spec", "submit_2in_1spec_inline"):
-            case["baseline"] = {"name": "the same loop in the Rust API (taskring bench b2, case 2in_1out)", "value": rust_case["value"]}
+            case["baseline"] = {"name": "the same loop in the Rust API (taskring-bench b2, case 2in_1out)", "value": rust_case["value"]}
             case["ratio_def"] = "Python ns/task / Rust ns/task"
             case["ratio"] = s["median"] / rust
         if name == "submit_no_args":
-            case["baseline"] = {"name": "the same loop in the Rust API (taskring bench b2, case no_args)", "value": rust_noargs["value"]}
+            case["baseline"] = {"name": "the same loop in the Rust API (taskring-bench b2, case no_args)", "value": rust_noargs["value"]}
             case["ratio_def"] = "Python ns/task / Rust ns/task"
             case["ratio"] = s["median"] / rust_noargs["value"]["median"]
         if name == "submit_2in_1spec":

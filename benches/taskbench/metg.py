@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""B1: METG(50%) of `taskring taskbench` vs the OpenMP `depend` baseline, in the same run.
+"""B1: METG(50%) of `taskring-bench taskbench` vs the OpenMP `depend` baseline, in the same run.
 
 For each dependence pattern, both drivers run the same Task Bench graph: fixed -steps and
 -width, `-kernel compute_bound`, with `-iter` shrinking geometrically from large to small
@@ -22,8 +22,8 @@ Drivers:
   runs once per libgomp wait policy in --omp-policies (default: the default policy and
   OMP_WAIT_POLICY=passive). The ratio and the bar compare taskring with the one with the
   lowest METG, so the baseline is never the weaker configuration.
-- taskring: `taskring taskbench` (default target/release/taskring; --build runs
-  `cargo build --release -p taskring-cli` first). "taskring" runs with as many threads as
+- taskring: `taskring-bench taskbench` (default target/release/taskring-bench; --build
+  runs `cargo build --release -p taskring-bench` first). "taskring" runs with as many threads as
   the OpenMP team: CORES-1 core threads plus the orchestrator thread, which runs ready
   tasks whenever it would otherwise wait (`-helper 1`), ring 1's task window sized to the
   graph. For reference: "taskring_cores_plus_orch" (CORES core threads plus the
@@ -134,7 +134,7 @@ def build_omp(cc, out_dir):
 
 def check_taskring(exe):
     if not os.path.exists(exe):
-        sys.exit(f"metg.py: {exe} not found; build it (cargo build --release -p taskring-cli) or pass --build / --taskring")
+        sys.exit(f"metg.py: {exe} not found; build it (cargo build --release -p taskring-bench) or pass --build / --taskring-bench")
     r = subprocess.run([exe, "taskbench", "-steps", "2", "-width", "2"], capture_output=True, text=True)
     if r.returncode != 0 or "Total Tasks 4" not in r.stdout:
         sys.exit(f"metg.py: `{exe} taskbench` does not work (is the subcommand wired into main.rs?):\n{r.stderr.strip()[:500]}")
@@ -333,8 +333,10 @@ def main():
                     help="before each grain, wait until other processes use less than this fraction of the CPUs (1 = never wait)")
     ap.add_argument("--max-wait", type=float, default=15.0, help="longest wait for a quiet machine per grain (s)")
     ap.add_argument("--cores", type=int, default=0, help="worker threads of both drivers (default: CPUs)")
-    ap.add_argument("--taskring", default=os.path.join(ROOT, "target", "release", "taskring"))
-    ap.add_argument("--build", action="store_true", help="cargo build --release -p taskring-cli first")
+    ap.add_argument("--taskring-bench", "--taskring", dest="taskring",
+                    default=os.path.join(ROOT, "target", "release", "taskring-bench"),
+                    help="path of the taskring-bench binary (its `taskbench` driver)")
+    ap.add_argument("--build", action="store_true", help="cargo build --release -p taskring-bench first")
     ap.add_argument("--cc", default="gcc")
     ap.add_argument("--omp-policies", default="default,passive",
                     help="libgomp OMP_WAIT_POLICY values to run the baseline with (comma-separated; 'default' = unset)")
@@ -357,7 +359,7 @@ def main():
     if a.repeat < 1:
         sys.exit("metg.py: --repeat must be >= 1")
     if a.build:
-        r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "taskring-cli"], cwd=ROOT)
+        r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "taskring-bench"], cwd=ROOT)
         if r.returncode != 0:
             sys.exit("metg.py: cargo build failed")
     if shutil.which(a.cc) is None:
@@ -506,7 +508,7 @@ def main():
             if not plot(png, pattern, sweeps[-1]["drivers"], a.threshold):
                 print("metg.py: matplotlib not available; no plot", file=sys.stderr)
         print(summary, flush=True)
-    # Like `taskring bench`: a missed bar is reported, not an error exit (--strict: exit 1).
+    # Like `taskring-bench`: a missed bar is reported, not an error exit (--strict: exit 1).
     return 0 if (ok or not a.strict) else 1
 
 

@@ -3,8 +3,8 @@
  * Bench-compatible driver on OpenMP tasks with `depend` clauses (libgomp).
  *
  * It takes the same flags and implements the same patterns, kernels, validation and
- * output lines as `taskring taskbench` (crates/taskring-cli/src/taskbench.rs), so both
- * drivers run identical graphs. Everything is written here from the published Task Bench
+ * output lines as `taskring-bench taskbench` (crates/taskring-bench/src/taskbench.rs), so
+ * both drivers run identical graphs. Everything is written here from the published Task Bench
  * definitions; no Task Bench code is used.
  *
  *   build: gcc -O2 -fopenmp -o omp_taskbench omp_taskbench.c

@@ -4,21 +4,24 @@
   from a run's scope stats (``CallConfig.enable_scope_stats``).
 - ``taskring report <output_prefix> [-o FILE.html]`` — one self-contained HTML page of a
   run's diagnostics (ring use against capacity, occupancy, suggested sizes, busy time).
-- ``taskring bench ...`` / ``taskring taskbench ...`` — run by the Rust ``taskring``
-  binary of the repository (``cargo run --release -p taskring-cli -- ...``).
+- ``taskring bench <b1..b10|all> [--reps N] ...`` / ``taskring taskbench <flags>`` — the
+  benchmarks, run by the repository's Rust ``taskring-bench`` binary as
+  ``taskring-bench <names> ...`` / ``taskring-bench taskbench <flags>`` (``$TASKRING_BENCH``,
+  else ``taskring-bench`` on ``PATH``, else ``cargo run --release -p taskring-bench``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from typing import List, Optional
 
 
 def _sizing(argv: List[str]) -> int:
-    # One implementation with the Rust `taskring sizing` (taskring::dfx::sizing_command):
-    # same arguments, same output byte for byte, same exit status.
+    # The one implementation is Rust's taskring::dfx::sizing_command: its output byte for
+    # byte and its exit status.
     from ._native import sizing_command
 
     status, out, err = sizing_command(list(argv))
@@ -28,14 +31,21 @@ def _sizing(argv: List[str]) -> int:
     return status
 
 
-def _rust_tool(argv: List[str]) -> int:
-    exe = os.environ.get("TASKRING_CLI")  # path of a built Rust `taskring` binary
+def _bench_tool(argv: List[str]) -> int:
+    # `taskring bench NAMES...` is `taskring-bench NAMES...`; `taskring taskbench FLAGS` is
+    # `taskring-bench taskbench FLAGS` (crates/taskring-bench).
+    args = argv[1:] if argv[0] == "bench" else argv
+    exe = os.environ.get("TASKRING_BENCH") or shutil.which("taskring-bench")
     repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     if exe:
-        return subprocess.call([exe, *argv])
-    if os.path.exists(os.path.join(repo, "crates", "taskring-cli")):
-        return subprocess.call(["cargo", "run", "-q", "--release", "-p", "taskring-cli", "--", *argv], cwd=repo)
-    print("taskring: 'bench' and 'taskbench' are run by the repository's Rust tool (cargo run -p taskring-cli)", file=sys.stderr)
+        return subprocess.call([exe, *args])
+    if os.path.exists(os.path.join(repo, "crates", "taskring-bench")):
+        return subprocess.call(["cargo", "run", "-q", "--release", "-p", "taskring-bench", "--", *args], cwd=repo)
+    print(
+        "taskring: 'bench' and 'taskbench' are run by the repository's Rust tool taskring-bench "
+        "(cargo run --release -p taskring-bench, or set TASKRING_BENCH to its path)",
+        file=sys.stderr,
+    )
     return 2
 
 
@@ -52,7 +62,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return _report(rest)
     if cmd in ("bench", "taskbench"):
-        return _rust_tool(argv)
+        return _bench_tool(argv)
     print(f"taskring: unknown command {cmd!r}; expected sizing, report, bench or taskbench", file=sys.stderr)
     return 2
 

@@ -52,8 +52,9 @@ def test_sizing_bad_file(tmp_path):
 # ----- one sizing implementation, crafted files, bad headroom (API.md §6.1) ----------------------------
 
 # A crafted fatal header: invalid sizes the run "had" (5, 3000), a heap peak of 2^64 - 1 and a
-# scope deadlock that needed a window of 64 (crates/taskring-cli/tests/cli.rs holds the same file
-# and the same expected text for the Rust `taskring sizing`).
+# scope deadlock that needed a window of 64. `taskring sizing` has one implementation, Rust's
+# taskring::dfx::sizing_command, and one command, this package's `taskring` entry point (the
+# Rust `taskring` binary of crates/taskring-cli is gone; its sizing tests live here now).
 CRAFTED = (
     '{"version":6,"fatal":true,"dropped":0,"total":0,"task_window_max":[5,5,5,5],'
     '"heap_max":[3000,3000,3000,3000],"dep_pool_max":[16,16,16,16],"tensormap_max":0,'
@@ -78,13 +79,13 @@ def _py_sizing(*args):
     return subprocess.run([sys.executable, "-m", "taskring", "sizing", *args], capture_output=True)
 
 
-def _rust_cli():
-    """A built Rust `taskring` binary, if there is one."""
-    exe = os.environ.get("TASKRING_CLI")
+def _bench_binary():
+    """The built `taskring-bench` binary (crates/taskring-bench), if there is one."""
+    exe = os.environ.get("TASKRING_BENCH")
     if exe and os.path.exists(exe):
         return exe
     repo = pathlib.Path(__file__).resolve().parents[2]
-    for p in (repo / "target" / "release" / "taskring", repo / "target" / "debug" / "taskring"):
+    for p in (repo / "target" / "release" / "taskring-bench", repo / "target" / "debug" / "taskring-bench"):
         if p.exists():
             return str(p)
     return None
@@ -107,19 +108,56 @@ def test_sizing_crafted_file_gives_valid_sizes_and_says_what_cannot_fit(tmp_path
     cfg.validate()
 
 
-def test_sizing_is_one_implementation_with_the_rust_command(tmp_path):
+def test_sizing_command_prints_the_rust_function_byte_for_byte(tmp_path):
+    # The command adds nothing to taskring::dfx::sizing_command (the native function): the
+    # same stdout and stderr bytes and the same exit status, for good and bad arguments.
+    from taskring._native import sizing_command
+
     p = tmp_path / "crafted.jsonl"
     p.write_text(CRAFTED)
-    exe = _rust_cli()
-    if exe is None:
-        pytest.skip("no built Rust taskring binary (cargo build -p taskring-cli)")
     for args in ([str(p)], [str(p), "--headroom", "1"], [str(p), "--headroom", "nan"], ["/nonexistent.jsonl"], []):
-        py = _py_sizing(*args)
-        rs = subprocess.run([exe, "sizing", *args], capture_output=True)
-        assert (py.returncode, py.stdout, py.stderr) == (rs.returncode, rs.stdout, rs.stderr), args
+        cmd = _py_sizing(*args)
+        status, out, err = sizing_command(list(args))
+        assert (cmd.returncode, cmd.stdout, cmd.stderr) == (status, out.encode(), err.encode()), args
 
 
-@pytest.mark.parametrize("h", ["nan", "-1", "0", "0.5", "inf"])
+def test_sizing_headroom_spellings_agree(tmp_path):
+    p = tmp_path / "crafted.jsonl"
+    p.write_text(CRAFTED)
+    a = _py_sizing(str(p), "--headroom", "1")
+    b = _py_sizing("--headroom=1", str(p))
+    assert a.returncode == b.returncode == 0, b.stderr
+    assert a.stdout == b.stdout == CRAFTED_ADVICE.encode()
+
+
+def test_sizing_without_a_file_exits_2():
+    r = _py_sizing()
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith("taskring sizing: the scope-stats file is missing"), r.stderr
+
+
+def test_bench_and_taskbench_forward_to_taskring_bench():
+    # `taskring taskbench FLAGS` runs `taskring-bench taskbench FLAGS`; `taskring bench NAMES`
+    # runs `taskring-bench NAMES` (its usage errors exit 2 without running anything).
+    exe = _bench_binary()
+    if exe is None:
+        pytest.skip("no built taskring-bench binary (cargo build -p taskring-bench; make test-rust builds it)")
+    env = dict(os.environ, TASKRING_BENCH=exe)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "taskring", *args], capture_output=True, env=env)
+
+    r = run("taskbench", "-steps", "2", "-width", "2")
+    assert r.returncode == 0, r.stderr
+    assert b"Total Tasks 4" in r.stdout, r.stdout
+    r = run("taskbench", "-steps", "0")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith("taskring-bench taskbench: ") and "-steps must be >= 1" in err, err
+    r = run("bench", "b2", "--reps", "1")
+    assert r.returncode == 2 and b"--reps must be at least 5" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("h", ["nan", "-1", "0", "0.5", "0.99", "inf", "x"])
 def test_sizing_bad_headroom_exits_2(tmp_path, h):
     p = tmp_path / "crafted.jsonl"
     p.write_text(CRAFTED)

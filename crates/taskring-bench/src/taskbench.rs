@@ -1,4 +1,4 @@
-//! `taskring taskbench`: a Task Bench-compatible driver (benchmark B1).
+//! `taskring-bench taskbench`: a Task Bench-compatible driver (benchmark B1).
 //!
 //! Task Bench (Slaughter et al., SC'20) runs one or more task graphs of `steps` timesteps
 //! × `width` points. Point `i` of timestep `t` depends on a set of points of timestep
@@ -78,9 +78,9 @@ use taskring::{
     Tensor,
 };
 
-const USAGE: &str = "usage: taskring taskbench [-steps N] [-width N] [-type PATTERN] [-radix N] [-period N]
-                          [-fraction F] [-kernel KERNEL] [-iter N] [-output BYTES] [-scratch BYTES]
-                          [-and <flags of another graph>]... [-worker N] [-window N] [-warmup N] [-helper 0|1] [-v]
+const USAGE: &str = "usage: taskring-bench taskbench [-steps N] [-width N] [-type PATTERN] [-radix N] [-period N]
+                           [-fraction F] [-kernel KERNEL] [-iter N] [-output BYTES] [-scratch BYTES]
+                           [-and <flags of another graph>]... [-worker N] [-window N] [-warmup N] [-helper 0|1] [-v]
   PATTERN: trivial no_comm stencil_1d stencil_1d_periodic dom tree fft all_to_all nearest spread random_nearest
   KERNEL:  empty busy_wait compute_bound memory_bound
   Defaults per graph: -steps 4 -width 4 -type trivial -radix 3 -period 3 (spread, random_nearest)
@@ -302,7 +302,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-v" | "-verbose" => opts.verbose = true,
             "-field" | "-sample" => {
                 let v = value(args, &mut i, flag)?;
-                eprintln!("taskring taskbench: note: {flag} {v} is accepted and ignored");
+                eprintln!("taskring-bench taskbench: note: {flag} {v} is accepted and ignored");
             }
             "-h" | "-help" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown flag '{flag}'")),
@@ -1420,7 +1420,7 @@ fn print_config(graphs: &[Arc<Graph>]) {
 
 // ----- entry -----------------------------------------------------------------------------
 
-/// `taskring taskbench <flags>`: `args` are the flags after the subcommand.
+/// `taskring-bench taskbench <flags>`: `args` are the flags after the subcommand.
 pub fn main(args: Vec<String>) -> ExitCode {
     let opts = match parse(&args) {
         Ok(o) => o,
@@ -1429,7 +1429,9 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("taskring taskbench: {e} (taskring taskbench -h lists the flags)");
+            eprintln!(
+                "taskring-bench taskbench: {e} (taskring-bench taskbench -h lists the flags)"
+            );
             return ExitCode::from(2);
         }
     };
@@ -1447,7 +1449,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
     {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("taskring taskbench: {e}");
+            eprintln!("taskring-bench taskbench: {e}");
             return ExitCode::from(2);
         }
     };
@@ -1466,13 +1468,13 @@ pub fn main(args: Vec<String>) -> ExitCode {
         .max()
         .unwrap_or(0);
     if scratch.saturating_mul(cores as u64) > physical_memory() {
-        eprintln!("taskring taskbench: -scratch {scratch} bytes for each of {cores} core threads is more than this machine's memory ({} bytes)", physical_memory());
+        eprintln!("taskring-bench taskbench: -scratch {scratch} bytes for each of {cores} core threads is more than this machine's memory ({} bytes)", physical_memory());
         return ExitCode::from(2);
     }
     match run(&opts, graphs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("taskring taskbench: {e}");
+            eprintln!("taskring-bench taskbench: {e}");
             ExitCode::FAILURE
         }
     }
@@ -1521,7 +1523,7 @@ fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
         let pool = need.next_power_of_two().min(i32::MAX as u64);
         let mut dep = sizing.dep_pool;
         dep[1] = pool;
-        eprintln!("taskring taskbench: note: ring 1's dependency pool raised from {} to {pool} entries for these graphs", sizing.dep_pool[1]);
+        eprintln!("taskring-bench taskbench: note: ring 1's dependency pool raised from {} to {pool} entries for these graphs", sizing.dep_pool[1]);
         sizing = RingSizing::from_values(sizing.task_window, sizing.heap, dep)
             .map_err(|e| format!("ring sizing: {e}"))?;
     }

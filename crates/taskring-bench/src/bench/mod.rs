@@ -1,5 +1,5 @@
-//! `taskring bench <name>`: the benchmarks B2–B6 and B10 of BENCHMARKS.md (B7 is
-//! `benches/b7_python.py`, B1 is `taskring taskbench`).
+//! `taskring-bench <name>`: the benchmarks B2–B6 and B10 of BENCHMARKS.md (B7 is
+//! `benches/b7_python.py`, B1 is `taskring-bench taskbench`).
 //!
 //! Every benchmark pins its thread counts, takes the median of at least 5 repetitions
 //! (baseline and taskring samples interleaved, so machine noise hits both alike), prints
@@ -268,7 +268,7 @@ impl Bench {
         let written =
             std::fs::create_dir_all(&self.opts.out_dir).and_then(|_| std::fs::write(&path, &text));
         if let Err(e) = &written {
-            eprintln!("taskring bench: cannot write {}: {e}", path.display());
+            eprintln!("taskring-bench: cannot write {}: {e}", path.display());
         }
         let line = format!(
             "{} {}: {} [bars {}] -> {}",
@@ -419,11 +419,12 @@ pub fn fmt_num(x: f64) -> String {
     }
 }
 
-/// B1 (the METG sweep, which drives `taskring taskbench` and the OpenMP baseline) and B7
-/// (the Python API) are Python scripts of the repository: run one with the project's
-/// `.venv` interpreter (made by `make py-dev`; B7 needs the package installed there),
-/// else `python3`, passing `--reps` and `--out-dir` (and, for `--quick`, a shorter B1
-/// sweep). The script writes its JSON and prints its summary itself.
+/// B1 (the METG sweep, which drives `taskring-bench taskbench` and the OpenMP baseline)
+/// and B7 (the Python API) are Python scripts of the repository: run one with the
+/// project's `.venv` interpreter (made by `make py-dev`; B7 needs the package installed
+/// there), else `python3`, passing `--reps`, `--out-dir`, `--taskring-bench` (this
+/// binary) and, for `--quick`, a shorter B1 sweep. The script writes its JSON and prints
+/// its summary itself.
 fn run_script(rel: &str, args: &[&str], opts: &Opts) -> Result<(), String> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = root.join(rel);
@@ -446,6 +447,10 @@ fn run_script(rel: &str, args: &[&str], opts: &Opts) -> Result<(), String> {
         .arg(opts.reps.to_string())
         .arg("--out-dir")
         .arg(&opts.out_dir);
+    // Both scripts drive this very binary (B1 its `taskbench` driver, B7 its B2).
+    if let Ok(me) = std::env::current_exe() {
+        cmd.arg("--taskring-bench").arg(me);
+    }
     if opts.quick && rel.ends_with("metg.py") {
         cmd.args(["--steps", "200", "--budget", "20"]);
     }
@@ -475,12 +480,12 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
             "b6" | "l3" => b6::run(opts).map(|_| ()),
             "b9" | "replay" => b9::run(opts).map(|_| ()),
             "b10" | "native" => b10::run(opts).map(|_| ()),
-            "b1" | "taskbench" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
+            "b1" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
             "b7" | "python" => run_script("benches/b7_python.py", &[], opts),
-            other => Err(format!("unknown benchmark '{other}' (b1 taskbench, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b10 native, all)")),
+            other => Err(format!("unknown benchmark '{other}' (b1 metg, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b9 replay, b10 native, all; `taskring-bench taskbench` is the Task Bench driver)")),
         };
         if let Err(e) = r {
-            eprintln!("taskring bench {n}: {e}");
+            eprintln!("taskring-bench {n}: {e}");
             ok = false;
         }
     }

@@ -1,13 +1,14 @@
-//! The `taskring` command never aborts: impossible sizes are a one-line message and exit
-//! status 2 (API.md §6.1); `taskring sizing` gives valid sizes for any file.
+//! `taskring-bench taskbench` never aborts: impossible sizes are a one-line message and
+//! exit status 2 (API.md §6.1); small runs still print Task Bench's result lines. (The
+//! `taskring sizing` command is the Python entry point's: python/tests/test_cli.py.)
 
 use std::process::{Command, Output};
 
-fn taskring(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_taskring"))
+fn taskring_bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_taskring-bench"))
         .args(args)
         .output()
-        .expect("run taskring")
+        .expect("run taskring-bench")
 }
 
 fn text(b: &[u8]) -> String {
@@ -16,7 +17,7 @@ fn text(b: &[u8]) -> String {
 
 /// Exit 2, one line on stderr naming the problem, no panic.
 fn usage_error(args: &[&str], want: &str) {
-    let o = taskring(args);
+    let o = taskring_bench(args);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
     assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
@@ -155,7 +156,7 @@ fn taskbench_small_runs_still_work() {
     ] {
         let mut a = vec!["taskbench"];
         a.extend_from_slice(args);
-        let o = taskring(&a);
+        let o = taskring_bench(&a);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
         assert!(
             text(&o.stdout).contains("Total Tasks"),
@@ -163,63 +164,4 @@ fn taskbench_small_runs_still_work() {
             text(&o.stdout)
         );
     }
-}
-
-fn write(name: &str, body: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("taskring-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, body).unwrap();
-    p
-}
-
-/// A crafted fatal header: invalid sizes the run "had" (5, 3000), a heap peak of 2^64 - 1
-/// and a scope deadlock that needed a window of 64.
-pub const CRAFTED: &str = r#"{"version":6,"fatal":true,"dropped":0,"total":0,"task_window_max":[5,5,5,5],"heap_max":[3000,3000,3000,3000],"dep_pool_max":[16,16,16,16],"tensormap_max":0,"peak_task_window":[0,3,0,0],"peak_heap":[0,18446744073709551615,0,0],"peak_dep_pool":[0,2,0,0],"failure":{"code":1,"name":"SCOPE_DEADLOCK","ring":1,"resource":"ring_task_window","configured":4,"needed":64}}
-"#;
-
-/// What `taskring sizing crafted.jsonl --headroom 1` prints (python/tests/test_cli.py
-/// holds the same text for `python -m taskring sizing`).
-pub const CRAFTED_ADVICE: &str = "# recorded peaks per ring: task_window=[0, 3, 0, 0] heap=[0, 18446744073709551615, 0, 0] dep_pool=[0, 2, 0, 0]
-# the run failed: SCOPE_DEADLOCK (code 1) on ring 1, ring_task_window configured 4, needed 64
-# no valid size fits: ring 1 needs ring_heap >= 18446744073709551615 but the largest valid ring_heap is 9223372036854775808; the advice below caps it there, which is still too small: change the program (split the scope or the graph)
-# suggested sizes (headroom 1.00):
-runtime_env = {\"ring_task_window\": [8, 64, 8, 8], \"ring_heap\": [4096, 9223372036854775808, 4096, 4096], \"ring_dep_pool\": 16}
-PTO2_RING_TASK_WINDOW=8,64,8,8
-PTO2_RING_HEAP=4096,9223372036854775808,4096,4096
-PTO2_RING_DEP_POOL=16
-";
-
-#[test]
-fn sizing_of_a_crafted_file_is_valid_and_says_what_cannot_fit() {
-    let p = write("crafted.jsonl", CRAFTED);
-    let path = p.to_str().unwrap();
-    let o = taskring(&["sizing", path, "--headroom", "1"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert_eq!(text(&o.stdout), CRAFTED_ADVICE);
-    assert_eq!(taskring(&["sizing", "--headroom=1", path]).stdout, o.stdout);
-}
-
-#[test]
-fn sizing_bad_headroom_or_file_exits_2() {
-    let p = write("ok.jsonl", CRAFTED);
-    let path = p.to_str().unwrap();
-    for h in ["nan", "-1", "0", "0.99", "inf", "x"] {
-        let o = taskring(&["sizing", path, "--headroom", h]);
-        assert_eq!(o.status.code(), Some(2), "{h}");
-        assert!(o.stdout.is_empty(), "{h}: {}", text(&o.stdout));
-        let err = text(&o.stderr);
-        assert!(err.starts_with(&format!("taskring sizing: --headroom must be a finite number >= 1 (a factor on the recorded peaks), got '{h}'\n")), "{err}");
-    }
-    let bad = write("bad.jsonl", "not json\n");
-    let o = taskring(&["sizing", bad.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("line 1"), "{}", text(&o.stderr));
-    let o = taskring(&["sizing"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        text(&o.stderr).starts_with("taskring sizing: the scope-stats file is missing"),
-        "{}",
-        text(&o.stderr)
-    );
 }

@@ -1,0 +1,84 @@
+//! `taskring-bench`: the benchmarks of BENCHMARKS.md, kept out of the user-facing
+//! `taskring` command (the Python entry point, which forwards `taskring bench ...` and
+//! `taskring taskbench ...` here).
+//!
+//! - `taskring-bench <b1|b2|...|b10|all>... [--reps N] [--threads T] [--quick] [--json]`:
+//!   the benchmarks (see `bench` and docs/performance.md).
+//! - `taskring-bench taskbench -steps N -width N -type PATTERN -kernel KERNEL ...`: a Task
+//!   Bench-compatible driver (B1; `benches/taskbench/metg.py` sweeps it against an
+//!   OpenMP baseline). Its single-dash flags are parsed by the driver, not by clap.
+
+mod bench;
+mod taskbench;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Run benchmarks: b1 (taskbench METG sweep vs OpenMP), b2 (submit), b3 (overhead),
+/// b4 (ring curve), b5 (arena), b6 (l3), b7 (python), b9 (replay), b10 (native kernels),
+/// or all (b2..b6, b9 and b10 in sequence; b1 and b7 run Python scripts of the source
+/// tree). Results go to bench-results/<id>_<name>.json. `taskring-bench taskbench
+/// <flags>` runs the Task Bench driver instead (`taskring-bench taskbench -h`).
+#[derive(Parser)]
+#[command(name = "taskring-bench", version)]
+struct Cli {
+    /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7 b9 b10, or all = b2..b6, b9 and b10).
+    #[arg(required = true)]
+    names: Vec<String>,
+    /// Repetitions per measured point (median of them; at least 5).
+    #[arg(long, default_value_t = 7)]
+    reps: usize,
+    /// Core threads of the chips and worker threads of the baselines (default: the
+    /// number of CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Smaller problems (a smoke run; noisier figures).
+    #[arg(long)]
+    quick: bool,
+    /// Also print each result document as JSON on stdout (human lines go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Directory for the JSON results.
+    #[arg(long, default_value = "bench-results")]
+    out_dir: std::path::PathBuf,
+}
+
+/// Every benchmark `all` runs, in order.
+const ALL: [&str; 7] = ["b2", "b3", "b4", "b5", "b6", "b9", "b10"];
+
+fn main() -> ExitCode {
+    let mut argv = std::env::args();
+    if argv.nth(1).as_deref() == Some("taskbench") {
+        return taskbench::main(argv.collect());
+    }
+    let cli = Cli::parse();
+    let names: Vec<String> = if cli.names.iter().any(|n| n == "all") {
+        ALL.iter().map(|s| s.to_string()).collect()
+    } else {
+        cli.names
+    };
+    if cli.reps < 5 {
+        eprintln!("taskring-bench: --reps must be at least 5 (medians of at least 5 repetitions)");
+        return ExitCode::from(2);
+    }
+    let threads = cli
+        .threads
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+        .max(1);
+    let opts = bench::Opts {
+        reps: cli.reps,
+        threads,
+        quick: cli.quick,
+        json: cli.json,
+        out_dir: cli.out_dir,
+    };
+    if bench::run(&names, &opts) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
