@@ -1,0 +1,43 @@
+//! The state shared between the orchestrator thread and the core threads, and the
+//! completion protocol that runs on the core threads. One concern per file, each with
+//! the part of the protocol argument that concerns its code:
+//!
+//! | file | what it owns | its argument |
+//! |---|---|---|
+//! | `slot.rs` | [`SlotState`] (one cache line per window entry: the spin lock, state, reference counts, fanout head), the edge flags, [`DepNode`] | readiness (`fanin_count = WAIT + 1`) |
+//! | `retire.rs` | [`RingShared`]: one ring's slot, payload, dependency-node and spill tables, `current` and the `last_alive` watermark | retirement (the combining advance, no lost request) |
+//! | `completion.rs` | [`ArenaShared`]: claims, links, reference release, the completion of a task | reference accounting, completion steps 1–3, claim vs consume |
+//! | `ready.rs` | [`EngineShared`]: the ready queues per core kind, the run's failure latch | ready exactly once, then queued |
+//! | `park.rs` | [`Sleep`] (idle cores) and [`Progress`] (the orchestrator waiting for space) | no lost wake-up |
+//!
+//! Per ring ([`RingShared`]): the slot table, the payload table (what a task runs with),
+//! the dependency-node pool and the fanin spill pool, and two counters: `current` (next
+//! local id, published by the orchestrator) and `last_alive` (the in-order retirement
+//! watermark).
+//!
+//! Orchestrator side: [`RingShared::prepare`], [`ArenaShared::claim`],
+//! [`SlotState::begin_wiring`], [`ArenaShared::link`], [`SlotState::publish`],
+//! [`SlotState::mark_completed`] (inline completion) and [`ArenaShared::release_ref`]
+//! (scope end, WAIT-only claims). Core side: [`ArenaShared::complete`], the ready
+//! queues and parking of [`EngineShared`].
+//!
+//! Every atomic, lock and shared cell comes from [`crate::sync`], so a `--cfg loom`
+//! build model-checks these modules (`tests/loom_core.rs`).
+//!
+//! Memory ordering: payloads, fanin records and dependency nodes are plain memory written
+//! by the orchestrator before the task is published; publication is a release RMW on
+//! `fanin_refcount` (or a push onto a ready queue), and readers acquire it.
+
+mod completion;
+mod park;
+mod ready;
+mod retire;
+mod slot;
+
+pub use completion::{ArenaShared, Claim};
+pub use park::{Progress, Sleep};
+pub use ready::EngineShared;
+pub use retire::{PayloadCell, RingShared};
+pub use slot::{
+    DepNode, SlotState, COMPLETED, CONSUMED, DEP_FLAGS, DEP_RETAIN, DEP_WAIT, PENDING, SCOPE_BIT,
+};

@@ -1,0 +1,224 @@
+//! The chip-wide part of the shared state ([`EngineShared`]): the ready queues per core
+//! kind, the idle cores' parking lot and the orchestrator's progress signal (both
+//! `park.rs`), and the run's failure latch.
+//!
+//! A task enters a ready queue exactly once: whoever makes it ready (the orchestrator's
+//! publication or the completion that releases its last fanin reference, `slot.rs`)
+//! pushes it; the push is the release that carries the task's payload to the core that
+//! pops it.
+
+use super::park::{Progress, Sleep};
+use crate::kernel::CoreKind;
+use crate::sync::Ordering::*;
+use crate::sync::{AtomicBool, AtomicU64, Mutex};
+use crate::tensor::TaskId;
+use crossbeam_utils::CachePadded;
+use std::time::Duration;
+
+/// Ready queues (per core kind), the idle-core parking lot, and the orchestrator's
+/// progress notification. Lives as long as the chip.
+pub struct EngineShared {
+    queues: [ReadyQueue; 3],
+    sleep: Sleep,
+    pub progress: Progress,
+    /// A run failed: core threads stop running kernels and discard tasks.
+    pub fatal: AtomicBool,
+    pub shutdown: AtomicBool,
+    /// Tasks completed (all runs); any change is progress for the backstop.
+    pub completed: CachePadded<AtomicU64>,
+    /// The first failure of the current run.
+    pub failure: Mutex<Option<crate::engine::RuntimeFailure>>,
+}
+
+/// A ready queue: lock-free `SegQueue` normally; under loom (which cannot see inside
+/// crossbeam) a mutex-protected deque, so that a push/pop pair is a modelled
+/// happens-before edge.
+#[cfg(not(loom))]
+#[derive(Default)]
+struct ReadyQueue(crossbeam_queue::SegQueue<u64>);
+
+#[cfg(not(loom))]
+impl ReadyQueue {
+    #[inline]
+    fn push(&self, v: u64) {
+        self.0.push(v)
+    }
+    #[inline]
+    fn pop(&self) -> Option<u64> {
+        self.0.pop()
+    }
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+#[cfg(loom)]
+#[derive(Default)]
+struct ReadyQueue(Mutex<std::collections::VecDeque<u64>>);
+
+#[cfg(loom)]
+impl ReadyQueue {
+    fn push(&self, v: u64) {
+        self.0.lock().push_back(v)
+    }
+    fn pop(&self) -> Option<u64> {
+        self.0.lock().pop_front()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+    fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+}
+
+#[inline]
+fn queue_index(kind: CoreKind) -> usize {
+    match kind {
+        CoreKind::Aic => 0,
+        CoreKind::Aiv => 1,
+        CoreKind::Any => 2,
+    }
+}
+
+impl Default for EngineShared {
+    fn default() -> Self {
+        EngineShared {
+            queues: [
+                ReadyQueue::default(),
+                ReadyQueue::default(),
+                ReadyQueue::default(),
+            ],
+            sleep: Sleep::default(),
+            progress: Progress::default(),
+            fatal: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            completed: CachePadded::new(AtomicU64::new(0)),
+            failure: Mutex::new(None),
+        }
+    }
+}
+
+impl EngineShared {
+    /// Make `id` available to a core of `kind`.
+    #[inline]
+    pub fn push_ready(&self, id: TaskId, kind: CoreKind) {
+        let q = queue_index(kind);
+        self.queues[q].push(id.0);
+        self.sleep.wake_for(q);
+    }
+
+    /// Queue `id` for a core of `kind` without waking anyone: the caller calls
+    /// [`EngineShared::wake_for_queues`] once after a batch. Returns the queue's bit.
+    #[inline]
+    pub fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u8 {
+        let q = queue_index(kind);
+        self.queues[q].push(id.0);
+        1 << q
+    }
+
+    /// Wake for the queues of `mask` (bits from [`EngineShared::push_ready_quiet`]).
+    #[inline]
+    pub fn wake_for_queues(&self, mask: u8) {
+        for q in 0..3 {
+            if mask & (1 << q) != 0 {
+                self.sleep.wake_for(q);
+            }
+        }
+    }
+
+    /// Wake parked cores (work may be queued that a spinner cannot take).
+    pub fn wake_cores(&self) {
+        self.sleep.wake();
+    }
+
+    /// Take a ready task for a core of `kind`: its own queue first, then `Any`.
+    #[inline]
+    pub fn pop_ready(&self, kind: CoreKind) -> Option<TaskId> {
+        let own = queue_index(kind);
+        if own != 2 {
+            if let Some(t) = self.queues[own].pop() {
+                return Some(TaskId(t));
+            }
+            return self.queues[2].pop().map(TaskId);
+        }
+        // A core of kind Any (a one-core chip) runs every kind.
+        self.queues[2]
+            .pop()
+            .or_else(|| self.queues[0].pop())
+            .or_else(|| self.queues[1].pop())
+            .map(TaskId)
+    }
+
+    /// Any task a core of `kind` could take?
+    #[inline]
+    pub fn has_ready(&self, kind: CoreKind) -> bool {
+        let own = queue_index(kind);
+        if own == 2 {
+            return self.queues.iter().any(|q| !q.is_empty());
+        }
+        !self.queues[2].is_empty() || !self.queues[own].is_empty()
+    }
+
+    /// Drop every queued task (abort).
+    pub fn drain_queues(&self) {
+        for q in &self.queues {
+            while q.pop().is_some() {}
+        }
+    }
+
+    /// Tasks waiting in the ready queues.
+    pub fn ready_len(&self) -> usize {
+        self.queues.iter().map(|q| q.len()).sum()
+    }
+
+    pub fn queues_empty(&self) -> bool {
+        self.queues.iter().all(|q| q.is_empty())
+    }
+
+    /// Park the calling core until work may be there (or `timeout`).
+    pub fn park_core(&self, kind: CoreKind, timeout: Duration) {
+        self.sleep.park(
+            || self.has_ready(kind) || self.shutdown.load(SeqCst),
+            timeout,
+        )
+    }
+
+    /// Try to become the spinning idle core (see [`Sleep`]).
+    #[inline]
+    pub fn try_spin(&self, kind: CoreKind) -> bool {
+        self.sleep.try_spin(queue_index(kind))
+    }
+
+    /// Stop spinning; if work is still queued, wake a sleeper for it.
+    #[inline]
+    pub fn end_spin(&self, found_work: bool) {
+        self.sleep.end_spin();
+        if found_work && self.queues.iter().any(|q| !q.is_empty()) {
+            self.sleep.wake();
+        }
+    }
+
+    /// Wake every parked core (shutdown).
+    pub fn wake_all_cores(&self) {
+        self.sleep.wake();
+    }
+
+    /// Latch `f` as the run's failure if it is the first, and stop the run.
+    pub fn fail(&self, f: crate::engine::RuntimeFailure) {
+        {
+            let mut slot = self.failure.lock();
+            if slot.is_none() {
+                *slot = Some(f);
+            }
+        }
+        self.fatal.store(true, SeqCst);
+        self.progress.notify();
+        self.sleep.wake();
+    }
+}
