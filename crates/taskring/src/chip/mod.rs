@@ -289,14 +289,7 @@ impl ChipWorker {
         }
         let sh = self.shared.clone();
         let rec = core.clone();
-        let name = format!(
-            "taskring-core{i}-{}",
-            match kind {
-                CoreKind::Aic => "aic",
-                CoreKind::Aiv => "aiv",
-                CoreKind::Any => "any",
-            }
-        );
+        let name = format!("taskring-core{i}-{}", kind.name());
         let h = std::thread::Builder::new()
             .name(name)
             .spawn(move || core_loop(&sh, &core))

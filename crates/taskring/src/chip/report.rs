@@ -3,10 +3,11 @@
 //! the scheduler timeout — the stall's sub-class (reference §12.3).
 
 use super::core::CORE_SEARCHING;
-use super::ChipShared;
+use super::{ChipShared, ChipWorker, Diagnostics};
 use crate::config::{ConfigError, RingSizing};
 use crate::engine::shared::ArenaShared;
 use crate::engine::{PeakUse, RuntimeFailure, StatusCode};
+use crate::kernel::CoreKind;
 use crate::tensor::TaskId;
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
@@ -37,7 +38,7 @@ pub enum RunError {
     Failure(#[from] RuntimeFailure),
 }
 
-pub(super) fn write_stats(
+fn write_stats(
     prefix: &std::path::Path,
     sizing: &RingSizing,
     orch: &crate::engine::OrchState,
@@ -66,6 +67,64 @@ pub(super) fn write_stats(
             "taskring: could not write scope stats under {}: {e}",
             prefix.display()
         );
+    }
+}
+
+impl ChipWorker {
+    /// The diagnostics files `diag` asks for, written after the run settled (the arena
+    /// is idle; its orchestrator state holds the samples): scope stats, `deps.json`, the
+    /// swimlane. A file that cannot be written is reported on stderr, not as a failure
+    /// of the run.
+    pub(super) fn write_diagnostics(
+        &mut self,
+        diag: &Diagnostics,
+        sizing: &RingSizing,
+        failure: Option<&RuntimeFailure>,
+    ) {
+        if let Some(prefix) = &diag.scope_stats_prefix {
+            let (arena, _) = self
+                .cache
+                .acquire_resident(sizing)
+                .expect("the run's arena is resident");
+            write_stats(prefix, sizing, &arena.orch, failure);
+        }
+        if let Some(prefix) = &diag.deps_prefix {
+            let (arena, _) = self
+                .cache
+                .acquire_resident(sizing)
+                .expect("the run's arena is resident");
+            if let Err(e) = crate::dfx::write_deps(prefix, arena.orch.deps.as_deref()) {
+                eprintln!(
+                    "taskring: could not write deps.json under {}: {e}",
+                    prefix.display()
+                );
+            }
+        }
+        if let Some(prefix) = &diag.swimlane_prefix {
+            self.write_swimlane(prefix);
+        }
+    }
+
+    /// `merged_swimlane.json`: every core's kernel executions of the run, one lane per
+    /// core (`core {i} (AIC)`, `(AIV)` or `(any)`).
+    fn write_swimlane(&self, prefix: &std::path::Path) {
+        let cores = self.shared.cores.read();
+        let mut events = vec![];
+        let mut names = vec![];
+        for (i, c) in cores.iter().enumerate() {
+            let kind = match c.kind {
+                CoreKind::Any => c.kind.name().to_string(),
+                k => k.name().to_uppercase(),
+            };
+            names.push(format!("core {i} ({kind})"));
+            events.extend(c.lane.lock().drain(..));
+        }
+        if let Err(e) = crate::dfx::write_swimlane(prefix, &events, &names) {
+            eprintln!(
+                "taskring: could not write merged_swimlane.json under {}: {e}",
+                prefix.display()
+            );
+        }
     }
 }
 

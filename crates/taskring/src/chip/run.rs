@@ -5,14 +5,14 @@
 use super::core::{
     can_run, direct_step, help_kind, help_one, panic_text, wait_cores_idle, CORE_SEARCHING,
 };
-use super::report::{classify_stall, write_stats};
+use super::report::classify_stall;
 use super::{Arg, ChipShared, ChipWorker, Diagnostics, OrchBody, Program, RunError, RunReport};
+use crate::arena::{Acquired, Arena, ArenaCache};
 use crate::config::{CallConfig, RingSizing};
 use crate::engine::orch::ExecutorProbe;
 use crate::engine::replay::DirectJob;
 use crate::engine::shared::ArenaShared;
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, StatusCode};
-use crate::kernel::CoreKind;
 use crate::tensor::TaskId;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::*;
@@ -87,13 +87,7 @@ impl ChipWorker {
 
     /// The heap addresses of `sizing`'s arena (built if it is not resident).
     pub(crate) fn heap_bases(&mut self, sizing: &RingSizing) -> Result<[u64; 4], RuntimeFailure> {
-        let (arena, _) = self.cache.acquire(sizing).map_err(|e| {
-            RuntimeFailure::new(
-                StatusCode::RuntimeSetup,
-                None,
-                format!("arena for {sizing}: {e}"),
-            )
-        })?;
+        let (arena, _) = acquire_arena(&mut self.cache, sizing)?;
         Ok([0, 1, 2, 3].map(|r| arena.orch.heap_base(r)))
     }
 
@@ -108,13 +102,7 @@ impl ChipWorker {
         job: &DirectJob<'_>,
     ) -> Result<RunReport, RuntimeFailure> {
         let t0 = Instant::now();
-        let (arena, acq) = self.cache.acquire(sizing).map_err(|e| {
-            RuntimeFailure::new(
-                StatusCode::RuntimeSetup,
-                None,
-                format!("arena for {sizing}: {e}"),
-            )
-        })?;
+        let (arena, acq) = acquire_arena(&mut self.cache, sizing)?;
         arena.reset();
         let tasks = job.tasks() as u64;
         let sh = &*self.shared;
@@ -267,9 +255,12 @@ impl ChipWorker {
         )
     }
 
-    /// One dispatch of the orchestration `body`. `capture`: a recorder to install for
-    /// the run (it is put back when the orchestration returned); `replayed` marks the
-    /// report.
+    /// One dispatch of the orchestration `body`, in five steps: take and arm the arena
+    /// ([`arm_arena`]), open the run ([`open_run`]: cores see the arena), orchestrate
+    /// ([`orchestrate`], inside the root scope), wait until every task retired
+    /// ([`wait_retired`]), close the run ([`ChipWorker::settle`], [`close_run`]) and
+    /// write the diagnostics asked for. `capture`: a recorder to install for the run (it
+    /// is put back when the orchestration returned); `replayed` marks the report.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run_body(
         &mut self,
@@ -283,45 +274,11 @@ impl ChipWorker {
         replayed: bool,
     ) -> Result<RunReport, RuntimeFailure> {
         let t0 = Instant::now();
+        let (arena, acq) = acquire_arena(&mut self.cache, sizing)?;
+        arm_arena(arena, diag, capture.as_deref_mut());
         let sh = &*self.shared;
-        let (arena, acq) = self.cache.acquire(sizing).map_err(|e| {
-            RuntimeFailure::new(
-                StatusCode::RuntimeSetup,
-                None,
-                format!("arena for {sizing}: {e}"),
-            )
-        })?;
-        arena.reset();
-        if diag.scope_stats_prefix.is_some() {
-            arena.orch.enable_stats();
-        }
-        if diag.deps_prefix.is_some() {
-            arena.orch.enable_deps();
-        }
-        if let Some(c) = capture.as_deref_mut() {
-            arena.orch.install_capture(c.take());
-        }
         let tracing = diag.swimlane_prefix.is_some();
-        if tracing {
-            for c in sh.cores.read().iter() {
-                c.lane.lock().clear();
-            }
-            *sh.trace_t0.lock() = Some(Instant::now());
-        }
-        sh.trace.store(tracing, SeqCst);
-        // Queues were drained when the previous run ended, after its cores went idle;
-        // a core may still have popped a stale task just before that drain — it drops
-        // it when it sees the fatal flag, which is still up. Wait for that, then
-        // publish the arena, then lift the flag.
-        sh.eng.drain_queues();
-        wait_cores_idle(sh, self.scheduler_timeout);
-        sh.arena.store(
-            &arena.shared as *const ArenaShared as *mut ArenaShared,
-            Release,
-        );
-        *sh.eng.failure.lock() = None;
-        sh.eng.fatal.store(false, SeqCst);
-        let completed_at_start = sh.eng.completed.load(SeqCst);
+        let completed_at_start = open_run(sh, &arena.shared, tracing, self.scheduler_timeout);
 
         let help_kind = help_kind(&self.kinds);
         let help_fn = || help_one(sh, &arena.shared, help_kind);
@@ -335,45 +292,26 @@ impl ChipWorker {
             arena: &arena.shared,
             completed_at_start,
         };
-        let (result, peak, tasks) = {
-            let mut o = Orchestrator::new(
-                &sh.eng,
-                &arena.shared,
-                &mut arena.orch,
-                *sizing,
-                self.policy,
-            );
-            o.blocking_hook = blocking_hook;
-            o.helper = help;
-            o.probe = Some(&probe);
-            o.count_scope_overflow = !self.node_engine;
-            let mut r = o.begin_scope(false);
-            if r.is_ok() {
-                r = match catch_unwind(AssertUnwindSafe(|| body(&mut o, args))) {
-                    Ok(r) => r,
-                    Err(p) => Err(RuntimeFailure::new(
-                        StatusCode::ExplicitOrchFatal,
-                        None,
-                        format!(
-                            "orchestration of program '{}' panicked: {}",
-                            name,
-                            panic_text(&p)
-                        ),
-                    )),
-                };
-            }
-            o.close_all_scopes();
-            drop(o);
-            if let Some(c) = capture {
-                *c = arena.orch.take_capture();
-            }
-            if let Err(e) = &r {
-                sh.eng.fail(e.clone());
-            }
-            (r, arena.orch.peaks(), arena.orch.tasks())
-        };
+        let mut o = Orchestrator::new(
+            &sh.eng,
+            &arena.shared,
+            &mut arena.orch,
+            *sizing,
+            self.policy,
+        );
+        o.blocking_hook = blocking_hook;
+        o.helper = help;
+        o.probe = Some(&probe);
+        o.count_scope_overflow = !self.node_engine;
+        let result = orchestrate(&mut o, name, body, args);
+        drop(o);
+        // A failure is latched at once, so the cores stop.
+        let result = latch(sh, result);
+        if let Some(c) = capture {
+            *c = arena.orch.take_capture();
+        }
+        let (peak, tasks) = (arena.orch.peaks(), arena.orch.tasks());
 
-        let submitted = tasks;
         let result = result.and_then(|()| {
             wait_retired(
                 sh,
@@ -381,63 +319,14 @@ impl ChipWorker {
                 blocking_hook,
                 help,
                 self.scheduler_timeout,
-                submitted,
+                tasks,
                 completed_at_start,
             )
         });
-        let result = match result {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                sh.eng.fail(e);
-                Err(sh.eng.failure.lock().clone().expect("failure latched"))
-            }
-        };
+        let result = latch(sh, result);
         self.settle(result.as_ref().err(), blocking_hook);
-        let sh = &*self.shared;
-        sh.arena.store(std::ptr::null_mut(), Release);
-        sh.trace.store(false, SeqCst);
-        if let Some(prefix) = &diag.scope_stats_prefix {
-            // The arena is idle now; its orchestrator state holds the samples.
-            let (arena, _) = self
-                .cache
-                .acquire_resident(sizing)
-                .expect("the run's arena is resident");
-            write_stats(prefix, sizing, &arena.orch, result.as_ref().err());
-        }
-        if let Some(prefix) = &diag.deps_prefix {
-            let (arena, _) = self
-                .cache
-                .acquire_resident(sizing)
-                .expect("the run's arena is resident");
-            if let Err(e) = crate::dfx::write_deps(prefix, arena.orch.deps.as_deref()) {
-                eprintln!(
-                    "taskring: could not write deps.json under {}: {e}",
-                    prefix.display()
-                );
-            }
-        }
-        if let Some(prefix) = &diag.swimlane_prefix {
-            let cores = self.shared.cores.read();
-            let mut events = vec![];
-            let mut names = vec![];
-            for (i, c) in cores.iter().enumerate() {
-                names.push(format!(
-                    "core {i} ({})",
-                    match c.kind {
-                        CoreKind::Aic => "AIC",
-                        CoreKind::Aiv => "AIV",
-                        CoreKind::Any => "any",
-                    }
-                ));
-                events.extend(c.lane.lock().drain(..));
-            }
-            if let Err(e) = crate::dfx::write_swimlane(prefix, &events, &names) {
-                eprintln!(
-                    "taskring: could not write merged_swimlane.json under {}: {e}",
-                    prefix.display()
-                );
-            }
-        }
+        close_run(&self.shared);
+        self.write_diagnostics(diag, sizing, result.as_ref().err());
         result?;
         Ok(RunReport {
             ring_sizing: *sizing,
@@ -449,6 +338,107 @@ impl ChipWorker {
             replayed,
         })
     }
+}
+
+/// The arena of `sizing` from the chip's cache (built if it is not resident), or
+/// RUNTIME_SETUP when its memory cannot be reserved.
+fn acquire_arena<'c>(
+    cache: &'c mut ArenaCache,
+    sizing: &RingSizing,
+) -> Result<(&'c mut Arena, Acquired), RuntimeFailure> {
+    cache.acquire(sizing).map_err(|e| {
+        RuntimeFailure::new(
+            StatusCode::RuntimeSetup,
+            None,
+            format!("arena for {sizing}: {e}"),
+        )
+    })
+}
+
+/// Step 1 of a run: reset the arena and switch on what the dispatch records (scope
+/// stats, `deps.json`, a capture).
+fn arm_arena(
+    arena: &mut Arena,
+    diag: &Diagnostics,
+    capture: Option<&mut Option<Box<crate::engine::replay::Recorder>>>,
+) {
+    arena.reset();
+    if diag.scope_stats_prefix.is_some() {
+        arena.orch.enable_stats();
+    }
+    if diag.deps_prefix.is_some() {
+        arena.orch.enable_deps();
+    }
+    if let Some(c) = capture {
+        arena.orch.install_capture(c.take());
+    }
+}
+
+/// Step 2 of a run: start the swimlane (`tracing`), publish `arena` to the cores and
+/// lift the fatal flag. Returns the completion count at the start (the stall report
+/// counts from it).
+///
+/// Queues were drained when the previous run ended, after its cores went idle; a core
+/// may still have popped a stale task just before that drain — it drops it when it sees
+/// the fatal flag, which is still up. So: wait for that, then publish the arena, then
+/// lift the flag.
+fn open_run(sh: &ChipShared, arena: &ArenaShared, tracing: bool, timeout: Duration) -> u64 {
+    if tracing {
+        for c in sh.cores.read().iter() {
+            c.lane.lock().clear();
+        }
+        *sh.trace_t0.lock() = Some(Instant::now());
+    }
+    sh.trace.store(tracing, SeqCst);
+    sh.eng.drain_queues();
+    wait_cores_idle(sh, timeout);
+    sh.arena
+        .store(arena as *const ArenaShared as *mut ArenaShared, Release);
+    *sh.eng.failure.lock() = None;
+    sh.eng.fatal.store(false, SeqCst);
+    sh.eng.completed.load(SeqCst)
+}
+
+/// Step 3 of a run: the orchestration `body` inside the root scope (depth 0); a panic
+/// of it is EXPLICIT_ORCH_FATAL. The scopes are closed whatever happened.
+fn orchestrate(
+    o: &mut Orchestrator<'_>,
+    name: &str,
+    body: &OrchBody<'_>,
+    args: &[Arg<'_>],
+) -> Result<(), RuntimeFailure> {
+    let mut r = o.begin_scope(false);
+    if r.is_ok() {
+        r = match catch_unwind(AssertUnwindSafe(|| body(o, args))) {
+            Ok(r) => r,
+            Err(p) => Err(RuntimeFailure::new(
+                StatusCode::ExplicitOrchFatal,
+                None,
+                format!(
+                    "orchestration of program '{name}' panicked: {}",
+                    panic_text(&p)
+                ),
+            )),
+        };
+    }
+    o.close_all_scopes();
+    r
+}
+
+/// The run's outcome as the engine latched it: the first failure wins (a core's may
+/// have come before the one `r` carries).
+fn latch(sh: &ChipShared, r: Result<(), RuntimeFailure>) -> Result<(), RuntimeFailure> {
+    r.map_err(|e| {
+        sh.eng.fail(e);
+        sh.eng.failure.lock().clone().expect("failure latched")
+    })
+}
+
+/// Step 5 of a run (after [`ChipWorker::settle`]): the cores no longer see the arena
+/// and stop recording.
+fn close_run(sh: &ChipShared) {
+    sh.arena.store(std::ptr::null_mut(), Release);
+    sh.trace.store(false, SeqCst);
 }
 
 /// Wait until every ring's watermark reached its last submitted task (or a failure,
