@@ -1,0 +1,828 @@
+//! Submit, stage by stage (the numbered steps of the module doc of [`super`]). Each stage
+//! is one function whose doc states what it guarantees to the next:
+//!
+//! 1. arguments — [`canonical_order`], [`Orchestrator::canonicalize`] (every view and
+//!    output spec valid, every producer live, the heap demand summed) and
+//!    [`Orchestrator::check_call`] (the kernel's own check, explicit deps): nothing of
+//!    the run has changed when one of them fails;
+//! 2. [`Orchestrator::admit`]: scope admission;
+//! 3. [`Orchestrator::take_slot`] and [`place_outputs`]: the task's id, slot and output
+//!    block;
+//! 4. fan-in — [`Orchestrator::gather_fanin`] (explicit deps, creator edges, tensormap
+//!    lookups), [`Orchestrator::insert_writers`] (step 5: this task as the new writer),
+//!    [`Orchestrator::claim_fanin`];
+//! 5. publish — [`Orchestrator::finish_submit`]: the pools ([`spill_demand`]), the
+//!    payload ([`Orchestrator::write_payload`]), then [`Orchestrator::wire_and_publish`].
+//!
+//! The stages are `#[inline(always)]`: each runs once per submit, and the hot path is
+//! one function after inlining, as it was before the split (B2 measures it).
+
+use super::{add_fanin_to, DryScope, Orchestrator, ScopeFrame, TaskOutputs, What};
+use super::{Blocked, PREFETCH_AHEAD};
+use crate::engine::ring::{align_output, OUTPUT_ALIGN_BYTES};
+use crate::engine::shared::{Claim, DEP_RETAIN, DEP_WAIT};
+use crate::engine::{
+    ArgTag, ArgTensor, KernelRef, RuntimeFailure, TaskArgs, TensorSpec, FANIN_INLINE,
+    MAX_TASK_TENSORS,
+};
+use crate::tensor::{TaskId, Tensor, TensorError, MAX_DIMS};
+use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering::*;
+
+/// What `finish_submit` needs to know of the task besides its tensors and scalars.
+#[derive(Clone, Copy)]
+pub(super) struct Submitted {
+    pub(super) id: TaskId,
+    pub(super) kernel: Option<KernelRef>,
+    pub(super) inline_complete: bool,
+    pub(super) n_inputs: usize,
+    pub(super) scalar_float_mask: u16,
+    pub(super) what: What,
+}
+
+/// A submit's tensor arguments in canonical order — inputs, inouts, outputs (OUTPUT and
+/// OUTPUT_EXISTING in argument order), no_dep — with what the later stages need of
+/// them. Stage 1's result; on the stack, no heap allocation.
+struct CanonicalArgs {
+    /// Entries `0..n` are initialised (stage 1 writes them in order).
+    tensors: [MaybeUninit<Tensor>; MAX_TASK_TENSORS],
+    tags: [ArgTag; MAX_TASK_TENSORS],
+    /// Heap bytes of each OUTPUT's block ([`output_block_bytes`]); unused for other tags.
+    out_size: [u64; MAX_TASK_TENSORS],
+    /// The argument index of each canonical entry (`order[..n]`).
+    order: [u8; MAX_TASK_TENSORS],
+    n: usize,
+    n_inputs: usize,
+    /// The sum of the outputs' `out_size` (saturating).
+    heap_bytes: u64,
+    /// Tensormap inserts the submit will make (INOUT / OUTPUT_EXISTING, not no-dep).
+    tm_inserts: u32,
+}
+
+impl CanonicalArgs {
+    #[inline(always)]
+    fn new() -> CanonicalArgs {
+        CanonicalArgs {
+            tensors: [const { MaybeUninit::uninit() }; MAX_TASK_TENSORS],
+            tags: [ArgTag::Input; MAX_TASK_TENSORS],
+            out_size: [0; MAX_TASK_TENSORS],
+            order: [0; MAX_TASK_TENSORS],
+            n: 0,
+            n_inputs: 0,
+            heap_bytes: 0,
+            tm_inserts: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn tensors(&self) -> &[Tensor] {
+        // safety: entries 0..n are initialised (the type's invariant).
+        unsafe { std::slice::from_raw_parts(self.tensors.as_ptr() as *const Tensor, self.n) }
+    }
+
+    #[inline(always)]
+    fn tags(&self) -> &[ArgTag] {
+        &self.tags[..self.n]
+    }
+}
+
+/// The canonical group of a tensor argument: 0 inputs, 1 inouts, 2 outputs (OUTPUT,
+/// OUTPUT_EXISTING), 3 no_dep.
+#[inline(always)]
+fn canonical_group(a: &ArgTensor) -> u8 {
+    match a {
+        ArgTensor::Existing(ArgTag::Input, _) => 0,
+        ArgTensor::Existing(ArgTag::Inout, _) => 1,
+        ArgTensor::Existing(ArgTag::OutputExisting, _) | ArgTensor::Spec(_) => 2,
+        // (`TaskArgs::tensor` turns a tensor tagged OUTPUT into a spec.)
+        ArgTensor::Existing(ArgTag::Output, _) => 2,
+        ArgTensor::Existing(ArgTag::NoDep, _) => 3,
+    }
+}
+
+/// Stage 1a: writes to `order[..argv.len()]` the argument indices in canonical order,
+/// stable (argument order within a group). Most submits list their arguments in
+/// canonical order already: then `order` is the identity and nothing is sorted.
+#[inline(always)]
+fn canonical_order(argv: &[ArgTensor], order: &mut [u8; MAX_TASK_TENSORS]) {
+    let mut group = [0u8; MAX_TASK_TENSORS];
+    let mut count = [0usize; 4];
+    let mut sorted = true;
+    for (i, a) in argv.iter().enumerate() {
+        let g = canonical_group(a);
+        sorted &= i == 0 || g >= group[i - 1];
+        group[i] = g;
+        count[g as usize] += 1;
+    }
+    if sorted {
+        for (i, o) in order.iter_mut().enumerate().take(argv.len()) {
+            *o = i as u8;
+        }
+        return;
+    }
+    // Stable counting sort by group.
+    let mut at = [
+        0,
+        count[0],
+        count[0] + count[1],
+        count[0] + count[1] + count[2],
+    ];
+    for (i, &g) in group.iter().enumerate().take(argv.len()) {
+        let g = g as usize;
+        order[at[g]] = i as u8;
+        at[g] += 1;
+    }
+}
+
+/// Why the OUTPUT spec `s` cannot be materialised, or `None`. Materialising needs a valid
+/// rank and non-empty dimensions, and a byte size that overflows 64 bits must not wrap
+/// into a small buffer; with these checked (and contiguous strides that fit), the
+/// materialised tensor is valid by construction (contiguous from offset 0 over exactly
+/// its bytes).
+#[cold]
+#[inline(never)]
+fn output_spec_error(s: &TensorSpec) -> Option<String> {
+    let nd = s.ndims as usize;
+    let bytes = s.shape[..nd.min(MAX_DIMS)]
+        .iter()
+        .fold(s.dtype.size_bytes() as u128, |b, &d| b * d as u128);
+    if nd == 0 || nd > MAX_DIMS {
+        Some(TensorError::Rank(nd).to_string())
+    } else if s.shape[..nd].contains(&0) {
+        Some(TensorError::EmptyDim(s.shape[..nd].to_vec()).to_string())
+    } else if bytes > u64::MAX as u128 {
+        Some(format!(
+            "an output of shape {:?} ({bytes} bytes) does not fit 64-bit sizes",
+            &s.shape[..nd]
+        ))
+    } else if !crate::tensor::contiguous_strides_fit(&s.shape[..nd]) {
+        Some(TensorError::StrideOverflow(s.shape[..nd].to_vec()).to_string())
+    } else {
+        None
+    }
+}
+
+/// Is the OUTPUT spec `s` valid? The fast test in front of [`output_spec_error`] (which
+/// names the problem): rank, non-empty dimensions, a byte size within 64 bits and
+/// strides that fit.
+#[inline(always)]
+fn output_spec_ok(s: &TensorSpec) -> bool {
+    let nd = s.ndims as usize;
+    if nd == 0 || nd > MAX_DIMS {
+        return false;
+    }
+    let mut bytes = s.dtype.size_bytes() as u128;
+    for &d in &s.shape[..nd] {
+        if d == 0 {
+            return false;
+        }
+        bytes *= d as u128;
+    }
+    bytes <= u64::MAX as u128 && crate::tensor::contiguous_strides_fit(&s.shape[..nd])
+}
+
+/// The heap bytes an output of `nbytes` takes in its task's output block: rounded up to
+/// [`OUTPUT_ALIGN_BYTES`]. Saturating: a size near 2^64 must not wrap into a small
+/// allocation (it fails as larger than any heap instead).
+#[inline(always)]
+fn output_block_bytes(nbytes: u64) -> u64 {
+    nbytes
+        .checked_add(OUTPUT_ALIGN_BYTES - 1)
+        .map_or(u64::MAX, |_| align_output(nbytes))
+}
+
+/// Fanin spill entries a task needs: its producers beyond the [`FANIN_INLINE`] held in
+/// the payload. `live_edges` are the producers claimed or found live, `finished` the
+/// overlapping writers found completed by the tensormap lookup: both count, as in
+/// upstream's fanin list, so whether a task fits its pool does not depend on how fast
+/// its producers happen to complete.
+#[inline(always)]
+fn spill_demand(live_edges: usize, finished: usize) -> u64 {
+    (live_edges + finished).saturating_sub(FANIN_INLINE) as u64
+}
+
+/// Stage 3b: gives each OUTPUT of `c` its address in the task's output block at `base`
+/// (packed in canonical order, `out_size` bytes each) and `id` as its owner. Returns the
+/// outputs the caller gets back, in canonical order.
+#[inline(always)]
+fn place_outputs(c: &mut CanonicalArgs, id: TaskId, base: u64) -> TaskOutputs {
+    let mut outputs = TaskOutputs::new(id);
+    let mut off = 0u64;
+    for i in 0..c.n {
+        if c.tags[i] != ArgTag::Output {
+            continue;
+        }
+        // safety: entries 0..n are initialised.
+        let t = unsafe { c.tensors[i].assume_init_mut() };
+        t.addr = base + off;
+        t.owner = id;
+        off += c.out_size[i];
+        outputs.push(t);
+        debug_assert!({
+            let back = outputs.output(outputs.len() - 1);
+            back.addr == t.addr
+                && back.offset == t.offset
+                && back.buf_bytes == t.buf_bytes
+                && back.shape == t.shape
+                && back.strides == t.strides
+                && back.owner == t.owner
+        });
+    }
+    outputs
+}
+
+impl<'r> Orchestrator<'r> {
+    /// Submit (module doc of [`super`], steps 1–7), or count it while a SCOPE_DEADLOCK is
+    /// being counted. `inline_complete`: an `alloc()` (outputs only, completes at once).
+    pub(super) fn submit_impl(
+        &mut self,
+        kernel: Option<KernelRef>,
+        args: &TaskArgs,
+        inline_complete: bool,
+    ) -> Result<TaskOutputs, RuntimeFailure> {
+        self.check_fatal()?;
+        if self.dry.is_some() {
+            return self.count_dry(args);
+        }
+        self.st.fanin.clear();
+        let ring = self.current_ring();
+        let what = What {
+            kernel,
+            alloc: inline_complete,
+        };
+        if let Some(e) = args.error {
+            return Err(self.invalid(ring, format!("{what}: {e}")));
+        }
+        let mut c = CanonicalArgs::new();
+        self.canonicalize(args, what, ring, inline_complete, &mut c)?;
+        self.check_call(kernel, args, &c, what, ring)?;
+        let Some(frame) = self.admit(ring, what)? else {
+            return self.count_dry(args);
+        };
+        let (id, base) = self.take_slot(ring, c.heap_bytes, what)?;
+        let outputs = place_outputs(&mut c, id, base);
+        let manual = frame.manual || self.in_manual_scope();
+        let finished_producers = self.gather_fanin(args, &c, manual);
+        if !manual && c.tm_inserts > 0 {
+            self.insert_writers(&c, id, ring, what)?;
+        }
+        if self.st.recording {
+            let head = super::super::replay::TaskHead {
+                id,
+                kernel,
+                alloc: inline_complete,
+                heap_bytes: c.heap_bytes,
+                n_inputs: c.n_inputs as u8,
+                scalar_float_mask: args.scalar_float_mask,
+            };
+            let n = c.n;
+            self.st.record(
+                &head,
+                base,
+                frame.id,
+                c.tensors(),
+                c.tags(),
+                &c.order[..n],
+                args,
+                !manual,
+            );
+        }
+        let task = Submitted {
+            id,
+            kernel,
+            inline_complete,
+            n_inputs: c.n_inputs,
+            scalar_float_mask: args.scalar_float_mask,
+            what,
+        };
+        self.finish_submit(&task, c.tensors(), args.scalars(), finished_producers)?;
+        Ok(outputs)
+    }
+
+    /// Latch and return an INVALID_ARGS failure of ring `ring`.
+    #[cold]
+    #[inline(never)]
+    fn invalid(&self, ring: usize, detail: impl Into<String>) -> RuntimeFailure {
+        self.fail(RuntimeFailure::invalid_args(Some(ring), detail))
+    }
+
+    /// Stage 1b: the tensor arguments of `args` into `c`, in canonical order, each
+    /// validated — an OUTPUT spec can be materialised ([`output_spec_error`]), an
+    /// existing tensor is a valid view whose producer, if any, is a task of this run
+    /// whose scope is still open; `alloc()` has outputs only. On success every entry of
+    /// `c` is initialised and the heap demand and tensormap inserts are summed; on
+    /// failure (INVALID_ARGS, naming the tensor by its canonical index) nothing of the
+    /// run has changed but the latched failure.
+    #[inline(always)]
+    fn canonicalize(
+        &self,
+        args: &TaskArgs,
+        what: What,
+        ring: usize,
+        alloc: bool,
+        c: &mut CanonicalArgs,
+    ) -> Result<(), RuntimeFailure> {
+        let argv = args.tensors();
+        canonical_order(argv, &mut c.order);
+        for k in 0..argv.len() {
+            let a = &argv[c.order[k] as usize];
+            let n = c.n;
+            let tag = match a {
+                ArgTensor::Existing(tag, t) => {
+                    c.tensors[n].write(*t);
+                    *tag
+                }
+                ArgTensor::Spec(s) => {
+                    if !output_spec_ok(s) {
+                        let e = output_spec_error(s).unwrap_or_default();
+                        return Err(self.invalid(ring, format!("{what}: tensor {n} (OUTPUT): {e}")));
+                    }
+                    c.tensors[n].write(s.materialize(0, TaskId::INVALID));
+                    ArgTag::Output
+                }
+            };
+            // safety: written just above.
+            let t = unsafe { c.tensors[n].assume_init_ref() };
+            if alloc && tag != ArgTag::Output {
+                return Err(
+                    self.invalid(ring, "alloc(): only runtime-allocated outputs are allowed")
+                );
+            }
+            if matches!(a, ArgTensor::Existing(..)) {
+                if let Err(e) = t.validate() {
+                    let name = tag.name();
+                    return Err(self.invalid(ring, format!("{what}: tensor {n} ({name}): {e}")));
+                }
+            }
+            if tag == ArgTag::Output {
+                c.out_size[n] = output_block_bytes(t.nbytes());
+                c.heap_bytes = c.heap_bytes.saturating_add(c.out_size[n]);
+            } else if t.owner.is_valid() {
+                if let Err(msg) = self.check_owner_live(t.owner) {
+                    let name = tag.name();
+                    return Err(self.invalid(ring, format!("{what}: tensor {n} ({name}): {msg}")));
+                }
+            }
+            if tag == ArgTag::Input {
+                c.n_inputs += 1;
+            }
+            if matches!(tag, ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
+                c.tm_inserts += 1;
+            }
+            c.tags[n] = tag;
+            c.n += 1;
+        }
+        Ok(())
+    }
+
+    /// Stage 1c: the kernel's own check of the canonical arguments, and that every
+    /// explicit dependency names a task already submitted in this run (INVALID_ARGS
+    /// otherwise; nothing of the run has changed).
+    #[inline(always)]
+    fn check_call(
+        &self,
+        kernel: Option<KernelRef>,
+        args: &TaskArgs,
+        c: &CanonicalArgs,
+        what: What,
+        ring: usize,
+    ) -> Result<(), RuntimeFailure> {
+        if let Some(k) = kernel {
+            if let Err(msg) = k.0.check(c.tensors(), c.n_inputs, args.scalars()) {
+                return Err(self.invalid(ring, format!("{what}: {msg}")));
+            }
+        }
+        for &(d, _) in args.deps() {
+            if !d.is_valid() || (d.0 >> 32) > 3 || d.local() >= self.st.rings[d.ring()].next {
+                return Err(self.invalid(
+                    ring,
+                    format!("{what}: explicit dependency {d:?} is not a task of this run"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stage 2, scope admission: the innermost scope may own at most `window - 1` tasks.
+    /// Returns that scope's frame when the task fits. When it does not, the failure is
+    /// structural (the scope can never fit): SCOPE_DEADLOCK at once, or — when counting
+    /// is on — `None`: the rest of the scope is now counted without running anything
+    /// (the caller returns [`Orchestrator::count_dry`]) and reported at its end with the
+    /// window that would have held it.
+    #[inline(always)]
+    fn admit(&mut self, ring: usize, what: What) -> Result<Option<ScopeFrame>, RuntimeFailure> {
+        let window = self.sizing.task_window[ring];
+        let (frame, owned) = self.innermost_scope();
+        if owned + 1 < window {
+            return Ok(Some(frame));
+        }
+        let d = DryScope {
+            level: self.st.scopes.len(),
+            ring,
+            depth: self.depth(),
+            window,
+            owned,
+            counted: 0,
+            what: what.to_string(),
+        };
+        if !self.count_scope_overflow {
+            let d = DryScope {
+                owned: owned + 1,
+                ..d
+            };
+            return Err(self.fail(d.failure(false)));
+        }
+        self.dry = Some(d);
+        Ok(None)
+    }
+
+    /// Step 3: a slot and `heap_bytes` of the current ring's heap (back-pressure, or
+    /// the capacity failure). Returns the task's id and the address of its output block;
+    /// the slot is prepared (published as the ring's newest, not yet runnable) and its
+    /// orchestrator record holds the heap end and the pool marks of the task.
+    #[inline(always)]
+    pub(super) fn take_slot(
+        &mut self,
+        ring: usize,
+        heap_bytes: u64,
+        what: What,
+    ) -> Result<(TaskId, u64), RuntimeFailure> {
+        let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, what)?;
+        let id = TaskId::new(ring as u8, local);
+        let rs = &self.sh.rings[ring];
+        rs.prepare(local);
+        rs.prefetch_slot(local.wrapping_add(PREFETCH_AHEAD));
+        {
+            let r = &self.st.rings[ring];
+            let ahead = (local.wrapping_add(PREFETCH_AHEAD) & r.mask) as usize;
+            crate::mem::prefetch_write(r.slots.as_ptr().wrapping_add(ahead) as *const u8, 1);
+        }
+        self.st.scope_tasks.push(id);
+        self.st.tasks += 1;
+        let r = &mut self.st.rings[ring];
+        let os = &mut r.slots[(local & r.mask) as usize];
+        os.heap_end = heap_end;
+        os.dep_mark = r.deps.top;
+        os.spill_mark = r.spill.top;
+        Ok((id, r.heap_base + heap_off))
+    }
+
+    /// Step 4, gathering the fan-in into `self.st.fanin` (one edge per producer, flags
+    /// merged): the explicit deps, then — outside manual scopes — the creator of every
+    /// runtime output read (WAIT + RETAIN) and the last overlapping writers the
+    /// tensormap knows for inputs and inouts (WAIT; an inout also removes them as
+    /// writers). Producers below the cached watermarks are skipped: a stale watermark
+    /// only keeps an edge that the claim then finds gone (generation check). Returns the
+    /// overlapping writers found already completed (no edge, but they count in the
+    /// spill demand, [`spill_demand`]).
+    #[inline(always)]
+    fn gather_fanin(&mut self, args: &TaskArgs, c: &CanonicalArgs, manual: bool) -> usize {
+        let rr = &self.st.rings;
+        let la = [rr[0].seen_la, rr[1].seen_la, rr[2].seen_la, rr[3].seen_la];
+        self.begin_fanin();
+        for &(d, flags) in args.deps() {
+            if d.local() >= la[d.ring()] {
+                self.add_fanin(d, flags);
+            }
+        }
+        let mut finished_producers = 0usize;
+        if manual {
+            return finished_producers;
+        }
+        let (tensors, tags) = (c.tensors(), c.tags());
+        for (t, &tag) in tensors.iter().zip(tags) {
+            if tag != ArgTag::Output && t.owner.is_valid() && t.owner.local() >= la[t.owner.ring()]
+            {
+                self.add_fanin(t.owner, DEP_WAIT | DEP_RETAIN);
+            }
+            if (tag == ArgTag::Input || tag == ArgTag::Inout)
+                && !t.manual_dep
+                && !self.st.tensormap.bucket_empty(t.addr)
+            {
+                let remove = tag == ArgTag::Inout;
+                let st = &mut *self.st;
+                let (tm, fanin, rings, epoch) =
+                    (&mut st.tensormap, &mut st.fanin, &mut st.rings, st.epoch);
+                let sh = self.sh;
+                let done_edges = &mut finished_producers;
+                tm.lookup_pending(
+                    t,
+                    remove,
+                    &la,
+                    |p| sh.is_completed(p),
+                    |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT),
+                    |_| *done_edges += 1,
+                );
+            }
+        }
+        finished_producers
+    }
+
+    /// Step 5: this task becomes the last writer of its INOUT and OUTPUT_EXISTING
+    /// regions (not no-dep ones) in the tensormap, after room for all of them was
+    /// reserved (waiting, or TENSORMAP_OVERFLOW).
+    #[inline(always)]
+    fn insert_writers(
+        &mut self,
+        c: &CanonicalArgs,
+        id: TaskId,
+        ring: usize,
+        what: What,
+    ) -> Result<(), RuntimeFailure> {
+        self.reserve_tensormap(c.tm_inserts, ring, what)?;
+        for (t, &tag) in c.tensors().iter().zip(c.tags()) {
+            if matches!(tag, ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
+                let ok = self.st.tensormap.insert(t, id);
+                debug_assert!(ok);
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps 4 (claims) to 7 of a submit whose slot is taken and whose fanin
+    /// (`self.st.fanin`) is gathered: the pools, the payload, wiring and publication.
+    /// On success the task is published: ready (pushed) or waiting for its producers;
+    /// an `alloc()` is completed.
+    #[inline(always)]
+    pub(super) fn finish_submit(
+        &mut self,
+        task: &Submitted,
+        tensors: &[Tensor],
+        scalars: &[u64],
+        finished_producers: usize,
+    ) -> Result<(), RuntimeFailure> {
+        let (ring, local, what) = (task.id.ring(), task.id.local(), task.what);
+        let (waits, live_edges) = self.claim_fanin();
+        // 6. fanin record + dependency nodes.
+        let spill_need = spill_demand(live_edges, finished_producers);
+        let spill_start = if spill_need > 0 {
+            self.reserve_pool(ring, spill_need, Blocked::Spill, what)?
+        } else {
+            0
+        };
+        // Nodes are reserved for every claimed WAIT edge, not only for producers still
+        // running at claim time: the pool demand of a program then does not depend on
+        // how fast its producers happen to complete (so sizes that fit once fit again).
+        let dep_start = if waits > 0 {
+            self.reserve_pool(ring, waits as u64, Blocked::Deps, what)?
+        } else {
+            0
+        };
+        self.write_payload(task, tensors, scalars, spill_start);
+        if task.inline_complete {
+            self.sh.rings[ring].slot(local).mark_completed();
+            self.eng.completed.fetch_add(1, Relaxed);
+            self.record_marks(ring, local);
+            return Ok(());
+        }
+        if spill_need > 0 || waits > 0 {
+            // The pools moved since the slot's marks were taken at allocation.
+            self.record_marks(ring, local);
+        }
+        self.wire_and_publish(task, waits, dep_start);
+        Ok(())
+    }
+
+    /// Step 4, claims: claim every producer of `self.st.fanin` under its lock and keep
+    /// only the claimed edges (a producer gone, or completed with a WAIT-only edge, is
+    /// dropped). Returns the claimed WAIT edges (each needs a dependency node) and the
+    /// live producers (claimed, or completed but not yet consumed: the spill demand).
+    #[inline(always)]
+    fn claim_fanin(&mut self) -> (u32, usize) {
+        let mut waits = 0u32;
+        let mut live_edges = 0usize;
+        if self.st.fanin.is_empty() {
+            return (0, 0);
+        }
+        for e in self.st.fanin.iter_mut() {
+            match self.sh.claim(e.producer, e.flags) {
+                Claim::Claimed { .. } => {
+                    live_edges += 1;
+                    e.claimed = true;
+                    if e.flags & DEP_WAIT != 0 {
+                        waits += 1;
+                    }
+                }
+                Claim::Skipped { live } => live_edges += live as usize,
+            }
+        }
+        self.st.fanin.retain(|e| e.claimed);
+        (waits, live_edges)
+    }
+
+    /// Step 6, the payload: what a core runs the task with (kernel, tensors, scalars) and
+    /// its fanin record (inline, then from `spill_start` in the spill pool), written
+    /// into the prepared, unpublished slot; made visible to the cores by the
+    /// publication (a release) that follows.
+    #[inline(always)]
+    fn write_payload(
+        &self,
+        task: &Submitted,
+        tensors: &[Tensor],
+        scalars: &[u64],
+        spill_start: u64,
+    ) {
+        let (id, kernel, n) = (task.id, task.kernel, tensors.len());
+        let rs = &self.sh.rings[id.ring()];
+        // safety: the slot was just prepared and is not yet published; payload memory
+        // is zero-initialised at arena build (every field is valid at zero) or holds
+        // a previous task's payload, so it may be referenced.
+        let p = unsafe { rs.payload_mut(id.local()) }.as_mut_ptr();
+        let kind = kernel
+            .map(|k| k.core())
+            .unwrap_or(crate::kernel::CoreKind::Any);
+        // safety: as above; the spill entries from `spill_start` are reserved for this
+        // submit.
+        unsafe {
+            (*p).kernel = kernel;
+            (*p).kind = kind;
+            (*p).id = id;
+            (*p).n_tensors = n as u8;
+            (*p).n_inputs = task.n_inputs as u8;
+            (*p).n_scalars = scalars.len() as u8;
+            (*p).scalar_float_mask = task.scalar_float_mask;
+            (*p).n_fanin = self.st.fanin.len() as u32;
+            (*p).fanin_spill_start = spill_start;
+            // Element by element: a task has few tensors, and a `memcpy` call for a
+            // few hundred bytes costs more than the inline moves.
+            for (dst, src) in (&mut (*p).tensors)[..n].iter_mut().zip(tensors.iter()) {
+                *dst = *src;
+            }
+            (&mut (*p).scalars)[..scalars.len()].copy_from_slice(scalars);
+            for (i, e) in self.st.fanin.iter().enumerate() {
+                let rec = e.producer.0 | e.flags;
+                if i < FANIN_INLINE {
+                    (*p).fanin_inline[i] = rec;
+                } else {
+                    let sp = &rs.spill;
+                    *sp[((spill_start + (i - FANIN_INLINE) as u64) % sp.len() as u64) as usize]
+                        .get() = rec;
+                }
+            }
+        }
+    }
+
+    /// Step 7, wiring and publication: link the task behind each claimed WAIT producer
+    /// (dependency nodes from `dep_start`; a producer completed meanwhile counts as a
+    /// done edge), release the WAIT-only claims, then release the `+1` of
+    /// `fanin_count`: the task is pushed to a ready queue here if no producer is left to
+    /// do it (exactly once, `shared/slot.rs`).
+    #[inline(always)]
+    fn wire_and_publish(&self, task: &Submitted, waits: u32, dep_start: u64) {
+        let id = task.id;
+        let rs = &self.sh.rings[id.ring()];
+        let me = rs.slot(id.local());
+        me.begin_wiring(waits);
+        let mut done = 0u32;
+        if !self.st.fanin.is_empty() {
+            let mut node_i = dep_start;
+            let n_nodes = rs.dep_nodes.len() as u64;
+            for e in self.st.fanin.iter() {
+                if e.flags & DEP_WAIT == 0 {
+                    continue;
+                }
+                if self.sh.link(e.producer, id, (node_i % n_nodes) as usize) {
+                    node_i += 1;
+                } else {
+                    done += 1;
+                }
+            }
+            for e in self.st.fanin.iter() {
+                if e.flags & DEP_RETAIN == 0 {
+                    self.sh.release_ref(e.producer, 1, self.eng);
+                }
+            }
+        }
+        let ready = if waits == 0 {
+            me.publish_unwaited()
+        } else {
+            me.publish(done)
+        };
+        if ready {
+            let kind = task
+                .kernel
+                .map(|k| k.core())
+                .unwrap_or(crate::kernel::CoreKind::Any);
+            self.eng.push_ready(id, kind);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::DType;
+
+    fn input() -> ArgTensor {
+        ArgTensor::Existing(ArgTag::Input, Tensor::from_raw(0x1000, &[4], DType::F32))
+    }
+    fn tagged(tag: ArgTag) -> ArgTensor {
+        ArgTensor::Existing(tag, Tensor::from_raw(0x2000, &[4], DType::F32))
+    }
+    fn spec(shape: &[u32]) -> TensorSpec {
+        TensorSpec {
+            shape: {
+                let mut s = [0; MAX_DIMS];
+                s[..shape.len()].copy_from_slice(shape);
+                s
+            },
+            ndims: shape.len() as u8,
+            dtype: DType::F32,
+        }
+    }
+    fn order_of(argv: &[ArgTensor]) -> Vec<u8> {
+        let mut order = [0xff; MAX_TASK_TENSORS];
+        canonical_order(argv, &mut order);
+        order[..argv.len()].to_vec()
+    }
+
+    #[test]
+    fn canonical_order_keeps_an_ordered_list() {
+        let argv = [
+            input(),
+            input(),
+            tagged(ArgTag::Inout),
+            ArgTensor::Spec(spec(&[2])),
+            tagged(ArgTag::OutputExisting),
+            tagged(ArgTag::NoDep),
+        ];
+        assert_eq!(order_of(&argv), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(order_of(&[]), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn canonical_order_groups_stably() {
+        // no_dep, output, inout, input, output_existing, input, spec
+        let argv = [
+            tagged(ArgTag::NoDep),
+            ArgTensor::Spec(spec(&[1])),
+            tagged(ArgTag::Inout),
+            input(),
+            tagged(ArgTag::OutputExisting),
+            input(),
+            ArgTensor::Spec(spec(&[3])),
+        ];
+        // inputs 3, 5; inout 2; outputs in argument order 1, 4, 6; no_dep 0.
+        assert_eq!(order_of(&argv), [3, 5, 2, 1, 4, 6, 0]);
+    }
+
+    #[test]
+    fn canonical_order_at_the_argument_limit() {
+        let mut argv = vec![tagged(ArgTag::NoDep); MAX_TASK_TENSORS];
+        argv[MAX_TASK_TENSORS - 1] = input();
+        let order = order_of(&argv);
+        assert_eq!(order[0] as usize, MAX_TASK_TENSORS - 1);
+        assert_eq!(
+            &order[1..],
+            (0..MAX_TASK_TENSORS as u8 - 1).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn output_specs_are_validated() {
+        assert_eq!(output_spec_error(&spec(&[4, 8])), None);
+        assert!(output_spec_ok(&spec(&[4, 8])));
+        let bad = [
+            spec(&[]),
+            spec(&[2, 0, 3]),
+            // 2^32-1 elements per dimension, 4 bytes each: over 2^64 bytes.
+            spec(&[u32::MAX, u32::MAX, u32::MAX]),
+        ];
+        for s in &bad {
+            assert!(!output_spec_ok(s), "{s:?}");
+            assert!(output_spec_error(s).is_some(), "{s:?}");
+        }
+        let mut too_many = spec(&[1]);
+        too_many.ndims = MAX_DIMS as u8 + 1;
+        assert!(!output_spec_ok(&too_many));
+        assert_eq!(
+            output_spec_error(&too_many),
+            Some(TensorError::Rank(MAX_DIMS + 1).to_string())
+        );
+        assert_eq!(
+            output_spec_error(&spec(&[2, 0])),
+            Some(TensorError::EmptyDim(vec![2, 0]).to_string())
+        );
+        let big = output_spec_error(&spec(&[u32::MAX, u32::MAX, u32::MAX])).unwrap();
+        assert!(big.contains("does not fit 64-bit sizes"), "{big}");
+    }
+
+    #[test]
+    fn output_blocks_are_aligned_and_saturate() {
+        let a = OUTPUT_ALIGN_BYTES;
+        assert_eq!(output_block_bytes(1), a);
+        assert_eq!(output_block_bytes(a), a);
+        assert_eq!(output_block_bytes(a + 1), 2 * a);
+        assert_eq!(output_block_bytes(u64::MAX - a + 2), u64::MAX);
+        assert_eq!(output_block_bytes(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn spill_demand_counts_producers_beyond_the_inline_record() {
+        assert_eq!(spill_demand(0, 0), 0);
+        assert_eq!(spill_demand(FANIN_INLINE, 0), 0);
+        assert_eq!(spill_demand(FANIN_INLINE, 1), 1);
+        assert_eq!(spill_demand(FANIN_INLINE - 3, 5), 2);
+        assert_eq!(spill_demand(40, 8), (48 - FANIN_INLINE) as u64);
+    }
+}
