@@ -7,7 +7,7 @@ use super::ChipShared;
 use crate::engine::replay::DirectJob;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{RuntimeFailure, StatusCode};
-use crate::kernel::{CoreKind, KernelCall};
+use crate::kernel::{CoreKind, KernelCall, KernelRef};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -210,6 +210,11 @@ pub(super) fn can_run(core: CoreKind, task: CoreKind) -> bool {
     task == CoreKind::Any || core == CoreKind::Any || core == task
 }
 
+/// A core thread: take a task (the one its last completion made ready, else one from
+/// the ready queues, else go idle), run it, complete it; until shutdown or until the
+/// core is given up on. A direct replay's tasks take [`direct_step`], a run's
+/// [`run_ring_task`]. `core.state` says what the core holds at every moment (the
+/// settle and the stall report read it).
 pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
     let kind = core.kind;
     let busy = &core.state;
@@ -217,17 +222,11 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
     let mut next: Option<TaskId> = None;
     // Ready tasks of a direct replay this core keeps to itself (see `direct_step`).
     let mut local: Vec<u32> = Vec::with_capacity(DIRECT_LOCAL);
-    // Idle protocol: one core at a time may spin (bounded; a yield every 32 checks so
-    // the orchestrator is not starved on small machines), the others park at once.
-    // While a core spins, pushes skip the wake-up syscall (see `Sleep`).
-    let mut idle_spins = 0u32;
-    let mut spinning = false;
+    let mut idle = Idle::default();
     loop {
         if core.abandoned.load(Relaxed) {
             // Given up on (a replacement core runs in its place): touch nothing more.
-            if spinning {
-                eng.end_spin(false);
-            }
+            idle.leave(eng);
             return;
         }
         let task = match next.take() {
@@ -239,139 +238,203 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
                 busy.store(CORE_SEARCHING, SeqCst);
                 match eng.pop_ready(kind) {
                     Some(t) => {
-                        if spinning {
-                            spinning = false;
-                            eng.end_spin(true);
-                        }
+                        idle.found(eng);
                         t
                     }
                     None => {
                         busy.store(CORE_IDLE, SeqCst);
                         if eng.shutdown.load(Acquire) {
-                            if spinning {
-                                eng.end_spin(false);
-                            }
+                            idle.leave(eng);
                             return;
                         }
-                        if idle_spins == 0 && !spinning {
-                            spinning = eng.try_spin(kind);
-                        }
-                        idle_spins += 1;
-                        if spinning && idle_spins < 2048 {
-                            if idle_spins.is_multiple_of(32) {
-                                std::thread::yield_now();
-                            } else {
-                                std::hint::spin_loop();
-                            }
-                        } else if spinning {
-                            // Give up spinning; look once more (a push may have skipped
-                            // its wake-up while we spun), then park.
-                            spinning = false;
-                            eng.end_spin(false);
-                            idle_spins = 0;
-                            // Work of a kind we cannot run may have skipped its wake-up.
-                            if eng.ready_len() > 0 {
-                                eng.wake_cores();
-                            }
-                            if !eng.has_ready(kind) {
-                                eng.park_core(kind, Duration::from_millis(100));
-                            }
-                        } else {
-                            idle_spins = 0;
-                            eng.park_core(kind, Duration::from_millis(100));
-                        }
+                        idle.step(eng, kind);
                         continue;
                     }
                 }
             }
         };
-        idle_spins = 0;
+        idle.spins = 0;
         if eng.fatal.load(Acquire) {
             busy.store(CORE_IDLE, SeqCst);
             continue;
         }
         busy.store(task.0, Relaxed);
         let job = sh.direct.load(Acquire);
-        if !job.is_null() {
+        let step = if job.is_null() {
+            run_ring_task(sh, core, task)
+        } else {
             // safety: installed for the whole direct replay, removed only after every
             // core went idle; an abandoned core touches nothing after its kernel.
             let job = unsafe { &*(job as *const DirectJob<'static>) };
-            next = direct_step(
+            let n = direct_step(
                 eng,
                 job,
                 task.0 as u32,
                 kind,
                 Some(&core.abandoned),
                 &mut local,
-            )
-            .map(|s| TaskId(s as u64));
+            );
             if core.abandoned.load(SeqCst) {
-                return;
+                Step::Abandoned
+            } else {
+                Step::Next(n.map(|s| TaskId(s as u64)))
             }
-            if next.is_none() {
-                busy.store(CORE_IDLE, SeqCst);
-            }
-            continue;
-        }
-        let arena_ptr = sh.arena.load(Acquire);
-        if arena_ptr.is_null() {
-            // Defensive: no run is active (queues are drained between runs).
-            busy.store(CORE_IDLE, SeqCst);
-            next = None;
-            continue;
-        }
-        // safety: the arena pointer is set for the whole run and a queued task belongs
-        // to the current run (queues are drained between runs).
-        let arena = unsafe { &*arena_ptr };
-        let ring = &arena.rings[task.ring()];
-        // safety: `task` was published (popped from a ready queue or made ready by us).
-        let p = unsafe { ring.payload(task.local()) };
-        if let Some(k) = p.kernel {
-            let t_start = sh.trace.load(Relaxed).then(Instant::now);
-            let err = call_kernel(k, p);
-            if let Some(t) = t_start {
-                if let Some(t0) = *sh.trace_t0.lock() {
-                    let ns = |x: Instant| x.saturating_duration_since(t0).as_nanos() as u64;
-                    let idx = sh
-                        .cores
-                        .read()
-                        .iter()
-                        .position(|c| std::ptr::eq(&**c, core))
-                        .unwrap_or(0) as u32;
-                    core.lane.lock().push(crate::dfx::SwimlaneEvent {
-                        task: task.0,
-                        core: idx,
-                        kernel: k.name_static(),
-                        start_ns: ns(t),
-                        end_ns: ns(Instant::now()),
-                    });
-                }
-            }
-            if core.abandoned.load(SeqCst) {
-                // The run gave up on this core; its arena may be in use by another run.
-                return;
-            }
-            if let Some(msg) = err {
-                eng.fail(task_failed(k, task, msg));
-                busy.store(CORE_IDLE, SeqCst);
-                continue;
-            }
-        }
-        // safety: the task ran (or is a dummy) and is completed exactly once, here.
-        unsafe {
-            arena.complete(task, eng, |c| {
-                let ck = arena.rings[c.ring()].payload(c.local()).kind;
-                if next.is_none() && can_run(kind, ck) {
-                    next = Some(c);
-                } else {
-                    eng.push_ready(c, ck);
-                }
-            });
+        };
+        match step {
+            Step::Abandoned => return,
+            Step::Next(n) => next = n,
         }
         if next.is_none() {
             busy.store(CORE_IDLE, SeqCst);
         }
     }
+}
+
+/// What a core does after a task.
+enum Step {
+    /// Run this task next (the first consumer its completion made ready), or look for
+    /// one (`None`).
+    Next(Option<TaskId>),
+    /// The core was given up on while the kernel ran: touch nothing more.
+    Abandoned,
+}
+
+/// A core's idle protocol: one core at a time may spin (bounded; a yield every 32
+/// checks so the orchestrator is not starved on small machines), the others park at
+/// once. While a core spins, pushes skip the wake-up syscall (see `Sleep`).
+#[derive(Default)]
+struct Idle {
+    /// Empty looks at the queues since the core last held a task.
+    spins: u32,
+    /// This core is the spinning one.
+    spinning: bool,
+}
+
+impl Idle {
+    /// Looks at the queues the spinning core makes before it parks.
+    const SPIN_CHECKS: u32 = 2048;
+    /// The spinning core yields on every this many looks.
+    const YIELD_EVERY: u32 = 32;
+    /// A parked core looks again after this long even without a wake-up.
+    const PARK: Duration = Duration::from_millis(100);
+
+    /// A task was found: stop spinning (the sleep protocol learns work was found).
+    #[inline]
+    fn found(&mut self, eng: &EngineShared) {
+        if self.spinning {
+            self.spinning = false;
+            eng.end_spin(true);
+        }
+    }
+
+    /// The core leaves its loop.
+    fn leave(&mut self, eng: &EngineShared) {
+        if self.spinning {
+            eng.end_spin(false);
+        }
+    }
+
+    /// One idle step after an empty look at the queues: spin (if this core is, or can
+    /// become, the spinning one), else park.
+    fn step(&mut self, eng: &EngineShared, kind: CoreKind) {
+        if self.spins == 0 && !self.spinning {
+            self.spinning = eng.try_spin(kind);
+        }
+        self.spins += 1;
+        if self.spinning && self.spins < Self::SPIN_CHECKS {
+            if self.spins.is_multiple_of(Self::YIELD_EVERY) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        } else if self.spinning {
+            // Give up spinning; look once more (a push may have skipped its wake-up
+            // while we spun), then park.
+            self.spinning = false;
+            eng.end_spin(false);
+            self.spins = 0;
+            // Work of a kind we cannot run may have skipped its wake-up.
+            if eng.ready_len() > 0 {
+                eng.wake_cores();
+            }
+            if !eng.has_ready(kind) {
+                eng.park_core(kind, Self::PARK);
+            }
+        } else {
+            self.spins = 0;
+            eng.park_core(kind, Self::PARK);
+        }
+    }
+}
+
+/// Run a task of the current run (in the ring slots) on `core` and complete it: its
+/// kernel (recorded on the swimlane when it is on), a failure latched, else the
+/// completion, keeping the first consumer it made ready that this core can run.
+#[inline]
+fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId) -> Step {
+    let eng = &sh.eng;
+    let arena_ptr = sh.arena.load(Acquire);
+    if arena_ptr.is_null() {
+        // Defensive: no run is active (queues are drained between runs).
+        return Step::Next(None);
+    }
+    // safety: the arena pointer is set for the whole run and a queued task belongs
+    // to the current run (queues are drained between runs).
+    let arena = unsafe { &*arena_ptr };
+    let ring = &arena.rings[task.ring()];
+    // safety: `task` was published (popped from a ready queue or made ready by us).
+    let p = unsafe { ring.payload(task.local()) };
+    if let Some(k) = p.kernel {
+        let t_start = sh.trace.load(Relaxed).then(Instant::now);
+        let err = call_kernel(k, p);
+        if let Some(t) = t_start {
+            record_lane(sh, core, task, k, t);
+        }
+        if core.abandoned.load(SeqCst) {
+            // The run gave up on this core; its arena may be in use by another run.
+            return Step::Abandoned;
+        }
+        if let Some(msg) = err {
+            eng.fail(task_failed(k, task, msg));
+            return Step::Next(None);
+        }
+    }
+    let kind = core.kind;
+    let mut next = None;
+    // safety: the task ran (or is a dummy) and is completed exactly once, here.
+    unsafe {
+        arena.complete(task, eng, |c| {
+            let ck = arena.rings[c.ring()].payload(c.local()).kind;
+            if next.is_none() && can_run(kind, ck) {
+                next = Some(c);
+            } else {
+                eng.push_ready(c, ck);
+            }
+        });
+    }
+    Step::Next(next)
+}
+
+/// Record one kernel execution (from `start` to now) on `core`'s swimlane.
+#[cold]
+fn record_lane(sh: &ChipShared, core: &Core, task: TaskId, k: KernelRef, start: Instant) {
+    let Some(t0) = *sh.trace_t0.lock() else {
+        return;
+    };
+    let ns = |x: Instant| x.saturating_duration_since(t0).as_nanos() as u64;
+    let idx = sh
+        .cores
+        .read()
+        .iter()
+        .position(|c| std::ptr::eq(&**c, core))
+        .unwrap_or(0) as u32;
+    core.lane.lock().push(crate::dfx::SwimlaneEvent {
+        task: task.0,
+        core: idx,
+        kernel: k.name_static(),
+        start_ns: ns(start),
+        end_ns: ns(Instant::now()),
+    });
 }
 
 /// The text of a caught panic (a kernel's or an orchestration's).
