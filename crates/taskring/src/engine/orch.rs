@@ -1077,7 +1077,11 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
-    /// Either prove a deadlock, time out, or wait for progress.
+    /// Either prove a deadlock, time out, or wait for progress: the submit is blocked on
+    /// `blocked` of `ring` needing `need` more of it. Returns `Ok` after a wait (the
+    /// caller retries its allocation); fails at once when the ring's head is pinned by an
+    /// open scope (structural), and after the backstop (or the scheduler timeout) without
+    /// progress.
     fn wait_or_fail(
         &mut self,
         ring: usize,
@@ -1087,6 +1091,28 @@ impl<'r> Orchestrator<'r> {
         clock: &mut Backstop,
     ) -> Result<(), RuntimeFailure> {
         self.check_fatal()?;
+        if !matches!(blocked, Blocked::Tensormap) {
+            if let Some(head) = self.head_pinned(ring) {
+                let s = self.shortage(ring, blocked, need);
+                return Err(self.fail(s.pinned(what, head)));
+            }
+        }
+        match clock.check(self) {
+            Verdict::Wait => {}
+            Verdict::Deadlock => {
+                let s = self.shortage(ring, blocked, need);
+                return Err(self.fail(s.no_progress(what, self.policy.backstop)));
+            }
+            Verdict::Stalled(f) => return Err(self.fail(f)),
+        }
+        self.wait_for_space(ring, blocked);
+        Ok(())
+    }
+
+    /// The numbers of `blocked` of `ring` for a submit needing `need` more of it (built
+    /// only when a failure is reported).
+    #[cold]
+    fn shortage(&self, ring: usize, blocked: Blocked, need: u64) -> Shortage {
         let (code, resource, configured) = match blocked {
             Blocked::Window => (
                 StatusCode::FlowControlDeadlock,
@@ -1111,118 +1137,43 @@ impl<'r> Orchestrator<'r> {
         };
         let r = &self.st.rings[ring];
         let live = (r.next - r.seen_la) as u64;
-        // The size that would hold what is live now plus this submit (None: no valid
-        // size of the resource would).
-        let (in_use, needed) = match blocked {
-            Blocked::Window => (
-                live,
-                (live + 2)
-                    .checked_next_power_of_two()
-                    .filter(|&n| n <= crate::config::MAX_RING_TASK_WINDOW),
-            ),
-            // The live bytes plus this submit; never the configured size itself: a heap
-            // ring that failed at this size does not fit it (the end gap a wrap abandons,
-            // and the strict tail rule of `HeapRing::try_alloc`), so the next size up.
-            Blocked::Heap => (
-                r.heap.used(),
-                r.heap
-                    .used()
-                    .saturating_add(need)
-                    .checked_next_power_of_two()
-                    .map(|n| {
-                        if n <= configured {
-                            configured.saturating_mul(2)
-                        } else {
-                            n
-                        }
-                    }),
-            ),
-            Blocked::Deps => (
-                r.deps.used(),
-                Some(r.deps.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL),
-            ),
-            Blocked::Spill => (
-                r.spill.used(),
-                Some(r.spill.used() + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL),
-            ),
-            Blocked::Tensormap => (
-                self.st.tensormap.used() as u64,
-                Some(self.st.tensormap.used() as u64 + need),
-            ),
+        let in_use = match blocked {
+            Blocked::Window => live,
+            Blocked::Heap => r.heap.used(),
+            Blocked::Deps => r.deps.used(),
+            Blocked::Spill => r.spill.used(),
+            Blocked::Tensormap => self.st.tensormap.used() as u64,
         };
-        let (window, heap_used, heap_size) = (
-            self.sizing.task_window[ring],
-            r.heap.used(),
-            self.sizing.heap[ring],
-        );
-        // What the blocked resource lacks, in its own unit: one more slot for the task
-        // window, the submit's bytes for the heap, its entries for the pools.
-        let (more, unit) = match blocked {
-            Blocked::Window => (1, "slot"),
-            Blocked::Heap => (need, "bytes"),
-            Blocked::Deps | Blocked::Spill | Blocked::Tensormap => (need, "entries"),
-        };
-        let unit_of = |n: u64| {
-            if unit == "slot" && n != 1 {
-                "slots"
-            } else if unit == "entries" && n == 1 {
-                "entry"
+        Shortage {
+            code,
+            resource,
+            configured,
+            in_use,
+            needed: needed_size(blocked, in_use, need, configured),
+            more: if matches!(blocked, Blocked::Window) {
+                1
             } else {
-                unit
-            }
-        };
-        // Built only when a failure is reported (this runs on every back-pressure wait).
-        let usage = || {
-            format!(
-                "ring {ring}: {live} live tasks of window {window}, heap {heap_used} of {heap_size} bytes in use, {resource_name} {in_use} of {configured} {} in use, {more} more {} needed",
-                unit_of(configured),
-                unit_of(more),
-                resource_name = resource.name(),
-            )
-        };
-        if !matches!(blocked, Blocked::Tensormap) {
-            if let Some(head) = self.head_pinned(ring) {
-                let fit = match needed {
-                    Some(n) => format!(
-                        "{} of at least {n} {} would be needed",
-                        resource.name(),
-                        unit_of(n)
-                    ),
-                    None => format!("no valid {} holds that much", resource.name()),
-                };
-                return Err(self.fail(RuntimeFailure::capacity(
-                    code,
-                    ring,
-                    resource,
-                    configured,
-                    needed,
-                    format!(
-                        "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({}); {fit}",
-                        usage(),
-                    ),
-                )));
-            }
+                need
+            },
+            unit: match blocked {
+                Blocked::Window => "slot",
+                Blocked::Heap => "bytes",
+                Blocked::Deps | Blocked::Spill | Blocked::Tensormap => "entries",
+            },
+            ring,
+            live,
+            window: self.sizing.task_window[ring],
+            heap_used: r.heap.used(),
+            heap_size: self.sizing.heap[ring],
         }
-        match clock.check(self) {
-            Verdict::Wait => {}
-            Verdict::Deadlock => {
-                return Err(self.fail(RuntimeFailure::capacity(
-                    code,
-                    ring,
-                    resource,
-                    configured,
-                    None,
-                    format!(
-                        "{what}: no reclaim progress for ~{} ms: no task completed, ran on a core or waited to run ({})",
-                        self.policy.backstop.as_millis(),
-                        usage()
-                    ),
-                )));
-            }
-            Verdict::Stalled(f) => return Err(self.fail(f)),
-        }
-        // Wait for a watermark to move (or anything to fail): the ring's own, or, for
-        // the tensormap (whose entries belong to producers of every ring), any ring's.
+    }
+
+    /// Wait (briefly) for a watermark to move, or anything to fail: the ring's own, or,
+    /// for the tensormap (whose entries belong to producers of every ring), any ring's.
+    /// With a helper, run a ready task instead (its completion may be what frees the
+    /// space). Spins, yields, then parks on [`Progress`](super::shared::Progress) for at
+    /// most 20 ms (or the backstop if shorter).
+    fn wait_for_space(&self, ring: usize, blocked: Blocked) {
         let seen: [u32; 4] = if matches!(blocked, Blocked::Tensormap) {
             self.watermarks()
         } else {
@@ -1233,10 +1184,9 @@ impl<'r> Orchestrator<'r> {
         } else {
             std::slice::from_ref(&ring)
         };
-        // Help: run a ready task (its completion may be what frees the space).
         if let Some(h) = self.helper {
             if h() {
-                return Ok(());
+                return;
             }
         }
         let sh = self.sh;
@@ -1250,7 +1200,7 @@ impl<'r> Orchestrator<'r> {
         };
         for i in 0..64 {
             if moved() {
-                return Ok(());
+                return;
             }
             if i < 48 {
                 std::hint::spin_loop();
@@ -1267,7 +1217,6 @@ impl<'r> Orchestrator<'r> {
         if let Some(h) = self.blocking_hook {
             h(false);
         }
-        Ok(())
     }
 }
 
@@ -1285,6 +1234,127 @@ impl std::fmt::Display for What {
             None if self.alloc => f.write_str("alloc()"),
             None => f.write_str("submit of a dummy task"),
         }
+    }
+}
+
+/// How short a blocked resource is: what its capacity failure reports.
+struct Shortage {
+    code: StatusCode,
+    resource: Resource,
+    /// The configured size, in the resource's unit.
+    configured: u64,
+    in_use: u64,
+    /// The size that would hold what is live now plus this submit ([`needed_size`]).
+    needed: Option<u64>,
+    /// What the resource lacks, in its own unit: one more slot for the task window, the
+    /// submit's bytes for the heap, its entries for the pools.
+    more: u64,
+    unit: &'static str,
+    ring: usize,
+    live: u64,
+    window: u64,
+    heap_used: u64,
+    heap_size: u64,
+}
+
+impl Shortage {
+    /// `unit`, in the singular or plural `n` takes.
+    fn unit_of(&self, n: u64) -> &'static str {
+        if self.unit == "slot" && n != 1 {
+            "slots"
+        } else if self.unit == "entries" && n == 1 {
+            "entry"
+        } else {
+            self.unit
+        }
+    }
+
+    /// The ring's use of every resource, for the message.
+    fn usage(&self) -> String {
+        let Shortage {
+            ring,
+            live,
+            window,
+            heap_used,
+            heap_size,
+            in_use,
+            configured,
+            more,
+            ..
+        } = *self;
+        format!(
+            "ring {ring}: {live} live tasks of window {window}, heap {heap_used} of {heap_size} bytes in use, {} {in_use} of {configured} {} in use, {more} more {} needed",
+            self.resource.name(),
+            self.unit_of(configured),
+            self.unit_of(more),
+        )
+    }
+
+    /// The structural failure: the ring's oldest live task `head` is pinned by an open
+    /// scope, so no completion can free space while the orchestrator waits.
+    fn pinned(&self, what: What, head: TaskId) -> RuntimeFailure {
+        let fit = match self.needed {
+            Some(n) => format!(
+                "{} of at least {n} {} would be needed",
+                self.resource.name(),
+                self.unit_of(n)
+            ),
+            None => format!("no valid {} holds that much", self.resource.name()),
+        };
+        RuntimeFailure::capacity(
+            self.code,
+            self.ring,
+            self.resource,
+            self.configured,
+            self.needed,
+            format!(
+                "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({}); {fit}",
+                self.usage(),
+            ),
+        )
+    }
+
+    /// The backstop's failure: nothing completed, ran or was ready for `backstop`.
+    fn no_progress(&self, what: What, backstop: Duration) -> RuntimeFailure {
+        RuntimeFailure::capacity(
+            self.code,
+            self.ring,
+            self.resource,
+            self.configured,
+            None,
+            format!(
+                "{what}: no reclaim progress for ~{} ms: no task completed, ran on a core or waited to run ({})",
+                backstop.as_millis(),
+                self.usage()
+            ),
+        )
+    }
+}
+
+/// The size of `blocked` that would hold `in_use` plus a submit needing `need` more
+/// (`None`: no valid size of the resource would). A task window keeps one slot free, so
+/// it must exceed `in_use + 1` (a power of two). A heap is never the configured size
+/// itself: a heap ring that failed at this size does not fit it (the end gap a wrap
+/// abandons, and the strict tail rule of `HeapRing::try_alloc`), so the next size up.
+fn needed_size(blocked: Blocked, in_use: u64, need: u64, configured: u64) -> Option<u64> {
+    match blocked {
+        Blocked::Window => (in_use + 2)
+            .checked_next_power_of_two()
+            .filter(|&n| n <= crate::config::MAX_RING_TASK_WINDOW),
+        Blocked::Heap => in_use
+            .saturating_add(need)
+            .checked_next_power_of_two()
+            .map(|n| {
+                if n <= configured {
+                    configured.saturating_mul(2)
+                } else {
+                    n
+                }
+            }),
+        Blocked::Deps | Blocked::Spill => {
+            Some(in_use + need).filter(|&n| n <= crate::config::MAX_RING_DEP_POOL)
+        }
+        Blocked::Tensormap => Some(in_use + need),
     }
 }
 
@@ -1373,5 +1443,69 @@ impl Backstop {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needed_window_keeps_a_slot_free() {
+        // 3 live + this submit, one slot always free: 8 (a power of two above 4).
+        assert_eq!(needed_size(Blocked::Window, 3, 1, 4), Some(8));
+        assert_eq!(needed_size(Blocked::Window, 6, 1, 8), Some(8));
+        assert_eq!(needed_size(Blocked::Window, 0, 1, 2), Some(2));
+        let max = crate::config::MAX_RING_TASK_WINDOW;
+        assert_eq!(needed_size(Blocked::Window, max - 1, 1, max), None);
+    }
+
+    #[test]
+    fn needed_heap_is_never_the_failing_size() {
+        assert_eq!(needed_size(Blocked::Heap, 1000, 3000, 1024), Some(4096));
+        // Fits by bytes, but failed at this size: the next size up.
+        assert_eq!(needed_size(Blocked::Heap, 1024, 1024, 4096), Some(8192));
+        assert_eq!(needed_size(Blocked::Heap, u64::MAX, 1, 1024), None);
+    }
+
+    #[test]
+    fn needed_pools_add_the_demand() {
+        assert_eq!(needed_size(Blocked::Deps, 10, 5, 12), Some(15));
+        assert_eq!(needed_size(Blocked::Spill, 0, 40, 16), Some(40));
+        let max = crate::config::MAX_RING_DEP_POOL;
+        assert_eq!(needed_size(Blocked::Deps, max, 1, max), None);
+        assert_eq!(needed_size(Blocked::Tensormap, 100, 3, 100), Some(103));
+    }
+
+    #[test]
+    fn shortage_units_agree_with_their_numbers() {
+        let s = Shortage {
+            code: StatusCode::FlowControlDeadlock,
+            resource: Resource::TaskWindow,
+            configured: 4,
+            in_use: 3,
+            needed: Some(8),
+            more: 1,
+            unit: "slot",
+            ring: 1,
+            live: 3,
+            window: 4,
+            heap_used: 0,
+            heap_size: 1024,
+        };
+        assert_eq!(s.unit_of(1), "slot");
+        assert_eq!(s.unit_of(4), "slots");
+        assert!(
+            s.usage()
+                .ends_with("3 of 4 slots in use, 1 more slot needed"),
+            "{}",
+            s.usage()
+        );
+        let pool = Shortage {
+            unit: "entries",
+            ..s
+        };
+        assert_eq!(pool.unit_of(1), "entry");
+        assert_eq!(pool.unit_of(2), "entries");
     }
 }
