@@ -217,40 +217,11 @@ impl Recorder {
             });
         }
         self.scalars.extend_from_slice(scalars);
-        let fanin = &mut self.fanin;
-        let mut add = |p: TaskId, flags: u64| match fanin[f0..].iter_mut().find(|e| e.0 == p) {
-            Some(e) => e.1 |= flags,
-            None => fanin.push((p, flags)),
-        };
         for &(d, flags) in explicit {
-            add(d, flags & DEP_FLAGS);
+            merge_edge(&mut self.fanin, f0, d, flags & DEP_FLAGS);
         }
         if infer {
-            for (i, t) in tensors.iter().enumerate() {
-                let tag = tags[i];
-                if tag != ArgTag::Output && t.owner.is_valid() {
-                    add(t.owner, DEP_WAIT | DEP_RETAIN);
-                }
-                if (tag == ArgTag::Input || tag == ArgTag::Inout) && !t.manual_dep {
-                    if let Some(w) = self.writers.get_mut(&(t.addr, t.owner.0)) {
-                        w.retain(|(e, p)| match check_overlap(t, e) {
-                            Overlap::None => true,
-                            o => {
-                                add(*p, DEP_WAIT);
-                                !(o == Overlap::Covered && tag == ArgTag::Inout)
-                            }
-                        });
-                    }
-                }
-            }
-            for (i, t) in tensors.iter().enumerate() {
-                if matches!(tags[i], ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
-                    self.writers
-                        .entry((t.addr, t.owner.0))
-                        .or_default()
-                        .push((*t, s.id));
-                }
-            }
+            infer_fanin(&mut self.writers, &mut self.fanin, f0, tensors, tags, s.id);
         }
         self.tasks.push(RecTask {
             head: *s,
@@ -892,47 +863,7 @@ impl Needs {
     /// are added twice there.
     fn of(g: &Graph) -> Needs {
         let n = g.tasks.len();
-        let mut at = vec![0usize; n];
-        let mut scope_end = vec![usize::MAX; n];
-        let mut stack: Vec<Vec<u32>> = vec![];
-        for (k, op) in g.ops.iter().enumerate() {
-            match *op {
-                Op::Begin { .. } => stack.push(vec![]),
-                Op::End => {
-                    for t in stack.pop().unwrap_or_default() {
-                        scope_end[t as usize] = k;
-                    }
-                }
-                Op::Task(i) => {
-                    at[i as usize] = k;
-                    if let Some(s) = stack.last_mut() {
-                        s.push(i);
-                    }
-                }
-            }
-        }
-        let index: HashMap<TaskId, usize> = g
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.head.id, i))
-            .collect();
-        let mut free_at = scope_end.clone();
-        for i in (0..n).rev() {
-            for &(p, flags) in slice(&g.fanin, g.tasks[i].fanin) {
-                if let Some(&j) = index.get(&p) {
-                    // A RETAIN claim holds the producer until the consumer can retire; a
-                    // WAIT claim (taken when the producer had not completed) until the
-                    // consumer's submit is done.
-                    let until = if flags & DEP_RETAIN != 0 {
-                        free_at[i]
-                    } else {
-                        at[i]
-                    };
-                    free_at[j] = free_at[j].max(until);
-                }
-            }
-        }
+        let (at, free_at) = free_times(g);
         let mut needs = Needs::default();
         let mut live: [std::collections::VecDeque<usize>; 4] = Default::default();
         let mut sum = [[0u64; 4]; 4]; // per ring: slots, bytes, nodes, spill
@@ -981,4 +912,103 @@ impl Needs {
         }
         needs
     }
+}
+
+/// Add the edge `(p, flags)` to the fanin recorded from `f0` on, merging the flags of a
+/// duplicate.
+fn merge_edge(fanin: &mut Vec<(TaskId, u64)>, f0: usize, p: TaskId, flags: u64) {
+    match fanin[f0..].iter_mut().find(|e| e.0 == p) {
+        Some(e) => e.1 |= flags,
+        None => fanin.push((p, flags)),
+    }
+}
+
+/// The edges a live submit of task `id` infers (outside manual scopes), merged into the
+/// fanin recorded from `f0` on: the creator of every runtime output read (WAIT +
+/// RETAIN) and every recorded writer overlapping an input or inout (WAIT; a writer an
+/// inout covers stops being one). Then `id` becomes a writer of its INOUT and
+/// OUTPUT_EXISTING regions. Against every writer of the recording, not the engine's
+/// tensormap (which forgets completed writers), so the recorded graph does not depend
+/// on timing.
+fn infer_fanin(
+    writers: &mut HashMap<(u64, u64), Vec<(Tensor, TaskId)>>,
+    fanin: &mut Vec<(TaskId, u64)>,
+    f0: usize,
+    tensors: &[Tensor],
+    tags: &[ArgTag],
+    id: TaskId,
+) {
+    for (t, &tag) in tensors.iter().zip(tags) {
+        if tag != ArgTag::Output && t.owner.is_valid() {
+            merge_edge(fanin, f0, t.owner, DEP_WAIT | DEP_RETAIN);
+        }
+        if (tag == ArgTag::Input || tag == ArgTag::Inout) && !t.manual_dep {
+            if let Some(w) = writers.get_mut(&(t.addr, t.owner.0)) {
+                w.retain(|(e, p)| match check_overlap(t, e) {
+                    Overlap::None => true,
+                    o => {
+                        merge_edge(fanin, f0, *p, DEP_WAIT);
+                        !(o == Overlap::Covered && tag == ArgTag::Inout)
+                    }
+                });
+            }
+        }
+    }
+    for (t, &tag) in tensors.iter().zip(tags) {
+        if matches!(tag, ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
+            writers
+                .entry((t.addr, t.owner.0))
+                .or_default()
+                .push((*t, id));
+        }
+    }
+}
+
+/// For each task (by index in `g`): the op index of its submit, and the op index from
+/// which it can retire — once its scope ended, every RETAIN consumer of it can retire
+/// and every WAIT consumer was submitted (see [`Needs::of`]).
+fn free_times(g: &Graph) -> (Vec<usize>, Vec<usize>) {
+    let n = g.tasks.len();
+    let mut at = vec![0usize; n];
+    let mut scope_end = vec![usize::MAX; n];
+    let mut stack: Vec<Vec<u32>> = vec![];
+    for (k, op) in g.ops.iter().enumerate() {
+        match *op {
+            Op::Begin { .. } => stack.push(vec![]),
+            Op::End => {
+                for t in stack.pop().unwrap_or_default() {
+                    scope_end[t as usize] = k;
+                }
+            }
+            Op::Task(i) => {
+                at[i as usize] = k;
+                if let Some(s) = stack.last_mut() {
+                    s.push(i);
+                }
+            }
+        }
+    }
+    let index: HashMap<TaskId, usize> = g
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.head.id, i))
+        .collect();
+    let mut free_at = scope_end;
+    for i in (0..n).rev() {
+        for &(p, flags) in slice(&g.fanin, g.tasks[i].fanin) {
+            if let Some(&j) = index.get(&p) {
+                // A RETAIN claim holds the producer until the consumer can retire; a
+                // WAIT claim (taken when the producer had not completed) until the
+                // consumer's submit is done.
+                let until = if flags & DEP_RETAIN != 0 {
+                    free_at[i]
+                } else {
+                    at[i]
+                };
+                free_at[j] = free_at[j].max(until);
+            }
+        }
+    }
+    (at, free_at)
 }
