@@ -20,6 +20,10 @@
 //! 7. wiring under each producer's lock, then the `+1` release that publishes the task.
 //!
 //! After any failure the run is fatal: every later call returns the latched failure.
+//!
+//! The steps are the stages of `orch/submit.rs` (one function each); this file holds the
+//! orchestrator's state, scopes, the allocators' back-pressure (`alloc_slot`,
+//! `reserve_pool`, `reserve_tensormap`, `wait_or_fail`) and the no-progress clock.
 
 mod submit;
 
