@@ -3,6 +3,7 @@
 //! orchestrator's help, and a direct replay's step. Hot path: nothing here allocates or
 //! takes a lock per task unless the swimlane is recorded.
 
+use super::spin::SpinThenPark;
 use super::ChipShared;
 use crate::engine::replay::DirectJob;
 use crate::engine::shared::{ArenaShared, EngineShared};
@@ -31,30 +32,39 @@ pub(super) struct Core {
     pub(super) abandoned: AtomicBool,
 }
 
+/// How the settle waits for the cores: they finish within a kernel's time, usually
+/// microseconds (99 spins, 900 yields), then it sleeps [`IDLE_CORES_SLEEP`] between
+/// looks.
+const IDLE_CORES_SPIN: SpinThenPark = SpinThenPark {
+    checks: 999,
+    spin_checks: 99,
+    yield_every: 0,
+};
+/// The settle's sleep between two looks at the cores after its spin phase.
+const IDLE_CORES_SLEEP: Duration = Duration::from_micros(200);
+
 /// Wait until no core holds a task of the run (they finish within a kernel's time), at
 /// most `limit`; false if a core still holds one then.
 pub(super) fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
-    let mut spins = 0u32;
+    let idle = || {
+        !sh.cores
+            .read()
+            .iter()
+            .any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE)
+    };
     let t0 = Instant::now();
-    while sh
-        .cores
-        .read()
-        .iter()
-        .any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE)
-    {
-        if spins.is_multiple_of(1024) && t0.elapsed() >= limit {
+    if IDLE_CORES_SPIN.spin(idle) {
+        return true;
+    }
+    loop {
+        if idle() {
+            return true;
+        }
+        if t0.elapsed() >= limit {
             return false;
         }
-        spins += 1;
-        if spins < 100 {
-            std::hint::spin_loop();
-        } else if spins < 1000 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        std::thread::sleep(IDLE_CORES_SLEEP);
     }
-    true
 }
 
 /// Call a task's kernel; `Some(message)` if it failed (returned an error or panicked).
@@ -311,10 +321,13 @@ struct Idle {
 }
 
 impl Idle {
-    /// Looks at the queues the spinning core makes before it parks.
-    const SPIN_CHECKS: u32 = 2048;
-    /// The spinning core yields on every this many looks.
-    const YIELD_EVERY: u32 = 32;
+    /// The spinning core's looks at the queues before it parks (fewer than `checks`:
+    /// the look that ends the phase is the one that gives up), a yield on every 32nd.
+    const SPIN: SpinThenPark = SpinThenPark {
+        checks: 2048,
+        spin_checks: u32::MAX,
+        yield_every: 32,
+    };
     /// A parked core looks again after this long even without a wake-up.
     const PARK: Duration = Duration::from_millis(100);
 
@@ -341,12 +354,8 @@ impl Idle {
             self.spinning = eng.try_spin(kind);
         }
         self.spins += 1;
-        if self.spinning && self.spins < Self::SPIN_CHECKS {
-            if self.spins.is_multiple_of(Self::YIELD_EVERY) {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+        if self.spinning && self.spins < Self::SPIN.checks {
+            Self::SPIN.pause(self.spins);
         } else if self.spinning {
             // Give up spinning; look once more (a push may have skipped its wake-up
             // while we spun), then park.

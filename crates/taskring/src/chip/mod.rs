@@ -16,7 +16,8 @@
 //!
 //! Files, one concern each: `options` (how to build a chip, what a dispatch records),
 //! `core` (a core thread: run, complete, idle; the orchestrator's help; a direct
-//! replay's step), `run` (a dispatch from arena to report, and the waits), `report`
+//! replay's step), `run` (a dispatch from arena to report, and the waits), `spin` (the spin phase
+//! every wait of `chip` and `node` shares), `report`
 //! (what a run says: its report, diagnostics files, a stall's sub-class). This file:
 //! the user's types (`HostTensor`, `Arg`, `Program`) and the `ChipWorker` itself
 //! (start, stuck-core replacement, shutdown).
@@ -25,6 +26,7 @@ mod core;
 mod options;
 mod report;
 mod run;
+pub(crate) mod spin;
 
 pub(crate) use self::core::panic_text;
 pub use options::{ChipOptions, Diagnostics, MAX_CORES};

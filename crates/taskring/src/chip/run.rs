@@ -6,6 +6,7 @@ use super::core::{
     can_run, direct_step, help_kind, help_one, panic_text, wait_cores_idle, CORE_SEARCHING,
 };
 use super::report::classify_stall;
+use super::spin::SpinThenPark;
 use super::{Arg, ChipShared, ChipWorker, Diagnostics, OrchBody, Program, RunError, RunReport};
 use crate::arena::{Acquired, Arena, ArenaCache};
 use crate::config::{CallConfig, RingSizing};
@@ -145,15 +146,9 @@ impl ChipWorker {
                     continue;
                 }
             }
-            // A short replay is over within microseconds: spin, then yield (the cores may
-            // need this CPU), and sleep only after that (a wake-up costs microseconds).
-            if spins < 2000 {
+            if spins < DIRECT_SPIN.checks {
                 spins += 1;
-                if spins.is_multiple_of(16) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+                DIRECT_SPIN.pause(spins);
                 continue;
             }
             if !hooked {
@@ -441,6 +436,23 @@ fn close_run(sh: &ChipShared) {
     sh.trace.store(false, SeqCst);
 }
 
+/// How a run waits for its last tasks to retire before it parks on the engine's
+/// progress signal: 200 spin hints (the tail of a run is usually microseconds).
+const RETIRE_SPIN: SpinThenPark = SpinThenPark {
+    checks: 200,
+    spin_checks: u32::MAX,
+    yield_every: 0,
+};
+
+/// How a direct replay's caller waits before it parks: a short replay is over within
+/// microseconds, so spin, yielding on every 16th look (the cores may need this CPU), and
+/// sleep only after 2000 looks (a wake-up costs microseconds).
+const DIRECT_SPIN: SpinThenPark = SpinThenPark {
+    checks: 2000,
+    spin_checks: u32::MAX,
+    yield_every: 16,
+};
+
 /// Wait until every ring's watermark reached its last submitted task (or a failure,
 /// or `timeout` without any task completing: SCHEDULER_TIMEOUT with its sub-class).
 fn wait_retired(
@@ -461,13 +473,7 @@ fn wait_retired(
     if let Some(h) = help {
         while !all_retired() && !fatal() && h() {}
     }
-    for _ in 0..200 {
-        if all_retired() || fatal() {
-            break;
-        }
-        std::hint::spin_loop();
-    }
-    if !all_retired() && !fatal() {
+    if !RETIRE_SPIN.spin(|| all_retired() || fatal()) {
         if let Some(h) = hook {
             h(true);
         }

@@ -21,6 +21,7 @@
 //! request, when (`served_ns` .. `replied_ns`) and where its swimlane's clock started
 //! (`trace_t0_ns`): what the host needs to put the chip on the L3 timeline.
 
+use crate::chip::spin::SpinThenPark;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
@@ -155,6 +156,15 @@ pub fn futex_wake(word: &AtomicU32) {
     }
 }
 
+/// How a mailbox waiter (and the node's wait for its dispatches) spins before it sleeps:
+/// 100 spin hints, then 100 yields (the other side is usually a process on another CPU,
+/// or one that needs this CPU).
+pub(crate) const MAILBOX_SPIN: SpinThenPark = SpinThenPark {
+    checks: 200,
+    spin_checks: 100,
+    yield_every: 0,
+};
+
 /// Wait until `cond()` holds, spinning briefly, then sleeping on `word` (which the other
 /// side changes and wakes), checking `give_up()` between sleeps.
 pub fn wait_until(
@@ -163,15 +173,8 @@ pub fn wait_until(
     give_up: impl Fn() -> bool,
     slice: Duration,
 ) -> bool {
-    for i in 0..200 {
-        if cond() {
-            return true;
-        }
-        if i < 100 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
+    if MAILBOX_SPIN.spin(&cond) {
+        return true;
     }
     loop {
         let seen = word.load(Acquire);

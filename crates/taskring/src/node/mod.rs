@@ -2000,15 +2000,8 @@ fn blocking<R>(hook: Option<&dyn Fn(bool)>, f: impl FnOnce() -> R) -> R {
 /// the run was cancelled; calls the hook around every slice of at most 50 ms.
 fn wait_dispatched(sh: &NodeShared, hook: Option<&dyn Fn(bool)>) {
     let over = |st: &RunState| st.over() || sh.ctl.cancel.load(Acquire);
-    for i in 0..200 {
-        if over(&sh.run.lock()) {
-            return;
-        }
-        if i < 100 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
+    if mailbox::MAILBOX_SPIN.spin(|| over(&sh.run.lock())) {
+        return;
     }
     while !blocking(hook, || {
         let mut st = sh.run.lock();
