@@ -12,8 +12,9 @@ use crate::arena::{Acquired, Arena, ArenaCache};
 use crate::config::{CallConfig, RingSizing};
 use crate::engine::orch::ExecutorProbe;
 use crate::engine::replay::DirectJob;
-use crate::engine::shared::ArenaShared;
+use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, StatusCode};
+use crate::kernel::CoreKind;
 use crate::tensor::TaskId;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::*;
@@ -105,21 +106,34 @@ impl ChipWorker {
         let t0 = Instant::now();
         let (arena, acq) = acquire_arena(&mut self.cache, sizing)?;
         arena.reset();
-        let tasks = job.tasks() as u64;
+        open_direct(&self.shared, job, self.kinds.len(), self.scheduler_timeout);
+        self.wait_direct(job, blocking_hook);
         let sh = &*self.shared;
-        sh.eng.drain_queues();
-        wait_cores_idle(sh, self.scheduler_timeout);
-        *sh.eng.failure.lock() = None;
-        sh.eng.fatal.store(false, SeqCst);
-        sh.direct
-            .store(job as *const DirectJob<'_> as *mut (), Release);
-        // One root per core to start with; cores take the others as they go.
-        for _ in 0..self.kinds.len() {
-            match job.claim_root() {
-                Some(i) => sh.eng.push_ready(TaskId(i as u64), job.kind(i)),
-                None => break,
-            }
-        }
+        let result = if sh.eng.fatal.load(Acquire) {
+            Err(sh.eng.failure.lock().clone().expect("failure latched"))
+        } else {
+            Ok(())
+        };
+        self.settle(result.as_ref().err(), blocking_hook);
+        self.shared.direct.store(std::ptr::null_mut(), Release);
+        result?;
+        Ok(RunReport {
+            ring_sizing: *sizing,
+            peak,
+            tasks: job.tasks() as u64,
+            arena_hit: acq.hit,
+            arena_build_s: acq.build_s,
+            elapsed_s: t0.elapsed().as_secs_f64(),
+            replayed: true,
+        })
+    }
+
+    /// Wait until a direct replay is done or failed: help with its tasks when the
+    /// orchestrator helps, spin ([`DIRECT_SPIN`]), then park on the engine's progress
+    /// signal with the hook's release on; no task completing for the scheduler timeout
+    /// fails the replay (SCHEDULER_TIMEOUT, [`ChipWorker::direct_stall`]).
+    fn wait_direct(&mut self, job: &DirectJob<'_>, blocking_hook: Option<&dyn Fn(bool)>) {
+        let sh = &*self.shared;
         let help_kind = help_kind(&self.kinds);
         let fatal = || sh.eng.fatal.load(Acquire);
         self.direct_local.clear();
@@ -128,23 +142,10 @@ impl ChipWorker {
         let mut since = Instant::now();
         let mut spins = 0u32;
         while !job.done() && !fatal() {
-            if self.orchestrator_helps {
-                let mut t = sh.eng.pop_ready(help_kind).map(|t| t.0 as u32);
-                if t.is_none() {
-                    t = job.claim_root();
-                    if let Some(r) = t.filter(|&r| !can_run(help_kind, job.kind(r))) {
-                        sh.eng.push_ready(TaskId(r as u64), job.kind(r));
-                        t = None;
-                    }
-                }
-                if let Some(mut i) = t {
-                    while let Some(n) =
-                        direct_step(&sh.eng, job, i, help_kind, None, &mut self.direct_local)
-                    {
-                        i = n;
-                    }
-                    continue;
-                }
+            if self.orchestrator_helps
+                && help_direct(&sh.eng, job, help_kind, &mut self.direct_local)
+            {
+                continue;
             }
             if spins < DIRECT_SPIN.checks {
                 spins += 1;
@@ -173,24 +174,6 @@ impl ChipWorker {
                 h(false);
             }
         }
-        let result = if fatal() {
-            Err(sh.eng.failure.lock().clone().expect("failure latched"))
-        } else {
-            Ok(())
-        };
-        self.settle(result.as_ref().err(), blocking_hook);
-        let sh = &*self.shared;
-        sh.direct.store(std::ptr::null_mut(), Release);
-        result?;
-        Ok(RunReport {
-            ring_sizing: *sizing,
-            peak,
-            tasks,
-            arena_hit: acq.hit,
-            arena_build_s: acq.build_s,
-            elapsed_s: t0.elapsed().as_secs_f64(),
-            replayed: true,
-        })
     }
 
     /// SCHEDULER_TIMEOUT of a direct replay in which no task completed for the timeout.
@@ -333,6 +316,50 @@ impl ChipWorker {
             replayed,
         })
     }
+}
+
+/// Open a direct replay: wait until no core holds a task of the previous run, clear
+/// its failure, install `job` (queued task ids are now indices into its graph) and
+/// queue one root per core (`cores`); the cores take the others as they go.
+fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Duration) {
+    sh.eng.drain_queues();
+    wait_cores_idle(sh, timeout);
+    *sh.eng.failure.lock() = None;
+    sh.eng.fatal.store(false, SeqCst);
+    sh.direct
+        .store(job as *const DirectJob<'_> as *mut (), Release);
+    for _ in 0..cores {
+        match job.claim_root() {
+            Some(i) => sh.eng.push_ready(TaskId(i as u64), job.kind(i)),
+            None => break,
+        }
+    }
+}
+
+/// The orchestrator's help in a direct replay: take a ready task (or a root nobody
+/// took yet) that a core of `kind` could run and run it, and the chain of successors
+/// it makes ready here ([`direct_step`]). Returns whether it ran one.
+fn help_direct(
+    eng: &EngineShared,
+    job: &DirectJob<'_>,
+    kind: CoreKind,
+    local: &mut Vec<u32>,
+) -> bool {
+    let mut t = eng.pop_ready(kind).map(|t| t.0 as u32);
+    if t.is_none() {
+        t = job.claim_root();
+        if let Some(r) = t.filter(|&r| !can_run(kind, job.kind(r))) {
+            eng.push_ready(TaskId(r as u64), job.kind(r));
+            t = None;
+        }
+    }
+    let Some(mut i) = t else {
+        return false;
+    };
+    while let Some(n) = direct_step(eng, job, i, kind, None, local) {
+        i = n;
+    }
+    true
 }
 
 /// The arena of `sizing` from the chip's cache (built if it is not resident), or
