@@ -2,6 +2,38 @@
 //! the first consumer it made ready), the idle protocol (spin, yield, park), the
 //! orchestrator's help, and a direct replay's step. Hot path: nothing here allocates or
 //! takes a lock per task unless the swimlane is recorded.
+//!
+//! # The abort handshake (a failed run, then the next run)
+//!
+//! Its atomics go through [`crate::sync`] (so a `--cfg loom` build can model them):
+//! `Core::state`, `Core::abandoned`, the engine's `fatal`; only the arena and direct-job
+//! pointers are std's `AtomicPtr` (Release/Acquire publication, outside the facade,
+//! which has no pointer atomic).
+//!
+//! 1. A failure latches `fatal` (`EngineShared::fail`, SeqCst). A core that pops a task
+//!    and then reads `fatal` set drops it; a core never runs a kernel after it read it.
+//! 2. A core says what it holds in `state` *before* it looks at the queues: SEARCHING
+//!    (SeqCst store), then the task id once it popped one, IDLE when it holds nothing
+//!    (after a failed pop, a dropped task, or a completion that left no next task).
+//! 3. The run's caller settles (`ChipWorker::settle`): it drains the queues, then waits
+//!    until every core that is not abandoned reads IDLE (SeqCst loads,
+//!    [`wait_cores_idle`]), then drains again.
+//!
+//!    Why SeqCst: step 2 is a store (`state`) followed by loads (the queues); step 3 is
+//!    a write to the queues (the drain) followed by a load (`state`). That is Dekker's
+//!    pattern: only a single total order of both sides' accesses forbids "the core's pop
+//!    got a task from before the drain, and the settle still read the core's earlier
+//!    IDLE". With it, a core the settle reads IDLE either holds nothing or pops after
+//!    the drain (and finds only what the next run pushes).
+//! 4. A core whose `state` still holds a task after the timeout is given up on: the
+//!    settle stores `abandoned` (SeqCst) and starts a replacement. The core reads
+//!    `abandoned` (SeqCst) as soon as its kernel returns and then touches nothing (the
+//!    arena may already belong to the next run); the settle no longer waits for it.
+//! 5. The next run (`run::open_run`, `run::open_direct`) drains and waits for IDLE
+//!    again (a core may have popped a stale task just before the last drain: it drops it,
+//!    since `fatal` is still up), publishes the arena (Release), clears the failure and
+//!    only then lifts `fatal` (SeqCst): a core that reads `fatal` clear after a pop
+//!    (Acquire) sees the new arena.
 
 use super::spin::SpinThenPark;
 use super::ChipShared;
@@ -9,10 +41,10 @@ use crate::engine::replay::DirectJob;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{RuntimeFailure, StatusCode};
 use crate::kernel::{CoreKind, KernelCall, KernelRef};
+use crate::sync::{AtomicBool, AtomicU64, Ordering::*};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 /// `Core::state` when the core holds no task.

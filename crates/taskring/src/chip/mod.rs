@@ -39,10 +39,13 @@ use crate::engine::orch::WaitPolicy;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode};
 use crate::kernel::CoreKind;
+use crate::sync::{AtomicBool, AtomicU64, Ordering::*};
 use crate::tensor::{DType, Tensor};
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering::*};
+// Not in the `sync` facade (it has no pointer atomic): the run's arena and direct job
+// are published with Release and read with Acquire, a plain message-passing pair.
+use std::sync::atomic::AtomicPtr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -155,7 +158,9 @@ pub(crate) type OrchBody<'a> =
     dyn Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure> + 'a;
 
 /// Worker ids (a captured graph belongs to its worker).
-static NEXT_WORKER_ID: AtomicU64 = AtomicU64::new(1);
+// A plain counter (std's: a `static` needs a const constructor, which loom's atomics
+// lack), not part of any handshake.
+static NEXT_WORKER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 struct ChipShared {
     eng: EngineShared,

@@ -8,8 +8,8 @@ use crate::config::{ConfigError, RingSizing};
 use crate::engine::shared::ArenaShared;
 use crate::engine::{PeakUse, RuntimeFailure, StatusCode};
 use crate::kernel::CoreKind;
+use crate::sync::Ordering::*;
 use crate::tensor::TaskId;
-use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
 /// What a run did.

@@ -15,9 +15,9 @@ use crate::engine::replay::DirectJob;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, StatusCode};
 use crate::kernel::CoreKind;
+use crate::sync::Ordering::*;
 use crate::tensor::TaskId;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 impl ChipWorker {
