@@ -148,6 +148,9 @@ impl ArenaShared {
     ///
     /// # Safety
     /// `id` must be a published task of this arena that finished running, completed once.
+    // Inline: the core loop's hot path (it was inlined into it while this module and
+    // the chip's shared a codegen unit; a separate module must not cost a call).
+    #[inline]
     pub unsafe fn complete(&self, id: TaskId, eng: &EngineShared, mut ready: impl FnMut(TaskId)) {
         let ring = &self.rings[id.ring()];
         let s = ring.slot(id.local());
