@@ -116,7 +116,7 @@ pub mod mailbox;
 pub use crate::mem::shm;
 pub mod trace;
 
-use crate::chip::{Arg, ChipOptions, ChipWorker, HostTensor, Program, RunError};
+use crate::chip::{Arg, ChipOptions, ChipWorker, HostTensor, Program, RunError, RunReport};
 use crate::config::{CallConfig, ConfigError, RingSizing};
 use crate::engine::{
     Orchestrator, PeakUse, RuntimeFailure, Scalar, StatusCode, TaskArgs, TaskOutputs, TensorSpec,
@@ -790,6 +790,9 @@ impl Kernel for Dispatch {
         "chip-dispatch"
     }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
+        // Over 80 lines: one L3 task's dispatch read top to bottom — claim it and its trace
+        // prefix, encode its frame, the round trip, then record the trace and the report
+        // under the run lock. The trace half is the next piece to take out.
         let idx = call.scalar_i64(0) as usize;
         let start_ns = trace::mono_ns();
         let (task, run_prefix) = {
@@ -976,6 +979,9 @@ impl<'r> NodeOrchestrator<'_, 'r> {
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, RuntimeFailure> {
+        // Over 80 lines: argument checks, canonical order of the tensors, the engine
+        // submit and the task's trace record share the task being built. Its canonical
+        // grouping repeats the L2 submit's: issue 13's argument-enum item, not done here.
         let start_ns = self.node.tracing.load(Relaxed).then(trace::mono_ns);
         let bad =
             |msg: String| RuntimeFailure::invalid_args(None, format!("submit_next_level: {msg}"));
@@ -1340,6 +1346,8 @@ fn wait_chips_ready(chips: &[Chip], ctl: &Ctl, init_timeout: Duration) -> Result
 
 /// A chip's life: build, prewarm, report, serve until shutdown. Returns an exit code.
 fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
+    // Over 80 lines: a chip's whole life in order (watchdog, worker, prewarm, READY,
+    // the serve loop with its heartbeat); each phase is a few lines around a call.
     let h = mb.header();
     if ctx.pipe >= 0 {
         let m = mb.clone();
@@ -1452,6 +1460,9 @@ fn serve(
     (r, t0)
 }
 
+/// Serve one request frame on this chip: arena stats, or one L2 task (its arguments
+/// resolved in this chip's mappings, its DFX files sent to the chip's own directory,
+/// run, its report or failure as the reply).
 fn serve_request(
     ctx: &ChipContext,
     chip: &mut ChipWorker,
@@ -1459,36 +1470,17 @@ fn serve_request(
     req: &[u8],
     traced: &mut bool,
 ) -> ReplyFrame {
-    let fail = |status: StatusCode, e: String| ReplyFrame {
-        status: status.code(),
-        error: e,
-        report: None,
-        stats: None,
-    };
     if let Ok(frame::KIND_STATS) = frame::request_kind(req) {
-        let st = chip.arena_stats();
-        return ReplyFrame {
-            status: 0,
-            error: String::new(),
-            report: None,
-            stats: Some(frame::WireStats {
-                builds: st.builds,
-                hits: st.hits,
-                misses: st.misses,
-                evictions: st.evictions,
-                build_s: st.build_s,
-                resident: st.resident,
-            }),
-        };
+        return stats_reply(chip);
     }
     let task = match frame::decode_task(req) {
         Ok(t) => t,
-        Err(e) => return fail(StatusCode::InvalidArgs, format!("bad task frame: {e}")),
+        Err(e) => return failed_reply(StatusCode::InvalidArgs, format!("bad task frame: {e}")),
     };
     let callable = match ctx.callables.read().get(task.callable as usize) {
         Some(c) => c.clone(),
         None => {
-            return fail(
+            return failed_reply(
                 StatusCode::InvalidArgs,
                 format!(
                     "unknown callable {} (registered after this chip started?)",
@@ -1497,22 +1489,91 @@ fn serve_request(
             )
         }
     };
-    let mut args: Vec<Arg<'_>> = Vec::with_capacity(task.args.len());
-    for (i, a) in task.args.iter().enumerate() {
+    let args = match chip_args(regions, &task.args) {
+        Ok(a) => a,
+        Err(e) => return failed_reply(StatusCode::InvalidArgs, e),
+    };
+    let config = chip_config(ctx, task.config, traced);
+    let r = match &ctx.opts.blocking_hook {
+        Some(h) => chip.run_with_hook(&callable.program, &args, &config, &**h),
+        None => chip.run(&callable.program, &args, &config),
+    };
+    match r {
+        Ok(rep) => report_reply(&rep),
+        Err(RunError::Config(e)) => failed_reply(StatusCode::InvalidArgs, e.message),
+        Err(RunError::Failure(f)) => failed_reply(f.code, f.to_string()),
+    }
+}
+
+/// A reply that carries only a status and its text.
+fn failed_reply(status: StatusCode, error: String) -> ReplyFrame {
+    ReplyFrame {
+        status: status.code(),
+        error,
+        report: None,
+        stats: None,
+    }
+}
+
+/// The reply to a stats request: this chip's arena cache counters.
+fn stats_reply(chip: &ChipWorker) -> ReplyFrame {
+    let st = chip.arena_stats();
+    ReplyFrame {
+        status: 0,
+        error: String::new(),
+        report: None,
+        stats: Some(frame::WireStats {
+            builds: st.builds,
+            hits: st.hits,
+            misses: st.misses,
+            evictions: st.evictions,
+            build_s: st.build_s,
+            resident: st.resident,
+        }),
+    }
+}
+
+/// The reply to a task that ran: its run report on the wire (the 12 peak values as
+/// ring × {task window, heap, dep pool}).
+fn report_reply(rep: &RunReport) -> ReplyFrame {
+    let s = rep.ring_sizing;
+    let p = rep.peak;
+    let mut peak = [0u64; 12];
+    peak[..4].copy_from_slice(&p.task_window);
+    peak[4..8].copy_from_slice(&p.heap);
+    peak[8..].copy_from_slice(&p.dep_pool);
+    ReplyFrame {
+        status: 0,
+        error: String::new(),
+        report: Some(WireReport {
+            sizing: s.key(),
+            sources: s.source_codes(),
+            peak,
+            tasks: rep.tasks,
+            arena_hit: rep.arena_hit,
+            arena_build_s: rep.arena_build_s,
+            elapsed_s: rep.elapsed_s,
+        }),
+        stats: None,
+    }
+}
+
+/// A task's arguments in this chip: scalars as they are, tensors resolved in the
+/// chip's mappings of the host's regions and validated (bounds, alignment). The error
+/// names the argument.
+fn chip_args<'a>(regions: &mut shm::RegionMap, wire: &[WireArg]) -> Result<Vec<Arg<'a>>, String> {
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(wire.len());
+    for (i, a) in wire.iter().enumerate() {
         match a {
             WireArg::Int(v) => args.push(Arg::Scalar(Scalar::I64(*v))),
             WireArg::Float(v) => args.push(Arg::Scalar(Scalar::F64(*v))),
             WireArg::Tensor(w) => {
-                let base = match regions.resolve(w.region, w.region_bytes) {
-                    Ok(b) => b,
-                    Err(e) => return fail(StatusCode::InvalidArgs, format!("argument {i}: {e}")),
-                };
+                let base = regions
+                    .resolve(w.region, w.region_bytes)
+                    .map_err(|e| format!("argument {i}: {e}"))?;
                 let esize = w.dtype.size_bytes() as u64;
                 if w.offset_bytes % esize != 0 {
-                    return fail(
-                        StatusCode::InvalidArgs,
-                        format!("argument {i}: misaligned offset"),
-                    );
+                    return Err(format!("argument {i}: misaligned offset"));
                 }
                 let mut t = Tensor::from_raw(base, &[1], w.dtype);
                 t.buf_bytes = w.region_bytes;
@@ -1520,18 +1581,20 @@ fn serve_request(
                 t.ndims = w.ndims;
                 t.shape = w.shape;
                 t.strides = w.strides;
-                if let Err(e) = t.validate() {
-                    return fail(StatusCode::InvalidArgs, format!("argument {i}: {e}"));
-                }
+                t.validate().map_err(|e| format!("argument {i}: {e}"))?;
                 // safety: the region is mapped for this chip's lifetime and the host
                 // keeps the buffer alive while the task runs.
                 args.push(Arg::Tensor(unsafe { HostTensor::from_raw(t) }));
             }
         }
     }
-    // The task's DFX files go to its chip's own directory (see `chip_dir`); a stale
-    // swimlane there must not pass for this task's.
-    let mut config = task.config;
+    Ok(args)
+}
+
+/// The task's config as this chip runs it: its DFX files go to the chip's own directory
+/// (see `chip_dir`), where a stale swimlane must not pass for this task's (`traced`
+/// says one will be written).
+fn chip_config(ctx: &ChipContext, mut config: CallConfig, traced: &mut bool) -> CallConfig {
     let dfx = config.enable_scope_stats || config.enable_dep_gen || config.enable_chip_swimlane > 0;
     if dfx && !config.output_prefix.is_empty() {
         let dir = chip_dir(&config.output_prefix, ctx.worker);
@@ -1541,41 +1604,7 @@ fn serve_request(
         }
         config.output_prefix = dir.to_string_lossy().into_owned();
     }
-    let r = match &ctx.opts.blocking_hook {
-        Some(h) => chip.run_with_hook(&callable.program, &args, &config, &**h),
-        None => chip.run(&callable.program, &args, &config),
-    };
-    match r {
-        Ok(rep) => {
-            let s = rep.ring_sizing;
-            let p = rep.peak;
-            let mut peak = [0u64; 12];
-            peak[..4].copy_from_slice(&p.task_window);
-            peak[4..8].copy_from_slice(&p.heap);
-            peak[8..].copy_from_slice(&p.dep_pool);
-            ReplyFrame {
-                status: 0,
-                error: String::new(),
-                report: Some(WireReport {
-                    sizing: s.key(),
-                    sources: s.source_codes(),
-                    peak,
-                    tasks: rep.tasks,
-                    arena_hit: rep.arena_hit,
-                    arena_build_s: rep.arena_build_s,
-                    elapsed_s: rep.elapsed_s,
-                }),
-                stats: None,
-            }
-        }
-        Err(RunError::Config(e)) => fail(StatusCode::InvalidArgs, e.message),
-        Err(RunError::Failure(f)) => ReplyFrame {
-            status: f.code.code(),
-            error: f.to_string(),
-            report: None,
-            stats: None,
-        },
-    }
+    config
 }
 
 impl Node {
@@ -1691,6 +1720,9 @@ impl Node {
         config: &CallConfig,
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<NodeRunReport, NodeError> {
+        // Over 80 lines: a node run's phases in order (late replies of an interrupted
+        // run, the trace, the engine run with its own wait for the dispatches, the
+        // outcome mapped to NodeError), each commented where it happens.
         let t0 = Instant::now();
         self.check_process()?;
         if self.shared.ctl.closing.load(Acquire) {
@@ -1796,6 +1828,9 @@ impl Node {
     /// chip (the thread that served each task, its cores' kernels); a flow from each
     /// submit to its dispatch and from each dispatch to the chip task it started.
     fn timeline(&self, t: RunTrace, tasks: &[L3Task]) -> trace::Timeline {
+        // Over 80 lines: one pass over the run's tasks that adds, per task, its host
+        // slices, its chip slices and the two flows between them; the per-task body
+        // shares the dedup set and the flow ends, so it stays in one loop.
         use serde_json::json;
         let end_ns = trace::mono_ns();
         let host = std::process::id() as u64;
