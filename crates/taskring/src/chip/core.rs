@@ -8,7 +8,9 @@
 //! Its atomics go through [`crate::sync`] (so a `--cfg loom` build can model them):
 //! `Core::state`, `Core::abandoned`, the engine's `fatal`; only the arena and direct-job
 //! pointers are std's `AtomicPtr` (Release/Acquire publication, outside the facade,
-//! which has no pointer atomic).
+//! which has no pointer atomic). Each step's atomic accesses are one function of
+//! [`super::abort`] (`search`, `admit`, `given_up`, `release`, `holds_task`,
+//! `give_up_if_stuck`, `reopen`), which `tests/loom_chip.rs` drives under loom.
 //!
 //! 1. A failure latches `fatal` (`EngineShared::fail`, SeqCst). A core that pops a task
 //!    and then reads `fatal` set drops it; a core never runs a kernel after it read it.
@@ -35,6 +37,7 @@
 //!    only then lifts `fatal` (SeqCst): a core that reads `fatal` clear after a pop
 //!    (Acquire) sees the new arena.
 
+use super::abort;
 use super::spin::SpinThenPark;
 use super::ChipShared;
 use crate::engine::replay::DirectJob;
@@ -47,10 +50,7 @@ use crossbeam_utils::CachePadded;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-/// `Core::state` when the core holds no task.
-pub(super) const CORE_IDLE: u64 = u64::MAX;
-/// `Core::state` while the core looks for a task (it may be about to hold one).
-pub(super) const CORE_SEARCHING: u64 = u64::MAX - 1;
+pub(super) use super::abort::{CORE_IDLE, CORE_SEARCHING};
 
 /// One core thread's shared record.
 pub(super) struct Core {
@@ -82,7 +82,7 @@ pub(super) fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
         !sh.cores
             .read()
             .iter()
-            .any(|c| !c.abandoned.load(SeqCst) && c.state.load(SeqCst) != CORE_IDLE)
+            .any(|c| abort::holds_task(&c.state, &c.abandoned))
     };
     let t0 = Instant::now();
     if IDLE_CORES_SPIN.spin(idle) {
@@ -134,7 +134,7 @@ pub(super) fn direct_step(
     local: &mut Vec<u32>,
 ) -> Option<u32> {
     let r = job.run(i);
-    if abandoned.is_some_and(|a| a.load(SeqCst)) {
+    if abandoned.is_some_and(abort::given_up) {
         return None;
     }
     if let Err(msg) = r {
@@ -277,14 +277,12 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
                 // Only a failed direct replay leaves tasks here (`direct_step` hands
                 // them out before it returns None): they must never meet another run.
                 local.clear();
-                busy.store(CORE_SEARCHING, SeqCst);
-                match eng.pop_ready(kind) {
+                match abort::search(busy, eng, kind) {
                     Some(t) => {
                         idle.found(eng);
                         t
                     }
                     None => {
-                        busy.store(CORE_IDLE, SeqCst);
                         if eng.shutdown.load(Acquire) {
                             idle.leave(eng);
                             return;
@@ -296,11 +294,9 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
             }
         };
         idle.spins = 0;
-        if eng.fatal.load(Acquire) {
-            busy.store(CORE_IDLE, SeqCst);
+        if !abort::admit(busy, eng, task) {
             continue;
         }
-        busy.store(task.0, Relaxed);
         let job = sh.direct.load(Acquire);
         let step = if job.is_null() {
             run_ring_task(sh, core, task)
@@ -316,7 +312,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
                 Some(&core.abandoned),
                 &mut local,
             );
-            if core.abandoned.load(SeqCst) {
+            if abort::given_up(&core.abandoned) {
                 Step::Abandoned
             } else {
                 Step::Next(n.map(|s| TaskId(s as u64)))
@@ -327,7 +323,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
             Step::Next(n) => next = n,
         }
         if next.is_none() {
-            busy.store(CORE_IDLE, SeqCst);
+            abort::release(busy);
         }
     }
 }
@@ -431,7 +427,7 @@ fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId) -> Step {
         if let Some(t) = t_start {
             record_lane(sh, core, task, k, t);
         }
-        if core.abandoned.load(SeqCst) {
+        if abort::given_up(&core.abandoned) {
             // The run gave up on this core; its arena may be in use by another run.
             return Step::Abandoned;
         }

@@ -22,6 +22,8 @@
 //! the user's types (`HostTensor`, `Arg`, `Program`) and the `ChipWorker` itself
 //! (start, stuck-core replacement, shutdown).
 
+#[doc(hidden)]
+pub mod abort;
 mod core;
 mod options;
 mod report;
@@ -32,7 +34,7 @@ pub(crate) use self::core::panic_text;
 pub use options::{ChipOptions, Diagnostics, MAX_CORES};
 pub use report::{RunError, RunReport};
 
-use self::core::{core_loop, Core, CORE_IDLE, CORE_SEARCHING};
+use self::core::{core_loop, Core, CORE_IDLE};
 use crate::arena::{ArenaCache, ArenaStats};
 use crate::config::RingSizing;
 use crate::engine::orch::WaitPolicy;
@@ -319,11 +321,8 @@ impl ChipWorker {
             .read()
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.state.load(SeqCst) < CORE_SEARCHING)
-            .map(|(i, c)| {
-                c.abandoned.store(true, SeqCst);
-                (i, c.kind)
-            })
+            .filter(|(_, c)| abort::give_up_if_stuck(&c.state, &c.abandoned))
+            .map(|(i, c)| (i, c.kind))
             .collect();
         for (i, kind) in stuck {
             // A core that cannot be restarted stays abandoned; the chip runs with fewer.

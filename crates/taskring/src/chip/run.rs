@@ -324,8 +324,7 @@ impl ChipWorker {
 fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Duration) {
     sh.eng.drain_queues();
     wait_cores_idle(sh, timeout);
-    *sh.eng.failure.lock() = None;
-    sh.eng.fatal.store(false, SeqCst);
+    super::abort::reopen(&sh.eng);
     sh.direct
         .store(job as *const DirectJob<'_> as *mut (), Release);
     for _ in 0..cores {
@@ -416,8 +415,7 @@ fn open_run(sh: &ChipShared, arena: &ArenaShared, tracing: bool, timeout: Durati
     wait_cores_idle(sh, timeout);
     sh.arena
         .store(arena as *const ArenaShared as *mut ArenaShared, Release);
-    *sh.eng.failure.lock() = None;
-    sh.eng.fatal.store(false, SeqCst);
+    super::abort::reopen(&sh.eng);
     sh.eng.completed.load(SeqCst)
 }
 
