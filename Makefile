@@ -50,11 +50,10 @@ browser:
 test-rust:
 	$(CARGO) test --locked -p taskring -p taskring-bench
 
-# Model checks of the ring/completion core (loom); a separate build with --cfg loom.
+# Model checks (loom; a separate build with --cfg loom): the ring/completion core
+# (loom_core) and the chip's abort handshake (loom_chip).
 test-loom:
-	@if [ -f crates/taskring/tests/loom_core.rs ]; then \
-	  RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --test loom_core; \
-	else echo "no loom model yet"; fi
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --test loom_core --test loom_chip
 
 # Fuzz tests of the frame decoders, PTO2_RING_* parsing and the scope-stats reader /
 # sizing advisor (crates/taskring/tests/fuzz.rs) with the long budget: FUZZ_CASES per
