@@ -29,6 +29,9 @@
 //! removes it; `LOOM_LOCATION=1 RUST_BACKTRACE=1` explain a failure.
 #![cfg(loom)]
 
+mod loom_support;
+use loom_support::model;
+
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use loom::sync::Arc;
@@ -39,28 +42,6 @@ use taskring::engine::shared::EngineShared;
 use taskring::engine::{RuntimeFailure, StatusCode};
 use taskring::kernel::CoreKind;
 use taskring::tensor::TaskId;
-
-fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() && std::env::var_os("LOOM_UNBOUNDED").is_none() {
-        b.preemption_bound = Some(bound);
-    }
-    b.max_branches = b.max_branches.max(50_000);
-    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let n = runs.clone();
-    let t0 = std::time::Instant::now();
-    b.check(move || {
-        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    eprintln!(
-        "{}: {} interleavings explored (preemption bound {:?}) in {:.1?}",
-        std::thread::current().name().unwrap_or("model"),
-        runs.load(std::sync::atomic::Ordering::Relaxed),
-        b.preemption_bound,
-        t0.elapsed()
-    );
-}
 
 /// Tasks of the failed run (1): `FAILS`'s kernel fails; `FEEDS`'s succeeds and its
 /// completion makes `LATE` ready (a push that may come after the failure and after the

@@ -18,6 +18,9 @@
 //! `LOOM_LOCATION=1 RUST_BACKTRACE=1` explain a failure.
 #![cfg(loom)]
 
+mod loom_support;
+use loom_support::model;
+
 use loom::sync::atomic::{AtomicBool, AtomicU32};
 use loom::sync::Arc;
 use loom::thread;
@@ -29,28 +32,6 @@ use taskring::kernel::CoreKind;
 use taskring::tensor::TaskId;
 
 const WR: u64 = DEP_WAIT | DEP_RETAIN;
-
-fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() && std::env::var_os("LOOM_UNBOUNDED").is_none() {
-        b.preemption_bound = Some(bound);
-    }
-    b.max_branches = b.max_branches.max(50_000);
-    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let n = runs.clone();
-    let t0 = std::time::Instant::now();
-    b.check(move || {
-        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    eprintln!(
-        "{}: {} interleavings explored (preemption bound {:?}) in {:.1?}",
-        std::thread::current().name().unwrap_or("model"),
-        runs.load(std::sync::atomic::Ordering::Relaxed),
-        b.preemption_bound,
-        t0.elapsed()
-    );
-}
 
 /// Four rings with the given windows, each with a `pool`-entry dependency / spill pool.
 fn arena(windows: [u64; 4], pool: u64) -> ArenaShared {

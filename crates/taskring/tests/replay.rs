@@ -14,6 +14,7 @@
 
 mod common;
 
+use common::mix::compute;
 use common::{host, spec};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
@@ -31,36 +32,8 @@ fn mix() -> KernelRef {
     static M: OnceLock<KernelRef> = OnceLock::new();
     *M.get_or_init(|| {
         fn_kernel("replay_mix", CoreKind::Any, |call| {
-            let salt = call.scalar_f64(0);
-            let n_inout = call.scalar_i64(1) as usize;
-            let n_in = call.n_inputs;
-            let ts = call.tensors;
-            let read = |t: &Tensor| {
-                let (rows, cols, stride) = t.as_rows().expect("row-major");
-                let p = t.data_ptr() as *const f32;
-                let v: Vec<f32> = (0..rows * cols)
-                    .map(|i| unsafe { p.add((i / cols) * stride + i % cols).read() })
-                    .collect();
-                (rows, cols, v)
-            };
-            let snaps: Vec<_> = ts[..n_in + n_inout].iter().map(read).collect();
-            for (k, t) in ts[n_in..].iter().enumerate() {
-                let (rows, cols, stride) = t.as_rows().expect("row-major");
-                let p = t.data_ptr() as *mut f32;
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let mut acc = 0f64;
-                        for (rr, cc, d) in &snaps {
-                            acc += d[(r % rr) * cc + (c % cc)] as f64;
-                        }
-                        let mut v = 0.3 * acc + salt + 0.125 * k as f64;
-                        if k < n_inout {
-                            v += 0.2 * snaps[n_in + k].2[r * cols + c] as f64;
-                        }
-                        unsafe { p.add(r * stride + c).write(v as f32) };
-                    }
-                }
-            }
+            let (salt, n_inout) = (call.scalar_f64(0), call.scalar_i64(1) as usize);
+            compute(call.tensors, call.n_inputs, n_inout, salt);
         })
     })
 }

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod mix;
+
 use taskring::*;
 
 pub fn chip(cores: usize) -> ChipWorker {
