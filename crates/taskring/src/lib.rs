@@ -12,6 +12,7 @@
 
 pub mod arena;
 pub mod chip;
+pub mod cluster;
 pub mod config;
 pub mod dfx;
 pub mod engine;

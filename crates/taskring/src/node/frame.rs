@@ -123,13 +123,14 @@ pub struct ReplyFrame {
     pub stats: Option<WireStats>,
 }
 
-struct W<'a> {
-    buf: &'a mut [u8],
-    at: usize,
+/// A frame writer over a caller's buffer (also the L4 frames' writer, `cluster::wire`).
+pub(crate) struct W<'a> {
+    pub(crate) buf: &'a mut [u8],
+    pub(crate) at: usize,
 }
 
 impl W<'_> {
-    fn put(&mut self, b: &[u8]) -> Result<(), FrameError> {
+    pub(crate) fn put(&mut self, b: &[u8]) -> Result<(), FrameError> {
         let end = self.at + b.len();
         if end > self.buf.len() {
             return Err(FrameError::TooBig {
@@ -141,27 +142,28 @@ impl W<'_> {
         self.at = end;
         Ok(())
     }
-    fn u8(&mut self, v: u8) -> Result<(), FrameError> {
+    pub(crate) fn u8(&mut self, v: u8) -> Result<(), FrameError> {
         self.put(&[v])
     }
-    fn u16(&mut self, v: u16) -> Result<(), FrameError> {
+    pub(crate) fn u16(&mut self, v: u16) -> Result<(), FrameError> {
         self.put(&v.to_le_bytes())
     }
-    fn u32(&mut self, v: u32) -> Result<(), FrameError> {
+    pub(crate) fn u32(&mut self, v: u32) -> Result<(), FrameError> {
         self.put(&v.to_le_bytes())
     }
-    fn u64(&mut self, v: u64) -> Result<(), FrameError> {
+    pub(crate) fn u64(&mut self, v: u64) -> Result<(), FrameError> {
         self.put(&v.to_le_bytes())
     }
 }
 
-struct R<'a> {
-    buf: &'a [u8],
-    at: usize,
+/// A frame reader: every read checks the bounds.
+pub(crate) struct R<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
         let end = self
             .at
             .checked_add(n)
@@ -173,40 +175,40 @@ impl<'a> R<'a> {
         self.at = end;
         Ok(s)
     }
-    fn u8(&mut self) -> Result<u8, FrameError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, FrameError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, FrameError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, FrameError> {
         Ok(u16::from_le_bytes(
             self.take(2)?.try_into().expect("2 bytes"),
         ))
     }
-    fn u32(&mut self) -> Result<u32, FrameError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, FrameError> {
         Ok(u32::from_le_bytes(
             self.take(4)?.try_into().expect("4 bytes"),
         ))
     }
-    fn u64(&mut self) -> Result<u64, FrameError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, FrameError> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
 }
 
-fn header(w: &mut W<'_>, kind: u16) -> Result<(), FrameError> {
+pub(crate) fn header(w: &mut W<'_>, kind: u16) -> Result<(), FrameError> {
     w.u32(FRAME_MAGIC)?;
     w.u16(FRAME_VERSION)?;
     w.u16(kind)?;
     w.u32(0) // body length, patched at the end
 }
 
-fn finish(w: W<'_>) -> usize {
+pub(crate) fn finish(w: W<'_>) -> usize {
     let body = (w.at - HEADER_BYTES) as u32;
     w.buf[8..12].copy_from_slice(&body.to_le_bytes());
     w.at
 }
 
-fn open(buf: &[u8], kind: u16) -> Result<R<'_>, FrameError> {
+pub(crate) fn open(buf: &[u8], kind: u16) -> Result<R<'_>, FrameError> {
     if buf.len() < HEADER_BYTES {
         return Err(FrameError::Short(buf.len()));
     }
@@ -236,12 +238,8 @@ fn open(buf: &[u8], kind: u16) -> Result<R<'_>, FrameError> {
     })
 }
 
-/// Encode `f` into `buf`; returns the frame's length.
-pub fn encode_task(f: &TaskFrame, buf: &mut [u8]) -> Result<usize, FrameError> {
-    let mut w = W { buf, at: 0 };
-    header(&mut w, KIND_TASK)?;
-    let c = &f.config;
-    w.u32(f.callable)?;
+/// A `CallConfig`, whole: thread count, DFX flags, the 12 ring values, `output_prefix`.
+pub(crate) fn put_config(w: &mut W<'_>, c: &CallConfig) -> Result<(), FrameError> {
     w.u32(c.aicpu_thread_num)?;
     w.u32(c.enable_chip_swimlane)?;
     w.u32(c.enable_scope_stats as u32 | (c.enable_dep_gen as u32) << 1)?;
@@ -263,6 +261,15 @@ pub fn encode_task(f: &TaskFrame, buf: &mut [u8]) -> Result<usize, FrameError> {
     }
     w.u32(p.len() as u32)?;
     w.put(p)?;
+    Ok(())
+}
+
+/// Encode `f` into `buf`; returns the frame's length.
+pub fn encode_task(f: &TaskFrame, buf: &mut [u8]) -> Result<usize, FrameError> {
+    let mut w = W { buf, at: 0 };
+    header(&mut w, KIND_TASK)?;
+    w.u32(f.callable)?;
+    put_config(&mut w, &f.config)?;
     w.u32(f.args.len() as u32)?;
     for a in &f.args {
         match a {
@@ -294,17 +301,15 @@ pub fn encode_task(f: &TaskFrame, buf: &mut [u8]) -> Result<usize, FrameError> {
     Ok(finish(w))
 }
 
-fn dtype_of(v: u8) -> Result<DType, FrameError> {
+pub(crate) fn dtype_of(v: u8) -> Result<DType, FrameError> {
     DType::ALL
         .get(v as usize)
         .copied()
         .ok_or_else(|| FrameError::Field(format!("dtype {v}")))
 }
 
-/// Decode a task frame.
-pub fn decode_task(buf: &[u8]) -> Result<TaskFrame, FrameError> {
-    let mut r = open(buf, KIND_TASK)?;
-    let callable = r.u32()?;
+/// The reverse of [`put_config`].
+pub(crate) fn get_config(r: &mut R<'_>) -> Result<CallConfig, FrameError> {
     let mut c = CallConfig {
         aicpu_thread_num: r.u32()?,
         enable_chip_swimlane: r.u32()?,
@@ -327,6 +332,14 @@ pub fn decode_task(buf: &[u8]) -> Result<TaskFrame, FrameError> {
     }
     c.output_prefix = String::from_utf8(r.take(plen)?.to_vec())
         .map_err(|_| FrameError::Field("output_prefix is not UTF-8".into()))?;
+    Ok(c)
+}
+
+/// Decode a task frame.
+pub fn decode_task(buf: &[u8]) -> Result<TaskFrame, FrameError> {
+    let mut r = open(buf, KIND_TASK)?;
+    let callable = r.u32()?;
+    let c = get_config(&mut r)?;
     let n = r.u32()? as usize;
     if n > 4096 {
         return Err(FrameError::Field(format!("{n} arguments")));
@@ -393,14 +406,7 @@ pub fn encode_reply(f: &ReplyFrame, buf: &mut [u8]) -> Result<usize, FrameError>
         None => w.u8(0)?,
         Some(rep) => {
             w.u8(1)?;
-            for v in rep.sizing.iter().chain(&rep.peak) {
-                w.u64(*v)?;
-            }
-            w.put(&rep.sources)?;
-            w.u64(rep.tasks)?;
-            w.u8(rep.arena_hit as u8)?;
-            w.u64(rep.arena_build_s.to_bits())?;
-            w.u64(rep.elapsed_s.to_bits())?;
+            put_report(&mut w, rep)?;
         }
     }
     match &f.stats {
@@ -425,6 +431,37 @@ pub fn encode_reply(f: &ReplyFrame, buf: &mut [u8]) -> Result<usize, FrameError>
         }
     }
     Ok(finish(w))
+}
+
+/// A chip's report of one task (after its presence flag).
+pub(crate) fn put_report(w: &mut W<'_>, rep: &WireReport) -> Result<(), FrameError> {
+    for v in rep.sizing.iter().chain(&rep.peak) {
+        w.u64(*v)?;
+    }
+    w.put(&rep.sources)?;
+    w.u64(rep.tasks)?;
+    w.u8(rep.arena_hit as u8)?;
+    w.u64(rep.arena_build_s.to_bits())?;
+    w.u64(rep.elapsed_s.to_bits())
+}
+
+/// The reverse of [`put_report`].
+pub(crate) fn get_report(r: &mut R<'_>) -> Result<WireReport, FrameError> {
+    let mut sizing = [0u64; 12];
+    let mut peak = [0u64; 12];
+    for v in sizing.iter_mut().chain(peak.iter_mut()) {
+        *v = r.u64()?;
+    }
+    let sources: [u8; 12] = r.take(12)?.try_into().expect("12 bytes");
+    Ok(WireReport {
+        sizing,
+        sources,
+        peak,
+        tasks: r.u64()?,
+        arena_hit: r.u8()? != 0,
+        arena_build_s: f64::from_bits(r.u64()?),
+        elapsed_s: f64::from_bits(r.u64()?),
+    })
 }
 
 /// Encode a statistics request.
@@ -455,27 +492,7 @@ pub fn decode_reply(buf: &[u8]) -> Result<ReplyFrame, FrameError> {
     let error = String::from_utf8_lossy(r.take(elen)?).into_owned();
     let report = match r.u8()? {
         0 => None,
-        1 => {
-            let mut sizing = [0u64; 12];
-            let mut peak = [0u64; 12];
-            for v in sizing.iter_mut().chain(peak.iter_mut()) {
-                *v = r.u64()?;
-            }
-            let sources: [u8; 12] = r.take(12)?.try_into().expect("12 bytes");
-            let tasks = r.u64()?;
-            let arena_hit = r.u8()? != 0;
-            let arena_build_s = f64::from_bits(r.u64()?);
-            let elapsed_s = f64::from_bits(r.u64()?);
-            Some(WireReport {
-                sizing,
-                sources,
-                peak,
-                tasks,
-                arena_hit,
-                arena_build_s,
-                elapsed_s,
-            })
-        }
+        1 => Some(get_report(&mut r)?),
         k => return Err(FrameError::Field(format!("report flag {k}"))),
     };
     let stats = match r.u8()? {

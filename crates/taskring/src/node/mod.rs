@@ -913,7 +913,7 @@ impl Kernel for Dispatch {
     }
 }
 
-fn report_of(
+pub(crate) fn report_of(
     worker: usize,
     callable: u32,
     r: Option<&WireReport>,

@@ -1,0 +1,196 @@
+//! The MPI transport of L4 (rsmpi over the system's Open MPI): initialisation with
+//! `MPI_THREAD_MULTIPLE`, byte messages, and waits that do not burn a core.
+//!
+//! Every wait polls `MPI_Improbe` (a *matched* probe: the message it finds can only be
+//! received by the thread that found it, so several dispatch threads of rank 0 can
+//! wait on their own replies at once) under a [`Backoff`]: a few hundred spins and
+//! yields (a reply that is already on its way is picked up within a microsecond or
+//! two), then sleeps growing to 1 ms. Open MPI's own blocking receive polls at full
+//! speed, which on a 2-core machine would take a core from the chips for as long as a
+//! host waits; this costs at most 1 ms of latency after an idle spell.
+
+use mpi::datatype::Equivalence;
+use mpi::point_to_point::{Destination, Message, Source, Status};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::Threading;
+use parking_lot::Mutex;
+use std::time::Duration;
+
+/// The tag of request frames (tasks, close) from rank 0 to a host.
+pub const TAG_REQUEST: i32 = 1;
+/// Data and reply tags are taken from `FIRST_DATA_TAG..FIRST_DATA_TAG + DATA_TAGS`
+/// (well under the 32767 every MPI supports).
+pub const FIRST_DATA_TAG: i32 = 2;
+pub const DATA_TAGS: u64 = 30_000;
+
+static UNIVERSE: Mutex<Option<mpi::environment::Universe>> = Mutex::new(None);
+
+/// The world's shape, once MPI is initialised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct World {
+    pub rank: i32,
+    pub size: i32,
+}
+
+/// Initialise MPI with `MPI_THREAD_MULTIPLE` (once per process; MPI cannot be
+/// initialised again after [`finalize`]).
+pub fn init() -> Result<World, String> {
+    let mut u = UNIVERSE.lock();
+    if u.is_none() {
+        if mpi::environment::is_finalized() {
+            return Err("MPI was finalized in this process; an L4 worker can be initialised once per process".into());
+        }
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or_else(|| {
+                "MPI was already initialised by someone else in this process".to_string()
+            })?;
+        if threading != Threading::Multiple {
+            return Err(format!(
+                "the MPI library offers {threading:?} threading; L4 needs MPI_THREAD_MULTIPLE"
+            ));
+        }
+        *u = Some(universe);
+    }
+    Ok(world())
+}
+
+/// Whether [`init`] ran (and [`finalize`] did not).
+pub fn initialized() -> bool {
+    UNIVERSE.lock().is_some()
+}
+
+/// This process's rank and the world's size (after [`init`]).
+pub fn world() -> World {
+    let w = SimpleCommunicator::world();
+    World {
+        rank: w.rank(),
+        size: w.size(),
+    }
+}
+
+/// `MPI_Finalize` (idempotent).
+pub fn finalize() {
+    drop(UNIVERSE.lock().take());
+}
+
+/// `MPI_Abort` of the whole job.
+pub fn abort(code: i32) -> ! {
+    SimpleCommunicator::world().abort(code)
+}
+
+/// Send `bytes` to `dest` with `tag` (blocking standard send; `bytes` ≤ 2 GiB).
+pub fn send(dest: i32, tag: i32, bytes: &[u8]) {
+    debug_assert!(bytes.len() <= i32::MAX as usize);
+    SimpleCommunicator::world()
+        .process_at_rank(dest)
+        .send_with_tag(bytes, tag);
+}
+
+/// Send a tensor's bytes in [`super::wire::chunks`].
+pub fn send_data(dest: i32, tag: i32, bytes: &[u8]) {
+    for c in super::wire::chunks(bytes.len()) {
+        send(dest, tag, &bytes[c]);
+    }
+}
+
+/// Spin, then yield, then sleep (20 µs doubling to `max`).
+pub struct Backoff {
+    n: u32,
+    sleep: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const SPINS: u32 = 64;
+    const YIELDS: u32 = 256;
+
+    pub fn new(max: Duration) -> Self {
+        Backoff {
+            n: 0,
+            sleep: Duration::from_micros(20),
+            max,
+        }
+    }
+
+    pub fn snooze(&mut self) {
+        self.n = self.n.saturating_add(1);
+        if self.n <= Self::SPINS {
+            std::hint::spin_loop();
+        } else if self.n <= Self::SPINS + Self::YIELDS {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep);
+            self.sleep = (self.sleep * 2).min(self.max);
+        }
+    }
+}
+
+/// Wait for a message from `source` with `tag` (`None`: any tag) until `give_up()`
+/// says to stop (checked between polls); the found message is this caller's.
+pub fn wait_message(
+    source: i32,
+    tag: Option<i32>,
+    max_sleep: Duration,
+    mut give_up: impl FnMut() -> bool,
+) -> Option<(Message, Status)> {
+    let world = SimpleCommunicator::world();
+    let p = world.process_at_rank(source);
+    let mut b = Backoff::new(max_sleep);
+    loop {
+        let found = match tag {
+            Some(t) => p.immediate_matched_probe_with_tag(t),
+            None => p.immediate_matched_probe(),
+        };
+        if found.is_some() {
+            return found;
+        }
+        if give_up() {
+            return None;
+        }
+        b.snooze();
+    }
+}
+
+/// The byte count of a probed message.
+pub fn count(status: &Status) -> usize {
+    status.count(u8::equivalent_datatype()).max(0) as usize
+}
+
+/// Receive a probed message into `buf` (exactly its size).
+pub fn receive_into(msg: Message, buf: &mut [u8]) {
+    msg.matched_receive_into(buf);
+}
+
+/// Receive a probed message as a new buffer.
+pub fn receive_vec(msg: Message, status: &Status) -> Vec<u8> {
+    let mut v = vec![0u8; count(status)];
+    msg.matched_receive_into(&mut v[..]);
+    v
+}
+
+/// Receive a tensor's data from `source` (sent by [`send_data`] with `tag`) into `buf`.
+/// A message of the wrong size is an error (the buffer is left partly written).
+pub fn receive_data(
+    source: i32,
+    tag: i32,
+    buf: &mut [u8],
+    give_up: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    let len = buf.len();
+    for c in super::wire::chunks(len) {
+        let (msg, status) =
+            wait_message(source, Some(tag), Duration::from_millis(1), &mut *give_up)
+                .ok_or_else(|| "interrupted".to_string())?;
+        let n = count(&status);
+        if n != c.len() {
+            // Take the message off the queue, then report the mismatch.
+            drop(receive_vec(msg, &status));
+            return Err(format!(
+                "a data message of {n} bytes arrived where {} were expected (of a {len}-byte tensor)",
+                c.len()
+            ));
+        }
+        receive_into(msg, &mut buf[c]);
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! A host rank's side of L4: take the next request from rank 0, receive a task's inputs
+//! straight into the buffers its L3 run uses (shared memory the chips see: no second
+//! copy on the host), and answer with the report and the outputs.
+
+use super::comm::{self, TAG_REQUEST};
+use super::wire::{self, HostRequest, L4Arg, L4Reply, L4Task};
+use crate::node::frame::{FrameError, FRAME_MAGIC};
+use crate::node::NodeRunReport;
+use std::time::Duration;
+
+/// Longest sleep of a host waiting for its next request (an idle host costs ~0.1 % of
+/// a core; the first request after an idle spell waits at most this long).
+pub const REQUEST_MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// A request rank 0 sent that could not be decoded. When its sequence number and tag
+/// could be read, the task can be failed (`reply_failure`) instead of lost.
+#[derive(Debug)]
+pub struct Malformed {
+    pub ids: Option<(u64, i32)>,
+    pub error: FrameError,
+}
+
+/// The next request from rank 0; `None` when `give_up()` said to stop waiting.
+pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest, Malformed>> {
+    let (msg, status) = comm::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, give_up)?;
+    let buf = comm::receive_vec(msg, &status);
+    Some(wire::decode_request(&buf).map_err(|error| Malformed {
+        ids: peek_ids(&buf),
+        error,
+    }))
+}
+
+/// The sequence number and data tag of a task frame whose body is damaged.
+fn peek_ids(buf: &[u8]) -> Option<(u64, i32)> {
+    if buf.len() < 24 || buf[..4] != FRAME_MAGIC.to_le_bytes() {
+        return None;
+    }
+    let seq = u64::from_le_bytes(buf[12..20].try_into().ok()?);
+    let tag = u32::from_le_bytes(buf[20..24].try_into().ok()?) as i32;
+    (comm::FIRST_DATA_TAG..comm::FIRST_DATA_TAG + comm::DATA_TAGS as i32)
+        .contains(&tag)
+        .then_some((seq, tag))
+}
+
+/// Byte sizes of the task's inputs that travel (shipped IN/INOUT tensors, in order).
+pub fn input_sizes(task: &L4Task) -> Vec<usize> {
+    shipped(task, true)
+}
+
+/// Byte sizes of the task's outputs that travel back (shipped OUT/INOUT, in order).
+pub fn output_sizes(task: &L4Task) -> Vec<usize> {
+    shipped(task, false)
+}
+
+fn shipped(task: &L4Task, inputs: bool) -> Vec<usize> {
+    task.args
+        .iter()
+        .filter_map(|a| match a {
+            L4Arg::Shipped(t) if (inputs && t.dir.sent()) || (!inputs && t.dir.returned()) => {
+                Some(t.nbytes().unwrap_or(0) as usize)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Receive the task's inputs into `bufs` (one per [`input_sizes`] entry, of that size).
+pub fn receive_inputs(
+    task: &L4Task,
+    bufs: &mut [&mut [u8]],
+    give_up: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    let sizes = input_sizes(task);
+    if sizes.len() != bufs.len() || sizes.iter().zip(bufs.iter()).any(|(s, b)| *s != b.len()) {
+        return Err("the input buffers do not match the task's inputs".into());
+    }
+    for b in bufs.iter_mut() {
+        comm::receive_data(0, task.data_tag, b, give_up)?;
+    }
+    Ok(())
+}
+
+/// Answer a task: its host report (None when the run failed before one), the error
+/// (None: it ran), and on success its outputs' bytes (one per [`output_sizes`] entry).
+pub fn reply(
+    seq: u64,
+    data_tag: i32,
+    report: Option<&NodeRunReport>,
+    error: Option<&str>,
+    outputs: &[&[u8]],
+) {
+    let outputs = if error.is_some() { &[][..] } else { outputs };
+    let r = L4Reply {
+        seq,
+        status: error.is_some() as u32,
+        error: error.unwrap_or("").to_string(),
+        elapsed_s: report.map_or(0.0, |r| r.elapsed_s),
+        chip_tasks: report.map_or_else(Vec::new, |r| r.tasks.clone()),
+        n_outputs: outputs.len() as u32,
+    };
+    let mut buf = vec![0u8; wire::reply_len(&r)];
+    let n = wire::encode_reply(&r, &mut buf).expect("a reply fits its computed length");
+    comm::send(0, data_tag, &buf[..n]);
+    for o in outputs {
+        comm::send_data(0, data_tag, o);
+    }
+}

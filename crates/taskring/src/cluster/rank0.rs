@@ -1,0 +1,593 @@
+//! Rank 0 of an L4 job: the engine whose tasks are whole L3 dispatches on hosts.
+//!
+//! A ready L4 task runs on one of the engine's dispatch threads ([`HostDispatch`]):
+//! it encodes the task (its whole `CallConfig`), sends it to the host's rank with tag
+//! `TAG_REQUEST`, sends its inputs' bytes straight from the caller's arrays with the
+//! task's data tag, then waits (matched probe, backoff) for the reply with that tag and
+//! receives the outputs' bytes straight into the caller's arrays. Each dispatch's tag
+//! is its sequence number modulo [`comm::DATA_TAGS`]; the reply carries the sequence
+//! number back, and a reply of an earlier, abandoned dispatch that happens to share the
+//! tag (an interrupted run) is received and dropped.
+
+use super::comm::{self, FIRST_DATA_TAG, TAG_REQUEST};
+use super::wire::{self, L4Arg, L4Dir, L4Reply, L4Task, L4Tensor};
+use super::{host_prefix, ClusterError, ClusterRunReport, HostTaskReport};
+use crate::chip::{ChipOptions, ChipWorker, Program, RunError};
+use crate::config::CallConfig;
+use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode, TaskArgs};
+use crate::kernel::{Kernel, KernelCall, KernelRef};
+use crate::node::ArgDir;
+use crate::tensor::{TaskId, Tensor};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the caller of [`Cluster::run`] calls its blocking hook while it waits.
+const HOOK_SLICE: Duration = Duration::from_millis(50);
+/// Longest sleep of a dispatch thread waiting for its reply.
+const REPLY_MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// A registered L4 program (a `DistributedProgram`): its name and signature.
+#[derive(Clone, Debug)]
+pub struct ClusterProgram {
+    pub name: String,
+    pub signature: Vec<ArgDir>,
+}
+
+/// One argument of an L4 `submit_next_level`.
+#[derive(Clone, Copy, Debug)]
+pub enum ClusterArg {
+    /// A rank-0 array (C-contiguous), shipped to the host and back.
+    Tensor(Tensor),
+    /// A host-resident tensor: its stand-in view on rank 0, its id and its host.
+    Resident {
+        view: Tensor,
+        id: u64,
+        host: usize,
+    },
+    Int(i64),
+    Float(f64),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    /// Index in the task's tensors (canonical order), direction, resident id.
+    Tensor(usize, L4Dir, Option<u64>),
+    Int(i64),
+    Float(f64),
+}
+
+#[derive(Clone, Debug)]
+struct L4Rec {
+    worker: usize,
+    callable: u32,
+    name: String,
+    config: CallConfig,
+    slots: Vec<Slot>,
+}
+
+#[derive(Default)]
+struct RunState {
+    tasks: Vec<L4Rec>,
+    reports: Vec<Option<HostTaskReport>>,
+    finished: usize,
+    in_flight: usize,
+    first_error: Option<String>,
+}
+
+impl RunState {
+    fn over(&self) -> bool {
+        self.finished >= self.tasks.len() || (self.first_error.is_some() && self.in_flight == 0)
+    }
+}
+
+struct Shared {
+    hosts: usize,
+    run: Mutex<RunState>,
+    done: Condvar,
+    cancel: AtomicBool,
+    seq: AtomicU64,
+}
+
+/// The executor: one L4 task's round trip to its host.
+struct HostDispatch {
+    sh: Arc<Shared>,
+}
+
+fn bytes_of(t: &Tensor) -> &'static mut [u8] {
+    // safety: a contiguous view (checked at submit) of memory the caller keeps alive for
+    // the run; the engine orders every writer of it after its readers and vice versa.
+    unsafe { std::slice::from_raw_parts_mut(t.data_ptr(), t.nbytes() as usize) }
+}
+
+impl HostDispatch {
+    /// The task frame and the tensors whose bytes go out and come back.
+    fn frame(
+        &self,
+        rec: &L4Rec,
+        seq: u64,
+        tag: i32,
+        call: &KernelCall<'_>,
+    ) -> (L4Task, Vec<Tensor>, Vec<Tensor>) {
+        let mut sent = vec![];
+        let mut back = vec![];
+        let args = rec
+            .slots
+            .iter()
+            .map(|s| match *s {
+                Slot::Tensor(i, dir, resident) => {
+                    let t = call.tensors[i];
+                    let desc = L4Tensor {
+                        dir,
+                        dtype: t.dtype,
+                        shape: t.shape().iter().map(|&d| d as u64).collect(),
+                    };
+                    match resident {
+                        Some(id) => L4Arg::Resident(desc, id),
+                        None => {
+                            if dir.sent() {
+                                sent.push(t);
+                            }
+                            if dir.returned() {
+                                back.push(t);
+                            }
+                            L4Arg::Shipped(desc)
+                        }
+                    }
+                }
+                Slot::Int(v) => L4Arg::Int(v),
+                Slot::Float(v) => L4Arg::Float(v),
+            })
+            .collect();
+        let task = L4Task {
+            seq,
+            data_tag: tag,
+            callable: rec.callable,
+            name: rec.name.clone(),
+            config: rec.config.clone(),
+            args,
+        };
+        (task, sent, back)
+    }
+
+    /// Wait for this dispatch's reply; earlier dispatches' late replies on the same tag
+    /// are taken off the queue (with their data) and dropped.
+    fn await_reply(&self, rank: i32, tag: i32, seq: u64) -> Result<L4Reply, String> {
+        loop {
+            let (msg, status) = comm::wait_message(rank, Some(tag), REPLY_MAX_SLEEP, || {
+                self.sh.cancel.load(Relaxed)
+            })
+            .ok_or_else(|| "interrupted".to_string())?;
+            let buf = comm::receive_vec(msg, &status);
+            let reply = wire::decode_reply(&buf).map_err(|e| format!("malformed reply: {e}"))?;
+            if reply.seq == seq {
+                return Ok(reply);
+            }
+            for _ in 0..reply.n_outputs {
+                if let Some((m, s)) = comm::wait_message(rank, Some(tag), REPLY_MAX_SLEEP, || {
+                    self.sh.cancel.load(Relaxed)
+                }) {
+                    drop(comm::receive_vec(m, &s));
+                }
+            }
+        }
+    }
+
+    /// The round trip; Ok(reply) when the host answered (its task may have failed).
+    fn round_trip(&self, rec: &L4Rec, call: &KernelCall<'_>) -> Result<L4Reply, String> {
+        let seq = self.sh.seq.fetch_add(1, Relaxed);
+        let tag = FIRST_DATA_TAG + (seq % comm::DATA_TAGS) as i32;
+        let rank = rec.worker as i32 + 1;
+        let (task, sent, back) = self.frame(rec, seq, tag, call);
+        let mut buf = vec![0u8; 256 + rec.config.output_prefix.len() + 64 * task.args.len()];
+        let n = wire::encode_task(&task, &mut buf)
+            .map_err(|e| format!("cannot encode the task: {e}"))?;
+        comm::send(rank, TAG_REQUEST, &buf[..n]);
+        for t in &sent {
+            comm::send_data(rank, tag, bytes_of(t));
+        }
+        let reply = self.await_reply(rank, tag, seq)?;
+        if reply.status == 0 {
+            if reply.n_outputs as usize != back.len() {
+                return Err(format!(
+                    "the host answered with {} outputs; the task has {}",
+                    reply.n_outputs,
+                    back.len()
+                ));
+            }
+            let cancel = &self.sh.cancel;
+            for t in &back {
+                comm::receive_data(rank, tag, bytes_of(t), &mut || cancel.load(Relaxed))?;
+            }
+        }
+        Ok(reply)
+    }
+}
+
+impl Kernel for HostDispatch {
+    fn name(&self) -> &str {
+        "host-dispatch"
+    }
+    fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
+        let idx = call.scalar_i64(0) as usize;
+        let rec = {
+            let mut st = self.sh.run.lock();
+            st.in_flight += 1;
+            st.tasks[idx].clone()
+        };
+        let t0 = Instant::now();
+        let result = self.round_trip(&rec, call);
+        let prefix = host_prefix(rec.worker);
+        let (report, error) = match result {
+            Ok(r) => {
+                let err = (r.status != 0).then(|| format!("{prefix}: {}", r.error));
+                (Some(r.report()), err)
+            }
+            Err(e) => (None, Some(format!("{prefix}: {e}"))),
+        };
+        let mut st = self.sh.run.lock();
+        st.finished += 1;
+        st.in_flight -= 1;
+        st.reports[idx] = Some(HostTaskReport {
+            worker: rec.worker,
+            rank: rec.worker + 1,
+            callable: rec.callable,
+            report,
+            elapsed_s: t0.elapsed().as_secs_f64(),
+            error: error.clone(),
+        });
+        self.sh.done.notify_all();
+        match error {
+            None => Ok(()),
+            Some(e) => {
+                if st.first_error.is_none() {
+                    st.first_error = Some(e.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The orchestration API of an L4 run (rank 0).
+pub struct ClusterOrchestrator<'a, 'r> {
+    o: &'a mut Orchestrator<'r>,
+    sh: &'a Shared,
+    programs: &'a RwLock<Vec<ClusterProgram>>,
+    dispatch: KernelRef,
+}
+
+impl<'r> ClusterOrchestrator<'_, 'r> {
+    /// The underlying engine orchestrator (scopes).
+    pub fn engine(&mut self) -> &mut Orchestrator<'r> {
+        self.o
+    }
+
+    /// Number of hosts.
+    pub fn hosts(&self) -> usize {
+        self.sh.hosts
+    }
+
+    /// Submit the L4 task `callable(args)` to host `worker`, whose L3 orchestration
+    /// receives `config` whole.
+    pub fn submit_next_level(
+        &mut self,
+        callable: u32,
+        args: &[ClusterArg],
+        config: &CallConfig,
+        worker: usize,
+    ) -> Result<TaskId, RuntimeFailure> {
+        let bad =
+            |msg: String| RuntimeFailure::invalid_args(None, format!("submit_next_level: {msg}"));
+        if worker >= self.sh.hosts {
+            return Err(bad(format!(
+                "worker {worker} is not a host of this job (it has {})",
+                self.sh.hosts
+            )));
+        }
+        config.validate().map_err(|e| bad(e.message))?;
+        let prog = self
+            .programs
+            .read()
+            .get(callable as usize)
+            .cloned()
+            .ok_or_else(|| bad(format!("unknown program handle {callable}")))?;
+        let (slots, ta) = task_args(&prog.signature, args, worker).map_err(bad)?;
+        let idx = {
+            let mut st = self.sh.run.lock();
+            st.tasks.push(L4Rec {
+                worker,
+                callable,
+                name: prog.name.clone(),
+                config: config.clone(),
+                slots,
+            });
+            st.reports.push(None);
+            st.tasks.len() - 1
+        };
+        let mut ta = ta;
+        ta.scalar(Scalar::I64(idx as i64));
+        let r = self.o.submit(self.dispatch, &ta).map(|r| r.id);
+        if r.is_err() {
+            let mut st = self.sh.run.lock();
+            st.tasks.truncate(idx);
+            st.reports.truncate(idx);
+        }
+        r
+    }
+}
+
+/// The engine arguments of one L4 task (tensors in canonical order: inputs, inouts,
+/// outputs) and where each program argument is among them.
+fn task_args(
+    sig: &[ArgDir],
+    args: &[ClusterArg],
+    worker: usize,
+) -> Result<(Vec<Slot>, TaskArgs), String> {
+    if sig.len() != args.len() {
+        return Err(format!(
+            "the program takes {} arguments, got {}",
+            sig.len(),
+            args.len()
+        ));
+    }
+    let group = |d: ArgDir| match d {
+        ArgDir::In => 0,
+        ArgDir::InOut => 1,
+        _ => 2,
+    };
+    let mut counts = [0usize; 3];
+    for d in sig.iter().filter(|d| **d != ArgDir::Scalar) {
+        counts[group(*d)] += 1;
+    }
+    let starts = [0, counts[0], counts[0] + counts[1]];
+    let mut seen = [0usize; 3];
+    let mut slots = Vec::with_capacity(args.len());
+    let mut ta = TaskArgs::new();
+    for (i, (d, a)) in sig.iter().zip(args).enumerate() {
+        let (view, resident) = match (d, a) {
+            (ArgDir::Scalar, ClusterArg::Int(v)) => {
+                slots.push(Slot::Int(*v));
+                continue;
+            }
+            (ArgDir::Scalar, ClusterArg::Float(v)) => {
+                slots.push(Slot::Float(*v));
+                continue;
+            }
+            (ArgDir::Scalar, _) => {
+                return Err(format!("argument {i} is SCALAR but a tensor was given"))
+            }
+            (_, ClusterArg::Tensor(t)) => (*t, None),
+            (_, ClusterArg::Resident { view, id, host }) => {
+                if *host != worker {
+                    return Err(format!(
+                        "argument {i} is a tensor resident on host {host}; it cannot be passed to host {worker}"
+                    ));
+                }
+                (*view, Some(*id))
+            }
+            (_, _) => return Err(format!("argument {i} must be a tensor")),
+        };
+        if !view.is_contiguous() {
+            return Err(format!(
+                "argument {i} must be C-contiguous to travel to a host"
+            ));
+        }
+        let dir = match d {
+            ArgDir::In => L4Dir::In,
+            ArgDir::InOut => L4Dir::InOut,
+            _ => L4Dir::Out,
+        };
+        let g = group(*d);
+        slots.push(Slot::Tensor(starts[g] + seen[g], dir, resident));
+        seen[g] += 1;
+        match d {
+            ArgDir::In => ta.input(view),
+            ArgDir::InOut => ta.inout(view),
+            _ => ta.output_existing(view),
+        };
+    }
+    Ok((slots, ta))
+}
+
+/// Rank 0 of an L4 job (after `comm::init`).
+pub struct Cluster {
+    sh: Arc<Shared>,
+    programs: Arc<RwLock<Vec<ClusterProgram>>>,
+    engine: Option<ChipWorker>,
+    dispatch: Option<KernelRef>,
+    closed: bool,
+}
+
+impl Cluster {
+    /// Rank 0 with `hosts` host ranks; `arena_cache_slots` for its own engine's arenas.
+    pub fn new(
+        hosts: usize,
+        programs: Vec<ClusterProgram>,
+        arena_cache_slots: usize,
+    ) -> Result<Cluster, ClusterError> {
+        if hosts == 0 {
+            return Err(ClusterError::Mpi(
+                "an L4 job needs at least one host rank".into(),
+            ));
+        }
+        let sh = Arc::new(Shared {
+            hosts,
+            run: Mutex::new(RunState::default()),
+            done: Condvar::new(),
+            cancel: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+        });
+        let engine = ChipWorker::new(ChipOptions {
+            cores: (2 * hosts).min(crate::chip::MAX_CORES),
+            aic_cores: Some(0),
+            arena_cache_slots,
+            shared_heaps: true,
+            // An L4 task is a whole L3 dispatch: no L2-sized timeouts (a dead host ends
+            // the MPI job).
+            backstop: Duration::from_secs(365 * 24 * 3600),
+            scheduler_timeout: Duration::from_secs(365 * 24 * 3600),
+            ..ChipOptions::default()
+        })
+        .map_err(ClusterError::Failure)?;
+        // The kernel holds the shared state; its box is taken back in `close`.
+        let dispatch = KernelRef::leak(HostDispatch { sh: sh.clone() });
+        Ok(Cluster {
+            sh,
+            programs: Arc::new(RwLock::new(programs)),
+            engine: Some(engine),
+            dispatch: Some(dispatch),
+            closed: false,
+        })
+    }
+
+    pub fn hosts(&self) -> usize {
+        self.sh.hosts
+    }
+
+    /// Ask the run in flight to stop waiting (Ctrl-C); it fails with `Interrupted`.
+    pub fn cancel(&self) {
+        self.sh.cancel.store(true, SeqCst);
+        self.sh.done.notify_all();
+    }
+
+    /// A handle to cancel a run from another thread.
+    pub fn canceller(&self) -> impl Fn() + Send + Sync + 'static {
+        let sh = self.sh.clone();
+        move || {
+            sh.cancel.store(true, SeqCst);
+            sh.done.notify_all();
+        }
+    }
+
+    /// Run `orch` (the L4 orchestration); `config` sizes rank 0's own rings. `hook` is
+    /// called around the caller's blocking waits (`true` before, `false` after; at least
+    /// every 50 ms while the run waits for its hosts).
+    pub fn run(
+        &mut self,
+        orch: impl Fn(&mut ClusterOrchestrator<'_, '_>) -> Result<(), RuntimeFailure>
+            + Send
+            + Sync
+            + 'static,
+        config: &CallConfig,
+        hook: Option<&dyn Fn(bool)>,
+    ) -> Result<ClusterRunReport, ClusterError> {
+        let t0 = Instant::now();
+        let engine = self.engine.as_mut().ok_or(ClusterError::Closed)?;
+        let sh = self.sh.clone();
+        sh.cancel.store(false, SeqCst);
+        *sh.run.lock() = RunState::default();
+        let programs = self.programs.clone();
+        let dispatch = self
+            .dispatch
+            .expect("an open cluster has its dispatch kernel");
+        // safety: the hook lives for this call; the engine runs the program (and so the
+        // wait that calls it) on this thread, before `run_with_hook` returns.
+        let hook_static: Option<&'static (dyn Fn(bool) + 'static)> =
+            hook.map(|h| unsafe { std::mem::transmute::<&dyn Fn(bool), &'static dyn Fn(bool)>(h) });
+        let hook_ref = HookRef(hook_static);
+        let sh2 = sh.clone();
+        let program = Program::new("l4", move |o, _| {
+            let mut co = ClusterOrchestrator {
+                o,
+                sh: &sh2,
+                programs: &programs,
+                dispatch,
+            };
+            orch(&mut co)?;
+            wait_dispatched(&sh2, hook_ref.get());
+            Ok(())
+        });
+        let r = match hook {
+            Some(h) => engine.run_with_hook(&program, &[], config, h),
+            None => engine.run(&program, &[], config),
+        };
+        let mut st = sh.run.lock();
+        if sh.cancel.load(Acquire) {
+            return Err(ClusterError::Interrupted(
+                st.first_error
+                    .take()
+                    .unwrap_or_else(|| "interrupted".into()),
+            ));
+        }
+        match r {
+            Ok(_) => Ok(ClusterRunReport {
+                tasks: st
+                    .reports
+                    .drain(..)
+                    .map(|r| r.expect("every L4 task reported"))
+                    .collect(),
+                elapsed_s: t0.elapsed().as_secs_f64(),
+            }),
+            Err(RunError::Config(e)) => Err(ClusterError::Config(e)),
+            Err(RunError::Failure(f)) => match st.first_error.take() {
+                Some(text) if f.code == StatusCode::TaskFailed => Err(ClusterError::Host(text)),
+                _ => Err(ClusterError::Failure(f)),
+            },
+        }
+    }
+
+    /// Tell every host to stop serving, then free the engine (idempotent). MPI itself is
+    /// finalized by the embedding (`comm::finalize`).
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let mut buf = [0u8; 64];
+        let n = wire::encode_close(&mut buf).expect("the close frame fits");
+        for h in 0..self.sh.hosts {
+            comm::send(h as i32 + 1, TAG_REQUEST, &buf[..n]);
+        }
+        self.engine = None;
+        if let Some(k) = self.dispatch.take() {
+            // safety: `k` was leaked from a box in `new`; the engine that could use it is
+            // gone and no run is in flight (`close` takes the cluster).
+            drop(unsafe { Box::from_raw(k.0 as *const dyn Kernel as *mut dyn Kernel) });
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[derive(Clone, Copy)]
+struct HookRef(Option<&'static dyn Fn(bool)>);
+// safety: the hook is only called on the thread that called `Cluster::run`.
+unsafe impl Send for HookRef {}
+unsafe impl Sync for HookRef {}
+
+impl HookRef {
+    fn get(self) -> Option<&'static dyn Fn(bool)> {
+        self.0
+    }
+}
+
+/// Wait until every L4 task was answered, or one failed and the others in flight
+/// ended, or the run was cancelled; calls the hook around slices of at most 50 ms.
+fn wait_dispatched(sh: &Shared, hook: Option<&dyn Fn(bool)>) {
+    let over = |st: &RunState| st.over() || sh.cancel.load(Acquire);
+    loop {
+        if let Some(h) = hook {
+            h(true);
+        }
+        let done = {
+            let mut st = sh.run.lock();
+            if !over(&st) {
+                sh.done.wait_for(&mut st, HOOK_SLICE);
+            }
+            over(&st)
+        };
+        if let Some(h) = hook {
+            h(false);
+        }
+        if done {
+            return;
+        }
+    }
+}
