@@ -49,7 +49,7 @@ from ._node import (
     Worker,
     shared_array,
 )
-from ._native import ChipTaskReport, NodeOrchestrator, NodeRunReport
+from ._native import ChipTaskReport, HostTaskReport, HostTensor, NodeOrchestrator, NodeRunReport
 from ._native import CapturedProgram
 from . import kernels
 
@@ -59,6 +59,8 @@ __all__ = [
     "DistributedConfig",
     "DistributedProgram",
     "DistributedWorker",
+    "HostTaskReport",
+    "HostTensor",
     "NodeOrchestrator",
     "NodeRunReport",
     "RunHandle",

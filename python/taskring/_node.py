@@ -103,9 +103,23 @@ class Worker:
         unknown = sorted(set(kwargs) - set(_WORKER_KWARGS))
         if unknown:
             raise TypeError(f"Worker() got unexpected keyword(s) {', '.join(unknown)}; allowed: {', '.join(_WORKER_KWARGS)}")
-        if level not in (2, 3):
-            raise ValueError(f"Worker level must be 2 or 3, got {level!r}")
+        if level not in (2, 3, 4):
+            raise ValueError(f"Worker level must be 2, 3 or 4, got {level!r}")
         self.level = level
+        self._l4: Optional[Any] = None
+        self._node: Optional[_native.Node] = None
+        self._chip: Optional[_native.Chip] = None
+        if level == 4:
+            # L4 (API.md §9): hosts are the other MPI ranks; see taskring._cluster.
+            from ._cluster import L4Worker
+
+            allowed = {"level", "arena_cache_slots", "chip_processes", "platform"}
+            extra = sorted(set(kwargs) - allowed)
+            if extra:
+                raise TypeError(f"Worker(level=4) takes arena_cache_slots and chip_processes, not {', '.join(extra)}")
+            self._l4 = L4Worker(arena_cache_slots=kwargs.get("arena_cache_slots", 4), chip_processes=bool(kwargs.get("chip_processes", True)))
+            self.device_ids = []
+            return
         platform = kwargs.get("platform", "sim")
         if platform not in ("sim", "a2a3sim", "a5sim"):
             if platform in ("a2a3", "a5"):
@@ -140,6 +154,8 @@ class Worker:
         """Register a ``Program``; returns its handle for ``submit_next_level``."""
         from . import Program
 
+        if self._l4 is not None:
+            return self._l4.register(program)
         if not isinstance(program, Program):
             raise TypeError(f"register() needs a taskring.Program, got {type(program).__name__}")
         if self._node is not None:
@@ -150,9 +166,13 @@ class Worker:
         return len(self._programs) - 1
 
     # -- life ----------------------------------------------------------------------
-    def init(self, prewarm_config: Any = None) -> "Worker":
+    def init(self, prewarm_config: Any = None) -> Any:
         """Start the chips (idempotent): each builds its arena for ``prewarm_config``
-        (validated first) before this returns."""
+        (validated first) before this returns. Returns the worker. At level 4: on rank 0
+        returns True; on a host it serves rank 0's tasks until rank 0 closes, then
+        returns False."""
+        if self._l4 is not None:
+            return self._l4.init(prewarm_config)
         if self._node is not None or self._chip is not None:
             return self
         # Without a prewarm config every chip builds the default sizing's arena.
@@ -180,6 +200,8 @@ class Worker:
         another thread, which gives up on chips that do not answer; those are killed
         (it returns within about a second then). In a child of ``os.fork()`` it only
         forgets the parent's worker."""
+        if self._l4 is not None:
+            self._l4.close()
         if self._node is not None:
             self._node.close()
             self._node = None
@@ -211,6 +233,8 @@ class Worker:
         ``RunReport``."""
         cfg = _call_config(config)
         cfg.validate()
+        if self._l4 is not None:
+            return self._l4.run(orch, args, cfg)
         if self.level == 2:
             if self._chip is None:
                 raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
@@ -226,6 +250,19 @@ class Worker:
     def submit(self, orch: Any, args: Any = None, config: Any = None) -> RunHandle:
         """``run`` in the background; returns a ``RunHandle``."""
         return RunHandle(lambda: self.run(orch, args, config))
+
+    @property
+    def num_hosts(self) -> int:
+        """Level 4: the number of hosts (MPI ranks 1..N; known from the launch)."""
+        return self._l4.num_hosts if self._l4 is not None else 0
+
+    def alloc_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32, worker: int = 0) -> Any:
+        """Level 4 (rank 0, after ``init()``): a tensor that lives on host ``worker``
+        (zero-filled there at its first use, kept across tasks, freed when the job
+        ends); passing it to another host's task is a ValueError."""
+        if self._l4 is None:
+            raise RuntimeError("alloc_tensor on a Worker is for level 4; at level 3 use DistributedWorker.alloc_tensor")
+        return self._l4.alloc_tensor(shape, dtype, worker)
 
     def arena_stats(self, worker: int = 0) -> ArenaStats:
         """That chip's ``ArenaStats``."""

@@ -5,6 +5,7 @@
 //! The Python package (`python/taskring/`) adds the thin high-level layer (`RunConfig`,
 //! decorators, `run`, `ChipWorker`).
 
+mod cluster;
 mod config;
 mod native;
 mod node;
@@ -44,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PyNodeRunReport>()?;
     m.add_class::<node::PyChipTaskReport>()?;
     m.add_function(wrap_pyfunction!(node::dtype_itemsize, m)?)?;
+    cluster::register(m)?;
     m.add(
         "RUNTIME_ENV_RING_COUNT",
         taskring::config::RUNTIME_ENV_RING_COUNT,

@@ -16,7 +16,7 @@ use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
 use taskring::node::{
     ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeHandle, NodeOptions,
-    NodeOrchestrator,
+    NodeOrchestrator, NodeRunReport,
 };
 use taskring::{DType, Tensor};
 
@@ -134,10 +134,48 @@ impl PyChipTaskReport {
 }
 
 /// What one L3 run did: one `ChipTaskReport` per L2 task, in submission order.
-#[pyclass(module = "taskring", name = "NodeRunReport", frozen, get_all)]
+#[pyclass(module = "taskring", name = "NodeRunReport", frozen)]
 pub struct PyNodeRunReport {
-    tasks: Py<PyList>,
+    #[pyo3(get)]
+    pub(crate) tasks: Py<PyList>,
+    #[pyo3(get)]
     elapsed_s: f64,
+    /// The Rust report (an L3 run's; None at L4), which a host sends back to rank 0.
+    pub raw: Option<NodeRunReport>,
+}
+
+impl PyNodeRunReport {
+    /// A report whose tasks are `tasks` (HostTaskReports at L4).
+    pub fn of_tasks(tasks: Py<PyList>, elapsed_s: f64) -> Self {
+        PyNodeRunReport {
+            tasks,
+            elapsed_s,
+            raw: None,
+        }
+    }
+
+    /// The Python face of an L3 run's report.
+    pub fn from_rust(py: Python<'_>, rep: &NodeRunReport) -> PyResult<Self> {
+        let mut tasks = vec![];
+        for t in &rep.tasks {
+            tasks.push(PyChipTaskReport {
+                worker: t.worker,
+                callable: t.callable,
+                ring_sizing: t.ring_sizing.map(|s| PyRingSizing { inner: s }),
+                peak: Py::new(py, crate::runtime::peak_py(&t.peak))?,
+                tasks: t.tasks,
+                arena_hit: t.arena_hit,
+                arena_build_s: t.arena_build_s,
+                elapsed_s: t.elapsed_s,
+                error: t.error.clone(),
+            });
+        }
+        Ok(PyNodeRunReport {
+            tasks: PyList::new(py, tasks)?.unbind(),
+            elapsed_s: rep.elapsed_s,
+            raw: Some(rep.clone()),
+        })
+    }
 }
 
 #[pymethods]
@@ -684,24 +722,7 @@ impl PyNode {
             }
         }
         let rep = r.map_err(|e| node_err(py, e))?;
-        let mut tasks = vec![];
-        for t in &rep.tasks {
-            tasks.push(PyChipTaskReport {
-                worker: t.worker,
-                callable: t.callable,
-                ring_sizing: t.ring_sizing.map(|s| PyRingSizing { inner: s }),
-                peak: Py::new(py, crate::runtime::peak_py(&t.peak))?,
-                tasks: t.tasks,
-                arena_hit: t.arena_hit,
-                arena_build_s: t.arena_build_s,
-                elapsed_s: t.elapsed_s,
-                error: t.error.clone(),
-            });
-        }
-        Ok(PyNodeRunReport {
-            tasks: PyList::new(py, tasks)?.unbind(),
-            elapsed_s: rep.elapsed_s,
-        })
+        PyNodeRunReport::from_rust(py, &rep)
     }
 
     /// Chip `worker`'s arena statistics.

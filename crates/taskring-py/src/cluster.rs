@@ -1,0 +1,795 @@
+//! Python classes over L4 (`taskring.Worker(level=4)`): rank 0's `Cluster` and its
+//! orchestrator, `HostTensor` (a host-resident tensor's stand-in on rank 0),
+//! `HostTaskReport`, and the host side's request/receive/reply functions. Without the
+//! `mpi` feature the module still has these names; using them raises `RuntimeError`
+//! saying what to install.
+
+use crate::config::PyCallConfig;
+use crate::node::PyNodeRunReport;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use taskring::cluster::{self, HostTaskReport, Reservation};
+use taskring::{DType, Tensor};
+
+/// What to do when this build has no MPI.
+pub const NO_MPI: &str = "taskring was built without MPI, which L4 (Worker(level=4)) needs: install Open MPI and libclang (Debian: apt-get install openmpi-bin libopenmpi-dev libclang-dev; or `make mpi` as root), then rebuild (`make py-dev`)";
+
+/// Whether this build speaks MPI.
+#[pyfunction]
+pub fn mpi_built() -> bool {
+    cluster::MPI_BUILT
+}
+
+/// `(rank, size)` from the MPI launcher's environment, or None outside an MPI launch.
+#[pyfunction]
+pub fn mpi_launch_env() -> Option<(usize, usize)> {
+    cluster::launch_env()
+}
+
+/// What rank 0 learnt of one L4 task.
+#[pyclass(module = "taskring", name = "HostTaskReport", frozen, get_all)]
+pub struct PyHostTaskReport {
+    worker: usize,
+    rank: usize,
+    callable: u32,
+    report: Option<Py<PyNodeRunReport>>,
+    elapsed_s: f64,
+    error: Option<String>,
+}
+
+#[pymethods]
+impl PyHostTaskReport {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "HostTaskReport(worker={}, rank={}, callable={}, chip_tasks={}, elapsed_s={:.6}, error={:?})",
+            self.worker,
+            self.rank,
+            self.callable,
+            self.report
+                .as_ref()
+                .map(|r| r.get().tasks.bind(py).len().to_string())
+                .unwrap_or_else(|| "None".into()),
+            self.elapsed_s,
+            self.error
+        )
+    }
+}
+
+fn host_report_py(py: Python<'_>, t: &HostTaskReport) -> PyResult<PyHostTaskReport> {
+    Ok(PyHostTaskReport {
+        worker: t.worker,
+        rank: t.rank,
+        callable: t.callable,
+        report: match &t.report {
+            Some(r) => Some(Py::new(py, PyNodeRunReport::from_rust(py, r)?)?),
+            None => None,
+        },
+        elapsed_s: t.elapsed_s,
+        error: t.error.clone(),
+    })
+}
+
+/// A tensor that lives on host `worker` (`Worker.alloc_tensor(..., worker=h)` at L4):
+/// rank 0 holds only this stand-in (address space with no memory behind it, which
+/// identifies the tensor to rank 0's dependency tracking); its data stays on the host
+/// across tasks. Passing it to another host's task is a ValueError.
+#[pyclass(module = "taskring", name = "HostTensor", frozen)]
+pub struct PyHostTensor {
+    res: Reservation,
+    #[pyo3(get)]
+    worker: usize,
+    shape: Vec<u32>,
+    dtype: DType,
+}
+
+#[pymethods]
+impl PyHostTensor {
+    #[new]
+    fn new(worker: usize, shape: Vec<i64>, dtype: &str) -> PyResult<Self> {
+        let dtype = crate::runtime::dtype_from_name(dtype)
+            .ok_or_else(|| PyTypeError::new_err(format!("dtype {dtype} is not supported")))?;
+        if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS {
+            return Err(PyValueError::new_err(format!(
+                "a host tensor has 1..{} dimensions, got {}",
+                taskring::tensor::MAX_DIMS,
+                shape.len()
+            )));
+        }
+        if shape.iter().any(|&d| d < 1 || d > u32::MAX as i64) {
+            return Err(PyValueError::new_err(format!(
+                "host tensor shape {shape:?} has an empty or too large dimension"
+            )));
+        }
+        let shape: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
+        let nbytes = shape
+            .iter()
+            .try_fold(dtype.size_bytes() as u64, |a, &d| a.checked_mul(d as u64))
+            .filter(|&n| n <= isize::MAX as u64)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!("host tensor shape {shape:?} is too large"))
+            })?;
+        let res = Reservation::new(nbytes as usize)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(PyHostTensor {
+            res,
+            worker,
+            shape,
+            dtype,
+        })
+    }
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.shape.iter().map(|&d| d as usize))
+    }
+    /// The numpy dtype name (e.g. ``float32``).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.dtype.name()
+    }
+    #[getter]
+    fn nbytes(&self) -> u64 {
+        self.view().nbytes()
+    }
+    /// Its identity on the host (stable for the life of this object).
+    #[getter]
+    fn id(&self) -> u64 {
+        self.res.addr()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "HostTensor(worker={}, shape={:?}, dtype={})",
+            self.worker,
+            self.shape,
+            self.dtype.name()
+        )
+    }
+}
+
+impl PyHostTensor {
+    fn view(&self) -> Tensor {
+        Tensor::from_raw(self.res.addr(), &self.shape, self.dtype)
+    }
+}
+
+/// A host request's arguments for Python: tensors as tuples, scalars as values.
+#[cfg(feature = "mpi")]
+fn request_args<'py>(py: Python<'py>, t: &cluster::wire::L4Task) -> PyResult<Bound<'py, PyList>> {
+    use cluster::wire::{L4Arg, L4Dir};
+    let dir = |d: L4Dir| match d {
+        L4Dir::In => "in",
+        L4Dir::Out => "out",
+        L4Dir::InOut => "inout",
+    };
+    let out = PyList::empty(py);
+    for a in &t.args {
+        match a {
+            L4Arg::Shipped(ten) => out.append((
+                "shipped",
+                dir(ten.dir),
+                ten.dtype.name(),
+                PyTuple::new(py, &ten.shape)?,
+                ten.nbytes().unwrap_or(0),
+            ))?,
+            L4Arg::Resident(ten, id) => out.append((
+                "resident",
+                dir(ten.dir),
+                ten.dtype.name(),
+                PyTuple::new(py, &ten.shape)?,
+                *id,
+            ))?,
+            L4Arg::Int(v) => out.append(*v)?,
+            L4Arg::Float(v) => out.append(*v)?,
+        }
+    }
+    Ok(out)
+}
+
+/// One L4 task on a host: `callable`, `name`, `config` (the CallConfig rank 0 sent,
+/// whole), `args` (`("shipped", dir, dtype, shape, nbytes)`, `("resident", dir,
+/// dtype, shape, id)`, ints, floats).
+#[pyclass(module = "taskring._native", name = "HostRequest", frozen)]
+pub struct PyHostRequest {
+    #[cfg(feature = "mpi")]
+    task: cluster::wire::L4Task,
+    #[pyo3(get)]
+    callable: u32,
+    #[pyo3(get)]
+    name: String,
+    #[pyo3(get)]
+    config: Py<PyCallConfig>,
+    #[pyo3(get)]
+    args: Py<PyList>,
+}
+
+#[cfg(feature = "mpi")]
+mod with_mpi {
+    use super::*;
+    use crate::config::call_config_of;
+    use crate::runtime::{failure_err, gil_hook, RunPtr, RUN_IDS};
+    use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+    use parking_lot::Mutex;
+    use pyo3::exceptions::PyKeyboardInterrupt;
+    use pyo3::types::{PyBool, PyFloat, PyInt};
+    use std::sync::Arc;
+    use taskring::cluster::comm;
+    use taskring::cluster::host;
+    use taskring::cluster::wire::HostRequest;
+    use taskring::cluster::{
+        Cluster, ClusterArg, ClusterError, ClusterOrchestrator, ClusterProgram,
+    };
+    use taskring::node::ArgDir;
+
+    fn mpi_err(e: String) -> PyErr {
+        PyRuntimeError::new_err(e)
+    }
+
+    /// Initialise MPI (MPI_THREAD_MULTIPLE); returns `(rank, size)`.
+    #[pyfunction]
+    pub fn mpi_init(py: Python<'_>) -> PyResult<(i32, i32)> {
+        let w = py.detach(comm::init).map_err(mpi_err)?;
+        Ok((w.rank, w.size))
+    }
+
+    /// `MPI_Finalize` (idempotent).
+    #[pyfunction]
+    pub fn mpi_finalize(py: Python<'_>) {
+        py.detach(comm::finalize)
+    }
+
+    /// `MPI_Abort` of the whole job with `code`.
+    #[pyfunction]
+    pub fn mpi_abort(code: i32) {
+        if comm::initialized() {
+            comm::abort(code)
+        }
+        std::process::exit(code)
+    }
+
+    /// A bare MPI ping-pong between rank 0 and `peer` (B8's baseline): `rounds` round
+    /// trips of `nbytes`; returns the seconds. The peer calls it with `peer=0`.
+    #[pyfunction]
+    pub fn mpi_pingpong(py: Python<'_>, peer: i32, nbytes: usize, rounds: usize) -> PyResult<f64> {
+        py.detach(|| {
+            let me = comm::world().rank;
+            let mut buf = vec![0u8; nbytes];
+            let tag = 9;
+            let t0 = std::time::Instant::now();
+            for _ in 0..rounds {
+                if me == 0 {
+                    comm::send_data(peer, tag, &buf);
+                    comm::receive_data(peer, tag, &mut buf, &mut || false)?;
+                } else {
+                    comm::receive_data(peer, tag, &mut buf, &mut || false)?;
+                    comm::send_data(peer, tag, &buf);
+                }
+            }
+            Ok(t0.elapsed().as_secs_f64())
+        })
+        .map_err(mpi_err)
+    }
+
+    /// A give-up check for waits with the GIL released: every 50 ms it runs the signal
+    /// handlers; an exception they raise is kept and ends the wait.
+    fn signal_check(pending: &Mutex<Option<PyErr>>) -> impl FnMut() -> bool + '_ {
+        let mut last = std::time::Instant::now();
+        move || {
+            if last.elapsed() < std::time::Duration::from_millis(50) {
+                return false;
+            }
+            last = std::time::Instant::now();
+            Python::attach(|py| match py.check_signals() {
+                Ok(()) => false,
+                Err(e) => {
+                    *pending.lock() = Some(e);
+                    true
+                }
+            })
+        }
+    }
+
+    /// A host's next request: a `HostRequest`, or None when rank 0 closed. A malformed
+    /// task frame is answered at once as a failed task (and the wait goes on).
+    #[pyfunction]
+    pub fn host_next_request(py: Python<'_>) -> PyResult<Option<PyHostRequest>> {
+        let pending = Mutex::new(None);
+        loop {
+            let got = py.detach(|| host::next_request(signal_check(&pending)));
+            if let Some(e) = pending.lock().take() {
+                return Err(e);
+            }
+            match got {
+                None => continue,
+                Some(Ok(HostRequest::Close)) => return Ok(None),
+                Some(Ok(HostRequest::Task(task))) => {
+                    return Ok(Some(PyHostRequest {
+                        callable: task.callable,
+                        name: task.name.clone(),
+                        config: Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?,
+                        args: request_args(py, &task)?.unbind(),
+                        task,
+                    }))
+                }
+                Some(Err(m)) => {
+                    let text = format!("malformed L4 task frame: {}", m.error);
+                    match m.ids {
+                        Some((seq, tag)) => {
+                            py.detach(|| host::reply(seq, tag, None, Some(&text), &[]))
+                        }
+                        None => eprintln!("taskring host: dropped a request: {text}"),
+                    }
+                }
+            }
+        }
+    }
+
+    fn slices_mut<'a>(addrs: &[u64], sizes: &[usize]) -> Vec<&'a mut [u8]> {
+        // safety: the caller passes live, writable buffers of these sizes (checked in
+        // Python: arrays it allocated for exactly this task).
+        addrs
+            .iter()
+            .zip(sizes)
+            .map(|(&a, &n)| unsafe { std::slice::from_raw_parts_mut(a as *mut u8, n) })
+            .collect()
+    }
+
+    /// Receive the task's shipped inputs into the buffers at `addrs` (one per shipped
+    /// IN/INOUT tensor, in order, each of its `nbytes`).
+    #[pyfunction]
+    pub fn host_receive_inputs(
+        py: Python<'_>,
+        req: &PyHostRequest,
+        addrs: Vec<u64>,
+    ) -> PyResult<()> {
+        let sizes = host::input_sizes(&req.task);
+        if sizes.len() != addrs.len() {
+            return Err(PyValueError::new_err(format!(
+                "the task has {} shipped inputs, got {} buffers",
+                sizes.len(),
+                addrs.len()
+            )));
+        }
+        let pending = Mutex::new(None);
+        let r = py.detach(|| {
+            let mut bufs = slices_mut(&addrs, &sizes);
+            let mut check = signal_check(&pending);
+            host::receive_inputs(&req.task, &mut bufs, &mut check)
+        });
+        if let Some(e) = pending.lock().take() {
+            return Err(e);
+        }
+        r.map_err(mpi_err)
+    }
+
+    /// Answer the task: its host `report` (None when the run failed before one),
+    /// `error` (None: it ran), and on success the outputs at `addrs` (one per shipped
+    /// OUT/INOUT tensor, in order).
+    #[pyfunction]
+    #[pyo3(signature = (req, report, error, addrs))]
+    pub fn host_reply(
+        py: Python<'_>,
+        req: &PyHostRequest,
+        report: Option<PyRef<'_, PyNodeRunReport>>,
+        error: Option<String>,
+        addrs: Vec<u64>,
+    ) -> PyResult<()> {
+        let sizes = host::output_sizes(&req.task);
+        if error.is_none() && sizes.len() != addrs.len() {
+            return Err(PyValueError::new_err(format!(
+                "the task has {} shipped outputs, got {} buffers",
+                sizes.len(),
+                addrs.len()
+            )));
+        }
+        let raw = report.as_ref().and_then(|r| r.raw.clone());
+        let (seq, tag) = (req.task.seq, req.task.data_tag);
+        py.detach(|| {
+            let outs: Vec<&[u8]> = slices_mut(&addrs, &sizes)
+                .into_iter()
+                .map(|s| &*s)
+                .collect();
+            host::reply(seq, tag, raw.as_ref(), error.as_deref(), &outs);
+        });
+        Ok(())
+    }
+
+    /// Rank 0 of an L4 job (the native part of `Worker(level=4)` there).
+    #[pyclass(module = "taskring._native", name = "Cluster")]
+    pub struct PyCluster {
+        inner: Mutex<Option<Cluster>>,
+        #[pyo3(get)]
+        hosts: usize,
+        programs: Vec<ClusterProgram>,
+    }
+
+    fn dirs_of(sig: Vec<u32>) -> PyResult<Vec<ArgDir>> {
+        sig.into_iter()
+            .map(|d| match d {
+                0 => Ok(ArgDir::In),
+                1 => Ok(ArgDir::Out),
+                2 => Ok(ArgDir::InOut),
+                3 => Ok(ArgDir::Scalar),
+                _ => Err(PyValueError::new_err(format!("unknown ArgDirection {d}"))),
+            })
+            .collect()
+    }
+
+    fn cluster_err(py: Python<'_>, e: ClusterError) -> PyErr {
+        match e {
+            ClusterError::Config(c) => PyValueError::new_err(c.message),
+            ClusterError::Host(m) | ClusterError::Mpi(m) => PyRuntimeError::new_err(m),
+            ClusterError::Failure(f) => failure_err(py, &f),
+            ClusterError::Interrupted(m) => PyKeyboardInterrupt::new_err(m),
+            ClusterError::Closed => PyRuntimeError::new_err("this Worker is closed"),
+        }
+    }
+
+    impl PyCluster {
+        /// The cluster, waiting (GIL released, signals checked) for a run on another
+        /// thread to end.
+        fn lock<'a>(
+            &'a self,
+            py: Python<'_>,
+        ) -> PyResult<parking_lot::MutexGuard<'a, Option<Cluster>>> {
+            let mut since_check = std::time::Instant::now();
+            loop {
+                if let Some(g) = self.inner.try_lock() {
+                    return Ok(g);
+                }
+                py.detach(|| std::thread::sleep(std::time::Duration::from_micros(200)));
+                if since_check.elapsed() >= std::time::Duration::from_millis(50) {
+                    py.check_signals()?;
+                    since_check = std::time::Instant::now();
+                }
+            }
+        }
+    }
+
+    #[pymethods]
+    impl PyCluster {
+        /// `programs`: `(name, signature)` of each registered DistributedProgram.
+        #[new]
+        #[pyo3(signature = (hosts, programs, arena_cache_slots=4))]
+        fn new(
+            hosts: usize,
+            programs: Vec<(String, Vec<u32>)>,
+            arena_cache_slots: usize,
+        ) -> PyResult<Self> {
+            if !comm::initialized() {
+                return Err(PyRuntimeError::new_err("MPI is not initialised (mpi_init)"));
+            }
+            let programs = programs
+                .into_iter()
+                .map(|(name, sig)| {
+                    Ok(ClusterProgram {
+                        name,
+                        signature: dirs_of(sig)?,
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let c = Cluster::new(hosts, programs.clone(), arena_cache_slots)
+                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+            Ok(PyCluster {
+                inner: Mutex::new(Some(c)),
+                hosts,
+                programs,
+            })
+        }
+
+        /// Run `orch(o)`; `config` sizes rank 0's own rings. Returns a NodeRunReport
+        /// whose tasks are HostTaskReports.
+        #[pyo3(signature = (orch, config=None))]
+        fn run(
+            &self,
+            py: Python<'_>,
+            orch: Py<PyAny>,
+            config: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<PyNodeRunReport> {
+            let cfg = call_config_of(py, config)?;
+            let mut guard = self.lock(py)?;
+            let c = guard
+                .as_mut()
+                .ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
+            let pending: Arc<Mutex<Option<PyErr>>> = Arc::default();
+            let pend = pending.clone();
+            let interrupt: Arc<Mutex<Option<PyErr>>> = Arc::default();
+            let intr = interrupt.clone();
+            let cancel = Arc::new(c.canceller());
+            let cancel2 = cancel.clone();
+            let hook = move |blocking: bool| {
+                gil_hook(blocking);
+                // safety: PyGILState_Check needs no GIL; PyErr_CheckSignals is called only
+                // with the GIL held.
+                if !blocking
+                    && unsafe { pyo3::ffi::PyGILState_Check() } == 1
+                    && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0
+                {
+                    let e = Python::attach(PyErr::fetch);
+                    intr.lock().get_or_insert(e);
+                    cancel2();
+                }
+            };
+            let keep: Arc<Mutex<Vec<Py<PyAny>>>> = Arc::default();
+            let kept = keep.clone();
+            let programs = self.programs.clone();
+            let r = c.run(
+                move |o| {
+                    Python::attach(|py| {
+                        let fail = |e: PyErr| {
+                            let text = format!("the orchestration raised: {}", e.value(py));
+                            if e.is_instance_of::<PyKeyboardInterrupt>(py) {
+                                cancel();
+                            }
+                            *pend.lock() = Some(e);
+                            taskring::RuntimeFailure::new(
+                                taskring::StatusCode::ExplicitOrchFatal,
+                                None,
+                                text,
+                            )
+                        };
+                        let po = Py::new(
+                            py,
+                            PyClusterOrchestrator {
+                                ptr: RunPtr::new(),
+                                run: RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                                keep: kept.clone(),
+                                programs: programs.clone(),
+                            },
+                        )
+                        .map_err(fail)?;
+                        #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
+                        po.borrow(py).ptr.set(
+                            o as *mut ClusterOrchestrator<'_, '_>
+                                as *mut ClusterOrchestrator<'static, 'static>,
+                        );
+                        let r = orch.call1(py, (po.clone_ref(py),));
+                        po.borrow(py).ptr.set(std::ptr::null_mut());
+                        r.map(|_| ()).map_err(fail)
+                    })
+                },
+                &cfg,
+                Some(&hook),
+            );
+            drop(guard);
+            drop(std::mem::take(&mut *keep.lock()));
+            if let Some(e) = interrupt.lock().take() {
+                return Err(e);
+            }
+            if let Some(e) = pending.lock().take() {
+                if !matches!(r, Err(ClusterError::Host(_))) {
+                    return Err(e);
+                }
+            }
+            let rep = r.map_err(|e| cluster_err(py, e))?;
+            let tasks = rep
+                .tasks
+                .iter()
+                .map(|t| host_report_py(py, t))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(PyNodeRunReport::of_tasks(
+                PyList::new(py, tasks)?.unbind(),
+                rep.elapsed_s,
+            ))
+        }
+
+        /// Tell every host to stop serving and free rank 0's engine (idempotent).
+        fn close(&self, py: Python<'_>) {
+            let c = self.lock(py).ok().and_then(|mut g| g.take());
+            if let Some(mut c) = c {
+                py.detach(|| c.close());
+            }
+        }
+    }
+
+    /// The orchestrator handed to an L4 orchestration; valid only while its run lasts.
+    #[pyclass(module = "taskring", name = "ClusterOrchestrator")]
+    pub struct PyClusterOrchestrator {
+        ptr: RunPtr<ClusterOrchestrator<'static, 'static>>,
+        #[allow(dead_code)]
+        run: u64,
+        /// The arrays passed to `submit_next_level`, alive until the run ends.
+        keep: Arc<Mutex<Vec<Py<PyAny>>>>,
+        programs: Vec<ClusterProgram>,
+    }
+
+    /// The buffer a rank-0 array belongs to: its outermost numpy base that owns data
+    /// (so overlapping views of one array are one buffer to the tensormap).
+    fn cluster_arg(i: usize, a: &Bound<'_, PyAny>, dir: ArgDir) -> PyResult<ClusterArg> {
+        if a.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err(format!(
+                "argument {i}: bool is not a valid scalar"
+            )));
+        }
+        if a.is_instance_of::<PyInt>() {
+            return a.extract::<i64>().map(ClusterArg::Int).map_err(|_| {
+                PyValueError::new_err(format!("argument {i}: scalar {a} does not fit int64"))
+            });
+        }
+        if a.is_instance_of::<PyFloat>() {
+            return Ok(ClusterArg::Float(a.extract()?));
+        }
+        if let Ok(h) = a.extract::<PyRef<'_, PyHostTensor>>() {
+            return Ok(ClusterArg::Resident {
+                view: h.view(),
+                id: h.id(),
+                host: h.worker,
+            });
+        }
+        let arr = a.cast::<PyUntypedArray>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "argument {i}: expected a numpy array, a HostTensor, an int or a float, got {}",
+                a.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        if !arr.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "argument {i}: array must be C-contiguous"
+            )));
+        }
+        if dir != ArgDir::In
+            && !a
+                .getattr("flags")?
+                .getattr("writeable")?
+                .extract::<bool>()?
+        {
+            return Err(PyValueError::new_err(format!(
+                "argument {i}: an output array must be writeable"
+            )));
+        }
+        let dname = arr.dtype().str()?.to_string();
+        let dtype = crate::runtime::dtype_from_name(&dname).ok_or_else(|| {
+            PyTypeError::new_err(format!("argument {i}: dtype {dname} is not supported"))
+        })?;
+        let shape: Vec<u32> = arr.shape().iter().map(|&d| d as u32).collect();
+        if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS || shape.contains(&0) {
+            return Err(PyValueError::new_err(format!(
+                "argument {i}: shape {shape:?} is not supported"
+            )));
+        }
+        // safety: reading the data pointer of a live array.
+        let data = unsafe { (*arr.as_array_ptr()).data } as u64;
+        crate::runtime::check_aligned(i, data, dtype)?;
+        let item = dtype.size_bytes() as u64;
+        let nbytes = arr.len() as u64 * item;
+        // The owning array: follow `.base` while it is an ndarray.
+        let mut root = a.clone();
+        while let Ok(b) = root.getattr("base") {
+            if b.cast::<PyUntypedArray>().is_err() {
+                break;
+            }
+            root = b;
+        }
+        let (mut base, mut buf_bytes) = (data, nbytes);
+        if let Ok(r) = root.cast::<PyUntypedArray>() {
+            // safety: as above.
+            let rdata = unsafe { (*r.as_array_ptr()).data } as u64;
+            let rbytes = r.len() as u64 * numpy::PyArrayDescrMethods::itemsize(&r.dtype()) as u64;
+            if r.is_c_contiguous()
+                && rdata <= data
+                && data + nbytes <= rdata + rbytes
+                && (data - rdata) % item == 0
+                && rdata % 8 == 0
+            {
+                base = rdata;
+                buf_bytes = rbytes;
+            }
+        }
+        let mut t = Tensor::from_raw(base, &shape, dtype);
+        t.buf_bytes = buf_bytes;
+        t.offset = (data - base) / item;
+        t.validate()
+            .map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
+        Ok(ClusterArg::Tensor(t))
+    }
+
+    #[pymethods]
+    impl PyClusterOrchestrator {
+        /// Submit the registered DistributedProgram `handle` with `args` to host
+        /// `worker`; its L3 orchestration receives `config` (a CallConfig, RunConfig or
+        /// None = defaults) whole. Returns the L4 task id.
+        #[pyo3(signature = (handle, args, config=None, *, worker))]
+        fn submit_next_level(
+            &self,
+            py: Python<'_>,
+            handle: u32,
+            args: &Bound<'_, PyAny>,
+            config: Option<&Bound<'_, PyAny>>,
+            worker: &Bound<'_, PyAny>,
+        ) -> PyResult<u64> {
+            let hosts = self.ptr.with(|o| o.hosts())?;
+            if worker.is_instance_of::<PyBool>() || !worker.is_instance_of::<PyInt>() {
+                return Err(PyTypeError::new_err("worker must be an int"));
+            }
+            let w: i64 = worker.extract()?;
+            if w < 0 || w as usize >= hosts {
+                return Err(PyValueError::new_err(format!(
+                    "worker {w} is not a host of this job (it has {hosts} hosts: 0..{})",
+                    hosts - 1
+                )));
+            }
+            let cfg = call_config_of(py, config)?;
+            cfg.validate()
+                .map_err(|e| PyValueError::new_err(e.message))?;
+            let sig = self
+                .programs
+                .get(handle as usize)
+                .map(|p| p.signature.clone())
+                .ok_or_else(|| PyValueError::new_err(format!("unknown program handle {handle}")))?;
+            let mut list = vec![];
+            let mut keep = vec![];
+            for (i, a) in args.try_iter()?.enumerate() {
+                let a = a?;
+                let dir = sig.get(i).copied().unwrap_or(ArgDir::In);
+                list.push(cluster_arg(i, &a, dir)?);
+                if !matches!(list[i], ClusterArg::Int(_) | ClusterArg::Float(_)) {
+                    keep.push(a.unbind());
+                }
+            }
+            self.keep.lock().extend(keep);
+            self.ptr.with(|o| {
+                o.submit_next_level(handle, &list, &cfg, w as usize)
+                    .map(|id| id.0)
+                    .map_err(|f| match f.code {
+                        taskring::StatusCode::InvalidArgs => {
+                            PyValueError::new_err(f.description().to_string())
+                        }
+                        _ => failure_err(py, &f),
+                    })
+            })?
+        }
+
+        /// Number of hosts.
+        fn hosts(&self) -> PyResult<usize> {
+            self.ptr.with(|o| o.hosts())
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+pub use with_mpi::*;
+
+#[cfg(not(feature = "mpi"))]
+mod without_mpi {
+    use super::*;
+
+    /// Without MPI: raises RuntimeError saying what to install.
+    #[pyfunction]
+    pub fn mpi_init() -> PyResult<(i32, i32)> {
+        Err(PyRuntimeError::new_err(NO_MPI))
+    }
+    #[pyfunction]
+    pub fn mpi_finalize() {}
+    #[pyfunction]
+    pub fn mpi_abort(code: i32) {
+        std::process::exit(code)
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+pub use without_mpi::*;
+
+/// Add the L4 names to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MPI_MISSING", NO_MPI)?;
+    m.add_function(wrap_pyfunction!(mpi_built, m)?)?;
+    m.add_function(wrap_pyfunction!(mpi_launch_env, m)?)?;
+    m.add_function(wrap_pyfunction!(mpi_init, m)?)?;
+    m.add_function(wrap_pyfunction!(mpi_finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(mpi_abort, m)?)?;
+    m.add_class::<PyHostTaskReport>()?;
+    m.add_class::<PyHostTensor>()?;
+    m.add_class::<PyHostRequest>()?;
+    #[cfg(feature = "mpi")]
+    {
+        m.add_function(wrap_pyfunction!(mpi_pingpong, m)?)?;
+        m.add_function(wrap_pyfunction!(host_next_request, m)?)?;
+        m.add_function(wrap_pyfunction!(host_receive_inputs, m)?)?;
+        m.add_function(wrap_pyfunction!(host_reply, m)?)?;
+        m.add_class::<PyCluster>()?;
+        m.add_class::<PyClusterOrchestrator>()?;
+    }
+    Ok(())
+}

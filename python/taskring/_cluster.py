@@ -1,0 +1,223 @@
+"""L4: several hosts over MPI (API.md §9) — the part of ``Worker(level=4)`` written in
+Python: which rank does what at ``init()``, and a host's serving loop.
+
+Every rank runs the same script. ``init()`` reads its rank from the MPI launcher's
+environment *before* MPI is initialised: a host (ranks 1..N) first starts its L3 node,
+forking its chip processes while it has no MPI threads, then initialises MPI and
+serves rank 0's tasks until rank 0 closes; rank 0 initialises MPI and returns True.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _native
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from ._node import DistributedProgram, DistributedWorker
+
+
+def _launch_hint() -> str:
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
+    return (
+        "Worker(level=4) needs an MPI launch with at least 2 ranks (rank 0 orchestrates, "
+        f"ranks 1..N are hosts): run `taskring launch --hosts N {script}` "
+        f"(or `mpirun -np N+1 python {script}`)"
+    )
+
+
+class L4Worker:
+    """The state of ``Worker(level=4)``; ``Worker`` delegates to it."""
+
+    def __init__(self, arena_cache_slots: int = 4, chip_processes: bool = True) -> None:
+        self.arena_cache_slots = arena_cache_slots
+        self.chip_processes = chip_processes
+        self._programs: List[DistributedProgram] = []
+        self._cluster: Optional[Any] = None
+        self._rank: Optional[int] = None
+        self._closed = False
+
+    # -- who is who -------------------------------------------------------------------
+    @property
+    def num_hosts(self) -> int:
+        env = _native.mpi_launch_env()
+        return env[1] - 1 if env else 0
+
+    @property
+    def rank(self) -> Optional[int]:
+        """This process's MPI rank (None before ``init()``)."""
+        return self._rank
+
+    def register(self, program: Any) -> int:
+        from ._node import DistributedProgram
+
+        if not isinstance(program, DistributedProgram):
+            raise TypeError(f"Worker(level=4).register() needs a taskring.DistributedProgram, got {type(program).__name__}")
+        if not program.signature:
+            raise ValueError(f"DistributedProgram {program.name!r} needs signature=[...] to run at L4 (its arguments travel to a host)")
+        if self._rank is not None:
+            raise RuntimeError("register() must be called on every rank before init()")
+        self._programs.append(program)
+        return len(self._programs) - 1
+
+    # -- life ---------------------------------------------------------------------------
+    def init(self, prewarm_config: Any = None) -> bool:
+        if self._rank is not None:
+            return self._rank == 0 and not self._closed
+        if not _native.mpi_built():
+            raise RuntimeError(_native.MPI_MISSING)
+        env = _native.mpi_launch_env()
+        if env is None or env[1] < 2:
+            raise RuntimeError(_launch_hint())
+        rank, size = env
+        if rank == 0:
+            _native.mpi_init()
+            self._rank = 0
+            progs = [(p.name, [int(s) for s in p.signature]) for p in self._programs]
+            self._cluster = _native.Cluster(size - 1, progs, arena_cache_slots=self.arena_cache_slots)
+            atexit.register(_close_at_exit, weakref.ref(self))
+            return True
+        self._rank = rank
+        self._serve_until_closed(prewarm_config)
+        return False
+
+    def _serve_until_closed(self, prewarm_config: Any) -> None:
+        from ._node import DistributedWorker
+
+        if not self._programs:
+            raise RuntimeError("a host has no DistributedProgram registered (register() on every rank before init())")
+        # Chips first, while this process has no MPI threads.
+        dw = DistributedWorker(self._programs, prewarm=prewarm_config, chip_processes=self.chip_processes)
+        try:
+            _native.mpi_init()
+            _Host(self._programs, dw).serve()
+        finally:
+            dw.close()
+            self._closed = True
+            _native.mpi_finalize()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+            _native.mpi_finalize()
+
+    # -- rank 0 -------------------------------------------------------------------------
+    def _live(self) -> Any:
+        if self._cluster is None:
+            if self._rank is not None and self._rank > 0:
+                raise RuntimeError(f"rank {self._rank} is a host: only rank 0 runs L4 orchestrations")
+            raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
+        return self._cluster
+
+    def run(self, orch: Callable[..., Any], args: Any, cfg: Any) -> Any:
+        cluster = self._live()
+        return cluster.run(lambda o: orch(o, args, cfg), cfg)
+
+    def alloc_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike, worker: int) -> Any:
+        if isinstance(worker, bool) or not isinstance(worker, int):
+            raise TypeError("worker must be an int")
+        hosts = self._live().hosts
+        if not 0 <= worker < hosts:
+            raise ValueError(f"worker {worker} is not a host of this job (it has {hosts} hosts)")
+        if isinstance(shape, int):
+            shape = (shape,)
+        return _native.HostTensor(worker, [int(d) for d in shape], np.dtype(dtype).name)
+
+
+def _close_at_exit(ref: "weakref.ref[L4Worker]") -> None:
+    # Rank 0 leaving without close() would leave its hosts serving: close for it.
+    w = ref()
+    if w is not None:
+        w.close()
+
+
+class _Host:
+    """A host rank's serving loop: one L4 task at a time on its L3 node."""
+
+    def __init__(self, programs: List[DistributedProgram], dw: DistributedWorker) -> None:
+        self.programs = programs
+        self.dw = dw
+        # Per argument position, a shared buffer reused by later tasks (chips map it
+        # once); host-resident tensors by id.
+        self.pool: Dict[int, Any] = {}
+        self.resident: Dict[int, np.ndarray] = {}
+
+    def _pooled(self, i: int, shape: Tuple[int, ...], dtype: str, nbytes: int) -> np.ndarray:
+        from ._node import _SharedHolder
+
+        mem = self.pool.get(i)
+        if mem is None or mem.nbytes < nbytes:
+            mem = _native.SharedMem(max(nbytes, 64, 2 * (mem.nbytes if mem is not None else 0)))
+            self.pool[i] = mem
+        return np.asarray(_SharedHolder(mem, shape, dtype))
+
+    def _resident(self, tid: int, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
+        from ._node import shared_array
+
+        a = self.resident.get(tid)
+        if a is None:
+            a = shared_array(shape, dtype)
+            self.resident[tid] = a
+        return a
+
+    def serve(self) -> None:
+        while True:
+            req = _native.host_next_request()
+            if req is None:
+                return
+            self._one(req)
+
+    def _one(self, req: Any) -> None:
+        args: List[Any] = []
+        inputs: List[np.ndarray] = []
+        outputs: List[np.ndarray] = []
+        # Buffers first, then the inputs: whatever fails later, the task's data messages
+        # are off the queue.
+        for i, a in enumerate(req.args):
+            if isinstance(a, tuple) and a[0] == "shipped":
+                _, d, dtype, shape, nbytes = a
+                arr = self._pooled(i, shape, dtype, nbytes)
+                if d != "out":
+                    inputs.append(arr)
+                if d != "in":
+                    outputs.append(arr)
+                args.append(arr)
+            elif isinstance(a, tuple):
+                _, d, dtype, shape, tid = a
+                args.append(self._resident(tid, shape, dtype))
+            else:
+                args.append(a)
+        _native.host_receive_inputs(req, [x.__array_interface__["data"][0] for x in inputs])
+        try:
+            if req.callable >= len(self.programs) or self.programs[req.callable].name != req.name:
+                have = self.programs[req.callable].name if req.callable < len(self.programs) else "nothing"
+                raise RuntimeError(
+                    f"rank 0 sent program {req.name!r} (handle {req.callable}) but this host registered {have!r} there: register the same DistributedPrograms in the same order on every rank"
+                )
+            for i, a in enumerate(req.args):
+                if isinstance(a, tuple) and a[0] == "resident":
+                    r = args[i]
+                    if tuple(r.shape) != tuple(a[3]) or r.dtype != np.dtype(a[2]):
+                        raise ValueError(f"argument {i}: host tensor {a[4]:#x} is {r.dtype}{list(r.shape)} here, not {a[2]}{list(a[3])}")
+            rep = self.dw.run(self.programs[req.callable], *args, config=req.config)
+        except Exception as e:  # the task's failure, reported to rank 0
+            _native.host_reply(req, None, _text(e), [])
+            return
+        _native.host_reply(req, rep, None, [x.__array_interface__["data"][0] for x in outputs])
+
+
+def _text(e: BaseException) -> str:
+    s = str(e)
+    return s if s else type(e).__name__
