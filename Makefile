@@ -9,7 +9,7 @@ VPY := $(VENV)/bin/python
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy lint clean
-.PHONY: fuzz soak browser
+.PHONY: fuzz soak browser mpi demo-l4 bench-l4
 
 # The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
 run: demo-l3
@@ -31,8 +31,28 @@ $(VENV)/.ready: python/requirements-dev.txt
 
 venv: $(VENV)/.ready
 
-py-dev: venv
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
+# The native module, with L4 (MPI) when Open MPI and libclang are installed (`make mpi`).
+py-dev: venv mpi
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q $$($(MPI_FEATURES))
+
+# L4 (API.md §9) runs on Open MPI through the `mpi` crate, whose build needs libclang
+# (bindgen). Installed from Debian's packages when missing and running as root; otherwise
+# this says what to install, and everything but L4 builds and runs without them.
+MPI_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev
+MPI_FEATURES = if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then echo --features mpi; fi
+mpi:
+	@if [ -n "$$($(MPI_FEATURES))" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make mpi: installing $(MPI_PACKAGES) (Debian packages) for L4"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(MPI_PACKAGES) >/dev/null) \
+	    || echo "make mpi: could not install $(MPI_PACKAGES); L4 (Worker(level=4)) will be unavailable"; \
+	else echo "make mpi: Open MPI or libclang not found; for L4 install them (as root: apt-get update && apt-get install -y $(MPI_PACKAGES)), then run make again"; fi
+
+# L4 demo: 2 hosts x 2 chips on this machine (taskring launch = mpirun on shared memory
+# and loopback), per-host ring sizes with a per-chip tweak; each chip task's resolved
+# sizing and where each value came from.
+demo-l4: py-dev
+	$(VENV)/bin/taskring launch --hosts 2 examples/l4_demo.py
 
 test-python: py-dev browser
 	$(VPY) -m pytest -q python/tests
@@ -47,8 +67,8 @@ browser:
 	    || echo "make browser: could not install Debian's chromium; the report's browser test will skip"; \
 	else echo "make browser: chromium not found; install Debian's chromium (as root: apt-get update && apt-get install -y chromium) for the report's browser test"; fi
 
-test-rust:
-	$(CARGO) test --locked -p taskring -p taskring-bench
+test-rust: mpi
+	$(CARGO) test --locked -p taskring -p taskring-bench $$($(MPI_FEATURES) | sed 's/mpi/taskring\/mpi/')
 
 # Model checks (loom; a separate build with --cfg loom): the ring/completion core
 # (loom_core) and the chip's abort handshake (loom_chip).
@@ -100,7 +120,7 @@ clippy:
 # hand-written _native.pyi must match the built module).
 lint: py-dev
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets $$($(MPI_FEATURES) | sed 's/mpi/taskring\/mpi/') -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --no-deps -p taskring --lib
 	$(VPY) -m mypy
 	$(VPY) -m mypy.stubtest taskring._native --allowlist python/stubtest-allowlist.txt

@@ -4,6 +4,9 @@
   from a run's scope stats (``CallConfig.enable_scope_stats``).
 - ``taskring report <output_prefix> [-o FILE.html]`` — one self-contained HTML page of a
   run's diagnostics (ring use against capacity, occupancy, suggested sizes, busy time).
+- ``taskring launch --hosts N script.py [args]`` — an L4 job on this machine (mpirun
+  with N + 1 ranks on shared memory and loopback; see ``taskring._launch``).
+- ``taskring bench b8`` — B8 (L4 over MPI), run through ``taskring launch --hosts 2``.
 - ``taskring bench <b1..b10|all> [--reps N] ...`` / ``taskring taskbench <flags>`` — the
   benchmarks, run by the repository's Rust ``taskring-bench`` binary as
   ``taskring-bench <names> ...`` / ``taskring-bench taskbench <flags>`` (``$TASKRING_BENCH``,
@@ -49,6 +52,18 @@ def _bench_tool(argv: List[str]) -> int:
     return 2
 
 
+def _bench_l4(argv: List[str]) -> int:
+    # B8 is an MPI job: the repository's benches/b8_l4.py under `taskring launch`.
+    from ._launch import main as _launch
+
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    script = os.path.join(repo, "benches", "b8_l4.py")
+    if not os.path.exists(script):
+        print("taskring: B8 is the repository's benches/b8_l4.py (run it from a checkout)", file=sys.stderr)
+        return 2
+    return _launch(["--hosts", "2", script, *argv])
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -61,9 +76,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         from ._report import main as _report
 
         return _report(rest)
+    if cmd == "launch":
+        from ._launch import main as _launch
+
+        return _launch(rest)
+    if cmd == "bench" and rest[:1] == ["b8"]:
+        return _bench_l4(rest[1:])
     if cmd in ("bench", "taskbench"):
         return _bench_tool(argv)
-    print(f"taskring: unknown command {cmd!r}; expected sizing, report, bench or taskbench", file=sys.stderr)
+    print(f"taskring: unknown command {cmd!r}; expected sizing, report, launch, bench or taskbench", file=sys.stderr)
     return 2
 
 

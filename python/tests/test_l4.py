@@ -1,0 +1,163 @@
+"""L4 over MPI (API.md §9), through `taskring launch` (mpirun on shared memory and
+loopback): the config surviving both hops at its limits, env fallback on a host, dependent
+tasks across hosts, a failing kernel on one host, host-resident tensors, big transfers,
+a killed host rank, and the errors outside a launch. Skipped only when this build has no
+MPI (make mpi installs it; CI does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import taskring
+from taskring import _native
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+L4 = os.path.join(HERE, "l4")
+
+needs_mpi = pytest.mark.skipif(not _native.mpi_built(), reason=_native.MPI_MISSING)
+
+
+def launch(hosts, script, *args, timeout=120):
+    cmd = [sys.executable, "-m", "taskring", "launch", "--hosts", str(hosts), script, *args]
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith(("OMPI_", "PMI_", "PMIX_"))]:
+        del env[k]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory):
+    d = tmp_path_factory.mktemp("l4")
+    out = d / "res.json"
+    p = launch(2, os.path.join(L4, "scenarios.py"), str(out), str(d))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@needs_mpi
+def test_every_config_field_survives_the_hop_to_each_host(scenarios):
+    assert scenarios["num_hosts"] == 2
+    assert len(scenarios["echo"]) == 4
+    for e in scenarios["echo"]:
+        assert e["got"] == e["sent"]
+        assert e["prefix_got"] == e["prefix_sent"]
+    assert len(scenarios["echo"][2]["prefix_sent"].encode()) == 4096
+
+
+@needs_mpi
+def test_both_hops_carry_per_host_sizes_with_a_per_chip_tweak_and_env_fallback(scenarios):
+    hops = scenarios["hops"]
+    assert [h["worker"] for h in hops] == [0, 1] and [h["rank"] for h in hops] == [1, 2]
+    for h in hops:
+        assert h["error"] is None
+        host = h["worker"]
+        c0, c1 = h["chips"]
+        assert (c0["worker"], c1["worker"]) == (0, 1)
+        assert c0["window0"] == c1["window0"] == 64 << host
+        assert c0["heap0"] == 1 << (20 + host)
+        assert c1["heap0"] == 2 << (20 + host)  # the host's tweak for chip 1
+        for c in (c0, c1):
+            assert c["src"][:2] == ["call_config", "call_config"]
+            assert c["src"][3] == "default"
+            # Host 1's chips inherited PTO2_RING_DEP_POOL=512; host 0 has no such env.
+            assert (c["dep_pool0"], c["src"][2]) == ((512, "env") if host == 1 else (16384, "default"))
+    assert scenarios["hops_ok"]
+    assert scenarios["report_type"] == ["NodeRunReport", "HostTaskReport"]
+
+
+@needs_mpi
+def test_dependent_tasks_across_hosts_see_each_others_outputs(scenarios):
+    assert scenarios["chain"] == [1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
+
+
+@needs_mpi
+def test_a_failing_kernel_on_one_host_fails_its_task_only(scenarios):
+    msg = scenarios["fail"]
+    assert msg is not None and msg.startswith("host 1 (rank 2): chip 1 (pid "), msg
+    assert "TASK_FAILED" in msg and "kernel exploded on purpose" in msg
+    assert scenarios["fail_other_ok"]
+    assert scenarios["after_fail_ok"]
+
+
+@needs_mpi
+def test_host_resident_tensors_stay_on_their_host(scenarios):
+    assert scenarios["kv"] == [1, [64], "float32", 256]
+    assert scenarios["kv_ok"]
+    assert scenarios["kv_other_host"] == "submit_next_level: argument 0 is a tensor resident on host 1; it cannot be passed to host 0"
+
+
+@needs_mpi
+def test_big_inputs_travel_there_and_back(scenarios):
+    assert scenarios["big_1048576"] and scenarios["big_4194304"]
+
+
+def _leftovers(marker):
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if marker in l and "ps -eo" not in l]
+
+
+@needs_mpi
+def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path):
+    death = tmp_path / "death"
+    script = os.path.join(L4, "killed_host.py")
+    p = launch(2, script, str(death), timeout=60)
+    ended = time.time()
+    assert p.returncode != 0
+    assert death.exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    assert ended - float(death.read_text()) < 5.0
+    text = p.stdout + p.stderr
+    assert "rank 2" in text, text[-2000:]
+    assert "should not have" not in text
+    time.sleep(0.3)  # chips exit as their host's pipe closes (measured: ~10 ms)
+    assert _leftovers(str(death)) == []
+
+
+def test_init_outside_an_mpi_launch_says_how_to_launch():
+    code = (
+        "import taskring\n"
+        "w = taskring.Worker(level=4)\n"
+        "try:\n"
+        "    w.init()\n"
+        "except RuntimeError as e:\n"
+        "    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60).stdout
+    if _native.mpi_built():
+        assert "needs an MPI launch with at least 2 ranks" in out and "taskring launch --hosts N" in out
+    else:
+        assert "built without MPI" in out
+
+
+def test_level4_arguments_are_checked():
+    with pytest.raises(TypeError, match="arena_cache_slots and chip_processes"):
+        taskring.Worker(level=4, device_ids=[0])
+    w = taskring.Worker(level=4)
+    with pytest.raises(TypeError, match="DistributedProgram"):
+        w.register(object())
+    unsigned = taskring.DistributedProgram(lambda o, c, a, cfg: None, chips={})
+    with pytest.raises(ValueError, match="needs signature"):
+        w.register(unsigned)
+    with pytest.raises(RuntimeError, match="init"):
+        w.run(lambda o, a, c: None)
+
+
+def test_launch_command_line(tmp_path):
+    from taskring._launch import command
+
+    cmd = command(2, ["app.py", "--x"], python="py")
+    assert cmd[:3] == ["mpirun", "-np", "3"]
+    assert "--oversubscribe" in cmd and cmd[-3:] == ["py", "app.py", "--x"]
+    joined = " ".join(cmd)
+    assert "--mca btl self,vader" in joined
+    assert "--mca oob_tcp_if_include lo" in joined and "--mca btl_tcp_if_include lo" in joined
+    r = subprocess.run([sys.executable, "-m", "taskring", "launch", "--hosts", "0", "x.py"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--hosts must be at least 1" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "taskring", "launch", "--hosts", "1", str(tmp_path / "nope.py")], capture_output=True, text=True)
+    assert r.returncode == 2 and "no such script" in r.stderr
