@@ -733,8 +733,9 @@ mod with_mpi {
                 o.submit_next_level(handle, &list, &cfg, w as usize)
                     .map(|id| id.0)
                     .map_err(|f| match f.code {
+                        // The argument check's own sentence (the detail), as a ValueError.
                         taskring::StatusCode::InvalidArgs => {
-                            PyValueError::new_err(f.description().to_string())
+                            PyValueError::new_err(f.detail.clone())
                         }
                         _ => failure_err(py, &f),
                     })
