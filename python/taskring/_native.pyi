@@ -45,6 +45,24 @@ __all__ = [
     "DEFAULT_RING_TASK_WINDOW",
     "DEFAULT_RING_HEAP",
     "DEFAULT_RING_DEP_POOL",
+    "Cluster",
+    "ClusterOrchestrator",
+    "HostRequest",
+    "HostTaskReport",
+    "HostTensor",
+    "MPI_MISSING",
+    "host_next_request",
+    "host_receive_inputs",
+    "host_reply",
+    "l4_decode_reply",
+    "mpi_abort",
+    "mpi_built",
+    "mpi_finalize",
+    "mpi_init",
+    "mpi_launch_env",
+    "mpi_pingpong",
+    "mpi_recv_bytes",
+    "mpi_send_bytes",
 ]
 
 # ----- helper aliases (stub-only) ------------------------------------------------------
@@ -622,8 +640,8 @@ class NodeRunReport:
     """What one L3 run did: one `ChipTaskReport` per L2 task, in submission order."""
 
     @property
-    def tasks(self) -> list[ChipTaskReport]:
-        """One report per L2 task, in submission order."""
+    def tasks(self) -> list[Any]:
+        """One report per task, in submission order: `ChipTaskReport`s at L3, `HostTaskReport`s at L4."""
 
     @property
     def elapsed_s(self) -> float:
@@ -722,3 +740,153 @@ class Node:
 
 def dtype_itemsize(name: str) -> int:
     """Used by `shared_array`: check a dtype name (TypeError if unsupported); returns its size in bytes."""
+
+# ----- L4 over MPI (cluster.rs) --------------------------------------------------------------------
+
+MPI_MISSING: str
+"""What to install when this build has no MPI."""
+
+def mpi_built() -> bool:
+    """Whether this build speaks MPI (L4)."""
+
+def mpi_launch_env() -> tuple[int, int] | None:
+    """`(rank, size)` from the MPI launcher's environment, or None outside an MPI launch."""
+
+def mpi_init() -> tuple[int, int]:
+    """Initialise MPI (MPI_THREAD_MULTIPLE); returns `(rank, size)`."""
+
+def mpi_finalize() -> None:
+    """`MPI_Finalize` (idempotent)."""
+
+def mpi_abort(code: int) -> None:
+    """`MPI_Abort` of the whole job (exits the process)."""
+
+def mpi_pingpong(peer: int, nbytes: int, rounds: int) -> float:
+    """A bare MPI ping-pong with `peer` (B8's baseline); returns the seconds."""
+
+def mpi_send_bytes(dest: int, tag: int, data: bytes) -> None:
+    """Send raw bytes to rank `dest` with `tag` (tests and benchmarks)."""
+
+def mpi_recv_bytes(source: int, tag: int) -> bytes:
+    """Receive one message from rank `source` with `tag` (tests and benchmarks)."""
+
+def l4_decode_reply(data: bytes) -> tuple[int, int, str, int]:
+    """`(seq, status, error, n_outputs)` of an L4 reply frame (tests)."""
+
+@final
+class HostTaskReport:
+    """What rank 0 learnt of one L4 task."""
+
+    @property
+    def worker(self) -> int:
+        """The host (0-based)."""
+
+    @property
+    def rank(self) -> int:
+        """Its MPI rank (`worker + 1`)."""
+
+    @property
+    def callable(self) -> int:
+        """The registered DistributedProgram's handle."""
+
+    @property
+    def report(self) -> NodeRunReport | None:
+        """The host's own report of its L3 run (None when no reply came)."""
+
+    @property
+    def elapsed_s(self) -> float:
+        """Dispatch to reply, seen from rank 0, in seconds."""
+
+    @property
+    def error(self) -> str | None:
+        """`host {worker} (rank {rank}): ...`, or None if the task succeeded."""
+
+@final
+class HostTensor:
+    """A tensor resident on one host (`Worker.alloc_tensor(..., worker=h)` at L4)."""
+
+    def __new__(cls, worker: int, shape: Sequence[int], dtype: str) -> Self:
+        """Reserve its stand-in on rank 0."""
+
+    @property
+    def worker(self) -> int:
+        """The host it lives on."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Its shape."""
+
+    @property
+    def dtype(self) -> str:
+        """Its numpy dtype name."""
+
+    @property
+    def nbytes(self) -> int:
+        """Its size in bytes."""
+
+    @property
+    def id(self) -> int:
+        """Its identity on the host."""
+
+@final
+class HostRequest:
+    """One L4 task as a host receives it."""
+
+    @property
+    def callable(self) -> int:
+        """The DistributedProgram's handle."""
+
+    @property
+    def name(self) -> str:
+        """The DistributedProgram's name (checked against the host's)."""
+
+    @property
+    def config(self) -> CallConfig:
+        """The CallConfig rank 0 sent, whole."""
+
+    @property
+    def args(self) -> list[Any]:
+        """`("shipped", dir, dtype, shape, nbytes)`, `("resident", dir, dtype, shape, id)`, ints and floats."""
+
+def host_next_request() -> HostRequest | None:
+    """A host's next request, or None when rank 0 closed."""
+
+def host_receive_inputs(req: HostRequest, addrs: Sequence[int]) -> None:
+    """Receive the task's shipped inputs into the buffers at `addrs`."""
+
+def host_reply(req: HostRequest, report: NodeRunReport | None, error: str | None, addrs: Sequence[int]) -> None:
+    """Answer the task (outputs from `addrs` when it succeeded)."""
+
+@final
+class Cluster:
+    """Rank 0 of an L4 job (native part of `Worker(level=4)` there)."""
+
+    def __new__(cls, hosts: int, programs: Sequence[tuple[str, Sequence[int]]], arena_cache_slots: int = 4) -> Self:
+        """Rank 0's engine for `hosts` hosts and the registered programs' `(name, signature)`."""
+
+    @property
+    def hosts(self) -> int:
+        """Number of hosts."""
+
+    def run(self, orch: Callable[[ClusterOrchestrator], object], config: _ConfigLike = None) -> NodeRunReport:
+        """Run `orch(o)`; returns a NodeRunReport of HostTaskReports."""
+
+    def close(self) -> None:
+        """Tell every host to stop serving (idempotent)."""
+
+@final
+class ClusterOrchestrator:
+    """The orchestrator handed to an L4 orchestration; valid only while its run lasts."""
+
+    def submit_next_level(
+        self,
+        handle: int,
+        args: Iterable[Any],
+        config: _ConfigLike = None,
+        *,
+        worker: int,
+    ) -> int:
+        """Submit DistributedProgram `handle` with `args` to host `worker`, whose orchestration gets `config` whole."""
+
+    def hosts(self) -> int:
+        """Number of hosts."""

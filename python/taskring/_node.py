@@ -144,8 +144,8 @@ class Worker:
         self.chip_processes = bool(kwargs.get("chip_processes", True))
         self.chip_cores = kwargs.get("chip_cores", 0)
         self._programs: List[Any] = []
-        self._node: Optional[_native.Node] = None
-        self._chip: Optional[_native.Chip] = None
+        self._node = None
+        self._chip = None
         self._owners: Dict[int, int] = {}
         self._keep: List[np.ndarray] = []
 

@@ -97,6 +97,14 @@ def test_big_inputs_travel_there_and_back(scenarios):
     assert scenarios["big_1048576"] and scenarios["big_4194304"]
 
 
+@needs_mpi
+def test_a_malformed_task_frame_fails_that_task_and_the_host_keeps_serving(scenarios):
+    seq, status, error, n_out = scenarios["malformed"]
+    assert (seq, status, n_out) == (77, 1, 0)
+    assert error.startswith("malformed L4 task frame: frame body truncated at byte"), error
+    assert scenarios["after_malformed_ok"]
+
+
 def _leftovers(marker):
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if marker in l and "ps -eo" not in l]

@@ -9,7 +9,7 @@ use crate::node::PyNodeRunReport;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use taskring::cluster::{self, HostTaskReport, Reservation};
+use taskring::cluster::{self, Reservation};
 use taskring::{DType, Tensor};
 
 /// What to do when this build has no MPI.
@@ -54,20 +54,6 @@ impl PyHostTaskReport {
             self.error
         )
     }
-}
-
-fn host_report_py(py: Python<'_>, t: &HostTaskReport) -> PyResult<PyHostTaskReport> {
-    Ok(PyHostTaskReport {
-        worker: t.worker,
-        rank: t.rank,
-        callable: t.callable,
-        report: match &t.report {
-            Some(r) => Some(Py::new(py, PyNodeRunReport::from_rust(py, r)?)?),
-            None => None,
-        },
-        elapsed_s: t.elapsed_s,
-        error: t.error.clone(),
-    })
 }
 
 /// A tensor that lives on host `worker` (`Worker.alloc_tensor(..., worker=h)` at L4):
@@ -216,9 +202,23 @@ mod with_mpi {
     use taskring::cluster::host;
     use taskring::cluster::wire::HostRequest;
     use taskring::cluster::{
-        Cluster, ClusterArg, ClusterError, ClusterOrchestrator, ClusterProgram,
+        Cluster, ClusterArg, ClusterError, ClusterOrchestrator, ClusterProgram, HostTaskReport,
     };
     use taskring::node::ArgDir;
+
+    fn host_report_py(py: Python<'_>, t: &HostTaskReport) -> PyResult<PyHostTaskReport> {
+        Ok(PyHostTaskReport {
+            worker: t.worker,
+            rank: t.rank,
+            callable: t.callable,
+            report: match &t.report {
+                Some(r) => Some(Py::new(py, PyNodeRunReport::from_rust(py, r)?)?),
+                None => None,
+            },
+            elapsed_s: t.elapsed_s,
+            error: t.error.clone(),
+        })
+    }
 
     fn mpi_err(e: String) -> PyErr {
         PyRuntimeError::new_err(e)
@@ -267,6 +267,39 @@ mod with_mpi {
             Ok(t0.elapsed().as_secs_f64())
         })
         .map_err(mpi_err)
+    }
+
+    /// Send raw bytes to rank `dest` with `tag` (tests and benchmarks).
+    #[pyfunction]
+    pub fn mpi_send_bytes(py: Python<'_>, dest: i32, tag: i32, data: Vec<u8>) {
+        py.detach(|| comm::send(dest, tag, &data))
+    }
+
+    /// Receive one message from rank `source` with `tag` (tests and benchmarks).
+    #[pyfunction]
+    pub fn mpi_recv_bytes(py: Python<'_>, source: i32, tag: i32) -> PyResult<Vec<u8>> {
+        let pending = Mutex::new(None);
+        let got = py.detach(|| {
+            comm::wait_message(
+                source,
+                Some(tag),
+                std::time::Duration::from_millis(1),
+                signal_check(&pending),
+            )
+            .map(|(m, s)| comm::receive_vec(m, &s))
+        });
+        if let Some(e) = pending.lock().take() {
+            return Err(e);
+        }
+        got.ok_or_else(|| PyRuntimeError::new_err("interrupted"))
+    }
+
+    /// `(seq, status, error, n_outputs)` of an L4 reply frame (tests).
+    #[pyfunction]
+    pub fn l4_decode_reply(data: Vec<u8>) -> PyResult<(u64, u32, String, u32)> {
+        let r =
+            cluster::wire::decode_reply(&data).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok((r.seq, r.status, r.error, r.n_outputs))
     }
 
     /// A give-up check for waits with the GIL released: every 50 ms it runs the signal
@@ -670,8 +703,8 @@ mod with_mpi {
             if r.is_c_contiguous()
                 && rdata <= data
                 && data + nbytes <= rdata + rbytes
-                && (data - rdata) % item == 0
-                && rdata % 8 == 0
+                && (data - rdata).is_multiple_of(item)
+                && rdata.is_multiple_of(8)
             {
                 base = rdata;
                 buf_bytes = rbytes;
@@ -786,6 +819,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "mpi")]
     {
         m.add_function(wrap_pyfunction!(mpi_pingpong, m)?)?;
+        m.add_function(wrap_pyfunction!(mpi_send_bytes, m)?)?;
+        m.add_function(wrap_pyfunction!(mpi_recv_bytes, m)?)?;
+        m.add_function(wrap_pyfunction!(l4_decode_reply, m)?)?;
         m.add_function(wrap_pyfunction!(host_next_request, m)?)?;
         m.add_function(wrap_pyfunction!(host_receive_inputs, m)?)?;
         m.add_function(wrap_pyfunction!(host_reply, m)?)?;

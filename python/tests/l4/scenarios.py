@@ -193,6 +193,21 @@ if w.init():
         w.run(lambda o, x, cfg: o.submit_next_level(H[3], [big, back], None, worker=1))
         res[f"big_{n * 4}"] = bool(np.array_equal(big, back))
 
+    # 7. A malformed task frame (valid header, ids, then a truncated body) fails that task
+    # with a clear error; the host keeps serving.
+    import struct
+
+    from taskring import _native
+
+    body = struct.pack("<QIIH", 77, 29_999, 0, 1) + b"x" + b"\x01\x02"
+    frame = b"TRNG" + struct.pack("<HHI", 1, 16, len(body)) + body
+    _native.mpi_send_bytes(1, 1, frame)
+    seq, status, error, n_out = _native.l4_decode_reply(_native.mpi_recv_bytes(1, 29_999))
+    res["malformed"] = [seq, status, error, n_out]
+    after = np.zeros(64, np.float32)
+    w.run(lambda o, x, cfg: o.submit_next_level(H[2], [a[0], b[0], after], None, worker=0))
+    res["after_malformed_ok"] = bool(np.array_equal(after, a[0] + b[0]))
+
     w.close()
     with open(sys.argv[1], "w") as f:
         json.dump(res, f)

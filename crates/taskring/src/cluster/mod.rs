@@ -6,7 +6,7 @@
 //!   host's `NodeRunReport`), in the node's frame format. Always built (and fuzzed).
 //! - `comm` (feature `mpi`): the MPI transport — rsmpi over Open MPI, initialised with
 //!   `MPI_THREAD_MULTIPLE`; waits are matched probes under a spin/yield/sleep backoff.
-//! - `rank0` (feature `mpi`): [`Cluster`], rank 0's engine whose "kernel" ships an L4
+//! - `rank0` (feature `mpi`): `Cluster`, rank 0's engine whose "kernel" ships an L4
 //!   task to its host and waits for the reply (one dispatch thread per task in flight,
 //!   two per host), with dependencies between L4 tasks inferred by rank 0's tensormap.
 //! - `host` (feature `mpi`): what a host rank does with a request — receive the task

@@ -297,11 +297,9 @@ fn wire_of(c: &ChipTaskReport) -> WireReport {
     };
     let p = &c.peak;
     let mut peak = [0u64; 12];
-    for i in 0..4 {
-        peak[i] = p.task_window[i];
-        peak[4 + i] = p.heap[i];
-        peak[8 + i] = p.dep_pool[i];
-    }
+    peak[..4].copy_from_slice(&p.task_window);
+    peak[4..8].copy_from_slice(&p.heap);
+    peak[8..].copy_from_slice(&p.dep_pool);
     WireReport {
         sizing,
         sources,
