@@ -1,7 +1,8 @@
 """L4: several hosts over MPI (API.md §9) — the part of ``Worker(level=4)`` written in
 Python: which rank does what at ``init()``, and a host's serving loop.
 
-Every rank runs the same script. ``init()`` reads its rank from the MPI launcher's
+Every rank runs the same script. MPI is finalized when the process exits (atexit), not
+when the worker closes: after ``close()`` a script may still use MPI. ``init()`` reads its rank from the MPI launcher's
 environment *before* MPI is initialised: a host (ranks 1..N) first starts its L3 node,
 forking its chip processes while it has no MPI threads, then initialises MPI and
 serves rank 0's tasks until rank 0 closes; rank 0 initialises MPI and returns True.
@@ -79,7 +80,7 @@ class L4Worker:
             raise RuntimeError(_launch_hint())
         rank, size = env
         if rank == 0:
-            _native.mpi_init()
+            _mpi_init()
             self._rank = 0
             progs = [(p.name, [int(s) for s in p.signature]) for p in self._programs]
             self._cluster = _native.Cluster(size - 1, progs, arena_cache_slots=self.arena_cache_slots)
@@ -97,12 +98,11 @@ class L4Worker:
         # Chips first, while this process has no MPI threads.
         dw = DistributedWorker(self._programs, prewarm=prewarm_config, chip_processes=self.chip_processes)
         try:
-            _native.mpi_init()
+            _mpi_init()
             _Host(self._programs, dw).serve()
         finally:
             dw.close()
             self._closed = True
-            _native.mpi_finalize()
 
     def close(self) -> None:
         if self._closed:
@@ -111,7 +111,6 @@ class L4Worker:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
-            _native.mpi_finalize()
 
     # -- rank 0 -------------------------------------------------------------------------
     def _live(self) -> Any:
@@ -134,6 +133,19 @@ class L4Worker:
         if isinstance(shape, int):
             shape = (shape,)
         return _native.HostTensor(worker, [int(d) for d in shape], np.dtype(dtype).name)
+
+
+_mpi_started = False
+
+
+def _mpi_init() -> None:
+    """MPI is initialised once per process and finalized when the process exits (so a
+    script may still use MPI after its L4 worker closed, e.g. to measure it)."""
+    global _mpi_started
+    _native.mpi_init()
+    if not _mpi_started:
+        _mpi_started = True
+        atexit.register(_native.mpi_finalize)
 
 
 def _close_at_exit(ref: "weakref.ref[L4Worker]") -> None:

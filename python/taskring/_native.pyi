@@ -761,8 +761,8 @@ def mpi_finalize() -> None:
 def mpi_abort(code: int) -> None:
     """`MPI_Abort` of the whole job (exits the process)."""
 
-def mpi_pingpong(peer: int, nbytes: int, rounds: int) -> float:
-    """A bare MPI ping-pong with `peer` (B8's baseline); returns the seconds."""
+def mpi_pingpong(peer: int, nbytes: int, rounds: int, echo: bool = True) -> float:
+    """A bare MPI ping-pong (`echo`) or one-way transfer with a 1-byte acknowledgement, with `peer` (B8's baselines); returns the seconds."""
 
 def mpi_send_bytes(dest: int, tag: int, data: bytes) -> None:
     """Send raw bytes to rank `dest` with `tag` (tests and benchmarks)."""

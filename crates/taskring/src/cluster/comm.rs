@@ -93,21 +93,28 @@ pub fn send_data(dest: i32, tag: i32, bytes: &[u8]) {
     }
 }
 
-/// Spin, then yield, then sleep (20 µs doubling to `max`).
+/// Spin briefly, then yield the core for up to [`Backoff::YIELD_FOR`], then sleep (50 µs
+/// doubling to `max`). Yielding is what keeps a busy exchange fast on an oversubscribed
+/// machine (a reply usually comes within a few hundred microseconds, and `sched_yield`
+/// hands the core to whoever is runnable, e.g. the chips computing that reply); sleeping
+/// is what keeps an idle host cheap.
 pub struct Backoff {
     n: u32,
+    start: Option<std::time::Instant>,
     sleep: Duration,
     max: Duration,
 }
 
 impl Backoff {
     const SPINS: u32 = 64;
-    const YIELDS: u32 = 256;
+    /// How long a waiter yields before it starts to sleep.
+    pub const YIELD_FOR: Duration = Duration::from_micros(500);
 
     pub fn new(max: Duration) -> Self {
         Backoff {
             n: 0,
-            sleep: Duration::from_micros(20),
+            start: None,
+            sleep: Duration::from_micros(50),
             max,
         }
     }
@@ -116,13 +123,27 @@ impl Backoff {
         self.n = self.n.saturating_add(1);
         if self.n <= Self::SPINS {
             std::hint::spin_loop();
-        } else if self.n <= Self::SPINS + Self::YIELDS {
+            return;
+        }
+        let start = *self.start.get_or_insert_with(std::time::Instant::now);
+        if start.elapsed() < yield_for() {
             std::thread::yield_now();
         } else {
             std::thread::sleep(self.sleep);
             self.sleep = (self.sleep * 2).min(self.max);
         }
     }
+}
+
+fn yield_for() -> Duration {
+    static V: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("TASKRING_L4_YIELD_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_micros)
+            .unwrap_or(Backoff::YIELD_FOR)
+    })
 }
 
 /// Wait for a message from `source` with `tag` (`None`: any tag) until `give_up()`
@@ -148,6 +169,16 @@ pub fn wait_message(
             return None;
         }
         b.snooze();
+    }
+}
+
+/// Receive `buf.len()` bytes from `source` with `tag` with MPI's own blocking receive
+/// (Open MPI polls at full speed meanwhile): the bare baseline of B8.
+pub fn receive_blocking(source: i32, tag: i32, buf: &mut [u8]) {
+    let world = SimpleCommunicator::world();
+    for c in super::wire::chunks(buf.len()) {
+        let (msg, _) = world.process_at_rank(source).matched_probe_with_tag(tag);
+        msg.matched_receive_into(&mut buf[c]);
     }
 }
 

@@ -1,0 +1,158 @@
+"""B8 l4: L4 over MPI, 2 hosts x 2 chips on this machine (`taskring bench b8`, which runs
+this script under `taskring launch --hosts 2`).
+
+Measured in one job, against baselines of the same job:
+  * ``l4_round_trip``: one L4 task whose host runs one empty chip task (a builtin
+    ``noop`` kernel), ``w.run`` to return, median of ``--reps`` runs; against
+    ``l3_round_trip``: the same DistributedProgram run at L3 on rank 0 (a
+    DistributedWorker with one chip, Python orchestration as on the hosts; measured
+    before rank 0 initialises MPI) and ``mpi_ping_pong``: a bare 8-byte MPI round trip
+    between ranks 0 and 1 (after the L4 worker closed). Bar: l4 <= l3 + 3 x ping-pong.
+  * ``l4_tasks_per_s``: ``--tasks`` independent L4 tasks in one run, alternating hosts,
+    each running one empty chip task on alternating chips. Bar: >= 20 000 / s.
+  * ``transfer_<size>``: one L4 task whose one 1 MiB or 64 MiB input goes to host 0 (its
+    orchestration submits nothing), against a bare one-way MPI transfer of the same size
+    with a 1-byte acknowledgement, between the same ranks (mean of its rounds after an
+    untimed one; the L4 side is a median). Bar: >= 50 % of bare.
+
+Writes bench-results/b8_l4.json and prints one summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import taskring
+from taskring import IN, SCALAR, _native, kernels as K
+
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--reps", type=int, default=300)
+ap.add_argument("--tasks", type=int, default=4000)
+ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "bench-results" / "b8_l4.json"))
+opts = ap.parse_args()
+
+
+@taskring.program(signature=[])
+def empty(rt):
+    rt.submit(K.noop)
+
+
+def one_chip_task(o, chips, args, cfg):
+    o.submit_next_level(chips.empty, [], cfg, worker=args[0])
+
+
+def sink(o, chips, args, cfg):
+    pass
+
+
+dc = taskring.DistributedConfig(device_ids=[0, 1])
+rt_prog = taskring.DistributedProgram(one_chip_task, chips={"empty": empty}, config=dc, signature=[SCALAR])
+sink_prog = taskring.DistributedProgram(sink, chips={"empty": empty}, config=dc, signature=[IN])
+
+
+def median_us(f, reps):
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e6
+
+
+res = {}
+if RANK == 0:
+    # L3 baseline on rank 0, before MPI exists in this process.
+    with rt_prog.prepare() as dw:
+        for _ in range(50):
+            dw(0)
+        res["l3_round_trip_us"] = median_us(lambda: dw(0), opts.reps)
+
+w = taskring.Worker(level=4)
+H_RT = w.register(rt_prog)
+H_SINK = w.register(sink_prog)
+if w.init():
+    one = lambda o, a, c: o.submit_next_level(H_RT, [0], None, worker=0)  # noqa: E731
+    for _ in range(50):
+        w.run(one)
+    res["l4_round_trip_us"] = median_us(lambda: w.run(one), opts.reps)
+
+    n = opts.tasks
+
+    def many(o, a, c):
+        for i in range(n):
+            o.submit_next_level(H_RT, [(i // 2) % 2], None, worker=i % 2)
+
+    w.run(many)
+    rates = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        rep = w.run(many)
+        rates.append(n / (time.perf_counter() - t0))
+        assert len(rep.tasks) == n
+    res["l4_tasks_per_s"] = statistics.median(rates)
+
+    sizes = {"1MiB": 1 << 20, "64MiB": 64 << 20}
+    for name, nbytes in sizes.items():
+        arr = np.ones(nbytes // 4, np.float32)
+        send = lambda o, a, c, arr=arr: o.submit_next_level(H_SINK, [arr], None, worker=0)  # noqa: E731
+        w.run(send)
+        reps = 30 if nbytes <= 1 << 20 else 6
+        res[f"l4_transfer_{name}_us"] = median_us(lambda: w.run(send), reps)
+    w.close()
+
+    # Bare MPI between ranks 0 and 1, same job (the hosts join after their serving ends).
+    rounds = 20000
+    _native.mpi_pingpong(1, 8, 1000)
+    res["mpi_ping_pong_us"] = _native.mpi_pingpong(1, 8, rounds) / rounds * 1e6
+    for name, nbytes in sizes.items():
+        reps = 30 if nbytes <= 1 << 20 else 6
+        res[f"mpi_transfer_{name}_us"] = _native.mpi_pingpong(1, nbytes, reps, echo=False) / reps * 1e6
+
+    bar_rt = res["l3_round_trip_us"] + 3 * res["mpi_ping_pong_us"]
+    out = {
+        "bench": "b8_l4",
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
+        "config": {"hosts": 2, "chips_per_host": 2, "reps": opts.reps, "tasks": n},
+        "results": res,
+        "bars": {
+            "round_trip": {"value_us": res["l4_round_trip_us"], "bar_us": bar_rt, "met": res["l4_round_trip_us"] <= bar_rt},
+            "throughput": {"value": res["l4_tasks_per_s"], "bar": 20000, "met": res["l4_tasks_per_s"] >= 20000},
+        },
+    }
+    for name, nbytes in sizes.items():
+        frac = res[f"mpi_transfer_{name}_us"] / res[f"l4_transfer_{name}_us"]
+        out["bars"][f"transfer_{name}"] = {
+            "l4_MBps": nbytes / res[f"l4_transfer_{name}_us"],
+            "mpi_MBps": nbytes / res[f"mpi_transfer_{name}_us"],
+            "fraction_of_bare": frac,
+            "met": frac >= 0.5,
+        }
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts.out).write_text(json.dumps(out, indent=2))
+    b = out["bars"]
+    print(
+        f"B8 l4: round trip {res['l4_round_trip_us']:.1f} us (bar {bar_rt:.1f} = L3 {res['l3_round_trip_us']:.1f} + 3 x ping-pong {res['mpi_ping_pong_us']:.2f}; "
+        f"{'met' if b['round_trip']['met'] else 'MISSED'}); {res['l4_tasks_per_s']:.0f} L4 tasks/s "
+        f"({'met' if b['throughput']['met'] else 'MISSED'}); 1 MiB {b['transfer_1MiB']['fraction_of_bare']:.0%} of bare "
+        f"({'met' if b['transfer_1MiB']['met'] else 'MISSED'}), 64 MiB {b['transfer_64MiB']['fraction_of_bare']:.0%} "
+        f"({'met' if b['transfer_64MiB']['met'] else 'MISSED'}) -> {opts.out}",
+        flush=True,
+    )
+elif RANK == 1:
+    # After serving: the peer of the bare measurements (same calls as rank 0's).
+    _native.mpi_pingpong(0, 8, 1000)
+    _native.mpi_pingpong(0, 8, 20000)
+    for nbytes, reps in ((1 << 20, 30), (64 << 20, 6)):
+        _native.mpi_pingpong(0, nbytes, reps, echo=False)
+sys.stdout.flush()
