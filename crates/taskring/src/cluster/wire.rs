@@ -145,7 +145,8 @@ fn get_str(r: &mut R<'_>, max: usize, what: &str) -> Result<String, FrameError> 
     if n > max {
         return Err(FrameError::Field(format!("{what} length {n}")));
     }
-    Ok(String::from_utf8_lossy(r.take(n)?).into_owned())
+    String::from_utf8(r.take(n)?.to_vec())
+        .map_err(|_| FrameError::Field(format!("{what} is not UTF-8")))
 }
 
 fn put_tensor(w: &mut W<'_>, t: &L4Tensor) -> Result<(), FrameError> {
@@ -261,7 +262,8 @@ pub fn decode_request(buf: &[u8]) -> Result<HostRequest, FrameError> {
     if nlen > MAX_NAME_BYTES {
         return Err(FrameError::Field(format!("program name length {nlen}")));
     }
-    let name = String::from_utf8_lossy(r.take(nlen)?).into_owned();
+    let name = String::from_utf8(r.take(nlen)?.to_vec())
+        .map_err(|_| FrameError::Field("program name is not UTF-8".into()))?;
     let config = get_config(&mut r)?;
     let n = r.u32()? as usize;
     if n > MAX_L4_ARGS {
