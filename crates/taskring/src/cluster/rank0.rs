@@ -26,6 +26,13 @@ use std::time::{Duration, Instant};
 
 /// How often the caller of [`Cluster::run`] calls its blocking hook while it waits.
 const HOOK_SLICE: Duration = Duration::from_millis(50);
+/// How rank 0's orchestration thread waits for its hosts before it blocks: 50 spin hints,
+/// then yields — about 0.3 ms in all on this machine.
+const WAIT_SPIN: crate::chip::spin::SpinThenPark = crate::chip::spin::SpinThenPark {
+    checks: 600,
+    spin_checks: 50,
+    yield_every: 0,
+};
 /// Longest sleep of a dispatch thread waiting for its reply.
 const REPLY_MAX_SLEEP: Duration = Duration::from_millis(1);
 
@@ -572,6 +579,11 @@ impl HookRef {
 /// ended, or the run was cancelled; calls the hook around slices of at most 50 ms.
 fn wait_dispatched(sh: &Shared, hook: Option<&dyn Fn(bool)>) {
     let over = |st: &RunState| st.over() || sh.cancel.load(Acquire);
+    // A reply usually comes within a few hundred microseconds: look (yielding) first,
+    // then block on the condition variable.
+    if WAIT_SPIN.spin(|| over(&sh.run.lock())) {
+        return;
+    }
     loop {
         if let Some(h) = hook {
             h(true);
