@@ -211,7 +211,8 @@ class _Host:
                 args.append(self._resident(tid, shape, dtype))
             else:
                 args.append(a)
-        _native.host_receive_inputs(req, [x.__array_interface__["data"][0] for x in inputs])
+        if inputs:
+            _native.host_receive_inputs(req, [x.__array_interface__["data"][0] for x in inputs])
         try:
             if req.callable >= len(self.programs) or self.programs[req.callable].name != req.name:
                 have = self.programs[req.callable].name if req.callable < len(self.programs) else "nothing"
@@ -223,11 +224,22 @@ class _Host:
                     r = args[i]
                     if tuple(r.shape) != tuple(a[3]) or r.dtype != np.dtype(a[2]):
                         raise ValueError(f"argument {i}: host tensor {a[4]:#x} is {r.dtype}{list(r.shape)} here, not {a[2]}{list(a[3])}")
-            rep = self.dw.run(self.programs[req.callable], *args, config=req.config)
+            rep = self._run(req.callable, tuple(args), req.config)
         except Exception as e:  # the task's failure, reported to rank 0
             _native.host_reply(req, None, _text(e), [])
             return
         _native.host_reply(req, rep, None, [x.__array_interface__["data"][0] for x in outputs])
+
+    def _run(self, callable: int, args: Tuple[Any, ...], cfg: Any) -> Any:
+        # What DistributedWorker.run does, minus what a request makes unnecessary: its
+        # arrays are shared by construction and its cfg is already a fresh CallConfig
+        # (the one rank 0 sent), which the node validates.
+        program = self.programs[callable]
+        chips = self.dw._handles[id(program)]
+        orch = program.orchestration
+        node = self.dw._worker._node
+        assert node is not None, "the host's node is open while it serves"
+        return node.run(lambda o: orch(o, chips, args, cfg), cfg)
 
 
 def _text(e: BaseException) -> str:
