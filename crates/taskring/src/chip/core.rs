@@ -6,11 +6,12 @@
 //! # The abort handshake (a failed run, then the next run)
 //!
 //! Its atomics go through [`crate::sync`] (so a `--cfg loom` build can model them):
-//! `Core::state`, `Core::abandoned`, the engine's `fatal`; only the arena and direct-job
-//! pointers are std's `AtomicPtr` (Release/Acquire publication, outside the facade,
-//! which has no pointer atomic). Each step's atomic accesses are one function of
-//! [`super::abort`] (`search`, `admit`, `given_up`, `release`, `holds_task`,
-//! `give_up_if_stuck`, `reopen`), which `tests/loom_chip.rs` drives under loom.
+//! `Core::state` (IDLE, SEARCHING, RUNNING a task, COMPLETING it, ABANDONED: the table
+//! in [`super::abort`]), the engine's `fatal`; only the arena and direct-job pointers
+//! are std's `AtomicPtr` (Release/Acquire publication, outside the facade, which has no
+//! pointer atomic). Each step's atomic accesses are one function of [`super::abort`]
+//! (`search`, `admit`, `begin_completion`, `release`, `holds_task`, `give_up_if_stuck`,
+//! `reopen`), which `tests/loom_chip.rs` drives under loom.
 //!
 //! 1. A failure latches `fatal` (`EngineShared::fail`, SeqCst). A core that pops a task
 //!    and then reads `fatal` set drops it; a core never runs a kernel after it read it.
@@ -18,8 +19,8 @@
 //!    (SeqCst store), then the task id once it popped one, IDLE when it holds nothing
 //!    (after a failed pop, a dropped task, or a completion that left no next task).
 //! 3. The run's caller settles (`ChipWorker::settle`): it drains the queues, then waits
-//!    until every core that is not abandoned reads IDLE (SeqCst loads,
-//!    [`wait_cores_idle`]), then drains again.
+//!    until every core reads IDLE or ABANDONED (SeqCst loads, [`wait_cores_idle`]), then
+//!    drains again.
 //!
 //!    Why SeqCst: step 2 is a store (`state`) followed by loads (the queues); step 3 is
 //!    a write to the queues (the drain) followed by a load (`state`). That is Dekker's
@@ -27,10 +28,26 @@
 //!    got a task from before the drain, and the settle still read the core's earlier
 //!    IDLE". With it, a core the settle reads IDLE either holds nothing or pops after
 //!    the drain (and finds only what the next run pushes).
-//! 4. A core whose `state` still holds a task after the timeout is given up on: the
-//!    settle stores `abandoned` (SeqCst) and starts a replacement. The core reads
-//!    `abandoned` (SeqCst) as soon as its kernel returns and then touches nothing (the
-//!    arena may already belong to the next run); the settle no longer waits for it.
+//! 4. A core whose `state` still names a RUNNING task (on SCHEDULER_TIMEOUT, or after
+//!    the wait's timeout) is given up on, and a replacement is started. Giving up and
+//!    completing race for the same word: as soon as its kernel returns (at once for a
+//!    task with no kernel), before it touches the arena or the run, the core CASes
+//!    RUNNING `t` -> COMPLETING `t` (`begin_completion`); the settle CASes RUNNING `t`
+//!    -> ABANDONED (`give_up_if_stuck`). The word's modification order decides: the
+//!    loser's CAS reads the winner's value and fails. If the settle won, the core
+//!    touches nothing more (the arena may already belong to the next run) and is not
+//!    waited for. If the core won, it is not given up on: the settle's next looks at
+//!    the word come after its failed CAS, so (coherence) they see COMPLETING or later,
+//!    never the core's earlier IDLE, and the settle waits — however long, looking again
+//!    after each timeout — until the core's IDLE store (SeqCst, a release; read by a
+//!    SeqCst load), which publishes the completion's arena accesses to it. A core that
+//!    completed a task and keeps the next goes COMPLETING -> RUNNING without IDLE: that
+//!    store is a Release (`admit`), so a give-up that reads it (its CAS acquires) also
+//!    comes after the last completion. (Before the CAS the core read a separate
+//!    `abandoned` flag: a core that read it clear just before the settle set it completed
+//!    its task into an arena the next run was already resetting.) Outside the promise:
+//!    what the kernel itself does while it runs on after its core was given up on
+//!    (reads its payload and tensors, writes its outputs).
 //! 5. The next run (`run::open_run`, `run::open_direct`) drains and waits for IDLE
 //!    again (a core may have popped a stale task just before the last drain: it drops it,
 //!    since `fatal` is still up), publishes the arena (Release), clears the failure and
@@ -44,24 +61,24 @@ use crate::engine::replay::DirectJob;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{RuntimeFailure, StatusCode};
 use crate::kernel::{CoreKind, KernelCall, KernelRef};
-use crate::sync::{AtomicBool, AtomicU64, Ordering::*};
+use crate::sync::{AtomicU64, Ordering::*};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-pub(super) use super::abort::{CORE_IDLE, CORE_SEARCHING};
+pub(super) use super::abort::CORE_IDLE;
 
 /// One core thread's shared record.
 pub(super) struct Core {
     pub(super) kind: CoreKind,
     /// Kernel executions of the current run (only while the swimlane is recorded).
     pub(super) lane: parking_lot::Mutex<Vec<crate::dfx::SwimlaneEvent>>,
-    /// `CORE_IDLE`, `CORE_SEARCHING`, or the id of the task it runs.
+    /// `CORE_IDLE`, `CORE_SEARCHING`, the id of the task it runs (with
+    /// `CORE_COMPLETING` once its kernel returned and it completes the task), or
+    /// `CORE_ABANDONED` once the run gave up on it (its kernel did not return in time:
+    /// the thread exits as soon as the kernel returns, touching nothing).
     pub(super) state: CachePadded<AtomicU64>,
-    /// Set when the core was given up on (its kernel never returned): the thread exits
-    /// as soon as the kernel returns, touching nothing.
-    pub(super) abandoned: AtomicBool,
 }
 
 /// How the settle waits for the cores: they finish within a kernel's time, usually
@@ -78,12 +95,7 @@ const IDLE_CORES_SLEEP: Duration = Duration::from_micros(200);
 /// Wait until no core holds a task of the run (they finish within a kernel's time), at
 /// most `limit`; false if a core still holds one then.
 pub(super) fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
-    let idle = || {
-        !sh.cores
-            .read()
-            .iter()
-            .any(|c| abort::holds_task(&c.state, &c.abandoned))
-    };
+    let idle = || !sh.cores.read().iter().any(|c| abort::holds_task(&c.state));
     let t0 = Instant::now();
     if IDLE_CORES_SPIN.spin(idle) {
         return true;
@@ -123,18 +135,20 @@ const DIRECT_LOCAL: usize = 4096;
 /// every second one it can run goes to `local` (this thread's own stack: no atomics, no
 /// contention; a fan-out's consumers are split between the shared queue, where other
 /// cores take them, and this thread), the rest to the shared ready queues.
-/// `abandoned`: the core was given up on while its kernel ran — then nothing of the job
-/// is touched any more.
+/// `state`: the core's state word (None on the orchestrator's thread, which is never
+/// given up on); if the core was given up on while its kernel ran (it loses
+/// [`abort::begin_completion`]), nothing of the job is touched any more and the word
+/// reads ABANDONED.
 pub(super) fn direct_step(
     eng: &EngineShared,
     job: &DirectJob<'_>,
     i: u32,
     kind: CoreKind,
-    abandoned: Option<&AtomicBool>,
+    state: Option<&AtomicU64>,
     local: &mut Vec<u32>,
 ) -> Option<u32> {
     let r = job.run(i);
-    if abandoned.is_some_and(abort::given_up) {
+    if state.is_some_and(|s| !abort::begin_completion(s, TaskId(i as u64))) {
         return None;
     }
     if let Err(msg) = r {
@@ -266,11 +280,8 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
     let mut local: Vec<u32> = Vec::with_capacity(DIRECT_LOCAL);
     let mut idle = Idle::default();
     loop {
-        if core.abandoned.load(Relaxed) {
-            // Given up on (a replacement core runs in its place): touch nothing more.
-            idle.leave(eng);
-            return;
-        }
+        // (Never ABANDONED here: only a RUNNING word is given up on, and the core
+        // returns as soon as it lost `begin_completion`.)
         let task = match next.take() {
             Some(t) => t,
             None => {
@@ -304,15 +315,8 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
             // safety: installed for the whole direct replay, removed only after every
             // core went idle; an abandoned core touches nothing after its kernel.
             let job = unsafe { &*(job as *const DirectJob<'static>) };
-            let n = direct_step(
-                eng,
-                job,
-                task.0 as u32,
-                kind,
-                Some(&core.abandoned),
-                &mut local,
-            );
-            if abort::given_up(&core.abandoned) {
+            let n = direct_step(eng, job, task.0 as u32, kind, Some(busy), &mut local);
+            if n.is_none() && abort::is_abandoned(busy) {
                 Step::Abandoned
             } else {
                 Step::Next(n.map(|s| TaskId(s as u64)))
@@ -421,20 +425,23 @@ fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId) -> Step {
     let ring = &arena.rings[task.ring()];
     // safety: `task` was published (popped from a ready queue or made ready by us).
     let p = unsafe { ring.payload(task.local()) };
-    if let Some(k) = p.kernel {
+    let failed = p.kernel.and_then(|k| {
         let t_start = sh.trace.load(Relaxed).then(Instant::now);
         let err = call_kernel(k, p);
         if let Some(t) = t_start {
             record_lane(sh, core, task, k, t);
         }
-        if abort::given_up(&core.abandoned) {
-            // The run gave up on this core; its arena may be in use by another run.
-            return Step::Abandoned;
-        }
-        if let Some(msg) = err {
-            eng.fail(task_failed(k, task, msg));
-            return Step::Next(None);
-        }
+        err.map(|msg| (k, msg))
+    });
+    // Step 4: win the race against the run's give-up before touching anything (also
+    // for a task with no kernel, whose core the give-up may see RUNNING too).
+    if !abort::begin_completion(&core.state, task) {
+        // The run gave up on this core; its arena may be in use by another run.
+        return Step::Abandoned;
+    }
+    if let Some((k, msg)) = failed {
+        eng.fail(task_failed(k, task, msg));
+        return Step::Next(None);
     }
     let kind = core.kind;
     let mut next = None;

@@ -286,7 +286,6 @@ impl ChipWorker {
             kind,
             lane: parking_lot::Mutex::new(Vec::new()),
             state: CachePadded::new(AtomicU64::new(CORE_IDLE)),
-            abandoned: AtomicBool::new(false),
         });
         {
             let mut cores = self.shared.cores.write();
@@ -313,7 +312,9 @@ impl ChipWorker {
         Ok(())
     }
 
-    /// Give up on cores whose kernel never returned, and start replacements.
+    /// Give up on cores whose kernel never returned (step 4 of the abort handshake, see
+    /// `chip/core.rs`: a core that won the race to its completion is not given up on),
+    /// and start replacements.
     fn replace_stuck_cores(&mut self) {
         let stuck: Vec<(usize, CoreKind)> = self
             .shared
@@ -321,7 +322,7 @@ impl ChipWorker {
             .read()
             .iter()
             .enumerate()
-            .filter(|(_, c)| abort::give_up_if_stuck(&c.state, &c.abandoned))
+            .filter(|(_, c)| abort::give_up_if_stuck(&c.state))
             .map(|(i, c)| (i, c.kind))
             .collect();
         for (i, kind) in stuck {
@@ -335,7 +336,7 @@ impl ChipWorker {
     pub fn abandoned_threads(&self) -> Vec<std::thread::ThreadId> {
         self.threads
             .iter()
-            .filter(|(c, t)| c.abandoned.load(SeqCst) && !t.is_finished())
+            .filter(|(c, t)| abort::is_abandoned(&c.state) && !t.is_finished())
             .map(|(_, t)| t.thread().id())
             .collect()
     }
@@ -373,7 +374,7 @@ impl Drop for ChipWorker {
         self.shared.eng.wake_all_cores();
         for (core, t) in self.threads.drain(..) {
             // An abandoned core may never return from its kernel: do not wait for it.
-            if !core.abandoned.load(SeqCst) || t.is_finished() {
+            if !abort::is_abandoned(&core.state) || t.is_finished() {
                 let _ = t.join();
             }
         }

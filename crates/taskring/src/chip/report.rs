@@ -2,7 +2,7 @@
 //! asked for (scope stats, `deps.json`, the swimlane), and — when no task completes for
 //! the scheduler timeout — the stall's sub-class (reference §12.3).
 
-use super::core::CORE_SEARCHING;
+use super::abort;
 use super::{ChipShared, ChipWorker, Diagnostics};
 use crate::config::{ConfigError, RingSizing};
 use crate::engine::shared::ArenaShared;
@@ -142,10 +142,7 @@ pub(super) fn classify_stall(
     let running: Vec<(usize, TaskId)> = cores
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| {
-            let s = c.state.load(SeqCst);
-            (s < CORE_SEARCHING).then_some((i, TaskId(s)))
-        })
+        .filter_map(|(i, c)| abort::task_of(c.state.load(SeqCst)).map(|t| (i, t)))
         .collect();
     let ready = sh.eng.ready_len() as u64;
     let waiting = submitted.saturating_sub(completed + running.len() as u64 + ready);

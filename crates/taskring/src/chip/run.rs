@@ -2,9 +2,7 @@
 //! orchestration inside the root scope, wait until every task retired (or a failure),
 //! settle the cores, report. A direct replay runs the same way without orchestration.
 
-use super::core::{
-    can_run, direct_step, help_kind, help_one, panic_text, wait_cores_idle, CORE_SEARCHING,
-};
+use super::core::{can_run, direct_step, help_kind, help_one, panic_text, wait_cores_idle};
 use super::report::classify_stall;
 use super::spin::SpinThenPark;
 use super::{Arg, ChipShared, ChipWorker, Diagnostics, OrchBody, Program, RunError, RunReport};
@@ -65,7 +63,8 @@ impl ChipWorker {
     /// release on, since a core may be running a kernel that needs what it releases (a
     /// Python kernel needs the GIL) — giving up on cores that never get there; then no
     /// core can push any more: drop what an aborted run left queued, so no stale task
-    /// meets the next run.
+    /// meets the next run. A core that won the race to its completion (step 4 in
+    /// `chip/core.rs`) is never given up on: the wait goes on until it is done.
     fn settle(&mut self, failure: Option<&RuntimeFailure>, blocking_hook: Option<&dyn Fn(bool)>) {
         if failure.is_some() {
             self.shared.eng.drain_queues();
@@ -76,13 +75,16 @@ impl ChipWorker {
         if let Some(h) = blocking_hook {
             h(true);
         }
-        let idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
+        let mut idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
+        while !idle {
+            // A kernel of the failed run never returned: give up on its core. A core
+            // that is completing its task instead (it won the race) is not given up on
+            // (the arena is not handed on under it): look again until it is done.
+            self.replace_stuck_cores();
+            idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
+        }
         if let Some(h) = blocking_hook {
             h(false);
-        }
-        if !idle {
-            // A kernel of the failed run never returned: give up on its core.
-            self.replace_stuck_cores();
         }
         self.shared.eng.drain_queues();
     }
@@ -185,8 +187,7 @@ impl ChipWorker {
             .iter()
             .enumerate()
             .find_map(|(c, core)| {
-                let s = core.state.load(SeqCst);
-                (s < CORE_SEARCHING).then_some((c, s as u32))
+                super::abort::task_of(core.state.load(SeqCst)).map(|t| (c, t.0 as u32))
             });
         let (label, what) = match running {
             Some((c, i)) => {
@@ -559,7 +560,7 @@ impl ExecutorProbe for CoreProbe<'_> {
                 .cores
                 .read()
                 .iter()
-                .any(|c| c.state.load(SeqCst) < CORE_SEARCHING)
+                .any(|c| super::abort::task_of(c.state.load(SeqCst)).is_some())
     }
     fn stall(&self, timeout: Duration, submitted: u64) -> RuntimeFailure {
         let completed = self.sh.eng.completed.load(SeqCst) - self.completed_at_start;
