@@ -176,6 +176,8 @@ pub enum TensorError {
     StrideOverflow(Vec<u32>),
     #[error("tensor data at {addr:#x} is not aligned to its {size}-byte elements")]
     Misaligned { addr: u64, size: u64 },
+    #[error("tensor shape {0:?} has more than 2^64 elements")]
+    TooManyElements(Vec<u32>),
 }
 
 /// Do the row-major strides of `shape` fit 32 bits? (The stride of dimension `i` is the
@@ -274,6 +276,9 @@ impl Tensor {
         // Each term (d-1)*stride fits 64 bits; their sum, the offset and the byte size
         // may not: any overflow means out of bounds.
         let (mut zero_dim, mut zero_stride, mut extent, mut ovf) = (false, false, 1u64, false);
+        // The element count too: overlapping strides can span a small region with more
+        // than 2^64 elements, which a kernel walking `numel()` cannot count.
+        let (mut numel, mut too_many) = (1u64, false);
         for i in 0..n {
             let (d, st) = (self.shape[i], self.strides[i]);
             zero_dim |= d == 0;
@@ -281,6 +286,9 @@ impl Tensor {
             let (e, o) = extent.overflowing_add(d.wrapping_sub(1) as u64 * st as u64);
             extent = e;
             ovf |= o;
+            let (m, o) = numel.overflowing_mul(d as u64);
+            numel = m;
+            too_many |= o;
         }
         if zero_dim {
             return Err(TensorError::EmptyDim(self.shape().to_vec()));
@@ -293,6 +301,9 @@ impl Tensor {
         let (end_bytes, o2) = end.overflowing_mul(size);
         if ovf | o1 | o2 || end_bytes > self.buf_bytes {
             return Err(self.out_of_bounds(if ovf | o1 { u64::MAX } else { end }));
+        }
+        if too_many {
+            return Err(TensorError::TooManyElements(self.shape().to_vec()));
         }
         // Elements are addressed in whole units from `addr` (sizes are powers of two).
         if self.addr & (size - 1) != 0 {
@@ -420,6 +431,24 @@ mod tests {
         assert!(Tensor::from_raw(0x1004, &[8], DType::I64)
             .validate()
             .is_err());
+    }
+
+    #[test]
+    fn validate_rejects_views_with_more_than_2_pow_64_elements() {
+        // Found by the frame fuzz: overlapping strides keep the span inside 10 f16 while
+        // the element count (858993460 * 5 * (2^32-1)) passes 2^64.
+        let mut t = Tensor::from_raw(0x1000, &[1], DType::F16);
+        t.ndims = 3;
+        t.shape[..3].copy_from_slice(&[858_993_460, 5, u32::MAX]);
+        t.strides[..3].copy_from_slice(&[5, 1, 1]);
+        let span = 1 + (858_993_460u64 - 1) * 5 + 4 + (u32::MAX as u64 - 1);
+        t.buf_bytes = span * 2;
+        assert_eq!(
+            t.validate(),
+            Err(TensorError::TooManyElements(vec![858_993_460, 5, u32::MAX]))
+        );
+        t.shape[2] = 1;
+        assert!(t.validate().is_ok());
     }
 
     #[test]
