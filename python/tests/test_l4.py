@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,8 +24,14 @@ L4 = os.path.join(HERE, "l4")
 needs_mpi = pytest.mark.skipif(not _native.mpi_built(), reason=_native.MPI_MISSING)
 
 
+# As root (CI), every job runs in a network namespace with only the loopback interface:
+# nothing the job opens can be reached from another address (mpirun itself listens on
+# every interface of the namespace it runs in).
+NETNS = hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("ip") is not None
+
+
 def launch(hosts, script, *args, timeout=120):
-    cmd = [sys.executable, "-m", "taskring", "launch", "--hosts", str(hosts), script, *args]
+    cmd = [sys.executable, "-m", "taskring", "launch", "--hosts", str(hosts), *(["--netns"] if NETNS else []), script, *args]
     env = dict(os.environ)
     for k in [k for k in env if k.startswith(("OMPI_", "PMI_", "PMIX_"))]:
         del env[k]
@@ -126,6 +133,16 @@ def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path):
     assert _leftovers(str(death)) == []
 
 
+@needs_mpi
+@pytest.mark.skipif(not NETNS, reason="needs root, unshare and ip for a network namespace")
+def test_a_job_under_netns_sees_only_the_loopback_interface(tmp_path):
+    out = tmp_path / "net.txt"
+    p = launch(1, os.path.join(L4, "interfaces.py"), str(out))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    ifaces = out.read_text().split()
+    assert ifaces == ["lo"], ifaces
+
+
 def test_init_outside_an_mpi_launch_says_how_to_launch():
     code = (
         "import taskring\n"
@@ -157,6 +174,9 @@ def test_level4_arguments_are_checked():
 
 
 def test_launch_command_line(tmp_path):
+    from taskring._launch import isolated
+
+    assert isolated(["mpirun", "x"])[:3] == ["unshare", "--net", "--"] and isolated(["mpirun", "x"])[-2:] == ["mpirun", "x"]
     from taskring._launch import command
 
     cmd = command(2, ["app.py", "--x"], python="py")
