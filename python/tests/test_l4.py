@@ -112,6 +112,17 @@ def test_a_malformed_task_frame_fails_that_task_and_the_host_keeps_serving(scena
     assert scenarios["after_malformed_ok"]
 
 
+@needs_mpi
+def test_ctrl_c_on_rank_0_interrupts_the_run_and_the_worker_stays_usable(tmp_path):
+    out = tmp_path / "res.json"
+    p = launch(1, os.path.join(L4, "interrupt.py"), str(out))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["raised"] is not None and res["raised"].startswith("KeyboardInterrupt")
+    assert 0.3 <= res["after_s"] < 1.0, res  # the host's task takes 1.5 s
+    assert res["next_run_ok"]
+
+
 def _leftovers(marker):
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if marker in l and "ps -eo" not in l]
