@@ -1,6 +1,87 @@
 //! taskring: a PTO2-style ("tensormap and ringbuffer") task runtime on a simulated chip,
 //! with per-task ring sizing.
 //!
+//! # The API a user needs
+//!
+//! Everything a Rust user needs is re-exported here at the crate root: a chip
+//! ([`ChipWorker`], built from [`ChipOptions`]), a program ([`Program`]: host code that
+//! submits tasks through an [`Orchestrator`]), a task's arguments ([`TaskArgs`],
+//! [`TensorSpec`], [`Scalar`]), the kernels ([`builtin`], [`NativeKernel`], or your own
+//! [`Kernel`]), the per-dispatch configuration ([`CallConfig`] with its [`RuntimeEnv`] of
+//! 3 resources × 4 rings), and what a run reports ([`RunReport`], with the resolved
+//! [`RingSizing`] and the [`PeakUse`] of every ring) or how it failed ([`RunError`],
+//! [`RuntimeFailure`], [`ConfigError`]).
+//!
+//! An L2 run: one chip, a program that adds two tensors with the builtin `add` kernel,
+//! dispatched with its own ring sizes (the task window, heap and dependency pool of each
+//! of the four rings); the report says which sizes the run used and where each came from.
+//!
+//! ```
+//! use taskring::builtin::ADD;
+//! use taskring::*;
+//!
+//! let program = Program::new("add", |o, args| {
+//!     let (a, b, c) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?);
+//!     let mut t = TaskArgs::new();
+//!     t.input(a).input(b).output_existing(c);
+//!     o.submit(ADD, &t)?;
+//!     Ok(())
+//! });
+//!
+//! let mut chip = ChipWorker::new(ChipOptions { cores: 2, ..ChipOptions::default() })?;
+//!
+//! // Per-task ring sizes: every entry set here wins over `PTO2_RING_*` and the defaults.
+//! let mut config = CallConfig::default();
+//! config.runtime_env.ring_task_window = [64, 16, 16, 16];
+//! config.runtime_env.ring_heap = [1 << 20, 64 << 10, 64 << 10, 64 << 10];
+//! config.runtime_env.ring_dep_pool = [256, 64, 64, 64];
+//!
+//! let (mut a, mut b, mut c) = (vec![1.0f32; 8], vec![2.0f32; 8], vec![0.0f32; 8]);
+//! let args = [
+//!     Arg::Tensor(HostTensor::f32(&mut a, &[2, 4])),
+//!     Arg::Tensor(HostTensor::f32(&mut b, &[2, 4])),
+//!     Arg::Tensor(HostTensor::f32(&mut c, &[2, 4])),
+//! ];
+//! let report = chip.run(&program, &args, &config)?;
+//! assert_eq!(c, vec![3.0f32; 8]);
+//!
+//! // The ring sizing the run used, per ring, and where each value came from.
+//! assert_eq!(report.tasks, 1);
+//! assert_eq!(report.ring_sizing.task_window, [64, 16, 16, 16]);
+//! assert_eq!(report.ring_sizing.heap[0], 1 << 20);
+//! assert_eq!(report.ring_sizing.source(RingField::DepPool, 3), SizeSource::CallConfig);
+//! assert!(report.peak.task_window[0] >= 1);
+//! println!("{}", report.ring_sizing);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Resolving a [`RingSizing`] from a [`CallConfig`] without running anything, with an
+//! injected environment ([`RingSizing::resolve`]; a run uses
+//! [`RingSizing::resolve_from_process`]): per resource and per ring, a non-zero
+//! `runtime_env` entry wins over a non-zero `PTO2_RING_*` entry, which wins over the
+//! built-in default.
+//!
+//! ```
+//! use taskring::config::{EnvSnapshot, DEFAULT_RING_DEP_POOL};
+//! use taskring::{CallConfig, RingField, RingSizing, SizeSource};
+//!
+//! let config = CallConfig::default().with_ring(RingField::TaskWindow, [1024, 0, 0, 0]);
+//! config.validate()?;
+//! let env = EnvSnapshot::from_lookup(|name| {
+//!     (name == "PTO2_RING_TASK_WINDOW").then(|| "256,128,64,32".to_string())
+//! });
+//! let (sizing, warnings) = RingSizing::resolve(&config.runtime_env, &env)?;
+//! assert!(warnings.is_empty());
+//! assert_eq!(sizing.task_window, [1024, 128, 64, 32]);
+//! assert_eq!(sizing.source(RingField::TaskWindow, 0), SizeSource::CallConfig);
+//! assert_eq!(sizing.source(RingField::TaskWindow, 1), SizeSource::Env);
+//! assert_eq!(sizing.dep_pool, [DEFAULT_RING_DEP_POOL; 4]);
+//! assert_eq!(sizing.source(RingField::DepPool, 2), SizeSource::Default);
+//! # Ok::<(), taskring::ConfigError>(())
+//! ```
+//!
+//! # Modules
+//!
 //! - [`config`]: `RuntimeEnv`, `CallConfig`, env parsing, `RingSizing` (precedence:
 //!   per-task config > `PTO2_RING_*` env > built-in default, per resource and per ring);
 //! - [`engine`]: rings, tensormap, scopes, the orchestrator, completion;

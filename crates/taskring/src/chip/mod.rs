@@ -178,6 +178,35 @@ struct ChipShared {
 }
 
 /// A resident simulated chip. See the module doc.
+///
+/// One chip serves many dispatches; each [`run`](Self::run) takes the arena of its own
+/// ring sizing from the chip's cache (built once per sizing, then reused).
+///
+/// ```
+/// use taskring::builtin::FILL;
+/// use taskring::*;
+///
+/// let mut chip = ChipWorker::new(ChipOptions { cores: 2, ..ChipOptions::default() }).unwrap();
+/// assert_eq!(chip.cores().len(), 2);
+///
+/// let fill = Program::new("fill", |o, args| {
+///     let mut t = TaskArgs::new();
+///     t.output_existing(args[0].tensor()?).scalar(args[1].scalar()?);
+///     o.submit(FILL, &t).map(|_| ())
+/// });
+/// let mut out = vec![0.0f32; 16];
+/// let args = [
+///     Arg::Tensor(HostTensor::f32(&mut out, &[4, 4])),
+///     Arg::Scalar(Scalar::F64(7.0)),
+/// ];
+/// let sizing = RingSizing::uniform(16, 64 << 10, 64).unwrap();
+/// let first = chip.run_with_sizing(&fill, &args, &sizing).unwrap();
+/// let again = chip.run_with_sizing(&fill, &args, &sizing).unwrap();
+/// assert!(!first.arena_hit && again.arena_hit); // the second run reused the arena
+/// assert_eq!(chip.arena_stats().builds, 1);
+/// drop(args);
+/// assert_eq!(out, vec![7.0f32; 16]);
+/// ```
 pub struct ChipWorker {
     shared: Arc<ChipShared>,
     threads: Vec<(Arc<Core>, JoinHandle<()>)>,

@@ -6,6 +6,23 @@ use super::{ConfigError, ConfigErrorKind, RingField, RUNTIME_ENV_RING_COUNT};
 
 /// Per-call ring sizes: 3 resources × 4 rings, `0` = unset for that ring
 /// (fall through to the env var, then to the built-in default).
+///
+/// ```
+/// use taskring::{RingField, RuntimeEnv};
+///
+/// let mut env = RuntimeEnv::default();
+/// assert!(env.is_unset());
+/// env.ring_heap = [1 << 20, 0, 0, 0]; // ring 0 only; rings 1..3 fall through
+/// env.set_all(RingField::DepPool, 1024); // one value for every ring
+/// assert_eq!(env.get(RingField::DepPool), [1024; 4]);
+/// env.validate().unwrap();
+///
+/// env.ring_task_window[2] = 100; // not a power of 2
+/// assert_eq!(
+///     env.validate().unwrap_err().to_string(),
+///     "RuntimeEnv: ring_task_window[2] must be a power of 2 in [4, 1073741824], got 100"
+/// );
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RuntimeEnv {
     /// Task window per ring (`0` = unset).
@@ -70,6 +87,23 @@ impl RuntimeEnv {
 }
 
 /// Low-level per-call configuration (Simpler-style `CallConfig`).
+///
+/// Every dispatch carries one; its [`runtime_env`](Self::runtime_env) sizes that
+/// dispatch's rings (see [`RingSizing`](crate::RingSizing) for the precedence).
+///
+/// ```
+/// use taskring::{CallConfig, RingField};
+///
+/// let mut config = CallConfig::default().with_ring(RingField::TaskWindow, [256, 64, 0, 0]);
+/// config.runtime_env.ring_heap[0] = 16 << 20;
+/// config.validate().unwrap();
+///
+/// // Diagnostics need a directory to write to.
+/// config.enable_scope_stats = true;
+/// assert!(config.validate().is_err());
+/// config.output_prefix = "out".into();
+/// config.validate().unwrap();
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct CallConfig {
     /// Scheduler thread count: `0` = auto, else in `[2, 8]`. Validated and carried to

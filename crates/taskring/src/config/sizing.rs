@@ -66,6 +66,27 @@ impl fmt::Display for SizeSource {
 /// The value fields are public for reading; constructors of this module
 /// guarantee every entry satisfies [`RingField::check`]. Writing to them
 /// directly bypasses that check.
+///
+/// ```
+/// use taskring::{RingField, RingSizing, RuntimeEnv, SizeSource};
+///
+/// // Explicit values on every ring (as a benchmark or a prewarm list would give them).
+/// let small = RingSizing::uniform(64, 64 << 10, 128).unwrap();
+/// assert_eq!(small.task_window, [64; 4]);
+/// assert_eq!(small.source(RingField::Heap, 0), SizeSource::CallConfig);
+///
+/// // A dispatch's sizing: its `runtime_env` over the process's `PTO2_RING_*` variables.
+/// let mut env = RuntimeEnv::default();
+/// env.ring_task_window = [64; 4];
+/// env.ring_heap = [64 << 10; 4];
+/// env.ring_dep_pool = [128; 4];
+/// let resolved = RingSizing::resolve_from_process(&env).unwrap();
+/// assert_eq!(resolved, small); // equal values are the same sizing (same arena)
+/// assert_eq!(resolved.key(), small.key());
+///
+/// // A value that breaks its rule is refused.
+/// assert!(RingSizing::uniform(3, 64 << 10, 128).is_err());
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct RingSizing {
     /// Task window per ring.

@@ -166,6 +166,38 @@ pub(crate) enum ArgTensor {
 ///
 /// Built per submit, so `new` writes only the counts: the arrays are filled as
 /// arguments are added (entries `[..n]` are initialised, the rest never read).
+///
+/// Tensors come first, in the kernel's argument order, each with its direction
+/// (`input`, `inout`, `output_existing`, or `output` for a new buffer the runtime
+/// allocates); then scalars; then explicit dependencies.
+///
+/// ```
+/// use taskring::builtin::{MATMUL, SCALE};
+/// use taskring::*;
+///
+/// let program = Program::new("scaled_matmul", |o, args| {
+///     let (a, b, out) = (args[0].tensor()?, args[1].tensor()?, args[2].tensor()?);
+///     // out = 0.5 * (a @ b): the product goes to a new runtime buffer, then is scaled.
+///     let mut t = TaskArgs::new();
+///     t.input(a).input(b).output(TensorSpec::new(&[2, 2], DType::F32).unwrap());
+///     let product = o.submit(MATMUL, &t)?.output(0);
+///     let mut t = TaskArgs::new();
+///     t.input(product).output_existing(out).scalar(Scalar::F64(0.5));
+///     o.submit(SCALE, &t).map(|_| ())
+/// });
+///
+/// let mut chip = ChipWorker::new(ChipOptions { cores: 2, ..ChipOptions::default() }).unwrap();
+/// let (mut a, mut b, mut out) = (vec![1.0f32, 2.0, 3.0, 4.0], vec![2.0f32, 0.0, 0.0, 2.0], vec![0.0f32; 4]);
+/// let args = [
+///     Arg::Tensor(HostTensor::f32(&mut a, &[2, 2])),
+///     Arg::Tensor(HostTensor::f32(&mut b, &[2, 2])),
+///     Arg::Tensor(HostTensor::f32(&mut out, &[2, 2])),
+/// ];
+/// let report = chip.run(&program, &args, &CallConfig::default()).unwrap();
+/// assert_eq!(report.tasks, 2);
+/// drop(args);
+/// assert_eq!(out, vec![1.0f32, 2.0, 3.0, 4.0]);
+/// ```
 #[derive(Clone)]
 pub struct TaskArgs {
     tensors: [MaybeUninit<ArgTensor>; MAX_TASK_TENSORS],
