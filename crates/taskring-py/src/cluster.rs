@@ -192,7 +192,7 @@ pub struct PyHostRequest {
 mod with_mpi {
     use super::*;
     use crate::config::call_config_of;
-    use crate::runtime::{failure_err, gil_hook, RunPtr, RUN_IDS};
+    use crate::runtime::{failure_err, RunPtr, RUN_IDS};
     use numpy::{PyUntypedArray, PyUntypedArrayMethods};
     use parking_lot::Mutex;
     use pyo3::exceptions::PyKeyboardInterrupt;
@@ -547,25 +547,11 @@ mod with_mpi {
             let c = guard
                 .as_mut()
                 .ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
-            let pending: Arc<Mutex<Option<PyErr>>> = Arc::default();
+            let pending: Arc<crate::runtime::PendingErr> = Arc::default();
             let pend = pending.clone();
-            let interrupt: Arc<Mutex<Option<PyErr>>> = Arc::default();
-            let intr = interrupt.clone();
             let cancel = Arc::new(c.canceller());
             let cancel2 = cancel.clone();
-            let hook = move |blocking: bool| {
-                gil_hook(blocking);
-                // safety: PyGILState_Check needs no GIL; PyErr_CheckSignals is called only
-                // with the GIL held.
-                if !blocking
-                    && unsafe { pyo3::ffi::PyGILState_Check() } == 1
-                    && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0
-                {
-                    let e = Python::attach(PyErr::fetch);
-                    intr.lock().get_or_insert(e);
-                    cancel2();
-                }
-            };
+            let (hook, interrupt) = crate::runtime::interrupt_hook(move || cancel2());
             let keep: Arc<Mutex<Vec<Py<PyAny>>>> = Arc::default();
             let kept = keep.clone();
             let programs = self.programs.clone();
@@ -573,35 +559,18 @@ mod with_mpi {
                 move |o| {
                     Python::attach(|py| {
                         let fail = |e: PyErr| {
-                            let text = format!("the orchestration raised: {}", e.value(py));
-                            if e.is_instance_of::<PyKeyboardInterrupt>(py) {
-                                cancel();
-                            }
-                            *pend.lock() = Some(e);
-                            taskring::RuntimeFailure::new(
-                                taskring::StatusCode::ExplicitOrchFatal,
-                                None,
-                                text,
-                            )
+                            crate::runtime::orchestration_failed(py, e, &pend, &|| cancel())
                         };
-                        let po = Py::new(
-                            py,
-                            PyClusterOrchestrator {
-                                ptr: RunPtr::new(),
-                                run: RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                                keep: kept.clone(),
-                                programs: programs.clone(),
-                            },
-                        )
-                        .map_err(fail)?;
+                        let po = PyClusterOrchestrator {
+                            ptr: RunPtr::new(),
+                            run: RUN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                            keep: kept.clone(),
+                            programs: programs.clone(),
+                        };
                         #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
-                        po.borrow(py).ptr.set(
-                            o as *mut ClusterOrchestrator<'_, '_>
-                                as *mut ClusterOrchestrator<'static, 'static>,
-                        );
-                        let r = orch.call1(py, (po.clone_ref(py),));
-                        po.borrow(py).ptr.set(std::ptr::null_mut());
-                        r.map(|_| ()).map_err(fail)
+                        let target = o as *mut ClusterOrchestrator<'_, '_>
+                            as *mut ClusterOrchestrator<'static, 'static>;
+                        crate::runtime::call_bound(py, &orch, po, target).map_err(fail)
                     })
                 },
                 &cfg,
@@ -609,10 +578,10 @@ mod with_mpi {
             );
             drop(guard);
             drop(std::mem::take(&mut *keep.lock()));
-            if let Some(e) = interrupt.lock().take() {
+            if let Some(e) = interrupt.lock().unwrap().take() {
                 return Err(e);
             }
-            if let Some(e) = pending.lock().take() {
+            if let Some(e) = pending.lock().unwrap().take() {
                 if !matches!(r, Err(ClusterError::Host(_))) {
                     return Err(e);
                 }
@@ -635,6 +604,13 @@ mod with_mpi {
             if let Some(mut c) = c {
                 py.detach(|| c.close());
             }
+        }
+    }
+
+    impl crate::runtime::RunBound for PyClusterOrchestrator {
+        type Target = ClusterOrchestrator<'static, 'static>;
+        fn run_ptr(&self) -> &RunPtr<Self::Target> {
+            &self.ptr
         }
     }
 

@@ -203,6 +203,13 @@ pub struct PyNodeOrchestrator {
     callables: Arc<RwLock<Vec<ChipCallable>>>,
 }
 
+impl crate::runtime::RunBound for PyNodeOrchestrator {
+    type Target = NodeOrchestrator<'static, 'static>;
+    fn run_ptr(&self) -> &crate::runtime::RunPtr<Self::Target> {
+        &self.ptr
+    }
+}
+
 impl PyNodeOrchestrator {
     fn with<R>(&self, f: impl FnOnce(&mut NodeOrchestrator<'static, 'static>) -> R) -> PyResult<R> {
         self.ptr.with(f)
@@ -646,62 +653,30 @@ impl PyNode {
             .ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
         let pending: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
         let pend = pending.clone();
-        // Ctrl-C while the run waits: the hook (called around every wait of this thread,
-        // at least every 50 ms) runs the signal handlers once it holds the GIL again; an
-        // exception they raise cancels the run and is raised when it returns.
-        let interrupt: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
-        let (intr, h) = (interrupt.clone(), node.handle());
-        let hook = move |blocking: bool| {
-            gil_hook(blocking);
-            // safety: PyGILState_Check needs no GIL; PyErr_CheckSignals is called only
-            // with the GIL held (it does nothing off the main thread).
-            if !blocking
-                && unsafe { pyo3::ffi::PyGILState_Check() } == 1
-                && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0
-            {
-                let e = Python::attach(PyErr::fetch);
-                intr.lock().unwrap().get_or_insert(e);
-                h.cancel();
-            }
-        };
+        // Ctrl-C while the run waits: see `interrupt_hook`.
+        let h = node.handle();
+        let (hook, interrupt) = crate::runtime::interrupt_hook(move || h.cancel());
         let h = node.handle();
         let keep: Arc<std::sync::Mutex<Vec<Py<PyAny>>>> = Arc::default();
         let kept = keep.clone();
         let r = node.run(
             move |o| {
                 Python::attach(|py| {
-                    let keep = |e: PyErr| {
-                        let text = format!("the orchestration raised: {}", e.value(py));
-                        if e.is_instance_of::<PyKeyboardInterrupt>(py) {
-                            h.cancel();
-                        }
-                        *pend.lock().unwrap() = Some(e);
-                        taskring::RuntimeFailure::new(
-                            taskring::StatusCode::ExplicitOrchFatal,
-                            None,
-                            text,
-                        )
+                    let fail = |e: PyErr| {
+                        crate::runtime::orchestration_failed(py, e, &pend, &|| h.cancel())
                     };
-                    let po = Py::new(
-                        py,
-                        PyNodeOrchestrator {
-                            ptr: crate::runtime::RunPtr::new(),
-                            run: crate::runtime::RUN_IDS
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                            owners: owners.clone_ref(py),
-                            keep: kept.clone(),
-                            callables: callables.clone(),
-                        },
-                    )
-                    .map_err(keep)?;
+                    let po = PyNodeOrchestrator {
+                        ptr: crate::runtime::RunPtr::new(),
+                        run: crate::runtime::RUN_IDS
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        owners: owners.clone_ref(py),
+                        keep: kept.clone(),
+                        callables: callables.clone(),
+                    };
                     #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
-                    po.borrow(py).ptr.set(
-                        o as *mut NodeOrchestrator<'_, '_>
-                            as *mut NodeOrchestrator<'static, 'static>,
-                    );
-                    let r = orch.call1(py, (po.clone_ref(py),));
-                    po.borrow(py).ptr.set(std::ptr::null_mut());
-                    r.map(|_| ()).map_err(keep)
+                    let target = o as *mut NodeOrchestrator<'_, '_>
+                        as *mut NodeOrchestrator<'static, 'static>;
+                    crate::runtime::call_bound(py, &orch, po, target).map_err(fail)
                 })
             },
             &cfg,

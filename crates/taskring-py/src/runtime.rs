@@ -1332,6 +1332,75 @@ pub struct PyChip {
 /// The Python error raised by the orchestration, kept until the run returns.
 pub type PendingErr = Mutex<Option<PyErr>>;
 
+/// The blocking hook of an L3 or L4 run on a Python thread: releases the GIL around each
+/// wait, and after a wait runs the signal handlers (at least every 50 ms while the run
+/// waits); an exception they raise (Ctrl-C) is kept in the returned slot and `cancel()`
+/// stops the run, which then raises it.
+pub fn interrupt_hook(
+    cancel: impl Fn() + Send + Sync + 'static,
+) -> (
+    impl Fn(bool) + Send + Sync + 'static,
+    std::sync::Arc<PendingErr>,
+) {
+    let interrupt: std::sync::Arc<PendingErr> = std::sync::Arc::new(Mutex::new(None));
+    let intr = interrupt.clone();
+    let hook = move |blocking: bool| {
+        gil_hook(blocking);
+        // safety: PyGILState_Check needs no GIL; PyErr_CheckSignals is called only with
+        // the GIL held (it does nothing off the main thread).
+        if !blocking
+            && unsafe { pyo3::ffi::PyGILState_Check() } == 1
+            && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0
+        {
+            let e = Python::attach(PyErr::fetch);
+            intr.lock().unwrap().get_or_insert(e);
+            cancel();
+        }
+    };
+    (hook, interrupt)
+}
+
+/// An orchestration's exception, turned into the run's failure (EXPLICIT_ORCH_FATAL with
+/// its text) and kept in `pending` for the caller to raise; a KeyboardInterrupt also
+/// calls `cancel()`.
+pub fn orchestration_failed(
+    py: Python<'_>,
+    e: PyErr,
+    pending: &PendingErr,
+    cancel: &dyn Fn(),
+) -> RuntimeFailure {
+    let text = format!("the orchestration raised: {}", e.value(py));
+    if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+        cancel();
+    }
+    *pending.lock().unwrap() = Some(e);
+    RuntimeFailure::new(taskring::StatusCode::ExplicitOrchFatal, None, text)
+}
+
+/// A Python orchestrator object bound to the run's Rust orchestrator for one call.
+pub trait RunBound: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::False> {
+    type Target;
+    fn run_ptr(&self) -> &RunPtr<Self::Target>;
+}
+
+/// Call `orch(obj)` with `obj` pointing at the run's orchestrator `target` for exactly
+/// the duration of the call (after it, `obj` raises "belongs to a run that has ended").
+pub fn call_bound<P: RunBound>(
+    py: Python<'_>,
+    orch: &Py<PyAny>,
+    obj: P,
+    target: *mut P::Target,
+) -> PyResult<()>
+where
+    pyo3::PyClassInitializer<P>: From<P>,
+{
+    let po = Py::new(py, obj)?;
+    po.borrow(py).run_ptr().set(target);
+    let r = orch.call1(py, (po.clone_ref(py),));
+    po.borrow(py).run_ptr().set(std::ptr::null_mut());
+    r.map(|_| ())
+}
+
 /// `RuntimeError` for an object used in a process other than the one that created it.
 pub fn forked_err(what: &str, pid: u32) -> PyErr {
     PyRuntimeError::new_err(format!(
