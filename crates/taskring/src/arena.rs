@@ -155,7 +155,7 @@ impl ArenaCache {
     }
 
     /// A cache whose arenas keep their heaps in shared memory (L3 nodes).
-    pub fn new_shared(slots: usize) -> ArenaCache {
+    pub(crate) fn new_shared(slots: usize) -> ArenaCache {
         ArenaCache {
             shared_heaps: true,
             ..ArenaCache::new(slots)
@@ -224,7 +224,7 @@ impl ArenaCache {
     }
 
     /// The resident arena for `sizing`, without touching the LRU order or counters.
-    pub fn acquire_resident(&mut self, sizing: &RingSizing) -> Option<(&mut Arena, ())> {
+    pub(crate) fn acquire_resident(&mut self, sizing: &RingSizing) -> Option<(&mut Arena, ())> {
         let k = sizing.key();
         self.arenas
             .iter_mut()

@@ -85,13 +85,14 @@
 //! - [`config`]: `RuntimeEnv`, `CallConfig`, env parsing, `RingSizing` (precedence:
 //!   per-task config > `PTO2_RING_*` env > built-in default, per resource and per ring);
 //! - [`engine`]: rings, tensormap, scopes, the orchestrator, completion;
-//! - [`arena`]: all memory of one sizing, and the per-chip LRU arena cache;
+//! - `arena` (crate-internal): all memory of one sizing, and the per-chip LRU arena cache
+//!   ([`Arena`], [`ArenaCache`], [`ArenaStats`] are re-exported);
 //! - [`chip`]: the L2 chip (core threads running kernels) and `ChipWorker`;
 //! - [`kernel`]: the kernel trait and the builtin f32 kernels;
 //! - [`tensor`]: tensor views and task ids;
 //! - [`sync`]: the std / loom synchronisation facade the concurrent core is written against.
 
-pub mod arena;
+pub(crate) mod arena;
 pub mod chip;
 pub mod cluster;
 pub mod config;

@@ -132,7 +132,7 @@ impl Condvar {
 /// "everyone else runs here" explicitly. Each hint multiplies the interleavings loom
 /// explores: use sparingly (today: once, in the completion's fanout walk).
 #[inline(always)]
-pub fn schedule_hint() {
+pub(crate) fn schedule_hint() {
     #[cfg(loom)]
     loom::thread::yield_now();
 }

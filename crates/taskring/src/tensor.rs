@@ -183,7 +183,7 @@ pub enum TensorError {
 /// Do the row-major strides of `shape` fit 32 bits? (The stride of dimension `i` is the
 /// product of the dimensions after it; [`contiguous_strides`] would cap a larger one and
 /// the rows would overlap.)
-pub fn contiguous_strides_fit(shape: &[u32]) -> bool {
+pub(crate) fn contiguous_strides_fit(shape: &[u32]) -> bool {
     let mut acc: u64 = 1;
     for i in (1..shape.len()).rev() {
         acc = acc.saturating_mul(shape[i] as u64);
@@ -195,7 +195,7 @@ pub fn contiguous_strides_fit(shape: &[u32]) -> bool {
 }
 
 /// Row-major strides for `shape`.
-pub fn contiguous_strides(shape: &[u32]) -> [u32; MAX_DIMS] {
+pub(crate) fn contiguous_strides(shape: &[u32]) -> [u32; MAX_DIMS] {
     let mut strides = [0u32; MAX_DIMS];
     let mut acc: u64 = 1;
     for i in (0..shape.len()).rev() {
@@ -251,7 +251,7 @@ impl Tensor {
     }
     /// Elements spanned by the view: `1 + Σ (shape_i − 1) · stride_i`.
     #[inline]
-    pub fn extent(&self) -> u64 {
+    pub(crate) fn extent(&self) -> u64 {
         1 + self
             .shape()
             .iter()
@@ -261,7 +261,7 @@ impl Tensor {
     }
     /// Elements the buffer holds.
     #[inline]
-    pub fn capacity_elems(&self) -> u64 {
+    pub(crate) fn capacity_elems(&self) -> u64 {
         self.buf_bytes / self.dtype.size_bytes() as u64
     }
 

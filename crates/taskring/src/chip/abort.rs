@@ -93,7 +93,7 @@ pub fn begin_completion(state: &AtomicU64, task: TaskId) -> bool {
 /// Step 4, core side: was this core given up on? (Its own word: once it lost the race
 /// of [`begin_completion`] it reads ABANDONED, which nobody overwrites.)
 #[inline]
-pub fn is_abandoned(state: &AtomicU64) -> bool {
+pub(crate) fn is_abandoned(state: &AtomicU64) -> bool {
     state.load(SeqCst) == CORE_ABANDONED
 }
 

@@ -381,7 +381,7 @@ impl ChipWorker {
 
     /// The instant the last run with a swimlane started recording (its file's `ts = 0`;
     /// None before any). An L3 chip hands it to the host, which merges the timelines.
-    pub fn trace_start(&self) -> Option<Instant> {
+    pub(crate) fn trace_start(&self) -> Option<Instant> {
         *self.shared.trace_t0.lock()
     }
 

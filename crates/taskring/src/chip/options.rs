@@ -75,7 +75,7 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
-    pub fn from_config(c: &CallConfig) -> Diagnostics {
+    pub(crate) fn from_config(c: &CallConfig) -> Diagnostics {
         let at = |on: bool| {
             (on && !c.output_prefix.is_empty()).then(|| std::path::PathBuf::from(&c.output_prefix))
         };

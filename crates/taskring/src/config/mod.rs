@@ -60,8 +60,10 @@ pub use env::{parse_env_value, EnvSnapshot, EnvWarning};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use rules::{
     IntArg, RingField, DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP, DEFAULT_RING_TASK_WINDOW,
-    MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP,
-    MIN_RING_TASK_WINDOW, RUNTIME_ENV_RING_COUNT,
+    RUNTIME_ENV_RING_COUNT,
+};
+pub(crate) use rules::{
+    MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
 };
 pub use run_config::{
     check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,

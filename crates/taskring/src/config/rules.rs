@@ -17,15 +17,15 @@ pub const DEFAULT_RING_HEAP: u64 = 256 << 20;
 /// Built-in default dependency-edge pool entries per ring.
 pub const DEFAULT_RING_DEP_POOL: u64 = 16384;
 /// Smallest allowed task window.
-pub const MIN_RING_TASK_WINDOW: u64 = 4;
+pub(crate) const MIN_RING_TASK_WINDOW: u64 = 4;
 /// Largest allowed task window (`2^30`).
-pub const MAX_RING_TASK_WINDOW: u64 = 1 << 30;
+pub(crate) const MAX_RING_TASK_WINDOW: u64 = 1 << 30;
 /// Smallest allowed heap per ring, in bytes.
-pub const MIN_RING_HEAP: u64 = 1024;
+pub(crate) const MIN_RING_HEAP: u64 = 1024;
 /// Smallest allowed dependency pool.
-pub const MIN_RING_DEP_POOL: u64 = 4;
+pub(crate) const MIN_RING_DEP_POOL: u64 = 4;
 /// Largest allowed dependency pool (`INT32_MAX`).
-pub const MAX_RING_DEP_POOL: u64 = i32::MAX as u64;
+pub(crate) const MAX_RING_DEP_POOL: u64 = i32::MAX as u64;
 
 /// The window rule of `RunConfig` for a power of 2 above [`MAX_RING_TASK_WINDOW`].
 const RUN_CONFIG_WINDOW_CAP: &str = "be a power of 2 >= 4 and <= 1073741824";

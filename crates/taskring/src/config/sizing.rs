@@ -42,7 +42,7 @@ impl SizeSource {
 
     /// The source of `code` ([`code`](Self::code)); an unknown code is
     /// [`SizeSource::CallConfig`] (an explicit value).
-    pub fn from_code(code: u8) -> SizeSource {
+    pub(crate) fn from_code(code: u8) -> SizeSource {
         Self::BY_CODE
             .get(usize::from(code))
             .copied()

@@ -25,7 +25,7 @@ pub const MAX_SAMPLES: usize = 1 << 20;
 
 /// One scope boundary.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ScopeSample {
+pub(crate) struct ScopeSample {
     pub site: String,
     pub phase: String,
     pub depth: u32,
@@ -65,7 +65,7 @@ impl From<&RuntimeFailure> for FailureRecord {
 
 /// Line 1 of the file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ScopeStatsHeader {
+pub(crate) struct ScopeStatsHeader {
     pub version: u32,
     pub fatal: bool,
     pub dropped: u64,
@@ -86,7 +86,7 @@ pub struct ScopeStatsHeader {
 
 /// Samples of one run (kept by the orchestrator while enabled).
 #[derive(Clone, Debug, Default)]
-pub struct ScopeStats {
+pub(crate) struct ScopeStats {
     pub samples: Vec<ScopeSample>,
     pub dropped: u64,
 }
@@ -102,7 +102,7 @@ impl ScopeStats {
 }
 
 /// Write `header` and `stats` to `<prefix>/scope_stats/scope_stats.jsonl`.
-pub fn write_scope_stats(
+pub(crate) fn write_scope_stats(
     prefix: &Path,
     header: &ScopeStatsHeader,
     stats: &ScopeStats,
@@ -390,7 +390,7 @@ impl DepGraph {
     }
 
     /// The file's content: everything ordered as [`DepsFile`] says.
-    pub fn to_file(&self) -> DepsFile {
+    pub(crate) fn to_file(&self) -> DepsFile {
         let flag_names = |f: u64| {
             let mut v = Vec::with_capacity(2);
             if f & WAIT != 0 {
@@ -455,7 +455,7 @@ impl DepGraph {
 }
 
 /// Write `<prefix>/deps.json` (an empty graph when `graph` is `None`).
-pub fn write_deps(prefix: &Path, graph: Option<&DepGraph>) -> std::io::Result<PathBuf> {
+pub(crate) fn write_deps(prefix: &Path, graph: Option<&DepGraph>) -> std::io::Result<PathBuf> {
     use std::io::Write;
     std::fs::create_dir_all(prefix)?;
     let path = prefix.join("deps.json");
@@ -468,7 +468,7 @@ pub fn write_deps(prefix: &Path, graph: Option<&DepGraph>) -> std::io::Result<Pa
 
 /// One kernel execution on a core (`CallConfig.enable_chip_swimlane`).
 #[derive(Clone, Copy, Debug)]
-pub struct SwimlaneEvent {
+pub(crate) struct SwimlaneEvent {
     pub task: u64,
     pub core: u32,
     pub kernel: &'static str,
@@ -478,7 +478,7 @@ pub struct SwimlaneEvent {
 }
 
 /// Write `<prefix>/merged_swimlane.json` (Chrome trace events; opens in Perfetto).
-pub fn write_swimlane(
+pub(crate) fn write_swimlane(
     prefix: &Path,
     events: &[SwimlaneEvent],
     core_names: &[String],
@@ -727,7 +727,7 @@ pub struct CommandOutput {
 }
 
 /// Usage of the sizing command.
-pub const SIZING_USAGE: &str = "usage: taskring sizing <scope_stats.jsonl> [--headroom H]
+pub(crate) const SIZING_USAGE: &str = "usage: taskring sizing <scope_stats.jsonl> [--headroom H]
   Suggested ring sizes (runtime_env and PTO2_RING_* lines) from a run's scope stats
   (CallConfig.enable_scope_stats). H: a factor >= 1 on the recorded peaks (default 1.25).";
 
@@ -865,7 +865,7 @@ impl SizingAdvice {
     }
 
     /// The same as `PTO2_RING_*` environment lines.
-    pub fn env_lines(&self) -> String {
+    pub(crate) fn env_lines(&self) -> String {
         format!(
             "PTO2_RING_TASK_WINDOW={}\nPTO2_RING_HEAP={}\nPTO2_RING_DEP_POOL={}",
             Self::env_value(&self.task_window),

@@ -7,16 +7,18 @@
 //! - [`ring`]: the orchestrator-side allocators (task window, heap ring, pools);
 //! - [`shared`]: slot states, completion protocol, ready queues, parking;
 //! - [`tensormap`]: dependency inference over buffer regions;
-//! - [`orch`]: the [`Orchestrator`] (submit, scopes, alloc) and its per-arena state;
-//! - [`error`]: [`RuntimeFailure`] and status codes.
+//! - `orch` (crate-internal): the [`Orchestrator`] (submit, scopes, alloc) and its
+//!   per-arena state;
+//! - `error` (crate-internal): [`RuntimeFailure`] and status codes ([`StatusCode`]);
+//! - `replay` (crate-internal): capture and replay ([`Captured`](crate::Captured)).
 //!
 //! What is not tracked: write-after-read. A task that overwrites a buffer an earlier task
 //! only reads (INPUT) does not wait for that reader. Make the reader INOUT, or add an
 //! explicit dependency on it (reference §5.5).
 
-pub mod error;
-pub mod orch;
-pub mod replay;
+pub(crate) mod error;
+pub(crate) mod orch;
+pub(crate) mod replay;
 pub mod ring;
 pub mod shared;
 pub mod tensormap;
@@ -36,9 +38,9 @@ pub const MAX_TASK_SCALARS: usize = 16;
 /// Most explicit dependencies one task may declare.
 pub const MAX_TASK_DEPS: usize = 16;
 /// Fanin edges stored in the payload; the rest spill into the ring's spill pool.
-pub const FANIN_INLINE: usize = 16;
+pub(crate) const FANIN_INLINE: usize = 16;
 /// Deepest scope nesting.
-pub const MAX_SCOPE_DEPTH: usize = 64;
+pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 
 /// How a task uses a tensor argument (reference §5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,7 +121,7 @@ impl TensorSpec {
             * self.dtype.size_bytes() as u64
     }
     /// The tensor this spec becomes at `addr`, owned by `owner`.
-    pub fn materialize(&self, addr: u64, owner: TaskId) -> Tensor {
+    pub(crate) fn materialize(&self, addr: u64, owner: TaskId) -> Tensor {
         let mut t = Tensor::from_raw(addr, &self.shape[..self.ndims as usize], self.dtype);
         t.owner = owner;
         t
@@ -128,7 +130,7 @@ impl TensorSpec {
 
 /// A misuse recorded while building [`TaskArgs`]; it fails the submit (INVALID_ARGS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArgError {
+pub(crate) enum ArgError {
     TooManyTensors,
     TooManyScalars,
     TooManyDeps,

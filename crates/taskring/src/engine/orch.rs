@@ -361,7 +361,7 @@ impl TaskOutputs {
 
 /// Timeouts the orchestrator applies while it waits for space.
 #[derive(Clone, Copy, Debug)]
-pub struct WaitPolicy {
+pub(crate) struct WaitPolicy {
     /// Fail with the resource's code after this long without any progress: no task
     /// completed and no task ran on a core or waited in a ready queue (backstop).
     pub backstop: Duration,

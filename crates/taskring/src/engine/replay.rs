@@ -652,7 +652,7 @@ impl Captured {
     }
 
     /// Check `args` against the capture: count, kind, shape and dtype.
-    pub fn check_args(&self, args: &[Arg<'_>]) -> Result<(), ReplayError> {
+    pub(crate) fn check_args(&self, args: &[Arg<'_>]) -> Result<(), ReplayError> {
         if args.len() != self.sigs.len() {
             return Err(ReplayError::Args {
                 index: None,
@@ -725,7 +725,7 @@ impl Captured {
     }
 
     /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`).
-    pub fn replay_with_hook(
+    pub(crate) fn replay_with_hook(
         &self,
         chip: &mut ChipWorker,
         args: &[Arg<'_>],

@@ -19,11 +19,11 @@
 //!   moves to the mark the last retired task recorded.
 
 /// Each runtime-allocated output is rounded up to this many bytes.
-pub const OUTPUT_ALIGN_BYTES: u64 = 1024;
+pub(crate) const OUTPUT_ALIGN_BYTES: u64 = 1024;
 
 /// Round `bytes` up to the output alignment.
 #[inline]
-pub const fn align_output(bytes: u64) -> u64 {
+pub(crate) const fn align_output(bytes: u64) -> u64 {
     (bytes + OUTPUT_ALIGN_BYTES - 1) & !(OUTPUT_ALIGN_BYTES - 1)
 }
 
@@ -40,7 +40,7 @@ pub struct HeapRing {
 
 /// Outcome of a heap request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeapAlloc {
+pub(crate) enum HeapAlloc {
     /// Offset of the packed outputs; `end` is what the task records as its `heap_end`.
     At { offset: u64, end: u64 },
     /// Does not fit now.
@@ -74,7 +74,7 @@ impl HeapRing {
     }
 
     /// Try to reserve `size` bytes for the task with local id `local`.
-    pub fn try_alloc(&mut self, size: u64, local: u32) -> HeapAlloc {
+    pub(crate) fn try_alloc(&mut self, size: u64, local: u32) -> HeapAlloc {
         if size == 0 {
             return HeapAlloc::At {
                 offset: self.top,
@@ -162,7 +162,7 @@ impl LinearPool {
     }
     /// Reserve `n` consecutive linear indices; `None` if they do not fit now.
     #[inline]
-    pub fn try_alloc(&mut self, n: u64) -> Option<u64> {
+    pub(crate) fn try_alloc(&mut self, n: u64) -> Option<u64> {
         if self.free() >= n {
             let start = self.top;
             self.top += n;

@@ -17,14 +17,14 @@ use crate::mem::{ReserveError, ZeroValid, ZeroedArray};
 use crate::tensor::{TaskId, Tensor};
 
 /// Entries in the pool (global across rings, not tunable; upstream uses the same size).
-pub const TENSORMAP_POOL_ENTRIES: usize = 65536;
+pub(crate) const TENSORMAP_POOL_ENTRIES: usize = 65536;
 /// Hash buckets (power of two).
-pub const TENSORMAP_BUCKETS: usize = 4096;
+pub(crate) const TENSORMAP_BUCKETS: usize = 4096;
 const NIL: u32 = u32::MAX;
 
 /// Result of the overlap test between a probe and an entry of the same buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Overlap {
+pub(crate) enum Overlap {
     None,
     /// The probe contains the entry entirely.
     Covered,
@@ -33,7 +33,7 @@ pub enum Overlap {
 }
 
 /// The overlap test of the module doc.
-pub fn check_overlap(probe: &Tensor, e: &Tensor) -> Overlap {
+pub(crate) fn check_overlap(probe: &Tensor, e: &Tensor) -> Overlap {
     if probe.version > e.version {
         return Overlap::Other;
     }
@@ -180,7 +180,7 @@ impl TensorMap {
 
     /// No entry can match `addr` (its bucket is empty): the caller may skip the lookup.
     #[inline(always)]
-    pub fn bucket_empty(&self, addr: u64) -> bool {
+    pub(crate) fn bucket_empty(&self, addr: u64) -> bool {
         self.head(Self::bucket_of(addr)) == NIL
     }
 
@@ -226,7 +226,7 @@ impl TensorMap {
     /// A dropped entry that overlaps the probe is reported to `on_done` (the caller
     /// still counts it in the task's fanin demand, which then does not depend on how
     /// fast producers complete).
-    pub fn lookup_pending(
+    pub(crate) fn lookup_pending(
         &mut self,
         probe: &Tensor,
         remove_covered: bool,

@@ -166,7 +166,7 @@ impl KernelRef {
         self.0.name()
     }
     /// The name with the kernel's (static) lifetime.
-    pub fn name_static(&self) -> &'static str {
+    pub(crate) fn name_static(&self) -> &'static str {
         self.0.name()
     }
     pub fn core(&self) -> CoreKind {
@@ -181,7 +181,7 @@ impl fmt::Debug for KernelRef {
 }
 
 /// A kernel made from a closure (Rust API convenience; used by tests).
-pub struct FnKernel<F> {
+pub(crate) struct FnKernel<F> {
     pub name: String,
     pub core: CoreKind,
     pub f: F,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 /// `tr_tensor` of the C header.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct TrTensor {
+pub(crate) struct TrTensor {
     pub data: *mut c_void,
     pub dtype: i32,
     pub ndim: i32,
@@ -29,18 +29,18 @@ pub struct TrTensor {
 /// `tr_scalar` of the C header (the union is carried as its 8 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct TrScalar {
+pub(crate) struct TrScalar {
     pub kind: i32,
     pub reserved: i32,
     pub bits: u64,
 }
 
 /// `tr_kernel_fn` of the C header.
-pub type TrKernelFn =
+pub(crate) type TrKernelFn =
     unsafe extern "C" fn(*const TrTensor, i32, *const TrScalar, i32, *mut c_char, usize) -> i32;
 
 /// Bytes of the message buffer handed to a kernel (`errlen`).
-pub const ERR_LEN: usize = 512;
+pub(crate) const ERR_LEN: usize = 512;
 
 /// Most tensors and scalars one call passes: the engine's per-task limits
 /// (`engine::MAX_TASK_TENSORS` / `MAX_TASK_SCALARS`, equal by a test; the kernel layer

@@ -188,7 +188,7 @@ pub fn rss_bytes() -> u64 {
 /// slot it will fill a few tasks ahead, so the stores of the next submits hit lines that
 /// are already on their way instead of stalling the publishing `lock xadd` on misses.
 #[inline(always)]
-pub fn prefetch_write(p: *const u8, lines: usize) {
+pub(crate) fn prefetch_write(p: *const u8, lines: usize) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     for i in 0..lines {
         // safety: prefetch never faults and has no architectural effect.

@@ -25,16 +25,16 @@ use crate::chip::spin::SpinThenPark;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
-pub const STATE_STARTING: u32 = 0;
-pub const STATE_READY: u32 = 1;
-pub const STATE_FAILED: u32 = 2;
-pub const STATE_SHUTDOWN: u32 = 3;
+pub(crate) const STATE_STARTING: u32 = 0;
+pub(crate) const STATE_READY: u32 = 1;
+pub(crate) const STATE_FAILED: u32 = 2;
+pub(crate) const STATE_SHUTDOWN: u32 = 3;
 
 /// Bytes of each frame buffer.
-pub const FRAME_BYTES: usize = 64 * 1024;
+pub(crate) const FRAME_BYTES: usize = 64 * 1024;
 
 #[repr(C)]
-pub struct Header {
+pub(crate) struct Header {
     pub req_seq: AtomicU32,
     pub resp_seq: AtomicU32,
     pub state: AtomicU32,
@@ -57,7 +57,7 @@ pub struct Header {
 pub const HEARTBEAT: Duration = Duration::from_millis(20);
 
 /// See the module doc.
-pub struct Mailbox {
+pub(crate) struct Mailbox {
     base: *mut u8,
     len: usize,
 }
@@ -99,14 +99,14 @@ impl Mailbox {
     /// # Safety
     /// Only the host, while it owns the request side (no request in flight).
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn req_buf(&self) -> &mut [u8] {
+    pub(crate) unsafe fn req_buf(&self) -> &mut [u8] {
         std::slice::from_raw_parts_mut(self.base.add(HEADER_BYTES), FRAME_BYTES)
     }
 
     /// # Safety
     /// Only the chip, while it serves a request (or reports its start).
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn resp_buf(&self) -> &mut [u8] {
+    pub(crate) unsafe fn resp_buf(&self) -> &mut [u8] {
         std::slice::from_raw_parts_mut(self.base.add(HEADER_BYTES + FRAME_BYTES), FRAME_BYTES)
     }
 }
@@ -121,7 +121,7 @@ impl Drop for Mailbox {
 }
 
 /// Wait while `word == expected`, at most `timeout` (spurious returns are fine).
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,

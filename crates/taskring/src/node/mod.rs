@@ -175,7 +175,7 @@ pub struct NoForkHooks;
 impl ForkHooks for NoForkHooks {}
 
 /// A hook called around the runtime's blocking waits (see `ChipWorker::run_with_hook`).
-pub type BlockingHook = Arc<dyn Fn(bool) + Send + Sync>;
+pub(crate) type BlockingHook = Arc<dyn Fn(bool) + Send + Sync>;
 
 /// How to build a node.
 #[derive(Clone)]
@@ -633,7 +633,7 @@ mod host_pipes {
     }
 
     /// Forget `fd` (before closing it).
-    pub fn unregister(fd: i32) {
+    pub(crate) fn unregister(fd: i32) {
         for s in &FDS[..USED.load(Acquire).min(SLOTS)] {
             if s.compare_exchange(fd, -1, AcqRel, Relaxed).is_ok() {
                 return;

@@ -45,14 +45,14 @@ pub fn instant_ns(at: Instant) -> u64 {
 }
 
 /// The calling thread's kernel thread id.
-pub fn gettid() -> u64 {
+pub(crate) fn gettid() -> u64 {
     // safety: a plain syscall.
     unsafe { libc::syscall(libc::SYS_gettid) as u64 }
 }
 
 /// One slice (`X` event), times on `CLOCK_MONOTONIC`.
 #[derive(Clone, Debug)]
-pub struct Slice {
+pub(crate) struct Slice {
     pub pid: u64,
     pub tid: u64,
     pub name: String,
@@ -63,7 +63,7 @@ pub struct Slice {
 
 /// A point of a flow: a lane and a time inside the slice it binds to.
 #[derive(Clone, Copy, Debug)]
-pub struct FlowEnd {
+pub(crate) struct FlowEnd {
     pub pid: u64,
     pub tid: u64,
     pub at_ns: u64,
@@ -71,7 +71,7 @@ pub struct FlowEnd {
 
 /// A flow arrow.
 #[derive(Clone, Debug)]
-pub struct Flow {
+pub(crate) struct Flow {
     pub id: u64,
     /// Chrome matches `s` and `f` by category, name and id.
     pub cat: &'static str,
@@ -82,7 +82,7 @@ pub struct Flow {
 
 /// A whole timeline (see the module doc).
 #[derive(Clone, Debug, Default)]
-pub struct Timeline {
+pub(crate) struct Timeline {
     /// `ts = 0` on `CLOCK_MONOTONIC`.
     pub t0_ns: u64,
     /// `(pid, name)`, in display order.
@@ -101,7 +101,7 @@ impl Timeline {
     }
 
     /// The Chrome trace object.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut ev = Vec::with_capacity(
             2 * self.processes.len()
                 + self.threads.len()
@@ -148,7 +148,7 @@ impl Timeline {
 /// A chip's own swimlane file (as `dfx::write_swimlane` writes it), times relative to
 /// the chip run's start.
 #[derive(Clone, Debug, Default)]
-pub struct ChipTrace {
+pub(crate) struct ChipTrace {
     /// `(tid, name)` of the core lanes.
     pub threads: Vec<(u64, String)>,
     /// Slices with `start_ns` / `end_ns` relative to the run's start (`pid` unset).
@@ -156,7 +156,7 @@ pub struct ChipTrace {
 }
 
 /// Read a chip's swimlane file.
-pub fn read_chip_trace(path: &Path) -> Result<ChipTrace, String> {
+pub(crate) fn read_chip_trace(path: &Path) -> Result<ChipTrace, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let v: Value =

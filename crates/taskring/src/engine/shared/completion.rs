@@ -114,7 +114,7 @@ impl ArenaShared {
     /// Has `p` completed (or been retired, its slot reused)? A plain read, no lock: a
     /// `true` is final, a `false` may be stale (the caller then treats `p` as pending).
     #[inline]
-    pub fn is_completed(&self, p: TaskId) -> bool {
+    pub(crate) fn is_completed(&self, p: TaskId) -> bool {
         let s = self.slot(p);
         let state = s.state.load(Acquire);
         s.local.load(Relaxed) != p.local() || state >= COMPLETED

@@ -38,6 +38,5 @@ pub use completion::{ArenaShared, Claim};
 pub use park::{Progress, Sleep};
 pub use ready::EngineShared;
 pub use retire::{PayloadCell, RingShared};
-pub use slot::{
-    DepNode, SlotState, COMPLETED, CONSUMED, DEP_FLAGS, DEP_RETAIN, DEP_WAIT, PENDING, SCOPE_BIT,
-};
+pub(crate) use slot::DEP_FLAGS;
+pub use slot::{DepNode, SlotState, COMPLETED, CONSUMED, DEP_RETAIN, DEP_WAIT, PENDING, SCOPE_BIT};

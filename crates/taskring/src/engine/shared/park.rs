@@ -31,7 +31,7 @@ impl Sleep {
     /// Become the (one) spinning core, of queue index `kind`; false if another core
     /// already spins.
     #[inline]
-    pub fn try_spin(&self, kind: usize) -> bool {
+    pub(crate) fn try_spin(&self, kind: usize) -> bool {
         if self
             .spinning
             .compare_exchange(0, 1, SeqCst, Relaxed)
@@ -46,14 +46,14 @@ impl Sleep {
 
     /// Stop spinning (before looking at the queues one last time).
     #[inline]
-    pub fn end_spin(&self) {
+    pub(crate) fn end_spin(&self) {
         self.spinning.fetch_sub(1, SeqCst);
         fence(SeqCst);
     }
 
     /// Wake for a task of queue index `kind` (see the type doc).
     #[inline]
-    pub fn wake_for(&self, kind: usize) {
+    pub(crate) fn wake_for(&self, kind: usize) {
         fence(SeqCst);
         if self.spinning.load(Relaxed) > 0 {
             let sk = self.spinner_kind.load(Relaxed);

@@ -116,7 +116,7 @@ impl EngineShared {
     /// Queue `id` for a core of `kind` without waking anyone: the caller calls
     /// [`EngineShared::wake_for_queues`] once after a batch. Returns the queue's bit.
     #[inline]
-    pub fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u8 {
+    pub(crate) fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u8 {
         let q = queue_index(kind);
         self.queues[q].push(id.0);
         1 << q
@@ -124,7 +124,7 @@ impl EngineShared {
 
     /// Wake for the queues of `mask` (bits from [`EngineShared::push_ready_quiet`]).
     #[inline]
-    pub fn wake_for_queues(&self, mask: u8) {
+    pub(crate) fn wake_for_queues(&self, mask: u8) {
         for q in 0..3 {
             if mask & (1 << q) != 0 {
                 self.sleep.wake_for(q);
@@ -133,7 +133,7 @@ impl EngineShared {
     }
 
     /// Wake parked cores (work may be queued that a spinner cannot take).
-    pub fn wake_cores(&self) {
+    pub(crate) fn wake_cores(&self) {
         self.sleep.wake();
     }
 
@@ -157,7 +157,7 @@ impl EngineShared {
 
     /// Any task a core of `kind` could take?
     #[inline]
-    pub fn has_ready(&self, kind: CoreKind) -> bool {
+    pub(crate) fn has_ready(&self, kind: CoreKind) -> bool {
         let own = queue_index(kind);
         if own == 2 {
             return self.queues.iter().any(|q| !q.is_empty());
@@ -173,7 +173,7 @@ impl EngineShared {
     }
 
     /// Tasks waiting in the ready queues.
-    pub fn ready_len(&self) -> usize {
+    pub(crate) fn ready_len(&self) -> usize {
         self.queues.iter().map(|q| q.len()).sum()
     }
 
@@ -191,13 +191,13 @@ impl EngineShared {
 
     /// Try to become the spinning idle core (see [`Sleep`]).
     #[inline]
-    pub fn try_spin(&self, kind: CoreKind) -> bool {
+    pub(crate) fn try_spin(&self, kind: CoreKind) -> bool {
         self.sleep.try_spin(queue_index(kind))
     }
 
     /// Stop spinning; if work is still queued, wake a sleeper for it.
     #[inline]
-    pub fn end_spin(&self, found_work: bool) {
+    pub(crate) fn end_spin(&self, found_work: bool) {
         self.sleep.end_spin();
         if found_work && self.queues.iter().any(|q| !q.is_empty()) {
             self.sleep.wake();

@@ -68,7 +68,7 @@ impl RingShared {
     /// slot's state line and the payload's first lines (header, inline fanin, the first
     /// tensors). A hint only: the slot may still hold a live task.
     #[inline(always)]
-    pub fn prefetch_slot(&self, local: u32) {
+    pub(crate) fn prefetch_slot(&self, local: u32) {
         let i = (local & self.mask) as usize;
         crate::mem::prefetch_write(&self.slots[i] as *const SlotState as *const u8, 1);
         crate::mem::prefetch_write(&self.payloads[i] as *const PayloadCell as *const u8, 7);

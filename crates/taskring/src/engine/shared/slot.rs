@@ -23,7 +23,7 @@ pub const SCOPE_BIT: u32 = 1 << 31;
 /// Fanin edge flags, stored in the top bits of a recorded producer id.
 pub const DEP_WAIT: u64 = 1 << 62;
 pub const DEP_RETAIN: u64 = 1 << 63;
-pub const DEP_FLAGS: u64 = DEP_WAIT | DEP_RETAIN;
+pub(crate) const DEP_FLAGS: u64 = DEP_WAIT | DEP_RETAIN;
 
 /// One slot's synchronisation state: one cache line; all-zero is a valid (PENDING) value.
 #[repr(C, align(64))]
@@ -91,7 +91,7 @@ impl SlotState {
     #[inline(always)]
     fn touch_witness(&self) {}
     #[inline]
-    pub fn unlock(&self) {
+    pub(crate) fn unlock(&self) {
         self.lock.store(0, Release);
     }
 
@@ -144,7 +144,7 @@ impl SlotState {
     /// A plain store instead of a locked add (the ready-queue push that follows carries
     /// the release of the payload to the core that pops it).
     #[inline]
-    pub fn publish_unwaited(&self) -> bool {
+    pub(crate) fn publish_unwaited(&self) -> bool {
         debug_assert_eq!(self.fanin_count.load(Relaxed), 1);
         self.fanin_refcount.store(1, Relaxed);
         true
@@ -152,7 +152,7 @@ impl SlotState {
 
     /// Has the owning scope released its reference?
     #[inline]
-    pub fn scope_released(&self) -> bool {
+    pub(crate) fn scope_released(&self) -> bool {
         self.fanout_refcount.load(Acquire) & SCOPE_BIT != 0
     }
 
