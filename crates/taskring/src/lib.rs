@@ -82,15 +82,30 @@
 //!
 //! # Modules
 //!
+//! Items are `pub(crate)` unless something outside the crate names them. The modules
+//! below stay public only for the crate's own other users — the Python bindings
+//! (`taskring-py`), the benchmarks (`taskring-bench`), the integration tests, fuzz and
+//! loom models — not as API a user should reach for:
+//!
 //! - [`config`]: `RuntimeEnv`, `CallConfig`, env parsing, `RingSizing` (precedence:
 //!   per-task config > `PTO2_RING_*` env > built-in default, per resource and per ring);
-//! - [`engine`]: rings, tensormap, scopes, the orchestrator, completion;
+//!   the bindings use its validation rules, the fuzz tests its env parsing;
+//! - [`engine`]: rings, tensormap, scopes, the orchestrator, completion; `engine::shared`
+//!   is driven by the loom model (`tests/loom_core.rs`);
 //! - `arena` (crate-internal): all memory of one sizing, and the per-chip LRU arena cache
 //!   ([`Arena`], [`ArenaCache`], [`ArenaStats`] are re-exported);
-//! - [`chip`]: the L2 chip (core threads running kernels) and `ChipWorker`;
+//! - [`chip`]: the L2 chip (core threads running kernels) and `ChipWorker`; `chip::abort`
+//!   (hidden) is driven by the loom model of the abort handshake;
 //! - [`kernel`]: the kernel trait and the builtin f32 kernels;
 //! - [`tensor`]: tensor views and task ids;
-//! - [`sync`]: the std / loom synchronisation facade the concurrent core is written against.
+//! - [`node`]: L3 (chip processes, mailboxes, frames, the merged timeline), used by the
+//!   bindings, the L3 benchmarks and tests;
+//! - [`cluster`]: L4 over MPI, used by the bindings;
+//! - [`dfx`]: scope stats, `deps.json`, the sizing advisor (the bindings' `taskring sizing`);
+//! - [`mem`]: lazily committed and shared memory (the bindings' shared arrays, the
+//!   benchmarks' RSS readings);
+//! - [`sync`]: the std / loom synchronisation facade the concurrent core is written
+//!   against (public because part of it is used only by the loom build).
 
 pub(crate) mod arena;
 pub mod chip;

@@ -92,7 +92,7 @@ pub(crate) struct ScopeStats {
 }
 
 impl ScopeStats {
-    pub fn push(&mut self, s: ScopeSample) {
+    pub(crate) fn push(&mut self, s: ScopeSample) {
         if self.samples.len() < MAX_SAMPLES {
             self.samples.push(s);
         } else {

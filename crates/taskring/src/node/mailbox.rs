@@ -69,7 +69,7 @@ unsafe impl Sync for Mailbox {}
 const HEADER_BYTES: usize = 4096;
 
 impl Mailbox {
-    pub fn new() -> std::io::Result<Mailbox> {
+    pub(crate) fn new() -> std::io::Result<Mailbox> {
         let len = HEADER_BYTES + 2 * FRAME_BYTES;
         // safety: anonymous shared mapping; checked.
         let p = unsafe {
@@ -91,7 +91,7 @@ impl Mailbox {
         })
     }
 
-    pub fn header(&self) -> &Header {
+    pub(crate) fn header(&self) -> &Header {
         // safety: the mapping starts with a zeroed, page-aligned Header of atomics.
         unsafe { &*(self.base as *const Header) }
     }

@@ -606,7 +606,7 @@ mod host_pipes {
 
     /// A new host pipe `(read end, write end)`, both close-on-exec, the write end
     /// registered.
-    pub fn create() -> std::io::Result<(i32, i32)> {
+    pub(crate) fn create() -> std::io::Result<(i32, i32)> {
         ATFORK.call_once(|| {
             // safety: registers a child handler that only closes fds.
             unsafe { libc::pthread_atfork(None, None, Some(close_all_in_child)) };

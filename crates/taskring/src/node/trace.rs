@@ -134,7 +134,7 @@ impl Timeline {
     }
 
     /// Write `<prefix>/merged_swimlane.json`.
-    pub fn write(&self, prefix: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn write(&self, prefix: &Path) -> std::io::Result<PathBuf> {
         use std::io::Write;
         std::fs::create_dir_all(prefix)?;
         let path = prefix.join("merged_swimlane.json");
