@@ -16,7 +16,7 @@ use crate::chip::{ChipOptions, ChipWorker, Program, RunError};
 use crate::config::CallConfig;
 use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode, TaskArgs};
 use crate::kernel::{Kernel, KernelCall, KernelRef};
-use crate::node::ArgDir;
+use crate::node::{wait_over, ArgDir, HookRef};
 use crate::tensor::{TaskId, Tensor};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::Ordering::*;
@@ -24,8 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often the caller of [`Cluster::run`] calls its blocking hook while it waits.
-const HOOK_SLICE: Duration = Duration::from_millis(50);
 /// How rank 0's orchestration thread waits for its hosts before it blocks: 50 spin hints,
 /// then yields — about 0.3 ms in all on this machine.
 const WAIT_SPIN: crate::chip::spin::SpinThenPark = crate::chip::spin::SpinThenPark {
@@ -492,9 +490,7 @@ impl Cluster {
             .expect("an open cluster has its dispatch kernel");
         // safety: the hook lives for this call; the engine runs the program (and so the
         // wait that calls it) on this thread, before `run_with_hook` returns.
-        let hook_static: Option<&'static (dyn Fn(bool) + 'static)> =
-            hook.map(|h| unsafe { std::mem::transmute::<&dyn Fn(bool), &'static dyn Fn(bool)>(h) });
-        let hook_ref = HookRef(hook_static);
+        let hook_ref = unsafe { HookRef::erase(hook) };
         let sh2 = sh.clone();
         let program = Program::new("l4", move |o, _| {
             let mut co = ClusterOrchestrator {
@@ -563,43 +559,10 @@ impl Drop for Cluster {
     }
 }
 
-#[derive(Clone, Copy)]
-struct HookRef(Option<&'static dyn Fn(bool)>);
-// safety: the hook is only called on the thread that called `Cluster::run`.
-unsafe impl Send for HookRef {}
-unsafe impl Sync for HookRef {}
-
-impl HookRef {
-    fn get(self) -> Option<&'static dyn Fn(bool)> {
-        self.0
-    }
-}
-
 /// Wait until every L4 task was answered, or one failed and the others in flight
-/// ended, or the run was cancelled; calls the hook around slices of at most 50 ms.
+/// ended, or the run was cancelled. A reply usually comes within a few hundred
+/// microseconds: look (yielding) first, then block, calling the hook every 50 ms.
 fn wait_dispatched(sh: &Shared, hook: Option<&dyn Fn(bool)>) {
     let over = |st: &RunState| st.over() || sh.cancel.load(Acquire);
-    // A reply usually comes within a few hundred microseconds: look (yielding) first,
-    // then block on the condition variable.
-    if WAIT_SPIN.spin(|| over(&sh.run.lock())) {
-        return;
-    }
-    loop {
-        if let Some(h) = hook {
-            h(true);
-        }
-        let done = {
-            let mut st = sh.run.lock();
-            if !over(&st) {
-                sh.done.wait_for(&mut st, HOOK_SLICE);
-            }
-            over(&st)
-        };
-        if let Some(h) = hook {
-            h(false);
-        }
-        if done {
-            return;
-        }
-    }
+    wait_over(&sh.run, &sh.done, over, WAIT_SPIN, hook);
 }

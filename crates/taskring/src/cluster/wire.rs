@@ -293,24 +293,14 @@ pub fn decode_request(buf: &[u8]) -> Result<HostRequest, FrameError> {
 }
 
 fn wire_of(c: &ChipTaskReport) -> WireReport {
-    let (sizing, sources) = match &c.ring_sizing {
-        Some(s) => (s.key(), s.source_codes()),
-        None => ([0; 12], [0; 12]),
-    };
-    let p = &c.peak;
-    let mut peak = [0u64; 12];
-    peak[..4].copy_from_slice(&p.task_window);
-    peak[4..8].copy_from_slice(&p.heap);
-    peak[8..].copy_from_slice(&p.dep_pool);
-    WireReport {
-        sizing,
-        sources,
-        peak,
-        tasks: c.tasks,
-        arena_hit: c.arena_hit,
-        arena_build_s: c.arena_build_s,
-        elapsed_s: c.elapsed_s,
-    }
+    crate::node::wire_report(
+        c.ring_sizing.as_ref(),
+        &c.peak,
+        c.tasks,
+        c.arena_hit,
+        c.arena_build_s,
+        c.elapsed_s,
+    )
 }
 
 /// The reply frame's size for `r` (to size the buffer exactly).

@@ -80,6 +80,26 @@ pub struct PeakUse {
     pub dep_pool: [u64; 4],
 }
 
+impl PeakUse {
+    /// The 12 values as the frames carry them: ring 0..3 of task window, heap, dep pool.
+    pub fn to_array(&self) -> [u64; 12] {
+        let mut a = [0u64; 12];
+        a[..4].copy_from_slice(&self.task_window);
+        a[4..8].copy_from_slice(&self.heap);
+        a[8..].copy_from_slice(&self.dep_pool);
+        a
+    }
+
+    /// The reverse of [`PeakUse::to_array`].
+    pub fn from_array(a: [u64; 12]) -> PeakUse {
+        PeakUse {
+            task_window: [a[0], a[1], a[2], a[3]],
+            heap: [a[4], a[5], a[6], a[7]],
+            dep_pool: [a[8], a[9], a[10], a[11]],
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct ScopeFrame {
     begin: usize,

@@ -932,11 +932,7 @@ pub(crate) fn report_of(
     };
     if let Some(r) = r {
         rep.ring_sizing = RingSizing::from_key_and_sources(r.sizing, r.sources).ok();
-        rep.peak = PeakUse {
-            task_window: [r.peak[0], r.peak[1], r.peak[2], r.peak[3]],
-            heap: [r.peak[4], r.peak[5], r.peak[6], r.peak[7]],
-            dep_pool: [r.peak[8], r.peak[9], r.peak[10], r.peak[11]],
-        };
+        rep.peak = PeakUse::from_array(r.peak);
         rep.tasks = r.tasks;
         rep.arena_hit = r.arena_hit;
         rep.arena_build_s = r.arena_build_s;
@@ -1533,28 +1529,42 @@ fn stats_reply(chip: &ChipWorker) -> ReplyFrame {
     }
 }
 
-/// The reply to a task that ran: its run report on the wire (the 12 peak values as
-/// ring × {task window, heap, dep pool}).
+/// The reply to a task that ran: its run report on the wire.
 fn report_reply(rep: &RunReport) -> ReplyFrame {
-    let s = rep.ring_sizing;
-    let p = rep.peak;
-    let mut peak = [0u64; 12];
-    peak[..4].copy_from_slice(&p.task_window);
-    peak[4..8].copy_from_slice(&p.heap);
-    peak[8..].copy_from_slice(&p.dep_pool);
     ReplyFrame {
         status: 0,
         error: String::new(),
-        report: Some(WireReport {
-            sizing: s.key(),
-            sources: s.source_codes(),
-            peak,
-            tasks: rep.tasks,
-            arena_hit: rep.arena_hit,
-            arena_build_s: rep.arena_build_s,
-            elapsed_s: rep.elapsed_s,
-        }),
+        report: Some(wire_report(
+            Some(&rep.ring_sizing),
+            &rep.peak,
+            rep.tasks,
+            rep.arena_hit,
+            rep.arena_build_s,
+            rep.elapsed_s,
+        )),
         stats: None,
+    }
+}
+
+/// A task's report on the wire (a chip's reply, a host's reply at L4): the sizing's key
+/// and sources (zeros when none was resolved) and the 12 peak values.
+pub(crate) fn wire_report(
+    sizing: Option<&RingSizing>,
+    peak: &PeakUse,
+    tasks: u64,
+    arena_hit: bool,
+    arena_build_s: f64,
+    elapsed_s: f64,
+) -> WireReport {
+    let (sizing, sources) = sizing.map_or(([0; 12], [0; 12]), |s| (s.key(), s.source_codes()));
+    WireReport {
+        sizing,
+        sources,
+        peak: peak.to_array(),
+        tasks,
+        arena_hit,
+        arena_build_s,
+        elapsed_s,
     }
 }
 
@@ -1769,9 +1779,7 @@ impl Node {
         let dispatch = self.dispatch.expect("an open node has its dispatch kernel");
         // safety: the program (and so this reference) lives only during this call; the
         // engine does not keep it past `run_with_hook`.
-        let hook_ref: Option<&'static (dyn Fn(bool) + 'static)> =
-            hook.map(|h| unsafe { std::mem::transmute::<&dyn Fn(bool), &'static dyn Fn(bool)>(h) });
-        let hook_ptr = HookRef(hook_ref);
+        let hook_ptr = unsafe { HookRef::erase(hook) };
         let program = Program::new("l3", move |o, _| {
             let mut no = NodeOrchestrator {
                 o,
@@ -2005,16 +2013,29 @@ impl Drop for Node {
     }
 }
 
-/// The run's hook, carried into the (`'static`) program of one run.
+/// The run's hook, carried into the (`'static`) program of one run (also rank 0's at L4).
 #[derive(Clone, Copy)]
-struct HookRef(Option<&'static dyn Fn(bool)>);
+pub(crate) struct HookRef(Option<&'static dyn Fn(bool)>);
 // safety: the hook is only called on the thread that runs the program, which is the
 // thread that called `Node::run` (the engine runs the orchestration on its caller).
 unsafe impl Send for HookRef {}
 unsafe impl Sync for HookRef {}
 
 impl HookRef {
-    fn get(self) -> Option<&'static dyn Fn(bool)> {
+    /// The hook as `'static` for the program of one run.
+    ///
+    /// # Safety
+    /// The program (and so every copy of this value) must not outlive `hook`: the
+    /// engine runs the program on the calling thread and keeps nothing of it after the
+    /// run returns.
+    pub(crate) unsafe fn erase(hook: Option<&dyn Fn(bool)>) -> HookRef {
+        // safety: see the function's contract.
+        HookRef(
+            hook.map(|h| unsafe { std::mem::transmute::<&dyn Fn(bool), &'static dyn Fn(bool)>(h) }),
+        )
+    }
+
+    pub(crate) fn get(self) -> Option<&'static dyn Fn(bool)> {
         self.0
     }
 }
@@ -2031,20 +2052,33 @@ fn blocking<R>(hook: Option<&dyn Fn(bool)>, f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Wait until `over(state)`: look (`spin`) first, then block on `cv` in slices of at
+/// most 50 ms, calling the hook around each slice (how a Python caller sees Ctrl-C).
+/// The run's wait for its dispatches, at L3 and at L4 (rank 0).
+pub(crate) fn wait_over<S>(
+    state: &Mutex<S>,
+    cv: &Condvar,
+    over: impl Fn(&S) -> bool,
+    spin: crate::chip::spin::SpinThenPark,
+    hook: Option<&dyn Fn(bool)>,
+) {
+    if spin.spin(|| over(&state.lock())) {
+        return;
+    }
+    while !blocking(hook, || {
+        let mut st = state.lock();
+        if !over(&st) {
+            cv.wait_for(&mut st, HOOK_SLICE);
+        }
+        over(&st)
+    }) {}
+}
+
 /// Wait until every L3 task of the run was dispatched and answered, or one failed, or
 /// the run was cancelled; calls the hook around every slice of at most 50 ms.
 fn wait_dispatched(sh: &NodeShared, hook: Option<&dyn Fn(bool)>) {
     let over = |st: &RunState| st.over() || sh.ctl.cancel.load(Acquire);
-    if mailbox::MAILBOX_SPIN.spin(|| over(&sh.run.lock())) {
-        return;
-    }
-    while !blocking(hook, || {
-        let mut st = sh.run.lock();
-        if !over(&st) {
-            sh.done.wait_for(&mut st, HOOK_SLICE);
-        }
-        over(&st)
-    }) {}
+    wait_over(&sh.run, &sh.done, over, mailbox::MAILBOX_SPIN, hook);
 }
 
 /// Ask every chip to exit and reap it; chips that do not answer are killed (a stopped
