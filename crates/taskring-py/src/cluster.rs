@@ -193,7 +193,7 @@ mod with_mpi {
     use super::*;
     use crate::config::call_config_of;
     use crate::runtime::{failure_err, RunPtr, RUN_IDS};
-    use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+    use numpy::PyUntypedArray;
     use parking_lot::Mutex;
     use pyo3::exceptions::PyKeyboardInterrupt;
     use pyo3::types::{PyBool, PyFloat, PyInt};
@@ -625,8 +625,7 @@ mod with_mpi {
         programs: Vec<ClusterProgram>,
     }
 
-    /// The buffer a rank-0 array belongs to: its outermost numpy base that owns data
-    /// (so overlapping views of one array are one buffer to the tensormap).
+    /// One argument of an L4 submit: a scalar, a host-resident tensor, or a rank-0 array.
     fn cluster_arg(i: usize, a: &Bound<'_, PyAny>, dir: ArgDir) -> PyResult<ClusterArg> {
         if a.is_instance_of::<PyBool>() {
             return Err(PyTypeError::new_err(format!(
@@ -648,73 +647,19 @@ mod with_mpi {
                 host: h.worker,
             });
         }
-        let arr = a.cast::<PyUntypedArray>().map_err(|_| {
-            PyTypeError::new_err(format!(
+        if a.cast::<PyUntypedArray>().is_err() {
+            return Err(PyTypeError::new_err(format!(
                 "argument {i}: expected a numpy array, a HostTensor, an int or a float, got {}",
                 a.get_type()
                     .name()
                     .map(|n| n.to_string())
                     .unwrap_or_default()
-            ))
-        })?;
-        if !arr.is_c_contiguous() {
-            return Err(PyValueError::new_err(format!(
-                "argument {i}: array must be C-contiguous"
             )));
         }
-        if dir != ArgDir::In
-            && !a
-                .getattr("flags")?
-                .getattr("writeable")?
-                .extract::<bool>()?
-        {
-            return Err(PyValueError::new_err(format!(
-                "argument {i}: an output array must be writeable"
-            )));
-        }
-        let dname = arr.dtype().str()?.to_string();
-        let dtype = crate::runtime::dtype_from_name(&dname).ok_or_else(|| {
-            PyTypeError::new_err(format!("argument {i}: dtype {dname} is not supported"))
-        })?;
-        let shape: Vec<u32> = arr.shape().iter().map(|&d| d as u32).collect();
-        if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS || shape.contains(&0) {
-            return Err(PyValueError::new_err(format!(
-                "argument {i}: shape {shape:?} is not supported"
-            )));
-        }
-        // safety: reading the data pointer of a live array.
-        let data = unsafe { (*arr.as_array_ptr()).data } as u64;
-        crate::runtime::check_aligned(i, data, dtype)?;
-        let item = dtype.size_bytes() as u64;
-        let nbytes = arr.len() as u64 * item;
-        // The owning array: follow `.base` while it is an ndarray.
-        let mut root = a.clone();
-        while let Ok(b) = root.getattr("base") {
-            if b.cast::<PyUntypedArray>().is_err() {
-                break;
-            }
-            root = b;
-        }
-        let (mut base, mut buf_bytes) = (data, nbytes);
-        if let Ok(r) = root.cast::<PyUntypedArray>() {
-            // safety: as above.
-            let rdata = unsafe { (*r.as_array_ptr()).data } as u64;
-            let rbytes = r.len() as u64 * numpy::PyArrayDescrMethods::itemsize(&r.dtype()) as u64;
-            if r.is_c_contiguous()
-                && rdata <= data
-                && data + nbytes <= rdata + rbytes
-                && (data - rdata).is_multiple_of(item)
-                && rdata.is_multiple_of(8)
-            {
-                base = rdata;
-                buf_bytes = rbytes;
-            }
-        }
-        let mut t = Tensor::from_raw(base, &shape, dtype);
-        t.buf_bytes = buf_bytes;
-        t.offset = (data - base) / item;
-        t.validate()
-            .map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
+        // As an L2 argument: a view addressed inside its owner's buffer, so overlapping
+        // views of one array are one buffer to rank 0's tensormap; an input may be
+        // read-only.
+        let t = crate::runtime::array_tensor(i, a, dir != ArgDir::In)?;
         Ok(ClusterArg::Tensor(t))
     }
 

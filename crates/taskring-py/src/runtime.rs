@@ -271,8 +271,15 @@ impl PySpec {
     }
 }
 
-/// A host numpy array as a Tensor (zero copy).
+/// A host numpy array as a Tensor (zero copy); an L2 argument may be written.
 fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    array_tensor(i, a, true)
+}
+
+/// A numpy array as a Tensor over its owner's buffer (zero copy): checked for layout,
+/// dtype, shape, alignment and (when `writeable`) the writeable flag. L2 arguments and
+/// rank 0's L4 arguments.
+pub fn array_tensor(i: usize, a: &Bound<'_, PyAny>, writeable: bool) -> PyResult<Tensor> {
     let arr = a.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
             "argument {i}: expected a numpy.ndarray, got {}",
@@ -303,8 +310,12 @@ fn host_tensor(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             taskring::tensor::MAX_DIMS
         )));
     }
-    let flags: bool = a.getattr("flags")?.getattr("writeable")?.extract()?;
-    if !flags {
+    if writeable
+        && !a
+            .getattr("flags")?
+            .getattr("writeable")?
+            .extract::<bool>()?
+    {
         return Err(PyValueError::new_err(format!(
             "argument {i}: array must be writeable"
         )));
