@@ -785,80 +785,57 @@ impl Dispatch {
     }
 }
 
-impl Kernel for Dispatch {
-    fn name(&self) -> &str {
-        "chip-dispatch"
-    }
-    fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
-        // Over 80 lines: one L3 task's dispatch read top to bottom — claim it and its trace
-        // prefix, encode its frame, the round trip, then record the trace and the report
-        // under the run lock. The trace half is the next piece to take out.
-        let idx = call.scalar_i64(0) as usize;
-        let start_ns = trace::mono_ns();
-        let (task, run_prefix) = {
-            let mut st = self.node.run.lock();
-            st.in_flight += 1;
-            (
-                st.tasks[idx].clone(),
-                st.trace.as_ref().map(|t| t.prefix.clone()),
-            )
-        };
-        let chip = &self.node.chips[task.worker];
-        // A traced run has every chip record its swimlane (under the task's own prefix,
-        // else the run's; in `chip{worker}/` there), to merge it after the reply.
+/// What the host records of one dispatch's round trip for the timeline: when the request
+/// was posted, when the reply was seen, and the chip's side.
+type TraceSide = Option<(u64, u64, ChipSide)>;
+
+impl Dispatch {
+    /// The config the chip gets: in a traced run every chip records its swimlane (under
+    /// the task's own prefix, else the run's; in `chip{worker}/` there), to merge it
+    /// after the reply.
+    fn chip_config(task: &L3Task, run_prefix: Option<&String>) -> CallConfig {
         let mut config = task.config.clone();
-        if let Some(p) = &run_prefix {
+        if let Some(p) = run_prefix {
             config.enable_chip_swimlane = config.enable_chip_swimlane.max(1);
             if config.output_prefix.is_empty() {
                 config.output_prefix = p.clone();
             }
         }
-        let traced = run_prefix.is_some();
-        let swimlane = chip_dir(&config.output_prefix, task.worker).join("merged_swimlane.json");
-        let after = |posted_ns: u64| {
-            if !traced {
-                return None;
-            }
-            let replied_ns = trace::mono_ns();
-            let h = chip.mailbox.header();
-            let t0_ns = h.trace_t0_ns.load(Acquire);
-            let events = if t0_ns == 0 {
-                Err("the chip recorded no swimlane".to_string())
-            } else {
-                trace::read_chip_trace(&swimlane)
-            };
-            let side = ChipSide {
-                tid: h.served_tid.load(Acquire) as u64,
-                served_ns: h.served_ns.load(Acquire),
-                replied_ns: h.replied_ns.load(Acquire),
-                t0_ns,
-                events,
-            };
-            Some((posted_ns, replied_ns, side))
+        config
+    }
+
+    /// The chip's side of a traced dispatch, read while the host still holds the chip's
+    /// turn (no later task of that chip can overwrite its swimlane file first).
+    fn chip_side(chip: &Chip, swimlane: &std::path::Path, posted_ns: u64) -> (u64, u64, ChipSide) {
+        let replied_ns = trace::mono_ns();
+        let h = chip.mailbox.header();
+        let t0_ns = h.trace_t0_ns.load(Acquire);
+        let events = if t0_ns == 0 {
+            Err("the chip recorded no swimlane".to_string())
+        } else {
+            trace::read_chip_trace(swimlane)
         };
-        let args: Result<Vec<WireArg>, String> = task
-            .args
-            .iter()
-            .map(|a| match *a {
-                ArgRef::Tensor(i) => Self::wire_tensor(&call.tensors[i])
-                    .map(WireArg::Tensor)
-                    .map_err(|e| format!("{}: {e}", chip.prefix())),
-                ArgRef::Int(v) => Ok(WireArg::Int(v)),
-                ArgRef::Float(v) => Ok(WireArg::Float(v)),
-            })
-            .collect();
-        let reply = args.and_then(|args| {
-            chip.call(
-                &self.node.ctl,
-                &TaskFrame {
-                    callable: task.callable,
-                    config,
-                    args,
-                },
-                after,
-            )
-        });
+        let side = ChipSide {
+            tid: h.served_tid.load(Acquire) as u64,
+            served_ns: h.served_ns.load(Acquire),
+            replied_ns: h.replied_ns.load(Acquire),
+            t0_ns,
+            events,
+        };
+        (posted_ns, replied_ns, side)
+    }
+
+    /// Record the dispatch's trace, count it finished, store its report; the task's
+    /// error (if any) becomes the run's first chip error when it is the first.
+    fn record(
+        &self,
+        idx: usize,
+        task: &L3Task,
+        reply: Result<(ReplyFrame, TraceSide), String>,
+        start_ns: u64,
+    ) -> Result<(), String> {
         let end_ns = trace::mono_ns();
+        let chip = &self.node.chips[task.worker];
         let (reply, side) = match reply {
             Ok((r, side)) => (Ok(r), side),
             Err(e) => (Err(e), None),
@@ -910,6 +887,54 @@ impl Kernel for Dispatch {
                 Err(e)
             }
         }
+    }
+}
+
+impl Kernel for Dispatch {
+    fn name(&self) -> &str {
+        "chip-dispatch"
+    }
+    /// One L3 task's dispatch: claim it (and the run's trace prefix), encode its frame,
+    /// the round trip to its chip, then record the trace and the report.
+    fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
+        let idx = call.scalar_i64(0) as usize;
+        let start_ns = trace::mono_ns();
+        let (task, run_prefix) = {
+            let mut st = self.node.run.lock();
+            st.in_flight += 1;
+            (
+                st.tasks[idx].clone(),
+                st.trace.as_ref().map(|t| t.prefix.clone()),
+            )
+        };
+        let chip = &self.node.chips[task.worker];
+        let config = Self::chip_config(&task, run_prefix.as_ref());
+        let traced = run_prefix.is_some();
+        let swimlane = chip_dir(&config.output_prefix, task.worker).join("merged_swimlane.json");
+        let after = |posted_ns: u64| traced.then(|| Self::chip_side(chip, &swimlane, posted_ns));
+        let args: Result<Vec<WireArg>, String> = task
+            .args
+            .iter()
+            .map(|a| match *a {
+                ArgRef::Tensor(i) => Self::wire_tensor(&call.tensors[i])
+                    .map(WireArg::Tensor)
+                    .map_err(|e| format!("{}: {e}", chip.prefix())),
+                ArgRef::Int(v) => Ok(WireArg::Int(v)),
+                ArgRef::Float(v) => Ok(WireArg::Float(v)),
+            })
+            .collect();
+        let reply = args.and_then(|args| {
+            chip.call(
+                &self.node.ctl,
+                &TaskFrame {
+                    callable: task.callable,
+                    config,
+                    args,
+                },
+                after,
+            )
+        });
+        self.record(idx, &task, reply, start_ns)
     }
 }
 
