@@ -16,7 +16,7 @@ use crate::chip::{ChipOptions, ChipWorker, Program, RunError};
 use crate::config::CallConfig;
 use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode, TaskArgs};
 use crate::kernel::{Kernel, KernelCall, KernelRef};
-use crate::node::{wait_over, ArgDir, HookRef};
+use crate::node::{canonical_index, wait_over, ArgDir, HookRef};
 use crate::tensor::{TaskId, Tensor};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::Ordering::*;
@@ -338,17 +338,7 @@ fn task_args(
             args.len()
         ));
     }
-    let group = |d: ArgDir| match d {
-        ArgDir::In => 0,
-        ArgDir::InOut => 1,
-        _ => 2,
-    };
-    let mut counts = [0usize; 3];
-    for d in sig.iter().filter(|d| **d != ArgDir::Scalar) {
-        counts[group(*d)] += 1;
-    }
-    let starts = [0, counts[0], counts[0] + counts[1]];
-    let mut seen = [0usize; 3];
+    let at = canonical_index(sig);
     let mut slots = Vec::with_capacity(args.len());
     let mut ta = TaskArgs::new();
     for (i, (d, a)) in sig.iter().zip(args).enumerate() {
@@ -385,9 +375,8 @@ fn task_args(
             ArgDir::InOut => L4Dir::InOut,
             _ => L4Dir::Out,
         };
-        let g = group(*d);
-        slots.push(Slot::Tensor(starts[g] + seen[g], dir, resident));
-        seen[g] += 1;
+        let index = at[i].expect("a tensor argument has an index");
+        slots.push(Slot::Tensor(index, dir, resident));
         match d {
             ArgDir::In => ta.input(view),
             ArgDir::InOut => ta.inout(view),

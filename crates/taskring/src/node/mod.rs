@@ -966,6 +966,70 @@ pub(crate) fn report_of(
     rep
 }
 
+/// Where each argument of a program with signature `sig` goes among its task's
+/// tensors, which the engine keeps in canonical order (inputs, inouts, outputs): the
+/// index for a tensor argument, None for a scalar. One rule for L3 and L4 tasks.
+pub(crate) fn canonical_index(sig: &[ArgDir]) -> Vec<Option<usize>> {
+    let group = |d: ArgDir| match d {
+        ArgDir::In => Some(0),
+        ArgDir::InOut => Some(1),
+        ArgDir::Out => Some(2),
+        ArgDir::Scalar => None,
+    };
+    let mut counts = [0usize; 3];
+    for g in sig.iter().filter_map(|d| group(*d)) {
+        counts[g] += 1;
+    }
+    let starts = [0, counts[0], counts[0] + counts[1]];
+    let mut seen = [0usize; 3];
+    sig.iter()
+        .map(|d| {
+            group(*d).map(|g| {
+                seen[g] += 1;
+                starts[g] + seen[g] - 1
+            })
+        })
+        .collect()
+}
+
+/// An L3 task's engine arguments and where each program argument is among them.
+fn node_task_args(sig: &[ArgDir], args: &[NodeArg]) -> Result<(Vec<ArgRef>, TaskArgs), String> {
+    if sig.len() != args.len() {
+        return Err(format!(
+            "the program takes {} arguments, got {}",
+            sig.len(),
+            args.len()
+        ));
+    }
+    let at = canonical_index(sig);
+    let mut refs = Vec::with_capacity(args.len());
+    let mut ta = TaskArgs::new();
+    for (i, (d, a)) in sig.iter().zip(args).enumerate() {
+        match (d, a) {
+            (ArgDir::Scalar, NodeArg::Int(v)) => refs.push(ArgRef::Int(*v)),
+            (ArgDir::Scalar, NodeArg::Float(v)) => refs.push(ArgRef::Float(*v)),
+            (ArgDir::Scalar, NodeArg::Tensor(_)) => {
+                return Err(format!("argument {i} is SCALAR but a tensor was given"))
+            }
+            (_, NodeArg::Tensor(t)) => {
+                if Dispatch::wire_tensor(t).is_err() {
+                    return Err(format!("argument {i} is not in shared memory (use taskring.shared_array or a node allocation)"));
+                }
+                refs.push(ArgRef::Tensor(
+                    at[i].expect("a tensor argument has an index"),
+                ));
+                match d {
+                    ArgDir::In => ta.input(*t),
+                    ArgDir::InOut => ta.inout(*t),
+                    _ => ta.output_existing(*t),
+                };
+            }
+            (_, _) => return Err(format!("argument {i} must be a tensor")),
+        }
+    }
+    Ok((refs, ta))
+}
+
 /// One argument of `submit_next_level`.
 #[derive(Clone, Copy, Debug)]
 pub enum NodeArg {
@@ -1000,9 +1064,6 @@ impl<'r> NodeOrchestrator<'_, 'r> {
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, RuntimeFailure> {
-        // Over 80 lines: argument checks, canonical order of the tensors, the engine
-        // submit and the task's trace record share the task being built. Its canonical
-        // grouping repeats the L2 submit's: issue 13's argument-enum item, not done here.
         let start_ns = self.node.tracing.load(Relaxed).then(trace::mono_ns);
         let bad =
             |msg: String| RuntimeFailure::invalid_args(None, format!("submit_next_level: {msg}"));
@@ -1019,53 +1080,7 @@ impl<'r> NodeOrchestrator<'_, 'r> {
                 .map(|c| c.signature.clone())
                 .ok_or_else(|| bad(format!("unknown callable handle {callable}")))?
         };
-        if sig.len() != args.len() {
-            return Err(bad(format!(
-                "the program takes {} arguments, got {}",
-                sig.len(),
-                args.len()
-            )));
-        }
-        // Tensors in canonical order: inputs, inouts, outputs.
-        let group = |d: ArgDir| match d {
-            ArgDir::In => 0,
-            ArgDir::InOut => 1,
-            ArgDir::Out => 2,
-            ArgDir::Scalar => 3,
-        };
-        let mut counts = [0usize; 4];
-        for d in &sig {
-            counts[group(*d)] += 1;
-        }
-        let starts = [0, counts[0], counts[0] + counts[1]];
-        let mut seen = [0usize; 3];
-        let mut refs = Vec::with_capacity(args.len());
-        let mut ta = TaskArgs::new();
-        for (i, (d, a)) in sig.iter().zip(args).enumerate() {
-            match (d, a) {
-                (ArgDir::Scalar, NodeArg::Int(v)) => refs.push(ArgRef::Int(*v)),
-                (ArgDir::Scalar, NodeArg::Float(v)) => refs.push(ArgRef::Float(*v)),
-                (ArgDir::Scalar, NodeArg::Tensor(_)) => {
-                    return Err(bad(format!(
-                        "argument {i} is SCALAR but a tensor was given"
-                    )))
-                }
-                (_, NodeArg::Tensor(t)) => {
-                    if Dispatch::wire_tensor(t).is_err() {
-                        return Err(bad(format!("argument {i} is not in shared memory (use taskring.shared_array or a node allocation)")));
-                    }
-                    let g = group(*d);
-                    refs.push(ArgRef::Tensor(starts[g] + seen[g]));
-                    seen[g] += 1;
-                    match d {
-                        ArgDir::In => ta.input(*t),
-                        ArgDir::InOut => ta.inout(*t),
-                        _ => ta.output_existing(*t),
-                    };
-                }
-                (_, _) => return Err(bad(format!("argument {i} must be a tensor"))),
-            }
-        }
+        let (refs, mut ta) = node_task_args(&sig, args).map_err(bad)?;
         let idx = {
             let mut st = self.node.run.lock();
             st.tasks.push(L3Task {
@@ -2164,6 +2179,17 @@ mod tests {
 
     fn new_node(opts: NodeOptions) -> Result<Node, NodeError> {
         Node::new(opts, Arc::new(RwLock::new(Vec::new())), &NoForkHooks)
+    }
+
+    #[test]
+    fn canonical_index_puts_inputs_then_inouts_then_outputs() {
+        use ArgDir::*;
+        assert_eq!(
+            canonical_index(&[Out, In, Scalar, InOut, In, Out]),
+            vec![Some(3), Some(0), None, Some(2), Some(1), Some(4)]
+        );
+        assert_eq!(canonical_index(&[]), vec![]);
+        assert_eq!(canonical_index(&[Scalar, Scalar]), vec![None, None]);
     }
 
     #[test]
