@@ -1770,9 +1770,6 @@ impl Node {
         config: &CallConfig,
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<NodeRunReport, NodeError> {
-        // Over 80 lines: a node run's phases in order (late replies of an interrupted
-        // run, the trace, the engine run with its own wait for the dispatches, the
-        // outcome mapped to NodeError), each commented where it happens.
         let t0 = Instant::now();
         self.check_process()?;
         if self.shared.ctl.closing.load(Acquire) {
@@ -1781,21 +1778,7 @@ impl Node {
         let engine = self.engine.as_mut().ok_or(NodeError::Closed)?;
         let sh = &*self.shared;
         sh.ctl.cancel.store(false, SeqCst);
-        // A chip may still run a task of an interrupted run: wait for its late reply
-        // first, so that task's writes cannot overlap this run.
-        for c in sh
-            .chips
-            .iter()
-            .filter(|c| !c.settle(&sh.ctl, Duration::ZERO))
-        {
-            while !blocking(hook, || c.settle(&sh.ctl, HOOK_SLICE)) {
-                if sh.ctl.cancel.load(Acquire) {
-                    return Err(NodeError::Interrupted(
-                        "interrupted while chips finished an interrupted run".into(),
-                    ));
-                }
-            }
-        }
+        settle_late_replies(sh, hook)?;
         // The run's own swimlane is the L3 timeline (merged below); the engine records
         // none of its own.
         let traced = config.enable_chip_swimlane > 0 && !config.output_prefix.is_empty();
@@ -1803,11 +1786,10 @@ impl Node {
         if traced {
             engine_config.enable_chip_swimlane = 0;
         }
-        let t0_ns = trace::mono_ns();
         *sh.run.lock() = RunState {
             trace: traced.then(|| RunTrace {
                 prefix: config.output_prefix.clone(),
-                t0_ns,
+                t0_ns: trace::mono_ns(),
                 orch_tid: trace::gettid(),
                 tasks: vec![],
             }),
@@ -1840,34 +1822,20 @@ impl Node {
         sh.tracing.store(false, SeqCst);
         let mut st = sh.run.lock();
         if let Some(t) = st.trace.take() {
-            let prefix = std::path::PathBuf::from(&t.prefix);
-            if let Err(e) = self.timeline(t, &st.tasks).write(&prefix) {
-                eprintln!(
-                    "taskring: could not write merged_swimlane.json under {}: {e}",
-                    prefix.display()
-                );
-            }
+            self.write_timeline(t, &st.tasks);
         }
-        let interrupted = sh.ctl.cancel.load(Acquire);
-        match r {
-            _ if interrupted => Err(NodeError::Interrupted(
-                st.first_chip_error
-                    .take()
-                    .unwrap_or_else(|| "interrupted".into()),
-            )),
-            Ok(_) => Ok(NodeRunReport {
-                tasks: st
-                    .reports
-                    .drain(..)
-                    .map(|r| r.expect("every L2 task reported"))
-                    .collect(),
-                elapsed_s: t0.elapsed().as_secs_f64(),
-            }),
-            Err(RunError::Config(e)) => Err(NodeError::Config(e)),
-            Err(RunError::Failure(f)) => match st.first_chip_error.take() {
-                Some(text) if f.code == StatusCode::TaskFailed => Err(NodeError::Chip(text)),
-                _ => Err(NodeError::Failure(f)),
-            },
+        outcome(r, &mut st, sh.ctl.cancel.load(Acquire), t0)
+    }
+
+    /// Write the run's merged timeline under its prefix (a failure is reported on
+    /// stderr: the run's outcome does not depend on it).
+    fn write_timeline(&self, t: RunTrace, tasks: &[L3Task]) {
+        let prefix = std::path::PathBuf::from(&t.prefix);
+        if let Err(e) = self.timeline(t, tasks).write(&prefix) {
+            eprintln!(
+                "taskring: could not write merged_swimlane.json under {}: {e}",
+                prefix.display()
+            );
         }
     }
 
@@ -2050,6 +2018,55 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// A chip may still run a task of an interrupted run: wait for its late reply first, so
+/// that task's writes cannot overlap the next run (the hook is called every slice).
+fn settle_late_replies(sh: &NodeShared, hook: Option<&dyn Fn(bool)>) -> Result<(), NodeError> {
+    for c in sh
+        .chips
+        .iter()
+        .filter(|c| !c.settle(&sh.ctl, Duration::ZERO))
+    {
+        while !blocking(hook, || c.settle(&sh.ctl, HOOK_SLICE)) {
+            if sh.ctl.cancel.load(Acquire) {
+                return Err(NodeError::Interrupted(
+                    "interrupted while chips finished an interrupted run".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A node run's outcome: the report, or the error a caller sees (an interrupt first, then
+/// a chip's own failure text for TASK_FAILED, else the engine's).
+fn outcome(
+    r: Result<RunReport, RunError>,
+    st: &mut RunState,
+    interrupted: bool,
+    t0: Instant,
+) -> Result<NodeRunReport, NodeError> {
+    match r {
+        _ if interrupted => Err(NodeError::Interrupted(
+            st.first_chip_error
+                .take()
+                .unwrap_or_else(|| "interrupted".into()),
+        )),
+        Ok(_) => Ok(NodeRunReport {
+            tasks: st
+                .reports
+                .drain(..)
+                .map(|r| r.expect("every L2 task reported"))
+                .collect(),
+            elapsed_s: t0.elapsed().as_secs_f64(),
+        }),
+        Err(RunError::Config(e)) => Err(NodeError::Config(e)),
+        Err(RunError::Failure(f)) => match st.first_chip_error.take() {
+            Some(text) if f.code == StatusCode::TaskFailed => Err(NodeError::Chip(text)),
+            _ => Err(NodeError::Failure(f)),
+        },
     }
 }
 
