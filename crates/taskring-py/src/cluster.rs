@@ -196,7 +196,7 @@ mod with_mpi {
     use numpy::PyUntypedArray;
     use parking_lot::Mutex;
     use pyo3::exceptions::PyKeyboardInterrupt;
-    use pyo3::types::{PyBool, PyFloat, PyInt};
+    use pyo3::types::{PyBool, PyInt};
     use std::sync::Arc;
     use taskring::cluster::comm;
     use taskring::cluster::host;
@@ -627,18 +627,10 @@ mod with_mpi {
 
     /// One argument of an L4 submit: a scalar, a host-resident tensor, or a rank-0 array.
     fn cluster_arg(i: usize, a: &Bound<'_, PyAny>, dir: ArgDir) -> PyResult<ClusterArg> {
-        if a.is_instance_of::<PyBool>() {
-            return Err(PyTypeError::new_err(format!(
-                "argument {i}: bool is not a valid scalar"
-            )));
-        }
-        if a.is_instance_of::<PyInt>() {
-            return a.extract::<i64>().map(ClusterArg::Int).map_err(|_| {
-                PyValueError::new_err(format!("argument {i}: scalar {a} does not fit int64"))
-            });
-        }
-        if a.is_instance_of::<PyFloat>() {
-            return Ok(ClusterArg::Float(a.extract()?));
+        match crate::runtime::scalar_arg(i, a)? {
+            Some(Ok(v)) => return Ok(ClusterArg::Int(v)),
+            Some(Err(v)) => return Ok(ClusterArg::Float(v)),
+            None => {}
         }
         if let Ok(h) = a.extract::<PyRef<'_, PyHostTensor>>() {
             return Ok(ClusterArg::Resident {

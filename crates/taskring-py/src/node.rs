@@ -10,7 +10,7 @@ use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 use std::sync::Arc;
 use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
@@ -224,18 +224,10 @@ fn node_arg(
     owners: &Bound<'_, PyAny>,
     run: u64,
 ) -> PyResult<NodeArg> {
-    if a.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "argument {i}: bool is not a valid scalar"
-        )));
-    }
-    if a.is_instance_of::<PyInt>() {
-        return a.extract::<i64>().map(NodeArg::Int).map_err(|_| {
-            PyValueError::new_err(format!("argument {i}: scalar {a} does not fit int64"))
-        });
-    }
-    if a.is_instance_of::<PyFloat>() {
-        return Ok(NodeArg::Float(a.extract()?));
+    match crate::runtime::scalar_arg(i, a)? {
+        Some(Ok(v)) => return Ok(NodeArg::Int(v)),
+        Some(Err(v)) => return Ok(NodeArg::Float(v)),
+        None => {}
     }
     if let Ok(t) = a.extract::<PyRef<'_, PyTensor>>() {
         if t.run != run {

@@ -345,6 +345,26 @@ pub fn array_tensor(i: usize, a: &Bound<'_, PyAny>, writeable: bool) -> PyResult
     Ok(t)
 }
 
+/// A Python scalar argument of `submit_next_level` (L3 and L4): `Some(Ok(int))`,
+/// `Some(Err(float))`, None when `a` is not a scalar; a bool or an int beyond int64 is
+/// an error.
+pub fn scalar_arg(i: usize, a: &Bound<'_, PyAny>) -> PyResult<Option<Result<i64, f64>>> {
+    if a.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "argument {i}: bool is not a valid scalar"
+        )));
+    }
+    if a.is_instance_of::<pyo3::types::PyInt>() {
+        return a.extract::<i64>().map(|v| Some(Ok(v))).map_err(|_| {
+            PyValueError::new_err(format!("argument {i}: scalar {a} does not fit int64"))
+        });
+    }
+    if a.is_instance_of::<pyo3::types::PyFloat>() {
+        return Ok(Some(Err(a.extract()?)));
+    }
+    Ok(None)
+}
+
 /// The largest element size of any dtype (bytes); buffer bases are rounded to it.
 const MAX_ITEM: u64 = 8;
 
