@@ -120,9 +120,10 @@ pub mod sync;
 pub mod tensor;
 
 pub use arena::{Arena, ArenaCache, ArenaStats};
-pub use chip::{Arg, ChipOptions, ChipWorker, HostTensor, Program, RunError, RunReport};
+pub use chip::{
+    Arg, Captured, ChipOptions, ChipWorker, HostTensor, Program, ReplayError, RunError, RunReport,
+};
 pub use config::{CallConfig, ConfigError, RingField, RingSizing, RuntimeEnv, SizeSource};
-pub use engine::replay::{Captured, ReplayError};
 pub use engine::{
     ArgTag, Orchestrator, PeakUse, Resource, RuntimeFailure, Scalar, StatusCode, TaskArgs,
     TaskOutputs, TensorSpec,

@@ -64,7 +64,6 @@ use crate::kernel::{CoreKind, KernelCall, KernelRef};
 use crate::sync::{AtomicU64, Ordering::*};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 pub(super) use super::abort::CORE_IDLE;
@@ -119,11 +118,7 @@ fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Optio
         n_inputs: p.n_inputs as usize,
         scalar_float_mask: p.scalar_float_mask,
     };
-    match catch_unwind(AssertUnwindSafe(|| k.0.try_run(&call))) {
-        Ok(Ok(())) => None,
-        Ok(Err(msg)) => Some(msg),
-        Err(e) => Some(panic_text(&e)),
-    }
+    k.call(&call).err()
 }
 
 /// Most ready tasks a thread keeps to itself during a direct replay (`direct_step`).
@@ -479,15 +474,4 @@ fn record_lane(sh: &ChipShared, core: &Core, task: TaskId, k: KernelRef, start: 
         start_ns: ns(start),
         end_ns: ns(Instant::now()),
     });
-}
-
-/// The text of a caught panic (a kernel's or an orchestration's).
-pub(crate) fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic".to_string()
-    }
 }

@@ -24,13 +24,14 @@
 
 #[doc(hidden)]
 pub mod abort;
+mod capture;
 mod core;
 mod options;
 mod report;
 mod run;
 pub(crate) mod spin;
 
-pub(crate) use self::core::panic_text;
+pub use capture::{Captured, ReplayError};
 pub use options::{ChipOptions, Diagnostics, MAX_CORES};
 pub use report::{RunError, RunReport};
 

@@ -25,7 +25,7 @@ pub struct RunReport {
     pub arena_hit: bool,
     pub arena_build_s: f64,
     pub elapsed_s: f64,
-    /// A replay of a captured graph ([`crate::engine::replay::Captured::replay`]).
+    /// A replay of a captured graph ([`crate::chip::Captured::replay`]).
     pub replayed: bool,
 }
 
@@ -93,7 +93,13 @@ impl ChipWorker {
                 .cache
                 .acquire_resident(sizing)
                 .expect("the run's arena is resident");
-            if let Err(e) = crate::dfx::write_deps(prefix, arena.orch.deps.as_deref()) {
+            let file = arena
+                .orch
+                .deps
+                .as_deref()
+                .map(|g| g.to_file())
+                .unwrap_or_default();
+            if let Err(e) = crate::dfx::write_deps(prefix, &file) {
                 eprintln!(
                     "taskring: could not write deps.json under {}: {e}",
                     prefix.display()

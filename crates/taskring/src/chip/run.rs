@@ -2,7 +2,7 @@
 //! orchestration inside the root scope, wait until every task retired (or a failure),
 //! settle the cores, report. A direct replay runs the same way without orchestration.
 
-use super::core::{can_run, direct_step, help_kind, help_one, panic_text, wait_cores_idle};
+use super::core::{can_run, direct_step, help_kind, help_one, wait_cores_idle};
 use super::report::classify_stall;
 use super::spin::SpinThenPark;
 use super::{Arg, ChipShared, ChipWorker, Diagnostics, OrchBody, Program, RunError, RunReport};
@@ -12,6 +12,7 @@ use crate::engine::orch::ExecutorProbe;
 use crate::engine::replay::DirectJob;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, StatusCode};
+use crate::kernel::panic_text;
 use crate::kernel::CoreKind;
 use crate::sync::Ordering::*;
 use crate::tensor::TaskId;

@@ -195,6 +195,19 @@ impl fmt::Display for RuntimeFailure {
 
 impl std::error::Error for RuntimeFailure {}
 
+impl From<&RuntimeFailure> for crate::dfx::FailureRecord {
+    fn from(f: &RuntimeFailure) -> Self {
+        crate::dfx::FailureRecord {
+            code: f.code.code(),
+            name: f.name().to_string(),
+            ring: f.ring,
+            resource: f.resource.map(|r| r.name().to_string()),
+            configured: f.configured,
+            needed: f.needed,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

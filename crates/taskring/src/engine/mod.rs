@@ -16,12 +16,14 @@
 //! only reads (INPUT) does not wait for that reader. Make the reader INOUT, or add an
 //! explicit dependency on it (reference §5.5).
 
+pub(crate) mod depgraph;
 pub(crate) mod error;
 pub(crate) mod orch;
 pub(crate) mod replay;
 pub mod ring;
 pub mod shared;
 pub mod tensormap;
+pub(crate) mod writers;
 
 pub use error::{Resource, RuntimeFailure, StatusCode};
 pub use orch::{OrchState, Orchestrator, PeakUse, TaskOutputs};

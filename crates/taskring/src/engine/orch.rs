@@ -138,7 +138,7 @@ pub struct OrchState {
     /// Scope-stats samples of the current run, when enabled.
     pub(crate) stats: Option<crate::dfx::ScopeStats>,
     /// The dependency graph of the current run, when enabled (`deps.json`).
-    pub(crate) deps: Option<Box<crate::dfx::DepGraph>>,
+    pub(crate) deps: Option<Box<super::depgraph::DepGraph>>,
     /// The recording of the current run, when it is being captured (`ChipWorker::capture`).
     capture: Option<Box<super::replay::Recorder>>,
     /// `deps` or `capture` is on (one test on the submit path).

@@ -13,9 +13,10 @@
 //! same producer are merged (flags or-ed), as the engine's fanin does. Scope begins and
 //! ends are recorded between the tasks.
 //!
-//! A replay takes one of two paths (`docs/replay.md`):
+//! The worker-facing part (capture, the argument check, `exact_config`, the choice of
+//! path) is `chip::capture`. A replay takes one of two paths (`docs/replay.md`):
 //!
-//! - direct, when the sizing holds the whole graph at once ([`Captured::fits`]): every
+//! - direct, when the sizing holds the whole graph at once (`chip::Captured::fits`): every
 //!   runtime output gets its own bytes in the ring heaps, and the cores run the graph
 //!   from precomputed predecessor counts and successor lists (`DirectJob`, run by
 //!   `chip::direct_step`) — no slots, scopes, claims or watermark;
@@ -31,17 +32,11 @@
 //! in submission order, and the replay submits the same tasks on the same rings in the
 //! same order.
 
-use super::orch::PeakUse;
 use super::shared::{DEP_FLAGS, DEP_RETAIN, DEP_WAIT};
-use super::tensormap::{check_overlap, Overlap};
+use super::writers::WriterLog;
 use super::*;
-use crate::chip::{Arg, ChipWorker, RunError, RunReport};
-use crate::config::{
-    CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
-};
 use crate::kernel::CoreKind;
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::*};
 
 /// One recorded step of the orchestration.
@@ -129,8 +124,9 @@ pub(crate) struct Recorder {
     index: HashMap<TaskId, u32>,
     /// Output block address of each task in the capture run.
     blocks: Vec<u64>,
-    /// Writers (INOUT / OUTPUT_EXISTING outside manual scopes) per buffer (addr, owner).
-    writers: HashMap<(u64, u64), Vec<(Tensor, TaskId)>>,
+    /// Every writer of the recording (not the engine's tensormap, which forgets
+    /// completed writers), so the recorded graph does not depend on timing.
+    writers: WriterLog,
     /// The program arguments' buffers (address, bytes; bytes 0 for a scalar).
     args: Vec<(u64, u64)>,
     /// Indices in `ops` of the open scopes' `Begin`.
@@ -138,14 +134,9 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    pub(crate) fn new(args: &[Arg<'_>]) -> Recorder {
-        let args = args
-            .iter()
-            .map(|a| match a {
-                Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
-                Arg::Scalar(_) => (0, 0),
-            })
-            .collect();
+    /// A recorder for a run whose program arguments' buffers are `args` (address,
+    /// bytes; `(0, 0)` for a scalar).
+    pub(crate) fn new(args: Vec<(u64, u64)>) -> Recorder {
         Recorder {
             args,
             ..Recorder::default()
@@ -221,7 +212,10 @@ impl Recorder {
             merge_edge(&mut self.fanin, f0, d, flags & DEP_FLAGS);
         }
         if infer {
-            infer_fanin(&mut self.writers, &mut self.fanin, f0, tensors, tags, s.id);
+            let fanin = &mut self.fanin;
+            self.writers.infer(tensors, tags, s.id, |p, flags| {
+                merge_edge(fanin, f0, p, flags)
+            });
         }
         self.tasks.push(RecTask {
             head: *s,
@@ -240,7 +234,7 @@ impl Recorder {
         self.ops.push(Op::Task(idx));
     }
 
-    fn finish(self) -> Graph {
+    pub(crate) fn finish(self) -> Graph {
         // The direct executor's view of the edges: successors (CSR) and fanin counts by
         // task index.
         let n = self.tasks.len();
@@ -300,7 +294,7 @@ impl Recorder {
 }
 
 /// A recorded graph (immutable).
-struct Graph {
+pub(crate) struct Graph {
     ops: Vec<Op>,
     tasks: Vec<RecTask>,
     tensors: Vec<RecTensor>,
@@ -322,7 +316,34 @@ struct Graph {
     kinds: Vec<CoreKind>,
 }
 
-/// One direct replay (see [`Captured::replay`]): the state the cores share while they
+impl Graph {
+    /// Recorded tasks (including alloc and dummy tasks).
+    pub(crate) fn tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Recorded dependency edges (one per (producer, consumer) pair).
+    pub(crate) fn edges(&self) -> usize {
+        self.fanin.len()
+    }
+
+    /// Output bytes per ring over the whole graph.
+    pub(crate) fn ring_bytes(&self) -> [u64; 4] {
+        self.ring_bytes
+    }
+
+    /// Give each task its output block for a direct replay: tasks side by side in their
+    /// ring's heap from `at[ring]` on, `blocks[i]` for task `i`.
+    pub(crate) fn place_blocks(&self, mut at: [u64; 4], blocks: &mut [u64]) {
+        for (b, t) in blocks.iter_mut().zip(&self.tasks) {
+            let r = t.head.id.ring();
+            *b = at[r];
+            at[r] += t.head.heap_bytes;
+        }
+    }
+}
+
+/// One direct replay (see `chip::Captured::replay`): the state the cores share while they
 /// run a captured graph without the rings. Installed in the chip for the replay only.
 pub(crate) struct DirectJob<'a> {
     g: &'a Graph,
@@ -337,7 +358,29 @@ pub(crate) struct DirectJob<'a> {
     next_root: AtomicUsize,
 }
 
-impl DirectJob<'_> {
+impl<'a> DirectJob<'a> {
+    /// A direct replay of `g`: program argument `i` at `args[i]` (0 for a scalar),
+    /// task `i`'s output block at `blocks[i]` ([`Graph::place_blocks`]); `counters`
+    /// (one per task) are set to each task's predecessor count.
+    pub(crate) fn new(
+        g: &'a Graph,
+        args: Vec<u64>,
+        blocks: &'a [u64],
+        counters: &'a [AtomicU32],
+    ) -> DirectJob<'a> {
+        for (c, &n) in counters.iter().zip(&g.fanin_n) {
+            c.store(n, Relaxed);
+        }
+        DirectJob {
+            g,
+            args,
+            blocks,
+            counters,
+            remaining: AtomicUsize::new(g.sinks),
+            next_root: AtomicUsize::new(0),
+        }
+    }
+
     /// Tasks of the graph.
     pub(crate) fn tasks(&self) -> usize {
         self.g.tasks.len()
@@ -384,10 +427,7 @@ impl DirectJob<'_> {
             n_inputs: t.head.n_inputs as usize,
             scalar_float_mask: t.head.scalar_float_mask,
         };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| k.0.try_run(&call))) {
-            Ok(r) => r,
-            Err(p) => Err(crate::chip::panic_text(&p)),
-        }
+        k.call(&call)
     }
 
     /// Task `i` completed: its successors that became ready are handed to `ready`.
@@ -421,10 +461,10 @@ impl DirectJob<'_> {
 
 /// Feed the recorded ops to the orchestrator (the root scope is open already: op 0).
 /// `blocks[i]` receives task `i`'s output block address.
-fn replay_ops(
+pub(crate) fn replay_ops(
     o: &mut Orchestrator<'_>,
     g: &Graph,
-    args: &[Arg<'_>],
+    args: &[u64],
     blocks: &mut [u64],
 ) -> Result<(), RuntimeFailure> {
     let mut totals = [0u32; MAX_SCOPE_DEPTH + 1];
@@ -450,11 +490,7 @@ fn replay_ops(
                 for (dst, r) in buf.iter_mut().zip(rec) {
                     let mut v = r.view;
                     match r.base {
-                        Base::Arg(j) => {
-                            if let Arg::Tensor(h) = &args[j as usize] {
-                                v.addr = h.tensor().addr + r.rel;
-                            }
-                        }
+                        Base::Arg(j) => v.addr = args[j as usize] + r.rel,
                         Base::Out(j) => v.addr = blocks[j as usize].wrapping_add(r.rel),
                         Base::Own | Base::Fixed => {}
                     }
@@ -477,380 +513,12 @@ fn replay_ops(
     Ok(())
 }
 
-/// What one program argument looked like at capture.
-#[derive(Clone, Debug, PartialEq)]
-enum ArgSig {
-    Tensor {
-        shape: Vec<u32>,
-        dtype: DType,
-        bytes: u64,
-    },
-    Scalar,
-}
-
-/// Why a replay did not run, or failed.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ReplayError {
-    /// The graph was captured on another worker (or one that was closed).
-    #[error("this captured program belongs to another ChipWorker (captured on worker {captured}, replayed on worker {given})")]
-    WrongWorker { captured: u64, given: u64 },
-    /// An argument does not match the capture (count, kind, shape or dtype).
-    #[error("{message}")]
-    Args {
-        index: Option<usize>,
-        message: String,
-    },
-    /// The replay's dispatch failed (config, or a runtime failure).
-    #[error("{0}")]
-    Run(#[from] RunError),
-}
-
-/// A captured program: the graph of one run of a program, replayable on the worker that
-/// captured it ([`ChipWorker::capture`]). See the module doc.
-pub struct Captured {
-    name: String,
-    worker: u64,
-    graph: Graph,
-    sigs: Vec<ArgSig>,
-    sizing: RingSizing,
-    report: RunReport,
-    /// Per-replay state, kept to avoid allocating per replay.
-    scratch: parking_lot::Mutex<Scratch>,
-    needs: Needs,
-}
-
-impl fmt::Debug for Captured {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Captured(program='{}', tasks={}, edges={})",
-            self.name,
-            self.tasks(),
-            self.edges()
-        )
-    }
-}
-
-impl ChipWorker {
-    /// Run `program` once (a normal run) and record its task graph for
-    /// [`Captured::replay`]. A failing run fails the capture.
-    pub fn capture(
-        &mut self,
-        program: &crate::chip::Program,
-        args: &[Arg<'_>],
-        config: &CallConfig,
-    ) -> Result<Captured, RunError> {
-        self.capture_with_hook(program, args, config, None)
-    }
-
-    /// As [`ChipWorker::capture`], with a blocking hook (see `run_with_hook`).
-    pub fn capture_with_hook(
-        &mut self,
-        program: &crate::chip::Program,
-        args: &[Arg<'_>],
-        config: &CallConfig,
-        hook: Option<&dyn Fn(bool)>,
-    ) -> Result<Captured, RunError> {
-        config.validate()?;
-        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
-        let diag = crate::chip::Diagnostics::from_config(config);
-        let mut rec = Some(Box::new(Recorder::new(args)));
-        let report = self.run_body(
-            program.name(),
-            &|o, a| program.call(o, a),
-            args,
-            &sizing,
-            hook,
-            &diag,
-            Some(&mut rec),
-            false,
-        )?;
-        let graph = rec.expect("the recorder comes back from the run").finish();
-        let sigs = args
-            .iter()
-            .map(|a| match a {
-                Arg::Tensor(h) => {
-                    let t = h.tensor();
-                    ArgSig::Tensor {
-                        shape: t.shape[..t.ndims as usize].to_vec(),
-                        dtype: t.dtype,
-                        bytes: t.buf_bytes,
-                    }
-                }
-                Arg::Scalar(_) => ArgSig::Scalar,
-            })
-            .collect();
-        let needs = Needs::of(&graph);
-        Ok(Captured {
-            name: program.name().to_string(),
-            worker: self.worker_id(),
-            scratch: parking_lot::Mutex::new(Scratch {
-                blocks: vec![0; graph.tasks.len()],
-                counters: (0..graph.tasks.len()).map(|_| AtomicU32::new(0)).collect(),
-            }),
-            graph,
-            sigs,
-            sizing,
-            report,
-            needs,
-        })
-    }
-}
-
-impl Captured {
-    /// The program's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-    /// Recorded tasks (including alloc and dummy tasks).
-    pub fn tasks(&self) -> usize {
-        self.graph.tasks.len()
-    }
-    /// Recorded dependency edges (one per (producer, consumer) pair).
-    pub fn edges(&self) -> usize {
-        self.graph.fanin.len()
-    }
-    /// The highest use per ring of the recorded run.
-    pub fn ring_needs(&self) -> PeakUse {
-        self.report.peak
-    }
-    /// The report of the capture run.
-    pub fn report(&self) -> &RunReport {
-        &self.report
-    }
-    /// The sizing of the capture run (a replay without a config uses it).
-    pub fn sizing(&self) -> &RingSizing {
-        &self.sizing
-    }
-    /// The worker the graph belongs to ([`ChipWorker::worker_id`]).
-    pub fn worker_id(&self) -> u64 {
-        self.worker
-    }
-
-    /// A `CallConfig` whose `runtime_env` is exactly what the graph needs: per ring,
-    /// the smallest valid sizes that hold the recorded peaks and the graph's
-    /// structural demand (what no completion can free: the tasks whose scope is still
-    /// open, or that a RETAIN consumer still holds, with every WAIT edge pending),
-    /// so that replays under it never fail for capacity, whatever the timing.
-    pub fn exact_config(&self) -> CallConfig {
-        let p = &self.report.peak;
-        let n = &self.needs;
-        let mut env = RuntimeEnv::default();
-        for r in 0..4 {
-            let live = p.task_window[r].max(n.slots[r]);
-            env.ring_task_window[r] = (live + 1).next_power_of_two().max(MIN_RING_TASK_WINDOW);
-            env.ring_heap[r] = p.heap[r]
-                .max(n.heap[r])
-                .next_power_of_two()
-                .max(MIN_RING_HEAP);
-            env.ring_dep_pool[r] = p.dep_pool[r].max(n.deps[r]).max(MIN_RING_DEP_POOL);
-        }
-        CallConfig {
-            runtime_env: env,
-            ..CallConfig::default()
-        }
-    }
-
-    /// Check `args` against the capture: count, kind, shape and dtype.
-    pub(crate) fn check_args(&self, args: &[Arg<'_>]) -> Result<(), ReplayError> {
-        if args.len() != self.sigs.len() {
-            return Err(ReplayError::Args {
-                index: None,
-                message: format!(
-                    "program '{}' was captured with {} arguments, replayed with {}",
-                    self.name,
-                    self.sigs.len(),
-                    args.len()
-                ),
-            });
-        }
-        for (i, (a, sig)) in args.iter().zip(&self.sigs).enumerate() {
-            let bad = |m: String| {
-                Err(ReplayError::Args {
-                    index: Some(i),
-                    message: format!("argument {i}: {m}"),
-                })
-            };
-            match (a, sig) {
-                (
-                    Arg::Tensor(h),
-                    ArgSig::Tensor {
-                        shape,
-                        dtype,
-                        bytes,
-                    },
-                ) => {
-                    let t = h.tensor();
-                    let got = &t.shape[..t.ndims as usize];
-                    if got != &shape[..] {
-                        return bad(format!(
-                            "shape {got:?} does not match the captured shape {shape:?}"
-                        ));
-                    }
-                    if t.dtype != *dtype {
-                        return bad(format!(
-                            "dtype {} does not match the captured dtype {dtype}",
-                            t.dtype
-                        ));
-                    }
-                    if t.buf_bytes != *bytes {
-                        return bad(format!(
-                            "{} bytes do not match the captured {bytes} bytes",
-                            t.buf_bytes
-                        ));
-                    }
-                }
-                (Arg::Scalar(_), ArgSig::Scalar) => {}
-                (Arg::Scalar(_), ArgSig::Tensor { .. }) => {
-                    return bad("a scalar where the capture had a tensor".into())
-                }
-                (Arg::Tensor(_), ArgSig::Scalar) => {
-                    return bad("a tensor where the capture had a scalar".into())
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Replay the graph on `chip` (the worker that captured it) with `args` (same count,
-    /// shapes and dtypes as the capture; scalar arguments are the captured ones) and
-    /// `config` (`None`: the captured sizing).
-    pub fn replay(
-        &self,
-        chip: &mut ChipWorker,
-        args: &[Arg<'_>],
-        config: Option<&CallConfig>,
-    ) -> Result<RunReport, ReplayError> {
-        self.replay_with_hook(chip, args, config, None)
-    }
-
-    /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`).
-    pub(crate) fn replay_with_hook(
-        &self,
-        chip: &mut ChipWorker,
-        args: &[Arg<'_>],
-        config: Option<&CallConfig>,
-        hook: Option<&dyn Fn(bool)>,
-    ) -> Result<RunReport, ReplayError> {
-        self.replay_mode(chip, args, config, hook, false)
-    }
-
-    /// A replay through the rings even where the sizing holds the whole graph (the way a
-    /// replay goes under a sizing that does not; see the module doc). For tests and
-    /// comparisons.
-    pub fn replay_through_rings(
-        &self,
-        chip: &mut ChipWorker,
-        args: &[Arg<'_>],
-        config: Option<&CallConfig>,
-    ) -> Result<RunReport, ReplayError> {
-        self.replay_mode(chip, args, config, None, true)
-    }
-
-    /// Does `sizing` hold the whole graph at once: every ring's output bytes side by
-    /// side in its heap, and the structural demand of window and pools (so a replay
-    /// through the rings could not fail for capacity either)?
-    pub fn fits(&self, sizing: &RingSizing) -> bool {
-        let (g, n) = (&self.graph, &self.needs);
-        (0..4).all(|r| {
-            g.ring_bytes[r] <= sizing.heap[r]
-                && n.heap[r] <= sizing.heap[r]
-                && n.slots[r] < sizing.task_window[r]
-                && n.deps[r] <= sizing.dep_pool[r]
-        })
-    }
-
-    fn replay_mode(
-        &self,
-        chip: &mut ChipWorker,
-        args: &[Arg<'_>],
-        config: Option<&CallConfig>,
-        hook: Option<&dyn Fn(bool)>,
-        rings: bool,
-    ) -> Result<RunReport, ReplayError> {
-        if chip.worker_id() != self.worker {
-            return Err(ReplayError::WrongWorker {
-                captured: self.worker,
-                given: chip.worker_id(),
-            });
-        }
-        self.check_args(args)?;
-        let (sizing, mut diag) = match config {
-            Some(c) => {
-                c.validate().map_err(RunError::from)?;
-                (
-                    RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?,
-                    crate::chip::Diagnostics::from_config(c),
-                )
-            }
-            None => (self.sizing, crate::chip::Diagnostics::default()),
-        };
-        // Nothing is inferred at replay: there is no dependency file to write.
-        diag.deps_prefix = None;
-        let mut scratch = self.scratch.lock();
-        let Scratch { blocks, counters } = &mut *scratch;
-        if !rings
-            && diag.scope_stats_prefix.is_none()
-            && diag.swimlane_prefix.is_none()
-            && self.fits(&sizing)
-        {
-            let g = &self.graph;
-            let needs = PeakUse {
-                task_window: self.needs.slots,
-                heap: g.ring_bytes,
-                dep_pool: self.needs.deps,
-            };
-            let mut at = chip.heap_bases(&sizing).map_err(RunError::from)?;
-            for (b, t) in blocks.iter_mut().zip(&g.tasks) {
-                let r = t.head.id.ring();
-                *b = at[r];
-                at[r] += t.head.heap_bytes;
-            }
-            for (c, &n) in counters.iter().zip(&g.fanin_n) {
-                c.store(n, Relaxed);
-            }
-            let args = args
-                .iter()
-                .map(|a| match a {
-                    Arg::Tensor(h) => h.tensor().addr,
-                    Arg::Scalar(_) => 0,
-                })
-                .collect();
-            let job = DirectJob {
-                g,
-                args,
-                blocks,
-                counters,
-                remaining: AtomicUsize::new(g.sinks),
-                next_root: AtomicUsize::new(0),
-            };
-            return Ok(chip
-                .run_direct(&sizing, hook, needs, &job)
-                .map_err(RunError::from)?);
-        }
-        let blocks = std::cell::RefCell::new(&mut blocks[..]);
-        let body = |o: &mut Orchestrator<'_>, a: &[Arg<'_>]| {
-            replay_ops(o, &self.graph, a, &mut blocks.borrow_mut())
-        };
-        Ok(chip
-            .run_body(&self.name, &body, args, &sizing, hook, &diag, None, true)
-            .map_err(RunError::from)?)
-    }
-}
-
-/// Per-replay state of a [`Captured`]: output block per task, and (direct replays)
-/// predecessor counters.
-struct Scratch {
-    blocks: Vec<u64>,
-    counters: Vec<AtomicU32>,
-}
-
-/// The graph's structural demand per ring (see [`Captured::exact_config`]).
+/// The graph's structural demand per ring (see `chip::Captured::exact_config`).
 #[derive(Clone, Copy, Debug, Default)]
-struct Needs {
-    slots: [u64; 4],
-    heap: [u64; 4],
-    deps: [u64; 4],
+pub(crate) struct Needs {
+    pub slots: [u64; 4],
+    pub heap: [u64; 4],
+    pub deps: [u64; 4],
 }
 
 impl Needs {
@@ -861,7 +529,7 @@ impl Needs {
     /// timing. Heap: where a ring can retire before its last submit the heap may wrap
     /// and abandon an end gap (less than one task's bytes), so the largest task's bytes
     /// are added twice there.
-    fn of(g: &Graph) -> Needs {
+    pub(crate) fn of(g: &Graph) -> Needs {
         let n = g.tasks.len();
         let (at, free_at) = free_times(g);
         let mut needs = Needs::default();
@@ -920,47 +588,6 @@ fn merge_edge(fanin: &mut Vec<(TaskId, u64)>, f0: usize, p: TaskId, flags: u64) 
     match fanin[f0..].iter_mut().find(|e| e.0 == p) {
         Some(e) => e.1 |= flags,
         None => fanin.push((p, flags)),
-    }
-}
-
-/// The edges a live submit of task `id` infers (outside manual scopes), merged into the
-/// fanin recorded from `f0` on: the creator of every runtime output read (WAIT +
-/// RETAIN) and every recorded writer overlapping an input or inout (WAIT; a writer an
-/// inout covers stops being one). Then `id` becomes a writer of its INOUT and
-/// OUTPUT_EXISTING regions. Against every writer of the recording, not the engine's
-/// tensormap (which forgets completed writers), so the recorded graph does not depend
-/// on timing.
-fn infer_fanin(
-    writers: &mut HashMap<(u64, u64), Vec<(Tensor, TaskId)>>,
-    fanin: &mut Vec<(TaskId, u64)>,
-    f0: usize,
-    tensors: &[Tensor],
-    tags: &[ArgTag],
-    id: TaskId,
-) {
-    for (t, &tag) in tensors.iter().zip(tags) {
-        if tag != ArgTag::Output && t.owner.is_valid() {
-            merge_edge(fanin, f0, t.owner, DEP_WAIT | DEP_RETAIN);
-        }
-        if (tag == ArgTag::Input || tag == ArgTag::Inout) && !t.manual_dep {
-            if let Some(w) = writers.get_mut(&(t.addr, t.owner.0)) {
-                w.retain(|(e, p)| match check_overlap(t, e) {
-                    Overlap::None => true,
-                    o => {
-                        merge_edge(fanin, f0, *p, DEP_WAIT);
-                        !(o == Overlap::Covered && tag == ArgTag::Inout)
-                    }
-                });
-            }
-        }
-    }
-    for (t, &tag) in tensors.iter().zip(tags) {
-        if matches!(tag, ArgTag::Inout | ArgTag::OutputExisting) && !t.manual_dep {
-            writers
-                .entry((t.addr, t.owner.0))
-                .or_default()
-                .push((*t, id));
-        }
     }
 }
 

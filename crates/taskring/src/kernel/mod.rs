@@ -157,7 +157,27 @@ pub trait Kernel: Send + Sync + 'static {
 #[derive(Clone, Copy)]
 pub struct KernelRef(pub &'static dyn Kernel);
 
+/// The message of a caught panic (its `&str` or `String` payload).
+pub(crate) fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
 impl KernelRef {
+    /// Run the kernel on a core: `Err(message)` if it returned an error or panicked
+    /// (the panic's text; a kernel's panic never unwinds into the runtime).
+    #[inline]
+    pub(crate) fn call(&self, call: &KernelCall<'_>) -> Result<(), String> {
+        use std::panic::{catch_unwind, AssertUnwindSafe};
+        catch_unwind(AssertUnwindSafe(|| self.0.try_run(call)))
+            .unwrap_or_else(|p| Err(panic_text(&p)))
+    }
+
     /// Leak `k` and return a handle (for kernels registered once per process).
     pub fn leak<K: Kernel>(k: K) -> KernelRef {
         KernelRef(Box::leak(Box::new(k)))

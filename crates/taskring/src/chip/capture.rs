@@ -1,0 +1,382 @@
+//! Capture and replay on a chip (API.md §10): [`ChipWorker::capture`] runs a program
+//! once while the engine records its task graph (`engine::replay`), and
+//! [`Captured::replay`] feeds that graph to the worker's cores again — directly when the
+//! sizing holds the whole graph, else through the rings. The graph, its recording and
+//! its two replay paths are the engine's; this module is the worker-facing part: the
+//! argument check against the capture, the sizing of a replay, `exact_config` and the
+//! choice of path.
+
+use super::{Arg, ChipWorker, Diagnostics, Program, RunError, RunReport};
+use crate::config::{
+    CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
+};
+use crate::engine::replay::{replay_ops, DirectJob, Graph, Needs, Recorder};
+use crate::engine::{Orchestrator, PeakUse};
+use crate::tensor::DType;
+use std::fmt;
+use std::sync::atomic::AtomicU32;
+
+/// What one program argument looked like at capture.
+#[derive(Clone, Debug, PartialEq)]
+enum ArgSig {
+    Tensor {
+        shape: Vec<u32>,
+        dtype: DType,
+        bytes: u64,
+    },
+    Scalar,
+}
+
+/// Why a replay did not run, or failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ReplayError {
+    /// The graph was captured on another worker (or one that was closed).
+    #[error("this captured program belongs to another ChipWorker (captured on worker {captured}, replayed on worker {given})")]
+    WrongWorker { captured: u64, given: u64 },
+    /// An argument does not match the capture (count, kind, shape or dtype).
+    #[error("{message}")]
+    Args {
+        index: Option<usize>,
+        message: String,
+    },
+    /// The replay's dispatch failed (config, or a runtime failure).
+    #[error("{0}")]
+    Run(#[from] RunError),
+}
+
+/// A captured program: the graph of one run of a program, replayable on the worker that
+/// captured it ([`ChipWorker::capture`]). See the module doc.
+pub struct Captured {
+    name: String,
+    worker: u64,
+    graph: Graph,
+    sigs: Vec<ArgSig>,
+    sizing: RingSizing,
+    report: RunReport,
+    /// Per-replay state, kept to avoid allocating per replay.
+    scratch: parking_lot::Mutex<Scratch>,
+    needs: Needs,
+}
+
+impl fmt::Debug for Captured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Captured(program='{}', tasks={}, edges={})",
+            self.name,
+            self.tasks(),
+            self.edges()
+        )
+    }
+}
+
+impl ChipWorker {
+    /// Run `program` once (a normal run) and record its task graph for
+    /// [`Captured::replay`]. A failing run fails the capture.
+    pub fn capture(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+    ) -> Result<Captured, RunError> {
+        self.capture_with_hook(program, args, config, None)
+    }
+
+    /// As [`ChipWorker::capture`], with a blocking hook (see `run_with_hook`).
+    pub fn capture_with_hook(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+        hook: Option<&dyn Fn(bool)>,
+    ) -> Result<Captured, RunError> {
+        config.validate()?;
+        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
+        let diag = Diagnostics::from_config(config);
+        let mut rec = Some(Box::new(Recorder::new(arg_buffers(args))));
+        let report = self.run_body(
+            program.name(),
+            &|o, a| program.call(o, a),
+            args,
+            &sizing,
+            hook,
+            &diag,
+            Some(&mut rec),
+            false,
+        )?;
+        let graph = rec.expect("the recorder comes back from the run").finish();
+        let sigs = args
+            .iter()
+            .map(|a| match a {
+                Arg::Tensor(h) => {
+                    let t = h.tensor();
+                    ArgSig::Tensor {
+                        shape: t.shape[..t.ndims as usize].to_vec(),
+                        dtype: t.dtype,
+                        bytes: t.buf_bytes,
+                    }
+                }
+                Arg::Scalar(_) => ArgSig::Scalar,
+            })
+            .collect();
+        let needs = Needs::of(&graph);
+        Ok(Captured {
+            name: program.name().to_string(),
+            worker: self.worker_id(),
+            scratch: parking_lot::Mutex::new(Scratch {
+                blocks: vec![0; graph.tasks()],
+                counters: (0..graph.tasks()).map(|_| AtomicU32::new(0)).collect(),
+            }),
+            graph,
+            sigs,
+            sizing,
+            report,
+            needs,
+        })
+    }
+}
+
+impl Captured {
+    /// The program's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Recorded tasks (including alloc and dummy tasks).
+    pub fn tasks(&self) -> usize {
+        self.graph.tasks()
+    }
+    /// Recorded dependency edges (one per (producer, consumer) pair).
+    pub fn edges(&self) -> usize {
+        self.graph.edges()
+    }
+    /// The highest use per ring of the recorded run.
+    pub fn ring_needs(&self) -> PeakUse {
+        self.report.peak
+    }
+    /// The report of the capture run.
+    pub fn report(&self) -> &RunReport {
+        &self.report
+    }
+    /// The sizing of the capture run (a replay without a config uses it).
+    pub fn sizing(&self) -> &RingSizing {
+        &self.sizing
+    }
+    /// The worker the graph belongs to ([`ChipWorker::worker_id`]).
+    pub fn worker_id(&self) -> u64 {
+        self.worker
+    }
+
+    /// A `CallConfig` whose `runtime_env` is exactly what the graph needs: per ring,
+    /// the smallest valid sizes that hold the recorded peaks and the graph's
+    /// structural demand (what no completion can free: the tasks whose scope is still
+    /// open, or that a RETAIN consumer still holds, with every WAIT edge pending),
+    /// so that replays under it never fail for capacity, whatever the timing.
+    pub fn exact_config(&self) -> CallConfig {
+        let p = &self.report.peak;
+        let n = &self.needs;
+        let mut env = RuntimeEnv::default();
+        for r in 0..4 {
+            let live = p.task_window[r].max(n.slots[r]);
+            env.ring_task_window[r] = (live + 1).next_power_of_two().max(MIN_RING_TASK_WINDOW);
+            env.ring_heap[r] = p.heap[r]
+                .max(n.heap[r])
+                .next_power_of_two()
+                .max(MIN_RING_HEAP);
+            env.ring_dep_pool[r] = p.dep_pool[r].max(n.deps[r]).max(MIN_RING_DEP_POOL);
+        }
+        CallConfig {
+            runtime_env: env,
+            ..CallConfig::default()
+        }
+    }
+
+    /// Check `args` against the capture: count, kind, shape and dtype.
+    pub(crate) fn check_args(&self, args: &[Arg<'_>]) -> Result<(), ReplayError> {
+        if args.len() != self.sigs.len() {
+            return Err(ReplayError::Args {
+                index: None,
+                message: format!(
+                    "program '{}' was captured with {} arguments, replayed with {}",
+                    self.name,
+                    self.sigs.len(),
+                    args.len()
+                ),
+            });
+        }
+        for (i, (a, sig)) in args.iter().zip(&self.sigs).enumerate() {
+            let bad = |m: String| {
+                Err(ReplayError::Args {
+                    index: Some(i),
+                    message: format!("argument {i}: {m}"),
+                })
+            };
+            match (a, sig) {
+                (
+                    Arg::Tensor(h),
+                    ArgSig::Tensor {
+                        shape,
+                        dtype,
+                        bytes,
+                    },
+                ) => {
+                    let t = h.tensor();
+                    let got = &t.shape[..t.ndims as usize];
+                    if got != &shape[..] {
+                        return bad(format!(
+                            "shape {got:?} does not match the captured shape {shape:?}"
+                        ));
+                    }
+                    if t.dtype != *dtype {
+                        return bad(format!(
+                            "dtype {} does not match the captured dtype {dtype}",
+                            t.dtype
+                        ));
+                    }
+                    if t.buf_bytes != *bytes {
+                        return bad(format!(
+                            "{} bytes do not match the captured {bytes} bytes",
+                            t.buf_bytes
+                        ));
+                    }
+                }
+                (Arg::Scalar(_), ArgSig::Scalar) => {}
+                (Arg::Scalar(_), ArgSig::Tensor { .. }) => {
+                    return bad("a scalar where the capture had a tensor".into())
+                }
+                (Arg::Tensor(_), ArgSig::Scalar) => {
+                    return bad("a tensor where the capture had a scalar".into())
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replay the graph on `chip` (the worker that captured it) with `args` (same count,
+    /// shapes and dtypes as the capture; scalar arguments are the captured ones) and
+    /// `config` (`None`: the captured sizing).
+    pub fn replay(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+    ) -> Result<RunReport, ReplayError> {
+        self.replay_with_hook(chip, args, config, None)
+    }
+
+    /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`).
+    pub(crate) fn replay_with_hook(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+        hook: Option<&dyn Fn(bool)>,
+    ) -> Result<RunReport, ReplayError> {
+        self.replay_mode(chip, args, config, hook, false)
+    }
+
+    /// A replay through the rings even where the sizing holds the whole graph (the way a
+    /// replay goes under a sizing that does not; see the module doc). For tests and
+    /// comparisons.
+    pub fn replay_through_rings(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+    ) -> Result<RunReport, ReplayError> {
+        self.replay_mode(chip, args, config, None, true)
+    }
+
+    /// Does `sizing` hold the whole graph at once: every ring's output bytes side by
+    /// side in its heap, and the structural demand of window and pools (so a replay
+    /// through the rings could not fail for capacity either)?
+    pub fn fits(&self, sizing: &RingSizing) -> bool {
+        let (g, n) = (&self.graph, &self.needs);
+        (0..4).all(|r| {
+            g.ring_bytes()[r] <= sizing.heap[r]
+                && n.heap[r] <= sizing.heap[r]
+                && n.slots[r] < sizing.task_window[r]
+                && n.deps[r] <= sizing.dep_pool[r]
+        })
+    }
+
+    fn replay_mode(
+        &self,
+        chip: &mut ChipWorker,
+        args: &[Arg<'_>],
+        config: Option<&CallConfig>,
+        hook: Option<&dyn Fn(bool)>,
+        rings: bool,
+    ) -> Result<RunReport, ReplayError> {
+        if chip.worker_id() != self.worker {
+            return Err(ReplayError::WrongWorker {
+                captured: self.worker,
+                given: chip.worker_id(),
+            });
+        }
+        self.check_args(args)?;
+        let (sizing, mut diag) = match config {
+            Some(c) => {
+                c.validate().map_err(RunError::from)?;
+                (
+                    RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?,
+                    Diagnostics::from_config(c),
+                )
+            }
+            None => (self.sizing, Diagnostics::default()),
+        };
+        // Nothing is inferred at replay: there is no dependency file to write.
+        diag.deps_prefix = None;
+        let mut scratch = self.scratch.lock();
+        let Scratch { blocks, counters } = &mut *scratch;
+        if !rings
+            && diag.scope_stats_prefix.is_none()
+            && diag.swimlane_prefix.is_none()
+            && self.fits(&sizing)
+        {
+            let g = &self.graph;
+            let needs = PeakUse {
+                task_window: self.needs.slots,
+                heap: g.ring_bytes(),
+                dep_pool: self.needs.deps,
+            };
+            let at = chip.heap_bases(&sizing).map_err(RunError::from)?;
+            g.place_blocks(at, blocks);
+            let bases = arg_buffers(args)
+                .into_iter()
+                .map(|(addr, _)| addr)
+                .collect();
+            let job = DirectJob::new(g, bases, blocks, counters);
+            return Ok(chip
+                .run_direct(&sizing, hook, needs, &job)
+                .map_err(RunError::from)?);
+        }
+        let blocks = std::cell::RefCell::new(&mut blocks[..]);
+        let bases: Vec<u64> = arg_buffers(args)
+            .into_iter()
+            .map(|(addr, _)| addr)
+            .collect();
+        let body = |o: &mut Orchestrator<'_>, _: &[Arg<'_>]| {
+            replay_ops(o, &self.graph, &bases, &mut blocks.borrow_mut())
+        };
+        Ok(chip
+            .run_body(&self.name, &body, args, &sizing, hook, &diag, None, true)
+            .map_err(RunError::from)?)
+    }
+}
+
+/// Per-replay state of a [`Captured`]: output block per task, and (direct replays)
+/// predecessor counters.
+struct Scratch {
+    blocks: Vec<u64>,
+    counters: Vec<AtomicU32>,
+}
+
+/// Each program argument's buffer (address, bytes; `(0, 0)` for a scalar).
+fn arg_buffers(args: &[Arg<'_>]) -> Vec<(u64, u64)> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
+            Arg::Scalar(_) => (0, 0),
+        })
+        .collect()
+}
