@@ -10,11 +10,10 @@ use super::{Arg, ChipWorker, Diagnostics, Program, RunError, RunReport};
 use crate::config::{
     CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
 };
-use crate::engine::replay::{replay_ops, DirectJob, Graph, Needs, Recorder};
+use crate::engine::replay::{replay_ops, DirectCounters, DirectJob, Graph, Needs, Recorder};
 use crate::engine::{Orchestrator, PeakUse};
 use crate::tensor::DType;
 use std::fmt;
-use std::sync::atomic::AtomicU32;
 
 /// What one program argument looked like at capture.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,7 +124,8 @@ impl ChipWorker {
             worker: self.worker_id(),
             scratch: parking_lot::Mutex::new(Scratch {
                 blocks: vec![0; graph.tasks()],
-                counters: (0..graph.tasks()).map(|_| AtomicU32::new(0)).collect(),
+                counters: DirectCounters::new(&graph),
+                placed: None,
             }),
             graph,
             sigs,
@@ -327,7 +327,11 @@ impl Captured {
         // Nothing is inferred at replay: there is no dependency file to write.
         diag.deps_prefix = None;
         let mut scratch = self.scratch.lock();
-        let Scratch { blocks, counters } = &mut *scratch;
+        let Scratch {
+            blocks,
+            counters,
+            placed,
+        } = &mut *scratch;
         if !rings
             && diag.scope_stats_prefix.is_none()
             && diag.swimlane_prefix.is_none()
@@ -340,16 +344,24 @@ impl Captured {
                 dep_pool: self.needs.deps,
             };
             let at = chip.heap_bases(&sizing).map_err(RunError::from)?;
-            g.place_blocks(at, blocks);
+            if *placed != Some(at) {
+                g.place_blocks(at, blocks);
+                *placed = Some(at);
+            }
             let bases = arg_buffers(args)
                 .into_iter()
                 .map(|(addr, _)| addr)
                 .collect();
+            counters.arm();
             let job = DirectJob::new(g, bases, blocks, counters);
-            return Ok(chip
-                .run_direct(&sizing, hook, needs, &job)
-                .map_err(RunError::from)?);
+            let report = chip.run_direct(&sizing, hook, needs, &job);
+            if report.is_ok() {
+                counters.finished();
+            }
+            return Ok(report.map_err(RunError::from)?);
         }
+        // The rings path writes the blocks of this replay.
+        *placed = None;
         let blocks = std::cell::RefCell::new(&mut blocks[..]);
         let bases: Vec<u64> = arg_buffers(args)
             .into_iter()
@@ -368,7 +380,10 @@ impl Captured {
 /// predecessor counters.
 struct Scratch {
     blocks: Vec<u64>,
-    counters: Vec<AtomicU32>,
+    counters: DirectCounters,
+    /// The heap bases `blocks` were placed from by the last direct replay (None: the
+    /// last replay went through the rings, or none ran yet).
+    placed: Option<[u64; 4]>,
 }
 
 /// Each program argument's buffer (address, bytes; `(0, 0)` for a scalar).

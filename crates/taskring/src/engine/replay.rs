@@ -37,7 +37,7 @@ use super::writers::WriterLog;
 use super::*;
 use crate::kernel::CoreKind;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
 /// One recorded step of the orchestration.
 #[derive(Clone, Copy, Debug)]
@@ -351,8 +351,10 @@ pub(crate) struct DirectJob<'a> {
     args: Vec<u64>,
     /// Output block address per task.
     blocks: &'a [u64],
-    /// Predecessors not yet completed, per task.
-    counters: &'a [AtomicU32],
+    /// Completed predecessors per task, counted over replays (see [`DirectCounters`]).
+    counters: &'a [AtomicU64],
+    /// This replay's number since the counters' last reset (from 1).
+    gen: u64,
     /// Sinks not completed yet.
     remaining: AtomicUsize,
     next_root: AtomicUsize,
@@ -360,22 +362,21 @@ pub(crate) struct DirectJob<'a> {
 
 impl<'a> DirectJob<'a> {
     /// A direct replay of `g`: program argument `i` at `args[i]` (0 for a scalar),
-    /// task `i`'s output block at `blocks[i]` ([`Graph::place_blocks`]); `counters`
-    /// (one per task) are set to each task's predecessor count.
+    /// task `i`'s output block at `blocks[i]` ([`Graph::place_blocks`]), predecessor
+    /// counts in `counters` (armed for this replay: [`DirectCounters::arm`]).
     pub(crate) fn new(
         g: &'a Graph,
         args: Vec<u64>,
         blocks: &'a [u64],
-        counters: &'a [AtomicU32],
+        counters: &'a DirectCounters,
     ) -> DirectJob<'a> {
-        for (c, &n) in counters.iter().zip(&g.fanin_n) {
-            c.store(n, Relaxed);
-        }
+        debug_assert_eq!(counters.counts.len(), g.tasks.len());
         DirectJob {
             g,
             args,
             blocks,
-            counters,
+            counters: &counters.counts,
+            gen: counters.gen,
             remaining: AtomicUsize::new(g.sinks),
             next_root: AtomicUsize::new(0),
         }
@@ -438,8 +439,9 @@ impl<'a> DirectJob<'a> {
         let g = self.g;
         let succ = &g.succ[g.succ_off[i as usize] as usize..g.succ_off[i as usize + 1] as usize];
         for &s in succ {
-            // A task with one predecessor is ready now: no counter to count down.
-            if g.fanin_n[s as usize] == 1 || self.counters[s as usize].fetch_sub(1, AcqRel) == 1 {
+            // A task with one predecessor is ready now: no counter to count.
+            let n = g.fanin_n[s as usize];
+            if n == 1 || self.counters[s as usize].fetch_add(1, AcqRel) + 1 == n as u64 * self.gen {
                 ready(s);
             }
         }
@@ -456,6 +458,46 @@ impl<'a> DirectJob<'a> {
     /// Every sink (so every task) completed?
     pub(crate) fn done(&self) -> bool {
         self.remaining.load(Acquire) == 0
+    }
+}
+
+/// The predecessor counters of a graph's direct replays, kept from one replay to the
+/// next: counter `i` counts the completed predecessors of task `i` over every replay
+/// since the last reset, so in replay number `gen` (from 1) task `i` is ready when its
+/// counter reaches `gen × fanin_n[i]` — no pass over the counters before a replay. A
+/// replay that did not finish (failed) leaves them inexact: the next one resets them.
+pub(crate) struct DirectCounters {
+    counts: Vec<AtomicU64>,
+    gen: u64,
+    /// Every counter is `gen × fanin_n`: the last replay finished.
+    exact: bool,
+}
+
+impl DirectCounters {
+    pub(crate) fn new(g: &Graph) -> DirectCounters {
+        DirectCounters {
+            counts: (0..g.tasks.len()).map(|_| AtomicU64::new(0)).collect(),
+            gen: 0,
+            exact: true,
+        }
+    }
+
+    /// Arm the counters for the next replay (reset them first if the last one did not
+    /// finish, or before `gen × fanin_n` could overflow).
+    pub(crate) fn arm(&mut self) {
+        if !self.exact || self.gen >= u32::MAX as u64 {
+            for c in &self.counts {
+                c.store(0, Relaxed);
+            }
+            self.gen = 0;
+        }
+        self.gen += 1;
+        self.exact = false;
+    }
+
+    /// The replay armed last finished: every task completed once.
+    pub(crate) fn finished(&mut self) {
+        self.exact = true;
     }
 }
 
