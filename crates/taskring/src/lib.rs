@@ -91,7 +91,8 @@
 //!   per-task config > `PTO2_RING_*` env > built-in default, per resource and per ring);
 //!   the bindings use its validation rules, the fuzz tests its env parsing;
 //! - [`engine`]: rings, tensormap, scopes, the orchestrator, completion; `engine::shared`
-//!   is driven by the loom model (`tests/loom_core.rs`);
+//!   (with the submit's fan-in steps, `claim_fanin` / `write_fanin_record` /
+//!   `wire_and_publish`) is driven by the loom model (`tests/loom_core.rs`);
 //! - `arena` (crate-internal): all memory of one sizing, and the per-chip LRU arena cache
 //!   ([`Arena`], [`ArenaCache`], [`ArenaStats`] are re-exported);
 //! - [`chip`]: the L2 chip (core threads running kernels) and `ChipWorker`; `chip::abort`

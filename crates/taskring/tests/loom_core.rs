@@ -6,12 +6,24 @@
 //! RUSTFLAGS="--cfg loom" cargo test -p taskring --test loom_core --release
 //! ```
 //!
-//! Each model drives the real protocol functions of `shared.rs` — `SlotState`'s lock,
-//! `RingShared::prepare` / `advance`, `ArenaShared::claim` / `link` / `complete` /
-//! `release_ref` / `check_consumed`, `SlotState::begin_wiring` / `publish`, the ready
-//! queues and the parking lots — on loom threads. Only the orchestrator's sequencing of
-//! those calls (submit steps 3–7 of `orch.rs`) is replicated here, in [`open`] and
-//! [`wire`]. Windows and pools are tiny (1–4 slots) so that slots are reused.
+//! Each model drives the real protocol functions of `engine/shared/` on loom threads:
+//! `SlotState`'s lock, `RingShared::prepare` / `advance`, `ArenaShared::complete` /
+//! `release_ref` / `check_consumed`, the ready queues and the parking lots, and the
+//! orchestrator's fan-in steps of `shared/fanin.rs` — `claim_fanin` (submit step 4,
+//! over `ArenaShared::claim`), `write_fanin_record` (the fanin part of step 6) and
+//! `wire_and_publish` (step 7: `begin_wiring`, `link`, the release of WAIT-only claims,
+//! `publish`), the very functions `engine/orch/submit.rs` calls.
+//!
+//! Still replicated here, not the orchestrator's own code: the order of calls around
+//! those functions ([`open`] and [`wire`]: prepare, claims, payload, wiring — the
+//! orchestrator's `take_slot` / `finish_submit`), the rest of the payload (only `id`
+//! and `kind` are written; no tensors or scalars), the dependency-node and spill-pool
+//! reservations (the models pass node indices by hand and have at most
+//! `FANIN_INLINE` producers), the push of a task ready at publication (the models
+//! push, or run it on the same thread), the back-pressure wait ([`admit`], after
+//! `alloc_slot` / `wait_or_fail`), the core loop ([`core_loop`], [`run_chain`]) and the
+//! end of a run ([`finish`]). Windows and pools are tiny (1–4 slots) so that slots are
+//! reused.
 //!
 //! `LOOM_MAX_PREEMPTIONS` overrides each model's preemption bound (default 2 or 3,
 //! per model), `LOOM_UNBOUNDED=1` removes it (exhaustive; slow for the larger models);
@@ -90,63 +102,48 @@ impl Marks {
     }
 }
 
-/// An orchestrator-side submit in progress: claimed producers and WAIT count.
+/// An orchestrator-side submit in progress: its claimed edges and WAIT count.
 struct Sub {
     id: TaskId,
     waits: u32,
-    claimed: Vec<(TaskId, u64)>,
+    claimed: Vec<FaninEdge>,
 }
 
-/// Submit steps 3–6 (orch.rs): prepare the slot and publish `current`, claim each
-/// producer under its lock, write the payload and its fanin record.
+/// Submit steps 3–6 (`orch/submit.rs`: `take_slot`, `claim_fanin`, `write_payload`):
+/// prepare the slot and publish `current`, claim each producer (the real
+/// `claim_fanin`), write the payload's `id` and `kind` and its fanin record (the real
+/// `write_fanin_record`; no spill entries needed: at most `FANIN_INLINE` producers).
 fn open(a: &ArenaShared, id: TaskId, deps: &[(TaskId, u64)]) -> Sub {
     let ring = &a.rings[id.ring()];
     ring.prepare(id.local());
-    let mut claimed = Vec::new();
-    let mut waits = 0;
-    for &(p, flags) in deps {
-        if let Claim::Claimed { .. } = a.claim(p, flags) {
-            waits += (flags & DEP_WAIT != 0) as u32;
-            claimed.push((p, flags));
-        }
-    }
+    let mut edges: Vec<FaninEdge> = deps.iter().map(|&(p, f)| FaninEdge::new(p, f)).collect();
+    let c = claim_fanin(a, &mut edges);
+    edges.truncate(c.kept);
+    assert!(edges.iter().all(|e| e.claimed));
     // safety: prepared and not yet published; every payload field is valid at zero.
     unsafe {
         let pl = ring.payload_mut(id.local()).as_mut_ptr();
         addr_of_mut!((*pl).id).write(id);
         addr_of_mut!((*pl).kind).write(CoreKind::Any);
-        addr_of_mut!((*pl).n_fanin).write(claimed.len() as u32);
-        for (i, &(p, f)) in claimed.iter().enumerate() {
-            addr_of_mut!((*pl).fanin_inline[i]).write(p.0 | f);
-        }
+        write_fanin_record(a, id, pl, &edges, 0);
     }
-    Sub { id, waits, claimed }
+    Sub {
+        id,
+        waits: c.waits,
+        claimed: edges,
+    }
 }
 
-/// Submit step 7 (orch.rs): wiring under each producer's lock, release of WAIT-only
-/// claims, then the `+1` publication. Dependency nodes are taken from `node` on in the
-/// consumer ring's pool. Returns whether the task is ready now (counted in `marks`).
-fn wire(a: &ArenaShared, eng: &EngineShared, marks: &Marks, s: &Sub, mut node: usize) -> bool {
-    let ring = &a.rings[s.id.ring()];
-    let me = ring.slot(s.id.local());
-    me.begin_wiring(s.waits);
-    let mut done = 0;
-    for &(p, f) in &s.claimed {
-        if f & DEP_WAIT != 0 {
-            if a.link(p, s.id, node % ring.dep_nodes.len()) {
-                node += 1;
-            } else {
-                done += 1;
-            }
-        }
-    }
-    for &(p, f) in &s.claimed {
-        if f & DEP_RETAIN == 0 {
-            a.release_ref(p, 1, eng);
-        }
-    }
-    marks.wired[marks.at(s.id)].store(true, Release);
-    let ready = me.publish(done);
+/// Submit step 7 (`orch/submit.rs`: `wire_and_publish`): the real `wire_and_publish`,
+/// which marks `wired` in `marks` from its hook (wiring ended, just before the `+1`
+/// publication). Dependency nodes are taken from `node` on in the consumer ring's pool.
+/// Returns whether the task is ready now (counted in `marks`; the caller pushes or runs
+/// it).
+fn wire(a: &ArenaShared, eng: &EngineShared, marks: &Marks, s: &Sub, node: u64) -> bool {
+    let i = marks.at(s.id);
+    let ready = wire_and_publish(a, eng, s.id, &s.claimed, s.waits, node, || {
+        marks.wired[i].store(true, Release)
+    });
     if ready {
         marks.on_ready(a, s.id);
     }

@@ -30,7 +30,7 @@ mod submit;
 use submit::Submitted;
 
 use super::ring::{window_admits, HeapAlloc, HeapRing, LinearPool};
-use super::shared::{ArenaShared, EngineShared, SCOPE_BIT};
+use super::shared::{ArenaShared, EngineShared, FaninEdge, SCOPE_BIT};
 use super::tensormap::TensorMap;
 use super::*;
 use crate::config::RingSizing;
@@ -116,14 +116,6 @@ enum Site {
     Code(&'static std::panic::Location<'static>),
     /// Index into `OrchState::sites` (sites named by a foreign caller, e.g. Python).
     Named(u32),
-}
-
-#[derive(Clone, Copy)]
-struct FaninEdge {
-    producer: TaskId,
-    flags: u64,
-    /// Claimed (a reference taken on the producer).
-    claimed: bool,
 }
 
 /// The orchestrator's private part of an arena. Reset per run in O(rings).
@@ -859,11 +851,7 @@ impl<'r> Orchestrator<'r> {
         let la = [rr[0].seen_la, rr[1].seen_la, rr[2].seen_la, rr[3].seen_la];
         for &(p, flags) in t.fanin {
             if p.local() >= la[p.ring()] {
-                self.st.fanin.push(FaninEdge {
-                    producer: p,
-                    flags,
-                    claimed: false,
-                });
+                self.st.fanin.push(FaninEdge::new(p, flags));
             }
         }
         let task = Submitted {
@@ -1401,11 +1389,7 @@ fn add_fanin_to(
     }
     os.seen_epoch = epoch;
     os.seen_idx = fanin.len() as u32;
-    fanin.push(FaninEdge {
-        producer: p,
-        flags,
-        claimed: false,
-    });
+    fanin.push(FaninEdge::new(p, flags));
 }
 
 /// The no-progress clock, started lazily at the first wait (the uncontended path reads

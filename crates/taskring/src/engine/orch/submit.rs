@@ -14,13 +14,19 @@
 //! 5. publish — [`Orchestrator::finish_submit`]: the pools ([`spill_demand`]), the
 //!    payload ([`Orchestrator::write_payload`]), then [`Orchestrator::wire_and_publish`].
 //!
+//! The completion protocol's part of the claims, the fanin record and the wiring with
+//! the publication is not written here but in `engine/shared/fanin.rs`
+//! ([`shared::claim_fanin`], [`shared::write_fanin_record`], [`shared::wire_and_publish`]),
+//! which the loom models (`tests/loom_core.rs`) call too; the methods here call them
+//! with the orchestrator's fanin list and pool reservations.
+//!
 //! The stages are `#[inline(always)]`: each runs once per submit, and the hot path is
 //! one function after inlining, as it was before the split (B2 measures it).
 
 use super::{add_fanin_to, DryScope, Orchestrator, ScopeFrame, TaskOutputs, What};
 use super::{Blocked, PREFETCH_AHEAD};
 use crate::engine::ring::{align_output, OUTPUT_ALIGN_BYTES};
-use crate::engine::shared::{Claim, DEP_RETAIN, DEP_WAIT};
+use crate::engine::shared::{self, DEP_RETAIN, DEP_WAIT};
 use crate::engine::{
     ArgTag, ArgTensor, KernelRef, RuntimeFailure, TaskArgs, TensorSpec, FANIN_INLINE,
     MAX_TASK_TENSORS,
@@ -585,37 +591,25 @@ impl<'r> Orchestrator<'r> {
         Ok(())
     }
 
-    /// Step 4, claims: claim every producer of `self.st.fanin` under its lock and keep
-    /// only the claimed edges (a producer gone, or completed with a WAIT-only edge, is
-    /// dropped). Returns the claimed WAIT edges (each needs a dependency node) and the
-    /// live producers (claimed, or completed but not yet consumed: the spill demand).
+    /// Step 4, claims ([`shared::claim_fanin`]): claim every producer of
+    /// `self.st.fanin` under its lock and keep only the claimed edges (a producer gone,
+    /// or completed with a WAIT-only edge, is dropped). Returns the claimed WAIT edges
+    /// (each needs a dependency node) and the live producers (claimed, or completed but
+    /// not yet consumed: the spill demand).
     #[inline(always)]
     fn claim_fanin(&mut self) -> (u32, usize) {
-        let mut waits = 0u32;
-        let mut live_edges = 0usize;
         if self.st.fanin.is_empty() {
             return (0, 0);
         }
-        for e in self.st.fanin.iter_mut() {
-            match self.sh.claim(e.producer, e.flags) {
-                Claim::Claimed { .. } => {
-                    live_edges += 1;
-                    e.claimed = true;
-                    if e.flags & DEP_WAIT != 0 {
-                        waits += 1;
-                    }
-                }
-                Claim::Skipped { live } => live_edges += live as usize,
-            }
-        }
-        self.st.fanin.retain(|e| e.claimed);
-        (waits, live_edges)
+        let c = shared::claim_fanin(self.sh, &mut self.st.fanin);
+        self.st.fanin.truncate(c.kept);
+        (c.waits, c.live)
     }
 
     /// Step 6, the payload: what a core runs the task with (kernel, tensors, scalars) and
-    /// its fanin record (inline, then from `spill_start` in the spill pool), written
-    /// into the prepared, unpublished slot; made visible to the cores by the
-    /// publication (a release) that follows.
+    /// its fanin record ([`shared::write_fanin_record`]: inline, then from `spill_start`
+    /// in the spill pool), written into the prepared, unpublished slot; made visible to
+    /// the cores by the publication (a release) that follows.
     #[inline(always)]
     fn write_payload(
         &self,
@@ -643,63 +637,32 @@ impl<'r> Orchestrator<'r> {
             (*p).n_inputs = task.n_inputs as u8;
             (*p).n_scalars = scalars.len() as u8;
             (*p).scalar_float_mask = task.scalar_float_mask;
-            (*p).n_fanin = self.st.fanin.len() as u32;
-            (*p).fanin_spill_start = spill_start;
             // Element by element: a task has few tensors, and a `memcpy` call for a
             // few hundred bytes costs more than the inline moves.
             for (dst, src) in (&mut (*p).tensors)[..n].iter_mut().zip(tensors.iter()) {
                 *dst = *src;
             }
             (&mut (*p).scalars)[..scalars.len()].copy_from_slice(scalars);
-            for (i, e) in self.st.fanin.iter().enumerate() {
-                let rec = e.producer.0 | e.flags;
-                if i < FANIN_INLINE {
-                    (*p).fanin_inline[i] = rec;
-                } else {
-                    let sp = &rs.spill;
-                    *sp[((spill_start + (i - FANIN_INLINE) as u64) % sp.len() as u64) as usize]
-                        .get() = rec;
-                }
-            }
+            shared::write_fanin_record(self.sh, id, p, &self.st.fanin, spill_start);
         }
     }
 
-    /// Step 7, wiring and publication: link the task behind each claimed WAIT producer
-    /// (dependency nodes from `dep_start`; a producer completed meanwhile counts as a
-    /// done edge), release the WAIT-only claims, then release the `+1` of
-    /// `fanin_count`: the task is pushed to a ready queue here if no producer is left to
-    /// do it (exactly once, `shared/slot.rs`).
+    /// Step 7, wiring and publication ([`shared::wire_and_publish`]): link the task
+    /// behind each claimed WAIT producer (dependency nodes from `dep_start`), release
+    /// the WAIT-only claims, then the `+1` of `fanin_count`; the task is pushed to a
+    /// ready queue here if no producer is left to do it (exactly once, `shared/slot.rs`).
     #[inline(always)]
     fn wire_and_publish(&self, task: &Submitted, waits: u32, dep_start: u64) {
         let id = task.id;
-        let rs = &self.sh.rings[id.ring()];
-        let me = rs.slot(id.local());
-        me.begin_wiring(waits);
-        let mut done = 0u32;
-        if !self.st.fanin.is_empty() {
-            let mut node_i = dep_start;
-            let n_nodes = rs.dep_nodes.len() as u64;
-            for e in self.st.fanin.iter() {
-                if e.flags & DEP_WAIT == 0 {
-                    continue;
-                }
-                if self.sh.link(e.producer, id, (node_i % n_nodes) as usize) {
-                    node_i += 1;
-                } else {
-                    done += 1;
-                }
-            }
-            for e in self.st.fanin.iter() {
-                if e.flags & DEP_RETAIN == 0 {
-                    self.sh.release_ref(e.producer, 1, self.eng);
-                }
-            }
-        }
-        let ready = if waits == 0 {
-            me.publish_unwaited()
-        } else {
-            me.publish(done)
-        };
+        let ready = shared::wire_and_publish(
+            self.sh,
+            self.eng,
+            id,
+            &self.st.fanin,
+            waits,
+            dep_start,
+            || {},
+        );
         if ready {
             let kind = task
                 .kernel

@@ -7,6 +7,7 @@
 //! | `slot.rs` | [`SlotState`] (one cache line per window entry: the spin lock, state, reference counts, fanout head), the edge flags, [`DepNode`] | readiness (`fanin_count = WAIT + 1`) |
 //! | `retire.rs` | [`RingShared`]: one ring's slot, payload, dependency-node and spill tables, `current` and the `last_alive` watermark | retirement (the combining advance, no lost request) |
 //! | `completion.rs` | [`ArenaShared`]: claims, links, reference release, the completion of a task | reference accounting, completion steps 1–3, claim vs consume |
+//! | `fanin.rs` | the orchestrator's side for one task's fan-in: [`claim_fanin`], [`write_fanin_record`], [`wire_and_publish`] (submit steps 4, 6 and 7) | the order of claims, record, links, WAIT-only releases and the `+1` |
 //! | `ready.rs` | [`EngineShared`]: the ready queues per core kind, the run's failure latch | ready exactly once, then queued |
 //! | `park.rs` | [`Sleep`] (idle cores) and [`Progress`] (the orchestrator waiting for space) | no lost wake-up |
 //!
@@ -15,11 +16,13 @@
 //! local id, published by the orchestrator) and `last_alive` (the in-order retirement
 //! watermark).
 //!
-//! Orchestrator side: [`RingShared::prepare`], [`ArenaShared::claim`],
-//! [`SlotState::begin_wiring`], [`ArenaShared::link`], [`SlotState::publish`],
+//! Orchestrator side: [`RingShared::prepare`], the fan-in steps of `fanin.rs`
+//! ([`claim_fanin`] over [`ArenaShared::claim`]; [`write_fanin_record`];
+//! [`wire_and_publish`] over [`SlotState::begin_wiring`], [`ArenaShared::link`],
+//! [`ArenaShared::release_ref`] for WAIT-only claims and [`SlotState::publish`]),
 //! [`SlotState::mark_completed`] (inline completion) and [`ArenaShared::release_ref`]
-//! (scope end, WAIT-only claims). Core side: [`ArenaShared::complete`], the ready
-//! queues and parking of [`EngineShared`].
+//! (scope end). Core side: [`ArenaShared::complete`], the ready queues and parking of
+//! [`EngineShared`].
 //!
 //! Every atomic, lock and shared cell comes from [`crate::sync`], so a `--cfg loom`
 //! build model-checks these modules (`tests/loom_core.rs`).
@@ -29,12 +32,14 @@
 //! `fanin_refcount` (or a push onto a ready queue), and readers acquire it.
 
 mod completion;
+mod fanin;
 mod park;
 mod ready;
 mod retire;
 mod slot;
 
 pub use completion::{ArenaShared, Claim};
+pub use fanin::{claim_fanin, wire_and_publish, write_fanin_record, FaninClaims, FaninEdge};
 pub use park::{Progress, Sleep};
 pub use ready::EngineShared;
 pub use retire::{PayloadCell, RingShared};
