@@ -777,6 +777,61 @@ struct Graph {
     explicit_total: u64,
 }
 
+/// One output buffer of a graph `w` points wide: blocks of `block_rows` rows of
+/// `stride` words, each viewed as `[rows, out_words]`.
+fn alloc_blocks(
+    w: i64,
+    block_rows: i64,
+    stride: usize,
+    out_words: usize,
+    too_big: &dyn Fn() -> String,
+) -> Result<Vec<Block>, String> {
+    let mut v = Vec::new();
+    let mut first = 0;
+    while first < w {
+        let rows = block_rows.min(w - first);
+        let words = (rows as usize).checked_mul(stride).ok_or_else(too_big)?;
+        let buf = RawBuf::new(words).ok_or_else(too_big)?;
+        let full = Tensor::from_raw(buf.ptr as u64, &[rows as u32, stride as u32], DType::I64);
+        let view = full
+            .view(
+                &[rows as u32, out_words as u32],
+                0,
+                Some(&[stride as u32, 1]),
+            )
+            .map_err(|e| format!("buffer view: {e}"))?;
+        v.push(Block {
+            buf,
+            first,
+            rows,
+            view,
+        });
+        first += rows;
+    }
+    Ok(v)
+}
+
+/// (FLOPs, bytes) per task of the graph's kernel. Checked: Task Bench's totals are
+/// 64-bit counts.
+fn per_task_costs(spec: &GraphSpec) -> Result<(u64, u64), String> {
+    let flops_per_task = match spec.kernel {
+        KernelKind::ComputeBound => spec
+            .iter
+            .checked_mul(128)
+            .and_then(|f| f.checked_add(64))
+            .ok_or("-iter is too large: FLOPs per task overflow 64 bits")?,
+        _ => 0,
+    };
+    let bytes_per_task = match spec.kernel {
+        KernelKind::MemoryBound => spec
+            .iter
+            .checked_mul(spec.scratch)
+            .ok_or("-iter x -scratch is too large: bytes per task overflow 64 bits")?,
+        _ => 0,
+    };
+    Ok((flops_per_task, bytes_per_task))
+}
+
 impl Graph {
     fn new(idx: usize, spec: &GraphSpec) -> Result<Graph, String> {
         let shape = Shape::new(spec);
@@ -799,49 +854,9 @@ impl Graph {
         if buffer_bytes > physical_memory() {
             return Err(too_big());
         }
-        let mk = || -> Result<Vec<Block>, String> {
-            let mut v = Vec::new();
-            let mut first = 0;
-            while first < w {
-                let rows = block_rows.min(w - first);
-                let words = (rows as usize).checked_mul(stride).ok_or_else(too_big)?;
-                let buf = RawBuf::new(words).ok_or_else(too_big)?;
-                let full =
-                    Tensor::from_raw(buf.ptr as u64, &[rows as u32, stride as u32], DType::I64);
-                let view = full
-                    .view(
-                        &[rows as u32, out_words as u32],
-                        0,
-                        Some(&[stride as u32, 1]),
-                    )
-                    .map_err(|e| format!("buffer view: {e}"))?;
-                v.push(Block {
-                    buf,
-                    first,
-                    rows,
-                    view,
-                });
-                first += rows;
-            }
-            Ok(v)
-        };
+        let mk = || alloc_blocks(w, block_rows, stride, out_words, &too_big);
         let blocks = [mk()?, mk()?];
-        // Checked: Task Bench's totals are 64-bit counts.
-        let flops_per_task = match spec.kernel {
-            KernelKind::ComputeBound => spec
-                .iter
-                .checked_mul(128)
-                .and_then(|f| f.checked_add(64))
-                .ok_or("-iter is too large: FLOPs per task overflow 64 bits")?,
-            _ => 0,
-        };
-        let bytes_per_task = match spec.kernel {
-            KernelKind::MemoryBound => spec
-                .iter
-                .checked_mul(spec.scratch)
-                .ok_or("-iter x -scratch is too large: bytes per task overflow 64 bits")?,
-            _ => 0,
-        };
+        let (flops_per_task, bytes_per_task) = per_task_costs(spec)?;
         let war = War::build(&shape)?;
         let mut g = Graph {
             idx,
@@ -1019,107 +1034,14 @@ impl TbKernel {
         let i = call.scalars[1] as i64;
         let p = (t & 1) as usize;
         if g.shape.pattern == Pattern::Trivial {
-            if !call.tensors.is_empty() {
-                return Err(format!(
-                    "graph {} task (t={t}, i={i}): trivial tasks take no tensors",
-                    g.idx + 1
-                ));
-            }
-            run_kernel(&g.spec, t, i)?;
-            let b = &g.blocks[p][g.block_of(i)];
-            // safety: the row is inside the block; concurrent writers of the same row
-            // (timesteps t and t±2, unordered in this pattern) use atomics.
-            unsafe {
-                let row = b.buf.ptr.add((i - b.first) as usize * g.stride);
-                for w in (0..g.out_words).step_by(2) {
-                    AtomicI64::from_ptr(row.add(w)).store(t, Relaxed);
-                    AtomicI64::from_ptr(row.add(w + 1)).store(i, Relaxed);
-                }
-            }
-            self.counters.bump();
-            return Ok(());
+            return self.exec_trivial(call, t, i, p);
         }
 
         // Inputs: exactly the rows of the dependency set, in order, each stamped (t-1, j).
         let mut iv = Intervals::new();
         g.shape.deps_at(t, i, &mut iv);
         let inputs = &call.tensors[..call.n_inputs.min(call.tensors.len())];
-        let q = ((t - 1) & 1) as usize;
-        let mut k = 0usize; // input tensor
-        let mut r = 0i64; // row within it
-        let mut cur: Option<(i64, i64)> = None; // (first point, rows) of input k
-        for &(a, b) in iv.as_slice() {
-            for j in a..=b {
-                loop {
-                    if k >= inputs.len() {
-                        return Err(format!(
-                            "graph {} task (t={t}, i={i}): validation failed: input for point {j} of timestep {} is missing ({} input tensors)",
-                            g.idx + 1,
-                            t - 1,
-                            inputs.len()
-                        ));
-                    }
-                    let (first, rows) = match cur {
-                        Some(c) => c,
-                        None => {
-                            let c = g.locate(q, &inputs[k]).ok_or_else(|| {
-                                format!(
-                                    "graph {} task (t={t}, i={i}): validation failed: input {k} ({:?}) is not a row range of the timestep-{} buffer",
-                                    g.idx + 1,
-                                    inputs[k],
-                                    t - 1
-                                )
-                            })?;
-                            cur = Some(c);
-                            c
-                        }
-                    };
-                    if r < rows {
-                        if first + r != j {
-                            return Err(format!(
-                                "graph {} task (t={t}, i={i}): validation failed: input {k} row {r} is point {}, expected point {j}",
-                                g.idx + 1,
-                                first + r
-                            ));
-                        }
-                        break;
-                    }
-                    k += 1;
-                    r = 0;
-                    cur = None;
-                }
-                let ten = &inputs[k];
-                // safety: `locate` proved the view is inside a buffer of this graph; its
-                // producer completed before this task was made ready.
-                unsafe {
-                    let row =
-                        (ten.addr as *const i64).add(ten.offset as usize + r as usize * g.stride);
-                    for w in (0..g.out_words).step_by(2) {
-                        let (st, sp) = (*row.add(w), *row.add(w + 1));
-                        if st != t - 1 || sp != j {
-                            return Err(format!(
-                                "graph {} task (t={t}, i={i}): validation failed: input point {j} holds stamp (t={st}, i={sp}) at word {w}, expected (t={}, i={j})",
-                                g.idx + 1,
-                                t - 1
-                            ));
-                        }
-                    }
-                }
-                r += 1;
-            }
-        }
-        let rest = match cur {
-            Some((_, rows)) if r == rows => inputs.len() - k - 1,
-            Some(_) => inputs.len() - k,
-            None => inputs.len() - k,
-        };
-        if rest != 0 {
-            return Err(format!(
-                "graph {} task (t={t}, i={i}): validation failed: {rest} unexpected input tensor(s) beyond its {} dependencies",
-                g.idx + 1,
-                iv.count()
-            ));
-        }
+        check_inputs(g, t, i, inputs, &iv)?;
 
         // The own row.
         let own = call.tensors.get(call.n_inputs).ok_or_else(|| {
@@ -1152,6 +1074,126 @@ impl TbKernel {
         self.counters.bump();
         Ok(())
     }
+
+    /// A trivial task: no tensors; the kernel, then the stamp into the graph's buffer.
+    #[inline]
+    fn exec_trivial(&self, call: &KernelCall<'_>, t: i64, i: i64, p: usize) -> Result<(), String> {
+        let g = &*self.g;
+        if !call.tensors.is_empty() {
+            return Err(format!(
+                "graph {} task (t={t}, i={i}): trivial tasks take no tensors",
+                g.idx + 1
+            ));
+        }
+        run_kernel(&g.spec, t, i)?;
+        let b = &g.blocks[p][g.block_of(i)];
+        // safety: the row is inside the block; concurrent writers of the same row
+        // (timesteps t and t±2, unordered in this pattern) use atomics.
+        unsafe {
+            let row = b.buf.ptr.add((i - b.first) as usize * g.stride);
+            for w in (0..g.out_words).step_by(2) {
+                AtomicI64::from_ptr(row.add(w)).store(t, Relaxed);
+                AtomicI64::from_ptr(row.add(w + 1)).store(i, Relaxed);
+            }
+        }
+        self.counters.bump();
+        Ok(())
+    }
+}
+
+/// Task (t, i)'s `inputs` are exactly the rows of its dependency set `iv`, in order,
+/// from the timestep-(t-1) buffer, each stamped (t-1, j).
+#[inline]
+fn check_inputs(
+    g: &Graph,
+    t: i64,
+    i: i64,
+    inputs: &[Tensor],
+    iv: &Intervals,
+) -> Result<(), String> {
+    let q = ((t - 1) & 1) as usize;
+    let mut k = 0usize; // input tensor
+    let mut r = 0i64; // row within it
+    let mut cur: Option<(i64, i64)> = None; // (first point, rows) of input k
+    for &(a, b) in iv.as_slice() {
+        for j in a..=b {
+            loop {
+                if k >= inputs.len() {
+                    return Err(format!(
+                        "graph {} task (t={t}, i={i}): validation failed: input for point {j} of timestep {} is missing ({} input tensors)",
+                        g.idx + 1,
+                        t - 1,
+                        inputs.len()
+                    ));
+                }
+                let (first, rows) = match cur {
+                    Some(c) => c,
+                    None => {
+                        let c = g.locate(q, &inputs[k]).ok_or_else(|| {
+                            format!(
+                                "graph {} task (t={t}, i={i}): validation failed: input {k} ({:?}) is not a row range of the timestep-{} buffer",
+                                g.idx + 1,
+                                inputs[k],
+                                t - 1
+                            )
+                        })?;
+                        cur = Some(c);
+                        c
+                    }
+                };
+                if r < rows {
+                    if first + r != j {
+                        return Err(format!(
+                            "graph {} task (t={t}, i={i}): validation failed: input {k} row {r} is point {}, expected point {j}",
+                            g.idx + 1,
+                            first + r
+                        ));
+                    }
+                    break;
+                }
+                k += 1;
+                r = 0;
+                cur = None;
+            }
+            check_stamps(g, t, i, &inputs[k], r, j)?;
+            r += 1;
+        }
+    }
+    let rest = match cur {
+        Some((_, rows)) if r == rows => inputs.len() - k - 1,
+        Some(_) => inputs.len() - k,
+        None => inputs.len() - k,
+    };
+    if rest != 0 {
+        return Err(format!(
+            "graph {} task (t={t}, i={i}): validation failed: {rest} unexpected input tensor(s) beyond its {} dependencies",
+            g.idx + 1,
+            iv.count()
+        ));
+    }
+    Ok(())
+}
+
+/// Row `r` of input `ten` (which `locate` placed in a buffer of `g`) holds point j's
+/// stamp (t-1, j) in every pair.
+#[inline]
+fn check_stamps(g: &Graph, t: i64, i: i64, ten: &Tensor, r: i64, j: i64) -> Result<(), String> {
+    // safety: `locate` proved the view is inside a buffer of this graph; its
+    // producer completed before this task was made ready.
+    unsafe {
+        let row = (ten.addr as *const i64).add(ten.offset as usize + r as usize * g.stride);
+        for w in (0..g.out_words).step_by(2) {
+            let (st, sp) = (*row.add(w), *row.add(w + 1));
+            if st != t - 1 || sp != j {
+                return Err(format!(
+                    "graph {} task (t={t}, i={i}): validation failed: input point {j} holds stamp (t={st}, i={sp}) at word {w}, expected (t={}, i={j})",
+                    g.idx + 1,
+                    t - 1
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Kernel for TbKernel {
@@ -1453,13 +1495,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cores = if opts.workers > 0 {
-        opts.workers
-    } else {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    };
+    let cores = core_threads(&opts);
     let scratch: u64 = opts
         .graphs
         .iter()
@@ -1480,16 +1516,23 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
-fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
-    let mut sizing = RingSizing::resolve_from_process(&RuntimeEnv::default())
-        .map_err(|e| format!("ring sizing: {e}"))?;
-    let cores = if opts.workers > 0 {
+/// Core threads: `-worker`, else the number of CPUs.
+fn core_threads(opts: &Opts) -> usize {
+    if opts.workers > 0 {
         opts.workers
     } else {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
-    };
+    }
+}
+
+/// The ring sizing of the dispatch: the process's, with ring 1's task window and
+/// dependency pool set for these graphs (see the module doc).
+fn ring_sizing(opts: &Opts, graphs: &[Arc<Graph>]) -> Result<RingSizing, String> {
+    let mut sizing = RingSizing::resolve_from_process(&RuntimeEnv::default())
+        .map_err(|e| format!("ring sizing: {e}"))?;
+    let cores = core_threads(opts);
     let window = match opts.window {
         Some(0) => None,
         Some(w) => Some(w),
@@ -1527,6 +1570,50 @@ fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
         sizing = RingSizing::from_values(sizing.task_window, sizing.heap, dep)
             .map_err(|e| format!("ring sizing: {e}"))?;
     }
+    Ok(sizing)
+}
+
+/// Task Bench's totals over all graphs: (tasks, dependencies, FLOPs, bytes).
+fn totals(graphs: &[Arc<Graph>]) -> (u64, u64, u64, u64) {
+    let total_tasks: u64 = graphs.iter().map(|g| g.tasks).sum();
+    let total_deps: u64 = graphs.iter().map(|g| g.deps).sum();
+    // (Each graph's product was checked at setup; several graphs saturate.)
+    let total_flops: u64 = graphs
+        .iter()
+        .fold(0u64, |a, g| a.saturating_add(g.tasks * g.flops_per_task));
+    let total_bytes: u64 = graphs
+        .iter()
+        .fold(0u64, |a, g| a.saturating_add(g.tasks * g.bytes_per_task));
+    (total_tasks, total_deps, total_flops, total_bytes)
+}
+
+/// `-v`: the runtime mapping on stderr.
+fn print_mapping(chip: &ChipWorker, sizing: &RingSizing, budget: Budgets, graphs: &[Arc<Graph>]) {
+    eprintln!(
+        "taskbench: taskring chip with {} core threads (+ the orchestrator thread), {sizing}; scope budget {} tasks / {} edges",
+        chip.cores().len(),
+        budget.tasks,
+        budget.edges
+    );
+    for g in graphs {
+        eprintln!(
+            "taskbench: graph {}: {} tasks, {} dependencies; buffers 2 x {} block(s) of {} rows x {} words (stride {}); max {} input tensors per task; explicit write-after-read orderings: {} total, max {} per task",
+            g.idx + 1,
+            g.tasks,
+            g.deps,
+            g.blocks[0].len(),
+            g.block_rows,
+            g.out_words,
+            g.stride,
+            g.max_inputs,
+            g.explicit_total,
+            g.max_explicit
+        );
+    }
+}
+
+fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
+    let sizing = ring_sizing(opts, &graphs)?;
     let budget = Budgets {
         tasks: ((sizing.task_window[1] / 2).max(1)) as usize,
         edges: ((sizing.dep_pool[1] / 2).max(1)) as usize,
@@ -1548,39 +1635,11 @@ fn run(opts: &Opts, graphs: Vec<Arc<Graph>>) -> Result<(), String> {
             })
         })
         .collect();
-    let total_tasks: u64 = graphs.iter().map(|g| g.tasks).sum();
-    let total_deps: u64 = graphs.iter().map(|g| g.deps).sum();
-    // (Each graph's product was checked at setup; several graphs saturate.)
-    let total_flops: u64 = graphs
-        .iter()
-        .fold(0u64, |a, g| a.saturating_add(g.tasks * g.flops_per_task));
-    let total_bytes: u64 = graphs
-        .iter()
-        .fold(0u64, |a, g| a.saturating_add(g.tasks * g.bytes_per_task));
+    let (total_tasks, total_deps, total_flops, total_bytes) = totals(&graphs);
 
     print_config(&graphs);
     if opts.verbose {
-        eprintln!(
-            "taskbench: taskring chip with {} core threads (+ the orchestrator thread), {sizing}; scope budget {} tasks / {} edges",
-            chip.cores().len(),
-            budget.tasks,
-            budget.edges
-        );
-        for g in &graphs {
-            eprintln!(
-                "taskbench: graph {}: {} tasks, {} dependencies; buffers 2 x {} block(s) of {} rows x {} words (stride {}); max {} input tensors per task; explicit write-after-read orderings: {} total, max {} per task",
-                g.idx + 1,
-                g.tasks,
-                g.deps,
-                g.blocks[0].len(),
-                g.block_rows,
-                g.out_words,
-                g.stride,
-                g.max_inputs,
-                g.explicit_total,
-                g.max_explicit
-            );
-        }
+        print_mapping(&chip, &sizing, budget, &graphs);
     }
 
     let prog_graphs = graphs.clone();

@@ -306,6 +306,15 @@ pub fn patterns(quick: bool) -> Vec<Pattern> {
     ]
 }
 
+/// The arguments of one run of `p`: its host buffer, if it takes one.
+pub fn pattern_args<'a>(p: &Pattern, buf: &'a mut [f32]) -> Vec<Arg<'a>> {
+    if p.buf_elems > 0 {
+        vec![Arg::Tensor(HostTensor::f32(buf, &[p.buf_elems as u32]))]
+    } else {
+        vec![]
+    }
+}
+
 /// One taskring run of `p`: seconds.
 pub fn run_taskring(
     chip: &mut ChipWorker,
@@ -313,11 +322,7 @@ pub fn run_taskring(
     buf: &mut [f32],
     sizing: &RingSizing,
 ) -> Result<f64, String> {
-    let args: Vec<Arg<'_>> = if p.buf_elems > 0 {
-        vec![Arg::Tensor(HostTensor::f32(buf, &[p.buf_elems as u32]))]
-    } else {
-        vec![]
-    };
+    let args = pattern_args(p, buf);
     let t0 = Instant::now();
     let rep = chip
         .run_with_sizing(&p.program, &args, sizing)
@@ -348,6 +353,266 @@ pub fn run_baseline(pool: &Pool, p: &Pattern) -> (f64, f64, usize) {
     )
 }
 
+/// What B3 and B9 run the patterns on: the chip of `threads` core threads, the same
+/// with as many threads as the baseline — threads-1 cores plus the orchestrator, which
+/// runs ready tasks while it waits (ChipOptions::orchestrator_helps) — the baseline
+/// pool, and the patterns with one host buffer each.
+pub struct Rig {
+    pub chip: ChipWorker,
+    pub helper: ChipWorker,
+    pub pool: Pool,
+    pub sizing: RingSizing,
+    pub pats: Vec<Pattern>,
+    pub bufs: Vec<Vec<f32>>,
+}
+
+impl Rig {
+    pub fn new(opts: &Opts) -> Result<Rig, String> {
+        let threads = opts.threads;
+        let chip = ChipWorker::new(ChipOptions {
+            cores: threads,
+            prewarm: vec![RingSizing::default()],
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let helper = ChipWorker::new(ChipOptions {
+            cores: helper_cores(threads),
+            orchestrator_helps: true,
+            prewarm: vec![RingSizing::default()],
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let pool = Pool::new(threads);
+        let pats = patterns(opts.quick);
+        let bufs = pats.iter().map(|p| vec![0f32; p.buf_elems]).collect();
+        Ok(Rig {
+            chip,
+            helper,
+            pool,
+            sizing: RingSizing::default(),
+            pats,
+            bufs,
+        })
+    }
+}
+
+/// Core threads of the helper chip of a [`Rig`].
+fn helper_cores(threads: usize) -> usize {
+    threads.saturating_sub(1).max(1)
+}
+
+/// The `config` line of a case's `orchestrator_helps` figures (B3 and B9).
+pub fn helper_config(threads: usize) -> String {
+    format!("{} core thread(s) + the orchestrator running ready tasks while it waits (as many threads as the baseline)", helper_cores(threads))
+}
+
+/// The `patterns` parameter of B3's and B9's result documents.
+pub fn patterns_param(pats: &[Pattern]) -> Vec<serde_json::Value> {
+    pats.iter()
+        .map(|p| json!({"name": p.name, "desc": p.desc, "tasks": p.tasks}))
+        .collect()
+}
+
+/// ns-per-task samples per pattern: taskring, the baseline (build + execute and
+/// execute-only), the helper chip; and each pattern's edge count.
+struct PatternSamples {
+    tr: Vec<Vec<f64>>,
+    bl: Vec<Vec<f64>>,
+    bx: Vec<Vec<f64>>,
+    th: Vec<Vec<f64>>,
+    edges: Vec<usize>,
+}
+
+/// µs samples (medians of a batch each) of the warm 1-task dispatch.
+struct WarmSamples {
+    batch: usize,
+    run: Vec<f64>,
+    sized: Vec<f64>,
+    baseline: Vec<f64>,
+}
+
+/// The rig, then one untimed run of every pattern on each chip and the pool (arena
+/// pages, allocator, baseline deques).
+fn setup(opts: &Opts) -> Result<Rig, String> {
+    let mut s = Rig::new(opts)?;
+    for (i, p) in s.pats.iter().enumerate() {
+        run_taskring(&mut s.chip, p, &mut s.bufs[i], &s.sizing)?;
+        run_taskring(&mut s.helper, p, &mut s.bufs[i], &s.sizing)?;
+        run_baseline(&s.pool, p);
+    }
+    Ok(s)
+}
+
+/// `reps` rounds over every pattern: taskring, the baseline, the helper chip.
+fn measure_patterns(
+    s: &mut Rig,
+    reps: usize,
+    prog: &mut Progress,
+) -> Result<PatternSamples, String> {
+    let n = s.pats.len();
+    let mut m = PatternSamples {
+        tr: vec![vec![]; n],
+        bl: vec![vec![]; n],
+        bx: vec![vec![]; n],
+        th: vec![vec![]; n],
+        edges: vec![0usize; n],
+    };
+    for _ in 0..reps {
+        for (i, p) in s.pats.iter().enumerate() {
+            let t = run_taskring(&mut s.chip, p, &mut s.bufs[i], &s.sizing)?;
+            let (tb, tx, e) = run_baseline(&s.pool, p);
+            let t_h = run_taskring(&mut s.helper, p, &mut s.bufs[i], &s.sizing)?;
+            m.th[i].push(t_h * 1e9 / p.tasks as f64);
+            m.tr[i].push(t * 1e9 / p.tasks as f64);
+            m.bl[i].push(tb * 1e9 / p.tasks as f64);
+            m.bx[i].push(tx * 1e9 / p.tasks as f64);
+            m.edges[i] = e;
+            prog.tick(p.name);
+        }
+    }
+    Ok(m)
+}
+
+/// The warm 1-task dispatch: 200 untimed rounds, then per rep the median of a batch of
+/// `ChipWorker::run`, of `run_with_sizing` and of the baseline pool's 1-node DAG.
+fn measure_warm_1task(
+    s: &mut Rig,
+    opts: &Opts,
+    reps: usize,
+    prog: &mut Progress,
+) -> Result<WarmSamples, String> {
+    let one = Program::new("one", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ()));
+    let cfg = CallConfig::default();
+    let one_dag = || Arc::new(Dag::from_edges(1, &[]));
+    let batch = if opts.quick { 200 } else { 1000 };
+    let (chip, pool, sizing) = (&mut s.chip, &s.pool, &s.sizing);
+    for _ in 0..200 {
+        chip.run(&one, &[], &cfg).map_err(|e| e.to_string())?;
+        pool.run(&one_dag());
+    }
+    let mut w = WarmSamples {
+        batch,
+        run: vec![],
+        sized: vec![],
+        baseline: vec![],
+    };
+    for _ in 0..reps {
+        w.run.push(median_us(batch, || {
+            chip.run(&one, &[], &cfg)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })?);
+        w.sized.push(median_us(batch, || {
+            chip.run_with_sizing(&one, &[], sizing)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })?);
+        w.baseline.push(median_us(batch, || {
+            pool.run(&one_dag());
+            Ok(())
+        })?);
+        prog.tick("warm 1-task");
+    }
+    Ok(w)
+}
+
+/// Pattern `i`'s line and case (with its bars); returns its part of the summary.
+fn judge_pattern(
+    b: &mut Bench,
+    p: &Pattern,
+    i: usize,
+    m: &PatternSamples,
+    threads: usize,
+) -> String {
+    let s = Series::new("ns/task", m.tr[i].clone());
+    let base = Series::new("ns/task", m.bl[i].clone());
+    let exec = Series::new("ns/task", m.bx[i].clone());
+    let help = Series::new("ns/task", m.th[i].clone());
+    let ratio = s.median / base.median;
+    let ok = ratio <= 1.5;
+    let mut c = Case::new(
+        p.name,
+        &format!(
+            "wall ns per task of one run ({}), {} threads",
+            p.desc, threads
+        ),
+        s.clone(),
+    )
+    .with_baseline(
+        "work-stealing DAG executor (crossbeam-deque, atomic counters): build + execute",
+        base.clone(),
+        "taskring time / baseline time",
+        ratio,
+    )
+    .bar("≤ 1.5× the baseline's time", ok)
+    .extra(json!({
+        "tasks": p.tasks,
+        "edges": m.edges[i],
+        "tasks_per_s": 1e9 / s.median,
+        "baseline_tasks_per_s": 1e9 / base.median,
+        "baseline_execute_only": exec,
+        "ratio_vs_execute_only": s.median / exec.median,
+        "orchestrator_helps": {
+            "config": helper_config(threads),
+            "ns_per_task": help,
+            "tasks_per_s": 1e9 / help.median,
+            "ratio": help.median / base.median,
+        },
+    }));
+    match p.name {
+        "independent" => {
+            let tps = 1e9 / s.median;
+            c = c.bar("≥ 2 M tasks/s", tps >= 2e6);
+        }
+        "chain" => c = c.bar("≤ 1.5 µs/task", s.median <= 1500.0),
+        _ => {}
+    }
+    b.say(&format!(
+        "   {:<12} {:>10} {:>12.0} {:>12.0} {:>8.2} {:>10.0} {:>12.0} {:>8.2}   (baseline execute-only {:.0} ns/task)",
+        p.name,
+        p.tasks,
+        1e9 / s.median,
+        1e9 / base.median,
+        ratio,
+        s.median,
+        1e9 / help.median,
+        help.median / base.median,
+        exec.median
+    ));
+    b.push(c);
+    format!("{} {:.2}M/s ({:.2}x)", p.name, 1e3 / s.median, ratio)
+}
+
+/// The warm 1-task line and case; returns (median µs, ratio to the baseline).
+fn judge_warm_1task(b: &mut Bench, w: WarmSamples) -> (f64, f64) {
+    let batch = w.batch;
+    let w_tr = Series::new("µs/run", w.run);
+    let wb = Series::new("µs/run", w.baseline);
+    let ws = Series::new("µs/run", w.sized);
+    let wr = w_tr.median / wb.median;
+    b.say(&format!(
+        "   warm 1-task run: {:.1} µs (run_with_sizing {:.1} µs), baseline {:.1} µs, ratio {:.2}",
+        w_tr.median, ws.median, wb.median, wr
+    ));
+    b.push(
+        Case::new(
+            "warm_1task",
+            &format!("median µs of {batch} warm ChipWorker::run dispatches of a 1-task program"),
+            w_tr.clone(),
+        )
+        .with_baseline(
+            "the baseline pool running a 1-node DAG",
+            wb,
+            "taskring time / baseline time",
+            wr,
+        )
+        .bar("≤ 50 µs", w_tr.median <= 50.0)
+        .bar("≤ 1.5× the baseline's time", wr <= 1.5)
+        .extra(json!({ "run_with_sizing_us": ws })),
+    );
+    (w_tr.median, wr)
+}
+
 pub fn run(opts: &Opts) -> Result<Report, String> {
     let mut b = Bench::start(
         "b3",
@@ -357,184 +622,35 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     );
     let threads = opts.threads;
     let reps = opts.reps.max(5);
-    let mut chip = ChipWorker::new(ChipOptions {
-        cores: threads,
-        prewarm: vec![RingSizing::default()],
-        ..Default::default()
-    })
-    .map_err(|e| e.to_string())?;
-    // The same with as many threads as the baseline: threads-1 cores plus the
-    // orchestrator, which runs ready tasks while it waits (ChipOptions::orchestrator_helps).
-    let mut helper = ChipWorker::new(ChipOptions {
-        cores: threads.saturating_sub(1).max(1),
-        orchestrator_helps: true,
-        prewarm: vec![RingSizing::default()],
-        ..Default::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let pool = Pool::new(threads);
-    let sizing = RingSizing::default();
-    let pats = patterns(opts.quick);
-    let mut bufs: Vec<Vec<f32>> = pats.iter().map(|p| vec![0f32; p.buf_elems]).collect();
-    let mut tr: Vec<Vec<f64>> = vec![vec![]; pats.len()];
-    let mut bl: Vec<Vec<f64>> = vec![vec![]; pats.len()];
-    let mut bx: Vec<Vec<f64>> = vec![vec![]; pats.len()];
-    let mut th: Vec<Vec<f64>> = vec![vec![]; pats.len()];
-    let mut edges = vec![0usize; pats.len()];
-    // Warm-up (arena pages, allocator, baseline deques).
-    for (i, p) in pats.iter().enumerate() {
-        run_taskring(&mut chip, p, &mut bufs[i], &sizing)?;
-        run_taskring(&mut helper, p, &mut bufs[i], &sizing)?;
-        run_baseline(&pool, p);
-    }
-    let mut prog = Progress::new("b3", reps * pats.len() + reps);
-    for _ in 0..reps {
-        for (i, p) in pats.iter().enumerate() {
-            let t = run_taskring(&mut chip, p, &mut bufs[i], &sizing)?;
-            let (tb, tx, e) = run_baseline(&pool, p);
-            let t_h = run_taskring(&mut helper, p, &mut bufs[i], &sizing)?;
-            th[i].push(t_h * 1e9 / p.tasks as f64);
-            tr[i].push(t * 1e9 / p.tasks as f64);
-            bl[i].push(tb * 1e9 / p.tasks as f64);
-            bx[i].push(tx * 1e9 / p.tasks as f64);
-            edges[i] = e;
-            prog.tick(p.name);
-        }
-    }
-    // Warm 1-task dispatch.
-    let one = Program::new("one", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ()));
-    let cfg = CallConfig::default();
-    let one_dag = || Arc::new(Dag::from_edges(1, &[]));
-    let batch = if opts.quick { 200 } else { 1000 };
-    for _ in 0..200 {
-        chip.run(&one, &[], &cfg).map_err(|e| e.to_string())?;
-        pool.run(&one_dag());
-    }
-    let (mut w_tr, mut w_bl, mut w_sz) = (vec![], vec![], vec![]);
-    for _ in 0..reps {
-        let mut v = Vec::with_capacity(batch);
-        for _ in 0..batch {
-            let t0 = Instant::now();
-            chip.run(&one, &[], &cfg).map_err(|e| e.to_string())?;
-            v.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-        w_tr.push(median(&v));
-        let mut v = Vec::with_capacity(batch);
-        for _ in 0..batch {
-            let t0 = Instant::now();
-            chip.run_with_sizing(&one, &[], &sizing)
-                .map_err(|e| e.to_string())?;
-            v.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-        w_sz.push(median(&v));
-        let mut v = Vec::with_capacity(batch);
-        for _ in 0..batch {
-            let t0 = Instant::now();
-            pool.run(&one_dag());
-            v.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-        w_bl.push(median(&v));
-        prog.tick("warm 1-task");
-    }
+    let mut s = setup(opts)?;
+    let mut prog = Progress::new("b3", reps * s.pats.len() + reps);
+    let m = measure_patterns(&mut s, reps, &mut prog)?;
+    let w = measure_warm_1task(&mut s, opts, reps, &mut prog)?;
     prog.done();
 
-    let mut all_ratio_ok = true;
-    let mut parts = vec![];
     b.say(&format!(
         "   {:<12} {:>10} {:>12} {:>12} {:>8} {:>10} {:>12} {:>8}",
         "pattern", "tasks", "taskring/s", "baseline/s", "ratio", "ns/task", "helper/s", "ratio"
     ));
-    for (i, p) in pats.iter().enumerate() {
-        let s = Series::new("ns/task", tr[i].clone());
-        let base = Series::new("ns/task", bl[i].clone());
-        let exec = Series::new("ns/task", bx[i].clone());
-        let help = Series::new("ns/task", th[i].clone());
-        let ratio = s.median / base.median;
-        let ok = ratio <= 1.5;
-        all_ratio_ok &= ok;
-        let mut c = Case::new(p.name, &format!("wall ns per task of one run ({}), {} threads", p.desc, threads), s.clone())
-            .with_baseline("work-stealing DAG executor (crossbeam-deque, atomic counters): build + execute", base.clone(), "taskring time / baseline time", ratio)
-            .bar("≤ 1.5× the baseline's time", ok)
-            .extra(json!({
-                "tasks": p.tasks,
-                "edges": edges[i],
-                "tasks_per_s": 1e9 / s.median,
-                "baseline_tasks_per_s": 1e9 / base.median,
-                "baseline_execute_only": exec,
-                "ratio_vs_execute_only": s.median / exec.median,
-                "orchestrator_helps": {
-                    "config": format!("{} core thread(s) + the orchestrator running ready tasks while it waits (as many threads as the baseline)", threads.saturating_sub(1).max(1)),
-                    "ns_per_task": help,
-                    "tasks_per_s": 1e9 / help.median,
-                    "ratio": help.median / base.median,
-                },
-            }));
-        match p.name {
-            "independent" => {
-                let tps = 1e9 / s.median;
-                c = c.bar("≥ 2 M tasks/s", tps >= 2e6);
-            }
-            "chain" => c = c.bar("≤ 1.5 µs/task", s.median <= 1500.0),
-            _ => {}
-        }
-        b.say(&format!(
-            "   {:<12} {:>10} {:>12.0} {:>12.0} {:>8.2} {:>10.0} {:>12.0} {:>8.2}   (baseline execute-only {:.0} ns/task)",
-            p.name,
-            p.tasks,
-            1e9 / s.median,
-            1e9 / base.median,
-            ratio,
-            s.median,
-            1e9 / help.median,
-            help.median / base.median,
-            exec.median
-        ));
-        parts.push(format!(
-            "{} {:.2}M/s ({:.2}x)",
-            p.name,
-            1e3 / s.median,
-            ratio
-        ));
-        b.push(c);
+    let mut parts = vec![];
+    for (i, p) in s.pats.iter().enumerate() {
+        parts.push(judge_pattern(&mut b, p, i, &m, threads));
     }
-    let w = Series::new("µs/run", w_tr);
-    let wb = Series::new("µs/run", w_bl);
-    let ws = Series::new("µs/run", w_sz);
-    let wr = w.median / wb.median;
-    b.say(&format!(
-        "   warm 1-task run: {:.1} µs (run_with_sizing {:.1} µs), baseline {:.1} µs, ratio {:.2}",
-        w.median, ws.median, wb.median, wr
-    ));
-    b.push(
-        Case::new(
-            "warm_1task",
-            &format!("median µs of {batch} warm ChipWorker::run dispatches of a 1-task program"),
-            w.clone(),
-        )
-        .with_baseline(
-            "the baseline pool running a 1-node DAG",
-            wb,
-            "taskring time / baseline time",
-            wr,
-        )
-        .bar("≤ 50 µs", w.median <= 50.0)
-        .bar("≤ 1.5× the baseline's time", wr <= 1.5)
-        .extra(json!({ "run_with_sizing_us": ws })),
-    );
+    let batch = w.batch;
+    let (w_median, wr) = judge_warm_1task(&mut b, w);
     let summary = format!(
         "{}; warm 1-task {:.1} µs ({:.2}x)",
         parts.join(", "),
-        w.median,
+        w_median,
         wr
     );
-    let _ = all_ratio_ok;
     Ok(b.finish(
         json!({
             "threads": threads,
             "chip": { "cores": threads, "aic_cores": "default (half)", "sizing": "default" },
             "baseline": { "workers": threads, "executor": "crossbeam-deque work stealing, atomic predecessor counters, continuation of the first ready successor" },
             "scope_size": SCOPE,
-            "patterns": pats.iter().map(|p| json!({"name": p.name, "desc": p.desc, "tasks": p.tasks})).collect::<Vec<_>>(),
+            "patterns": patterns_param(&s.pats),
             "warm_batch": batch,
             "reps": reps,
         }),

@@ -90,6 +90,114 @@ struct Stalls {
     orch_ns: u64,
 }
 
+/// Submits one pattern's tasks in scopes of `scope` tasks (a fresh scope when asked),
+/// timing each submit when `instrument`.
+struct Submitter {
+    scope: u64,
+    instrument: bool,
+    in_scope: u64,
+    open: bool,
+    st: Stalls,
+}
+
+impl Submitter {
+    #[inline]
+    fn submit(
+        &mut self,
+        o: &mut Orchestrator<'_>,
+        t: &TaskArgs,
+        fresh_scope: bool,
+    ) -> Result<TaskOutputs, RuntimeFailure> {
+        if !self.open || fresh_scope || self.in_scope == self.scope {
+            if self.open {
+                o.end_scope()?;
+            }
+            self.open = true;
+            o.begin_scope(false)?;
+            self.in_scope = 0;
+        }
+        self.in_scope += 1;
+        if self.instrument {
+            let t0 = Instant::now();
+            let r = o.submit(NOOP, t);
+            let dt = t0.elapsed().as_nanos() as u64;
+            self.st.submits += 1;
+            if dt > STALL_NS {
+                self.st.stalled += 1;
+                self.st.stalled_ns += dt;
+            }
+            r
+        } else {
+            o.submit(NOOP, t)
+        }
+    }
+}
+
+/// Every task of pattern `p` over `buf`, through `sub`.
+fn submit_pattern(
+    o: &mut Orchestrator<'_>,
+    p: Pat,
+    sz: Sizes,
+    buf: Tensor,
+    sub: &mut Submitter,
+) -> Result<(), RuntimeFailure> {
+    match p {
+        Pat::Chain => {
+            for _ in 0..sz.chain {
+                let mut t = TaskArgs::new();
+                t.inout(buf);
+                sub.submit(o, &t, false)?;
+            }
+        }
+        Pat::Stencil => {
+            let rows = buf
+                .view(&[((sz.t + 1) * sz.w) as u32, 16], 0, None)
+                .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+            for step in 0..sz.t {
+                for j in 0..sz.w {
+                    let lo = step * sz.w + j.saturating_sub(1);
+                    let hi = step * sz.w + (j + 2).min(sz.w);
+                    let mut t = TaskArgs::new();
+                    t.input(rows.rows_slice(lo, hi).expect("slice"));
+                    let me = (step + 1) * sz.w + j;
+                    t.output_existing(rows.rows_slice(me, me + 1).expect("row"));
+                    sub.submit(o, &t, false)?;
+                }
+            }
+        }
+        Pat::Fanout => {
+            let rows = buf
+                .view(&[sz.blocks as u32, 16], 0, None)
+                .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+            for bk in 0..sz.blocks {
+                let row = rows.rows_slice(bk, bk + 1).expect("row");
+                let mut t = TaskArgs::new();
+                t.output_existing(row);
+                sub.submit(o, &t, false)?;
+                for _ in 0..sz.k {
+                    let mut t = TaskArgs::new();
+                    t.input(row);
+                    sub.submit(o, &t, false)?;
+                }
+            }
+        }
+        Pat::FanoutHeap => {
+            let spec = Orchestrator::spec(&[1024], DType::F32)?;
+            for _ in 0..sz.heap_blocks {
+                let mut t = TaskArgs::new();
+                t.output(spec);
+                let out = sub.submit(o, &t, true)?.output(0);
+                for _ in 0..15 {
+                    let mut t = TaskArgs::new();
+                    t.input(out);
+                    sub.submit(o, &t, false)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn program(
     p: Pat,
     sz: Sizes,
@@ -99,97 +207,21 @@ fn program(
 ) -> Program {
     Program::new(p.name(), move |o, args| {
         let buf = args[0].tensor()?;
-        let mut st = Stalls::default();
-        let t_orch = Instant::now();
-        let mut in_scope = 0u64;
-        let mut open = false;
-        let mut submit = |o: &mut Orchestrator<'_>,
-                          t: &TaskArgs,
-                          fresh_scope: bool|
-         -> Result<TaskOutputs, RuntimeFailure> {
-            if !open || fresh_scope || in_scope == scope {
-                if open {
-                    o.end_scope()?;
-                }
-                open = true;
-                o.begin_scope(false)?;
-                in_scope = 0;
-            }
-            in_scope += 1;
-            if instrument {
-                let t0 = Instant::now();
-                let r = o.submit(NOOP, t);
-                let dt = t0.elapsed().as_nanos() as u64;
-                st.submits += 1;
-                if dt > STALL_NS {
-                    st.stalled += 1;
-                    st.stalled_ns += dt;
-                }
-                r
-            } else {
-                o.submit(NOOP, t)
-            }
+        let mut sub = Submitter {
+            scope,
+            instrument,
+            in_scope: 0,
+            open: false,
+            st: Stalls::default(),
         };
-        match p {
-            Pat::Chain => {
-                for _ in 0..sz.chain {
-                    let mut t = TaskArgs::new();
-                    t.inout(buf);
-                    submit(o, &t, false)?;
-                }
-            }
-            Pat::Stencil => {
-                let rows = buf
-                    .view(&[((sz.t + 1) * sz.w) as u32, 16], 0, None)
-                    .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
-                for step in 0..sz.t {
-                    for j in 0..sz.w {
-                        let lo = step * sz.w + j.saturating_sub(1);
-                        let hi = step * sz.w + (j + 2).min(sz.w);
-                        let mut t = TaskArgs::new();
-                        t.input(rows.rows_slice(lo, hi).expect("slice"));
-                        let me = (step + 1) * sz.w + j;
-                        t.output_existing(rows.rows_slice(me, me + 1).expect("row"));
-                        submit(o, &t, false)?;
-                    }
-                }
-            }
-            Pat::Fanout => {
-                let rows = buf
-                    .view(&[sz.blocks as u32, 16], 0, None)
-                    .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
-                for bk in 0..sz.blocks {
-                    let row = rows.rows_slice(bk, bk + 1).expect("row");
-                    let mut t = TaskArgs::new();
-                    t.output_existing(row);
-                    submit(o, &t, false)?;
-                    for _ in 0..sz.k {
-                        let mut t = TaskArgs::new();
-                        t.input(row);
-                        submit(o, &t, false)?;
-                    }
-                }
-            }
-            Pat::FanoutHeap => {
-                let spec = Orchestrator::spec(&[1024], DType::F32)?;
-                for _ in 0..sz.heap_blocks {
-                    let mut t = TaskArgs::new();
-                    t.output(spec);
-                    let out = submit(o, &t, true)?.output(0);
-                    for _ in 0..15 {
-                        let mut t = TaskArgs::new();
-                        t.input(out);
-                        submit(o, &t, false)?;
-                    }
-                }
-            }
-        }
-        if open {
+        let t_orch = Instant::now();
+        submit_pattern(o, p, sz, buf, &mut sub)?;
+        if sub.open {
             o.end_scope()?;
         }
-        st.orch_ns = t_orch.elapsed().as_nanos() as u64;
+        sub.st.orch_ns = t_orch.elapsed().as_nanos() as u64;
         if instrument {
-            *out.lock().unwrap() = st;
+            *out.lock().unwrap() = sub.st;
         }
         Ok(())
     })
@@ -281,6 +313,11 @@ fn timed_submit(
     r
 }
 
+/// The undersized cases.
+///
+/// Left whole (over 80 lines) on purpose: it is a table of five cases, each a name, a
+/// sizing, the code it must fail with and a program of a few lines; the table reads
+/// best in one place, and a function per row would only scatter it.
 fn undersized(diag: std::sync::Arc<std::sync::Mutex<f64>>) -> Vec<Under> {
     let sz = |w: u64, h: u64, d: u64| RingSizing::uniform(w, h, d).expect("valid sizing");
     let spec = |bytes: u32| TensorSpec::new(&[bytes / 4], DType::F32).expect("spec");
@@ -380,16 +417,17 @@ fn undersized(diag: std::sync::Arc<std::sync::Mutex<f64>>) -> Vec<Under> {
     ]
 }
 
-pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start(
-        "b4",
-        "ring_curve",
-        "throughput, peak RSS and back-pressure vs ring sizing; undersized rings",
-        opts,
-    );
-    let threads = opts.threads;
-    let reps = opts.reps.max(5);
-    let sz = if opts.quick {
+/// What every point of the curves shares: problem sizes, threads, reps, the default
+/// sizing.
+struct Ctx {
+    sz: Sizes,
+    threads: usize,
+    reps: usize,
+    def: RingSizing,
+}
+
+fn sizes(quick: bool) -> Sizes {
+    if quick {
         Sizes {
             chain: 4000,
             w: 64,
@@ -407,108 +445,139 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             k: 100,
             heap_blocks: 1250,
         }
-    };
-    let windows: Vec<u64> = vec![8, 16, 64, 256, 1024, 4096, 16384, 65536];
-    let heaps: Vec<u64> = vec![1 << 12, 1 << 14, 1 << 16, 1 << 20, 1 << 24, 1 << 28];
-    let def = RingSizing::default();
-    let total = 3 * (windows.len() + 1) + heaps.len() + 1 + 5;
-    let mut prog = Progress::new("b4", total);
-    let mut curves = serde_json::Map::new();
-    let mut summary_parts = vec![];
-    for p in [Pat::Chain, Pat::Stencil, Pat::Fanout] {
-        let base = measure(p, sz, &def, 1024, threads, reps)?;
-        prog.tick(&format!("{} default", p.name()));
-        b.say(&format!(
-            "   {} ({} tasks): default sizing {:.0} tasks/s, peak RSS {:.1} MiB",
-            p.name(),
-            sz.tasks(p),
-            base.tput.median,
-            base.peak_rss as f64 / MIB
-        ));
-        b.say(&format!(
-            "     {:>7} {:>12} {:>7} {:>10} {:>10} {:>10} {:>9}",
-            "window", "tasks/s", "ratio", "peakRSS", "stalled", "blocked", "blocked%"
-        ));
-        let mut pts = vec![];
-        for &w in &windows {
-            let s = RingSizing::from_values([w; 4], def.heap, def.dep_pool)
-                .map_err(|e| e.to_string())?;
-            let scope = (w / 2).clamp(1, 1024);
-            let pt = measure(p, sz, &s, scope, threads, reps)?;
-            prog.tick(&format!("{} w={w}", p.name()));
-            let ratio = pt.tput.median / base.tput.median;
-            let blocked_pct = 100.0 * pt.stalls.stalled_ns as f64 / pt.stalls.orch_ns.max(1) as f64;
-            b.say(&format!(
-                "     {:>7} {:>12.0} {:>7.2} {:>8.1}Mi {:>10} {:>8.1}ms {:>8.1}%",
-                w,
-                pt.tput.median,
-                ratio,
-                pt.peak_rss as f64 / MIB,
-                pt.stalls.stalled,
-                pt.stalls.stalled_ns as f64 / 1e6,
-                blocked_pct
-            ));
-            pts.push(json!({ "window": w, "scope": scope, "tasks_per_s": pt.tput.median, "ratio_vs_default": ratio,
-                "peak_rss_mib": pt.peak_rss as f64 / MIB, "rss_before_mib": pt.rss_before as f64 / MIB,
-                "stalled_submits": pt.stalls.stalled, "blocked_ms": pt.stalls.stalled_ns as f64 / 1e6, "blocked_pct_of_orchestration": blocked_pct,
-                "peak_task_window": pt.peak_window }));
-            b.push(
-                Case::new(&format!("{}_w{}", p.name(), w), &format!("tasks/s of one run, window {w} on all rings, scopes of {scope}"), pt.tput.clone())
-                    .with_baseline("the default sizing", base.tput.clone(), "throughput / default sizing's throughput", ratio)
-                    .extra(json!({ "peak_rss_bytes": pt.peak_rss, "rss_before_bytes": pt.rss_before, "stalled_submits": pt.stalls.stalled,
-                        "submits": pt.stalls.submits, "blocked_ns": pt.stalls.stalled_ns, "orchestration_ns": pt.stalls.orch_ns, "peak_task_window": pt.peak_window })),
-            );
-            if w == 8 {
-                summary_parts.push(format!("{} w=8 {:.2}x", p.name(), ratio));
-            }
-        }
-        curves.insert(p.name().into(), json!({ "tasks": sz.tasks(p), "default_tasks_per_s": base.tput.median, "default_peak_rss_mib": base.peak_rss as f64 / MIB, "points": pts }));
     }
-    // Heap curve.
-    {
-        let p = Pat::FanoutHeap;
-        let base = measure(p, sz, &def, 1024, threads, reps)?;
-        prog.tick("fanout_heap default");
-        b.say(&format!(
-            "   {} ({} tasks, 4 KiB output per block): default sizing {:.0} tasks/s",
-            p.name(),
-            sz.tasks(p),
-            base.tput.median
-        ));
-        b.say(&format!(
-            "     {:>10} {:>12} {:>7} {:>10} {:>10} {:>10}",
-            "heap", "tasks/s", "ratio", "peakRSS", "stalled", "blocked"
-        ));
-        let mut pts = vec![];
-        for &h in &heaps {
-            let s = RingSizing::from_values(def.task_window, [h; 4], def.dep_pool)
-                .map_err(|e| e.to_string())?;
-            let pt = measure(p, sz, &s, 1024, threads, reps)?;
-            prog.tick(&format!("heap {h}"));
-            let ratio = pt.tput.median / base.tput.median;
-            b.say(&format!(
-                "     {:>10} {:>12.0} {:>7.2} {:>8.1}Mi {:>10} {:>8.1}ms",
-                h,
-                pt.tput.median,
-                ratio,
-                pt.peak_rss as f64 / MIB,
-                pt.stalls.stalled,
-                pt.stalls.stalled_ns as f64 / 1e6
-            ));
-            pts.push(json!({ "heap": h, "tasks_per_s": pt.tput.median, "ratio_vs_default": ratio, "peak_rss_mib": pt.peak_rss as f64 / MIB,
-                "stalled_submits": pt.stalls.stalled, "blocked_ms": pt.stalls.stalled_ns as f64 / 1e6, "peak_heap": pt.peak_heap }));
-            b.push(
-                Case::new(&format!("fanout_heap_h{h}"), &format!("tasks/s of one run, ring_heap {h} on all rings"), pt.tput.clone())
-                    .with_baseline("the default sizing", base.tput.clone(), "throughput / default sizing's throughput", ratio)
-                    .extra(json!({ "peak_rss_bytes": pt.peak_rss, "stalled_submits": pt.stalls.stalled, "blocked_ns": pt.stalls.stalled_ns, "peak_heap": pt.peak_heap })),
-            );
+}
+
+/// The window curve of pattern `p`: the default sizing, then every window; returns
+/// the curve's JSON and the ratio at window 8 (if measured).
+fn window_curve(
+    b: &mut Bench,
+    c: &Ctx,
+    p: Pat,
+    windows: &[u64],
+    prog: &mut Progress,
+) -> Result<(serde_json::Value, Option<f64>), String> {
+    let (sz, def) = (c.sz, &c.def);
+    let base = measure(p, sz, def, 1024, c.threads, c.reps)?;
+    prog.tick(&format!("{} default", p.name()));
+    b.say(&format!(
+        "   {} ({} tasks): default sizing {:.0} tasks/s, peak RSS {:.1} MiB",
+        p.name(),
+        sz.tasks(p),
+        base.tput.median,
+        base.peak_rss as f64 / MIB
+    ));
+    b.say(&format!(
+        "     {:>7} {:>12} {:>7} {:>10} {:>10} {:>10} {:>9}",
+        "window", "tasks/s", "ratio", "peakRSS", "stalled", "blocked", "blocked%"
+    ));
+    let mut pts = vec![];
+    let mut at8 = None;
+    for &w in windows {
+        let s =
+            RingSizing::from_values([w; 4], def.heap, def.dep_pool).map_err(|e| e.to_string())?;
+        let scope = (w / 2).clamp(1, 1024);
+        let pt = measure(p, sz, &s, scope, c.threads, c.reps)?;
+        prog.tick(&format!("{} w={w}", p.name()));
+        let ratio = pt.tput.median / base.tput.median;
+        pts.push(window_point(b, p, w, scope, &pt, &base, ratio));
+        if w == 8 {
+            at8 = Some(ratio);
         }
-        curves.insert(
-            p.name().into(),
-            json!({ "tasks": sz.tasks(p), "default_tasks_per_s": base.tput.median, "points": pts }),
+    }
+    let curve = json!({ "tasks": sz.tasks(p), "default_tasks_per_s": base.tput.median, "default_peak_rss_mib": base.peak_rss as f64 / MIB, "points": pts });
+    Ok((curve, at8))
+}
+
+/// One point of a window curve: its line and case; returns its JSON row.
+fn window_point(
+    b: &mut Bench,
+    p: Pat,
+    w: u64,
+    scope: u64,
+    pt: &Point,
+    base: &Point,
+    ratio: f64,
+) -> serde_json::Value {
+    let blocked_pct = 100.0 * pt.stalls.stalled_ns as f64 / pt.stalls.orch_ns.max(1) as f64;
+    b.say(&format!(
+        "     {:>7} {:>12.0} {:>7.2} {:>8.1}Mi {:>10} {:>8.1}ms {:>8.1}%",
+        w,
+        pt.tput.median,
+        ratio,
+        pt.peak_rss as f64 / MIB,
+        pt.stalls.stalled,
+        pt.stalls.stalled_ns as f64 / 1e6,
+        blocked_pct
+    ));
+    b.push(
+        Case::new(&format!("{}_w{}", p.name(), w), &format!("tasks/s of one run, window {w} on all rings, scopes of {scope}"), pt.tput.clone())
+            .with_baseline("the default sizing", base.tput.clone(), "throughput / default sizing's throughput", ratio)
+            .extra(json!({ "peak_rss_bytes": pt.peak_rss, "rss_before_bytes": pt.rss_before, "stalled_submits": pt.stalls.stalled,
+                "submits": pt.stalls.submits, "blocked_ns": pt.stalls.stalled_ns, "orchestration_ns": pt.stalls.orch_ns, "peak_task_window": pt.peak_window })),
+    );
+    json!({ "window": w, "scope": scope, "tasks_per_s": pt.tput.median, "ratio_vs_default": ratio,
+        "peak_rss_mib": pt.peak_rss as f64 / MIB, "rss_before_mib": pt.rss_before as f64 / MIB,
+        "stalled_submits": pt.stalls.stalled, "blocked_ms": pt.stalls.stalled_ns as f64 / 1e6, "blocked_pct_of_orchestration": blocked_pct,
+        "peak_task_window": pt.peak_window })
+}
+
+/// The heap curve (`fanout_heap`): the default sizing, then every heap; returns the
+/// curve's JSON.
+fn heap_curve(
+    b: &mut Bench,
+    c: &Ctx,
+    heaps: &[u64],
+    prog: &mut Progress,
+) -> Result<serde_json::Value, String> {
+    let (p, sz, def) = (Pat::FanoutHeap, c.sz, &c.def);
+    let base = measure(p, sz, def, 1024, c.threads, c.reps)?;
+    prog.tick("fanout_heap default");
+    b.say(&format!(
+        "   {} ({} tasks, 4 KiB output per block): default sizing {:.0} tasks/s",
+        p.name(),
+        sz.tasks(p),
+        base.tput.median
+    ));
+    b.say(&format!(
+        "     {:>10} {:>12} {:>7} {:>10} {:>10} {:>10}",
+        "heap", "tasks/s", "ratio", "peakRSS", "stalled", "blocked"
+    ));
+    let mut pts = vec![];
+    for &h in heaps {
+        let s = RingSizing::from_values(def.task_window, [h; 4], def.dep_pool)
+            .map_err(|e| e.to_string())?;
+        let pt = measure(p, sz, &s, 1024, c.threads, c.reps)?;
+        prog.tick(&format!("heap {h}"));
+        let ratio = pt.tput.median / base.tput.median;
+        b.say(&format!(
+            "     {:>10} {:>12.0} {:>7.2} {:>8.1}Mi {:>10} {:>8.1}ms",
+            h,
+            pt.tput.median,
+            ratio,
+            pt.peak_rss as f64 / MIB,
+            pt.stalls.stalled,
+            pt.stalls.stalled_ns as f64 / 1e6
+        ));
+        pts.push(json!({ "heap": h, "tasks_per_s": pt.tput.median, "ratio_vs_default": ratio, "peak_rss_mib": pt.peak_rss as f64 / MIB,
+            "stalled_submits": pt.stalls.stalled, "blocked_ms": pt.stalls.stalled_ns as f64 / 1e6, "peak_heap": pt.peak_heap }));
+        b.push(
+            Case::new(&format!("fanout_heap_h{h}"), &format!("tasks/s of one run, ring_heap {h} on all rings"), pt.tput.clone())
+                .with_baseline("the default sizing", base.tput.clone(), "throughput / default sizing's throughput", ratio)
+                .extra(json!({ "peak_rss_bytes": pt.peak_rss, "stalled_submits": pt.stalls.stalled, "blocked_ns": pt.stalls.stalled_ns, "peak_heap": pt.peak_heap })),
         );
     }
-    // Undersized.
+    Ok(json!({ "tasks": sz.tasks(p), "default_tasks_per_s": base.tput.median, "points": pts }))
+}
+
+/// Every undersized case, `reps` + 1 failing runs each (the first, which also builds
+/// the arena, dropped); returns (every code right, the slowest median diagnosis µs).
+fn undersized_cases(
+    b: &mut Bench,
+    threads: usize,
+    reps: usize,
+    prog: &mut Progress,
+) -> Result<(bool, f64), String> {
     let diag = std::sync::Arc::new(std::sync::Mutex::new(f64::NAN));
     let mut chip = ChipWorker::new(ChipOptions {
         cores: threads,
@@ -539,21 +608,68 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         let r = Series::new("µs", rv.iter().map(|x| x * 1e3).collect());
         worst = worst.max(d.median);
         prog.tick(u.name);
-        b.say(&format!(
-            "   undersized {:<22} -> {:<22} (want {}) diagnosed in {:.1} µs, failed run {:.1} µs",
-            u.name,
-            code.map(|c| c.name()).unwrap_or("no failure"),
-            u.code.name(),
-            d.median,
-            r.median
-        ));
-        b.push(
-            Case::new(&format!("undersized_{}", u.name), &format!("µs from the failing submit's start to its error: {}", u.desc), d.clone())
-                .bar(format!("fails with {} ({})", u.code.name(), u.code.code()), right)
-                .bar("diagnosed in < 10 ms", d.median < 10_000.0)
-                .extra(json!({ "code": code.map(|c| c.code()), "code_name": code.map(|c| c.name()), "failed_run_us": r, "sizing": u.sizing.to_string() })),
-        );
+        judge_undersized(b, &u, code, right, d, r);
     }
+    Ok((all_codes, worst))
+}
+
+/// An undersized case's line and case (its code and diagnosis time bars).
+fn judge_undersized(
+    b: &mut Bench,
+    u: &Under,
+    code: Option<StatusCode>,
+    right: bool,
+    d: Series,
+    r: Series,
+) {
+    b.say(&format!(
+        "   undersized {:<22} -> {:<22} (want {}) diagnosed in {:.1} µs, failed run {:.1} µs",
+        u.name,
+        code.map(|c| c.name()).unwrap_or("no failure"),
+        u.code.name(),
+        d.median,
+        r.median
+    ));
+    b.push(
+        Case::new(&format!("undersized_{}", u.name), &format!("µs from the failing submit's start to its error: {}", u.desc), d.clone())
+            .bar(format!("fails with {} ({})", u.code.name(), u.code.code()), right)
+            .bar("diagnosed in < 10 ms", d.median < 10_000.0)
+            .extra(json!({ "code": code.map(|c| c.code()), "code_name": code.map(|c| c.name()), "failed_run_us": r, "sizing": u.sizing.to_string() })),
+    );
+}
+
+pub fn run(opts: &Opts) -> Result<Report, String> {
+    let mut b = Bench::start(
+        "b4",
+        "ring_curve",
+        "throughput, peak RSS and back-pressure vs ring sizing; undersized rings",
+        opts,
+    );
+    let threads = opts.threads;
+    let reps = opts.reps.max(5);
+    let sz = sizes(opts.quick);
+    let windows: Vec<u64> = vec![8, 16, 64, 256, 1024, 4096, 16384, 65536];
+    let heaps: Vec<u64> = vec![1 << 12, 1 << 14, 1 << 16, 1 << 20, 1 << 24, 1 << 28];
+    let ctx = Ctx {
+        sz,
+        threads,
+        reps,
+        def: RingSizing::default(),
+    };
+    let total = 3 * (windows.len() + 1) + heaps.len() + 1 + 5;
+    let mut prog = Progress::new("b4", total);
+    let mut curves = serde_json::Map::new();
+    let mut summary_parts = vec![];
+    for p in [Pat::Chain, Pat::Stencil, Pat::Fanout] {
+        let (curve, at8) = window_curve(&mut b, &ctx, p, &windows, &mut prog)?;
+        if let Some(ratio) = at8 {
+            summary_parts.push(format!("{} w=8 {:.2}x", p.name(), ratio));
+        }
+        curves.insert(p.name().into(), curve);
+    }
+    let curve = heap_curve(&mut b, &ctx, &heaps, &mut prog)?;
+    curves.insert(Pat::FanoutHeap.name().into(), curve);
+    let (all_codes, worst) = undersized_cases(&mut b, threads, reps, &mut prog)?;
     prog.done();
     summary_parts.push(format!(
         "undersized: codes {}, slowest diagnosis {:.1} µs (bar < 10 ms)",

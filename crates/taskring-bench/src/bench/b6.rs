@@ -112,6 +112,11 @@ fn l3_run(
 }
 
 /// The bare ping-pong: `n` round trips per sample, `reps` samples of µs per round trip.
+///
+/// Left whole (over 80 lines) on purpose: it is one protocol — map the shared page,
+/// fork, the child's serve loop, the parent's timed round trips, stop, reap, unmap —
+/// whose parts share the raw page and the child's pid and must run in this order; split
+/// up, the unsafe lifetime of the page would span several functions.
 fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
     // safety: an anonymous shared page, checked.
     let page = unsafe {
@@ -194,58 +199,46 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
     Ok(v)
 }
 
-pub fn run(opts: &Opts) -> Result<Report, String> {
-    let mut b = Bench::start(
-        "b6",
-        "l3",
-        "submit_next_level round trip and throughput to 1..4 chip processes",
-        opts,
-    );
-    let reps = opts.reps.max(5);
-    let (rt_batch, many, pp_n) = if opts.quick {
-        (50, 200, 2000)
-    } else {
-        (300, 2000, 20000)
-    };
-    let mut prog = Progress::new("b6", 2 + 4);
-
-    // Baseline first (a clean process: no node threads yet).
-    let pp = Series::new("µs", ping_pong(pp_n, reps)?);
-    prog.tick("ping-pong");
-    b.say(&format!(
-        "   baseline shared-memory futex ping-pong: {:.2} µs per round trip ({:.0} round trips/s)",
-        pp.median,
-        1e6 / pp.median
-    ));
-
-    // Round trips, one chip.
-    let mut node = make_node(1)?;
-    let shared = SharedBuffer::new(4096).map_err(|e| e.to_string())?;
-    let t = Tensor::from_raw(shared.as_ptr() as u64, &[16], DType::F32);
+/// Round trips to one chip: per rep, the median µs of `rt_batch` 1-task L3 runs (without
+/// and with a tensor), and the µs per task of one run of `many` tasks.
+/// `node` has one chip; `t` is the tensor argument (in shared memory).
+fn round_trips(
+    node: &mut Node,
+    t: Tensor,
+    reps: usize,
+    rt_batch: usize,
+    many: usize,
+) -> Result<[Series; 3], String> {
     for _ in 0..50 {
-        l3_run(&mut node, 1, 1, false, None)?;
-        l3_run(&mut node, 1, 1, false, Some(t))?;
+        l3_run(node, 1, 1, false, None)?;
+        l3_run(node, 1, 1, false, Some(t))?;
     }
-    l3_run(&mut node, many, 1, false, None)?;
+    l3_run(node, many, 1, false, None)?;
     let (mut r1, mut r1t, mut rin) = (vec![], vec![], vec![]);
     for _ in 0..reps {
-        let mut v = vec![];
-        for _ in 0..rt_batch {
-            v.push(l3_run(&mut node, 1, 1, false, None)? * 1e6);
-        }
-        r1.push(median(&v));
-        let mut v = vec![];
-        for _ in 0..rt_batch {
-            v.push(l3_run(&mut node, 1, 1, false, Some(t))? * 1e6);
-        }
-        r1t.push(median(&v));
-        rin.push(l3_run(&mut node, many, 1, false, None)? * 1e6 / many as f64);
+        r1.push(median_of(rt_batch, || {
+            Ok(l3_run(node, 1, 1, false, None)? * 1e6)
+        })?);
+        r1t.push(median_of(rt_batch, || {
+            Ok(l3_run(node, 1, 1, false, Some(t))? * 1e6)
+        })?);
+        rin.push(l3_run(node, many, 1, false, None)? * 1e6 / many as f64);
     }
-    drop(node);
-    prog.tick("round trips");
-    let r1 = Series::new("µs", r1);
-    let r1t = Series::new("µs", r1t);
-    let rin = Series::new("µs", rin);
+    Ok([
+        Series::new("µs", r1),
+        Series::new("µs", r1t),
+        Series::new("µs", rin),
+    ])
+}
+
+/// The round trips' line and cases against the ping-pong `pp`.
+fn judge_round_trips(
+    b: &mut Bench,
+    pp: &Series,
+    [r1, r1t, rin]: &[Series; 3],
+    rt_batch: usize,
+    many: usize,
+) {
     b.say(&format!(
         "   round trip: 1 task per L3 run {:.1} µs ({:.1} with a tensor), {:.1} µs/task with {many} tasks per run; baseline {:.2} µs",
         r1.median, r1t.median, rin.median, pp.median
@@ -293,32 +286,80 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             rin.median / pp.median,
         ),
     );
+}
+
+/// Throughput to `chips` chips with differing per-task configs: its line and case;
+/// returns the median tasks/s.
+fn throughput(
+    b: &mut Bench,
+    pp: &Series,
+    chips: usize,
+    (reps, many): (usize, usize),
+    prog: &mut Progress,
+) -> Result<f64, String> {
+    let mut node = make_node(chips)?;
+    l3_run(&mut node, many, chips, true, None)?;
+    let mut v = vec![];
+    for _ in 0..reps {
+        v.push(many as f64 / l3_run(&mut node, many, chips, true, None)?);
+    }
+    let builds: Vec<u64> = (0..chips)
+        .map(|w| node.chip_arena_stats(w).map(|s| s.builds).unwrap_or(0))
+        .collect();
+    drop(node);
+    let s = Series::new("tasks/s", v);
+    let base_tps = 1e6 / pp.median;
+    let ratio = s.median / base_tps;
+    prog.tick(&format!("{chips} chips"));
+    b.say(&format!("   {chips} chip(s): {:.0} L2 tasks/s ({:.2}x the ping-pong's round trips/s), arena builds per chip {builds:?}", s.median, ratio));
+    b.push(
+        Case::new(&format!("throughput_{chips}chips"), &format!("L2 tasks/s of one L3 run of {many} tiny tasks round-robin over {chips} chip processes, 3 per-task configs"), s.clone())
+            .with_baseline("ping-pong round trips/s", Series::new("round trips/s", pp.samples.iter().map(|x| 1e6 / x).collect()), "tasks/s / ping-pong round trips/s", ratio)
+            .bar("≥ 30 k L2 tasks/s", s.median >= 30_000.0)
+            .extra(json!({ "arena_builds_per_chip": builds })),
+    );
+    Ok(s.median)
+}
+
+pub fn run(opts: &Opts) -> Result<Report, String> {
+    let mut b = Bench::start(
+        "b6",
+        "l3",
+        "submit_next_level round trip and throughput to 1..4 chip processes",
+        opts,
+    );
+    let reps = opts.reps.max(5);
+    let (rt_batch, many, pp_n) = if opts.quick {
+        (50, 200, 2000)
+    } else {
+        (300, 2000, 20000)
+    };
+    let mut prog = Progress::new("b6", 2 + 4);
+
+    // Baseline first (a clean process: no node threads yet).
+    let pp = Series::new("µs", ping_pong(pp_n, reps)?);
+    prog.tick("ping-pong");
+    b.say(&format!(
+        "   baseline shared-memory futex ping-pong: {:.2} µs per round trip ({:.0} round trips/s)",
+        pp.median,
+        1e6 / pp.median
+    ));
+
+    // Round trips, one chip.
+    let mut node = make_node(1)?;
+    let shared = SharedBuffer::new(4096).map_err(|e| e.to_string())?;
+    let t = Tensor::from_raw(shared.as_ptr() as u64, &[16], DType::F32);
+    let rts = round_trips(&mut node, t, reps, rt_batch, many)?;
+    drop(node);
+    prog.tick("round trips");
+    judge_round_trips(&mut b, &pp, &rts, rt_batch, many);
+    let r1 = &rts[0];
+    let ratio = r1.median / pp.median;
 
     // Throughput to 1..4 chips with differing per-task configs.
     let mut tp = vec![];
     for chips in 1..=4usize {
-        let mut node = make_node(chips)?;
-        l3_run(&mut node, many, chips, true, None)?;
-        let mut v = vec![];
-        for _ in 0..reps {
-            v.push(many as f64 / l3_run(&mut node, many, chips, true, None)?);
-        }
-        let builds: Vec<u64> = (0..chips)
-            .map(|w| node.chip_arena_stats(w).map(|s| s.builds).unwrap_or(0))
-            .collect();
-        drop(node);
-        let s = Series::new("tasks/s", v);
-        let base_tps = 1e6 / pp.median;
-        let ratio = s.median / base_tps;
-        prog.tick(&format!("{chips} chips"));
-        b.say(&format!("   {chips} chip(s): {:.0} L2 tasks/s ({:.2}x the ping-pong's round trips/s), arena builds per chip {builds:?}", s.median, ratio));
-        tp.push(s.median);
-        b.push(
-            Case::new(&format!("throughput_{chips}chips"), &format!("L2 tasks/s of one L3 run of {many} tiny tasks round-robin over {chips} chip processes, 3 per-task configs"), s.clone())
-                .with_baseline("ping-pong round trips/s", Series::new("round trips/s", pp.samples.iter().map(|x| 1e6 / x).collect()), "tasks/s / ping-pong round trips/s", ratio)
-                .bar("≥ 30 k L2 tasks/s", s.median >= 30_000.0)
-                .extra(json!({ "arena_builds_per_chip": builds })),
-        );
+        tp.push(throughput(&mut b, &pp, chips, (reps, many), &mut prog)?);
     }
     prog.done();
     let summary = format!(

@@ -376,6 +376,25 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The median of `n` samples, each taken by `sample` (which times what it measures
+/// itself, so whatever it does around the timed call stays outside the timing).
+pub fn median_of(n: usize, mut sample: impl FnMut() -> Result<f64, String>) -> Result<f64, String> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(sample()?);
+    }
+    Ok(median(&v))
+}
+
+/// The median µs of `n` calls of `op`, each timed on its own (only the call).
+pub fn median_us(n: usize, mut op: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    median_of(n, || {
+        let t0 = Instant::now();
+        op()?;
+        Ok(t0.elapsed().as_secs_f64() * 1e6)
+    })
+}
+
 fn fmin(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::INFINITY, f64::min)
 }
