@@ -158,15 +158,22 @@ impl PyNodeRunReport {
     pub fn from_rust(py: Python<'_>, rep: &NodeRunReport) -> PyResult<Self> {
         let mut tasks = vec![];
         for t in &rep.tasks {
+            // A task that did not complete (no run report) shows no sizing and zeros.
+            let run = t.run.as_ref();
             tasks.push(PyChipTaskReport {
                 worker: t.worker,
                 callable: t.callable,
-                ring_sizing: t.ring_sizing.map(|s| PyRingSizing { inner: s }),
-                peak: Py::new(py, crate::runtime::peak_py(&t.peak))?,
-                tasks: t.tasks,
-                arena_hit: t.arena_hit,
-                arena_build_s: t.arena_build_s,
-                elapsed_s: t.elapsed_s,
+                ring_sizing: run.map(|r| PyRingSizing {
+                    inner: r.ring_sizing,
+                }),
+                peak: Py::new(
+                    py,
+                    crate::runtime::peak_py(&run.map(|r| r.peak).unwrap_or_default()),
+                )?,
+                tasks: run.map_or(0, |r| r.tasks),
+                arena_hit: run.is_some_and(|r| r.arena_hit),
+                arena_build_s: run.map_or(0.0, |r| r.arena_build_s),
+                elapsed_s: run.map_or(0.0, |r| r.elapsed_s),
                 error: t.error.clone(),
             });
         }

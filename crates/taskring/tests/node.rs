@@ -144,15 +144,17 @@ fn heterogeneous(processes: bool) {
         )
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(rep.tasks.len(), 3);
-    let s0 = rep.tasks[0].ring_sizing.unwrap();
+    let runs: Vec<_> = rep.tasks.iter().map(|t| t.run.as_ref().unwrap()).collect();
+    let s0 = runs[0].ring_sizing;
     assert_eq!(s0.task_window, [1024, 512, 16384, 16384]);
     assert_eq!(s0.source(RingField::TaskWindow, 2), SizeSource::Default);
-    let s1 = rep.tasks[1].ring_sizing.unwrap();
+    let s1 = runs[1].ring_sizing;
     assert_eq!(s1.task_window, [16, 4, 4, 4]);
     assert_eq!(s1.heap, [4096; 4]);
     assert_eq!(rep.tasks[1].worker, 1);
-    assert_eq!(rep.tasks[0].peak.task_window[1], 2);
-    assert!(rep.tasks.iter().all(|t| t.error.is_none() && t.tasks == 2));
+    assert_eq!(runs[0].peak.task_window[1], 2);
+    assert!(rep.tasks.iter().all(|t| t.error.is_none()));
+    assert!(runs.iter().all(|r| r.tasks == 2 && !r.replayed));
     // c = 2(a + b) then c = 2(c + d) with d = 2(1 + 1) = 4.
     let want: Vec<f32> = (0..256)
         .map(|i| 2.0 * (2.0 * (i as f32 + 1.0) + 4.0))

@@ -220,18 +220,17 @@ impl Default for NodeOptions {
     }
 }
 
-/// What a chip reported for one L2 task.
+/// What a chip reported for one L2 task: who ran it, and the chip's own L2
+/// [`RunReport`] of it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChipTaskReport {
     pub worker: usize,
     pub callable: u32,
-    /// The sizing the chip resolved (None if the task failed before that).
-    pub ring_sizing: Option<RingSizing>,
-    pub peak: PeakUse,
-    pub tasks: u64,
-    pub arena_hit: bool,
-    pub arena_build_s: f64,
-    pub elapsed_s: f64,
+    /// The chip's report of the run: its resolved sizing, peaks, task count, arena and
+    /// times (`replayed` is false: a chip never replays an L3 task). `None` when the task
+    /// did not complete — the chip answered with a failure (a failed run sends no
+    /// report, whatever it resolved), or no answer came — and then `error` says why.
+    pub run: Option<RunReport>,
     pub error: Option<String>,
 }
 
@@ -944,26 +943,26 @@ pub(crate) fn report_of(
     r: Option<&WireReport>,
     error: Option<String>,
 ) -> ChipTaskReport {
-    let mut rep = ChipTaskReport {
+    ChipTaskReport {
         worker,
         callable,
-        ring_sizing: None,
-        peak: PeakUse::default(),
-        tasks: 0,
-        arena_hit: false,
-        arena_build_s: 0.0,
-        elapsed_s: 0.0,
+        run: r.and_then(run_report_of),
         error,
-    };
-    if let Some(r) = r {
-        rep.ring_sizing = RingSizing::from_key_and_sources(r.sizing, r.sources).ok();
-        rep.peak = PeakUse::from_array(r.peak);
-        rep.tasks = r.tasks;
-        rep.arena_hit = r.arena_hit;
-        rep.arena_build_s = r.arena_build_s;
-        rep.elapsed_s = r.elapsed_s;
     }
-    rep
+}
+
+/// The L2 report a chip's wire report stands for; `None` when its sizing is not a
+/// valid one (a failed run's report carries zeros there).
+fn run_report_of(r: &WireReport) -> Option<RunReport> {
+    Some(RunReport {
+        ring_sizing: RingSizing::from_key_and_sources(r.sizing, r.sources).ok()?,
+        peak: PeakUse::from_array(r.peak),
+        tasks: r.tasks,
+        arena_hit: r.arena_hit,
+        arena_build_s: r.arena_build_s,
+        elapsed_s: r.elapsed_s,
+        replayed: false,
+    })
 }
 
 /// Where each argument of a program with signature `sig` goes among its task's
@@ -1574,37 +1573,25 @@ fn report_reply(rep: &RunReport) -> ReplyFrame {
     ReplyFrame {
         status: 0,
         error: String::new(),
-        report: Some(wire_report(
-            Some(&rep.ring_sizing),
-            &rep.peak,
-            rep.tasks,
-            rep.arena_hit,
-            rep.arena_build_s,
-            rep.elapsed_s,
-        )),
+        report: Some(wire_report(Some(rep))),
         stats: None,
     }
 }
 
 /// A task's report on the wire (a chip's reply, a host's reply at L4): the sizing's key
-/// and sources (zeros when none was resolved) and the 12 peak values.
-pub(crate) fn wire_report(
-    sizing: Option<&RingSizing>,
-    peak: &PeakUse,
-    tasks: u64,
-    arena_hit: bool,
-    arena_build_s: f64,
-    elapsed_s: f64,
-) -> WireReport {
-    let (sizing, sources) = sizing.map_or(([0; 12], [0; 12]), |s| (s.key(), s.source_codes()));
+/// and sources and the 12 peak values; all zeros when there is no report.
+pub(crate) fn wire_report(rep: Option<&RunReport>) -> WireReport {
+    let Some(rep) = rep else {
+        return WireReport::default();
+    };
     WireReport {
-        sizing,
-        sources,
-        peak: peak.to_array(),
-        tasks,
-        arena_hit,
-        arena_build_s,
-        elapsed_s,
+        sizing: rep.ring_sizing.key(),
+        sources: rep.ring_sizing.source_codes(),
+        peak: rep.peak.to_array(),
+        tasks: rep.tasks,
+        arena_hit: rep.arena_hit,
+        arena_build_s: rep.arena_build_s,
+        elapsed_s: rep.elapsed_s,
     }
 }
 
