@@ -15,7 +15,7 @@ use std::sync::Arc;
 use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
 use taskring::node::{
-    ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeHandle, NodeOptions,
+    ArgDir, ChipCallable, ForkHooks, NextLevelArg, Node, NodeError, NodeHandle, NodeOptions,
     NodeOrchestrator, NodeRunReport,
 };
 use taskring::{DType, Tensor};
@@ -230,17 +230,17 @@ fn node_arg(
     worker: usize,
     owners: &Bound<'_, PyAny>,
     run: u64,
-) -> PyResult<NodeArg> {
+) -> PyResult<NextLevelArg> {
     match crate::runtime::scalar_arg(i, a)? {
-        Some(Ok(v)) => return Ok(NodeArg::Int(v)),
-        Some(Err(v)) => return Ok(NodeArg::Float(v)),
+        Some(Ok(v)) => return Ok(NextLevelArg::Int(v)),
+        Some(Err(v)) => return Ok(NextLevelArg::Float(v)),
         None => {}
     }
     if let Ok(t) = a.extract::<PyRef<'_, PyTensor>>() {
         if t.run != run {
             return Err(crate::runtime::stale_tensor(&format!("argument {i}")));
         }
-        return Ok(NodeArg::Tensor(t.t));
+        return Ok(NextLevelArg::Tensor(t.t));
     }
     let arr = a.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -293,7 +293,7 @@ fn node_arg(
     t.offset = off / item;
     t.validate()
         .map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
-    Ok(NodeArg::Tensor(t))
+    Ok(NextLevelArg::Tensor(t))
 }
 
 fn worker_index(w: &Bound<'_, PyAny>, chips: usize) -> PyResult<usize> {
@@ -365,7 +365,7 @@ impl PyNodeOrchestrator {
         for (i, a) in args.try_iter()?.enumerate() {
             let a = a?;
             list.push(node_arg(py, i, &a, worker, owners, self.run)?);
-            if matches!(list[i], NodeArg::Tensor(_)) {
+            if !list[i].is_scalar() {
                 keep.push(a.unbind());
             }
         }

@@ -121,19 +121,31 @@ fn heterogeneous(processes: bool) {
                 small.runtime_env.ring_dep_pool = [8; 4];
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(a), NodeArg::Tensor(b), NodeArg::Tensor(c)],
+                    &[
+                        NextLevelArg::Tensor(a),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(c),
+                    ],
                     &big,
                     0,
                 )?;
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(d)],
+                    &[
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(d),
+                    ],
                     &small,
                     1,
                 )?;
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(c), NodeArg::Tensor(d), NodeArg::Tensor(c)],
+                    &[
+                        NextLevelArg::Tensor(c),
+                        NextLevelArg::Tensor(d),
+                        NextLevelArg::Tensor(c),
+                    ],
                     &small,
                     1,
                 )?;
@@ -210,7 +222,11 @@ fn chip_failure_and_chip_death() {
         move |o| {
             o.submit_next_level(
                 0,
-                &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                &[
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(out),
+                ],
                 &CallConfig::default(),
                 1,
             )
@@ -229,7 +245,11 @@ fn chip_failure_and_chip_death() {
             move |o| {
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                    &[
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(out),
+                    ],
                     &CallConfig::default(),
                     1,
                 )
@@ -252,7 +272,11 @@ fn chip_failure_and_chip_death() {
         move |o| {
             o.submit_next_level(
                 0,
-                &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                &[
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(out),
+                ],
                 &CallConfig::default(),
                 0,
             )
@@ -276,7 +300,11 @@ fn submit_checks() {
             move |o| {
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(t)],
+                    &[
+                        NextLevelArg::Tensor(t),
+                        NextLevelArg::Tensor(t),
+                        NextLevelArg::Tensor(t),
+                    ],
                     &CallConfig::default(),
                     0,
                 )
@@ -336,16 +364,20 @@ fn node_alloc_is_shared_with_chips() {
                 .output(0);
             o.submit_next_level(
                 0,
-                &[NodeArg::Tensor(a), NodeArg::Tensor(a), NodeArg::Tensor(tmp)],
+                &[
+                    NextLevelArg::Tensor(a),
+                    NextLevelArg::Tensor(a),
+                    NextLevelArg::Tensor(tmp),
+                ],
                 &CallConfig::default(),
                 0,
             )?;
             o.submit_next_level(
                 0,
                 &[
-                    NodeArg::Tensor(tmp),
-                    NodeArg::Tensor(a),
-                    NodeArg::Tensor(out),
+                    NextLevelArg::Tensor(tmp),
+                    NextLevelArg::Tensor(a),
+                    NextLevelArg::Tensor(out),
                 ],
                 &CallConfig::default(),
                 0,
@@ -369,7 +401,7 @@ fn nap_on(
 ) -> Result<(), RuntimeFailure> {
     o.submit_next_level(
         2,
-        &[NodeArg::Tensor(out), NodeArg::Int(ms)],
+        &[NextLevelArg::Tensor(out), NextLevelArg::Int(ms)],
         &CallConfig::default(),
         worker,
     )

@@ -94,7 +94,9 @@ fn l3_run(
                         &cfgs[0]
                     };
                     match tensor {
-                        Some(t) => o.submit_next_level(1, &[NodeArg::Tensor(t)], cfg, i % chips)?,
+                        Some(t) => {
+                            o.submit_next_level(1, &[NextLevelArg::Tensor(t)], cfg, i % chips)?
+                        }
                         None => o.submit_next_level(0, &[], cfg, i % chips)?,
                     };
                 }

@@ -992,7 +992,86 @@ pub(crate) fn canonical_index(sig: &[ArgDir]) -> Vec<Option<usize>> {
 }
 
 /// An L3 task's engine arguments and where each program argument is among them.
-fn node_task_args(sig: &[ArgDir], args: &[NodeArg]) -> Result<(Vec<ArgRef>, TaskArgs), String> {
+fn node_task_args(
+    sig: &[ArgDir],
+    args: &[NextLevelArg],
+) -> Result<(Vec<ArgRef>, TaskArgs), String> {
+    check_arity(sig, args)?;
+    let at = canonical_index(sig);
+    let mut refs = Vec::with_capacity(args.len());
+    let mut ta = TaskArgs::new();
+    for (i, (d, a)) in sig.iter().zip(args).enumerate() {
+        a.check_direction(i, *d)?;
+        let t = match *a {
+            NextLevelArg::Int(v) => {
+                refs.push(ArgRef::Int(v));
+                continue;
+            }
+            NextLevelArg::Float(v) => {
+                refs.push(ArgRef::Float(v));
+                continue;
+            }
+            NextLevelArg::Tensor(t) => t,
+            NextLevelArg::Resident { host, .. } => {
+                return Err(format!("argument {i} is a tensor resident on L4 host {host}; a chip task takes arrays in shared memory"))
+            }
+        };
+        if Dispatch::wire_tensor(&t).is_err() {
+            return Err(format!("argument {i} is not in shared memory (use taskring.shared_array or a node allocation)"));
+        }
+        refs.push(ArgRef::Tensor(
+            at[i].expect("a tensor argument has an index"),
+        ));
+        match d {
+            ArgDir::In => ta.input(t),
+            ArgDir::InOut => ta.inout(t),
+            _ => ta.output_existing(t),
+        };
+    }
+    Ok((refs, ta))
+}
+
+/// One argument of a next-level submit: of an L3 task to a chip
+/// ([`NodeOrchestrator::submit_next_level`]) and of an L4 task to a host (rank 0's
+/// `ClusterOrchestrator::submit_next_level`). The two wire formats stay their own
+/// ([`frame::WireArg`], `cluster::wire::L4Arg`).
+#[derive(Clone, Copy, Debug)]
+pub enum NextLevelArg {
+    /// An array of the caller's: at L3 in shared memory (the chip maps it); at L4 a
+    /// C-contiguous rank-0 array, shipped to the host (and back, for an output).
+    Tensor(Tensor),
+    /// A tensor resident on an L4 host (`alloc_tensor(..., worker=host)`): its stand-in
+    /// view on rank 0, its id and its host. Only an L4 submit takes it; an L3 submit
+    /// refuses it.
+    Resident {
+        view: Tensor,
+        id: u64,
+        host: usize,
+    },
+    Int(i64),
+    Float(f64),
+}
+
+impl NextLevelArg {
+    /// An int or a float (nothing the run has to keep alive).
+    pub fn is_scalar(&self) -> bool {
+        matches!(self, NextLevelArg::Int(_) | NextLevelArg::Float(_))
+    }
+
+    /// Argument `i` against its direction `d`: a scalar goes only where the signature
+    /// says SCALAR, a tensor everywhere else. One rule and one set of messages for L3
+    /// and L4 (which tensors a level takes is its own rule).
+    pub(crate) fn check_direction(&self, i: usize, d: ArgDir) -> Result<(), String> {
+        match (d == ArgDir::Scalar, self.is_scalar()) {
+            (true, false) => Err(format!("argument {i} is SCALAR but a tensor was given")),
+            (false, true) => Err(format!("argument {i} must be a tensor")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A next-level submit passes exactly the program's arguments.
+pub(crate) fn check_arity(sig: &[ArgDir], args: &[NextLevelArg]) -> Result<(), String> {
     if sig.len() != args.len() {
         return Err(format!(
             "the program takes {} arguments, got {}",
@@ -1000,41 +1079,7 @@ fn node_task_args(sig: &[ArgDir], args: &[NodeArg]) -> Result<(Vec<ArgRef>, Task
             args.len()
         ));
     }
-    let at = canonical_index(sig);
-    let mut refs = Vec::with_capacity(args.len());
-    let mut ta = TaskArgs::new();
-    for (i, (d, a)) in sig.iter().zip(args).enumerate() {
-        match (d, a) {
-            (ArgDir::Scalar, NodeArg::Int(v)) => refs.push(ArgRef::Int(*v)),
-            (ArgDir::Scalar, NodeArg::Float(v)) => refs.push(ArgRef::Float(*v)),
-            (ArgDir::Scalar, NodeArg::Tensor(_)) => {
-                return Err(format!("argument {i} is SCALAR but a tensor was given"))
-            }
-            (_, NodeArg::Tensor(t)) => {
-                if Dispatch::wire_tensor(t).is_err() {
-                    return Err(format!("argument {i} is not in shared memory (use taskring.shared_array or a node allocation)"));
-                }
-                refs.push(ArgRef::Tensor(
-                    at[i].expect("a tensor argument has an index"),
-                ));
-                match d {
-                    ArgDir::In => ta.input(*t),
-                    ArgDir::InOut => ta.inout(*t),
-                    _ => ta.output_existing(*t),
-                };
-            }
-            (_, _) => return Err(format!("argument {i} must be a tensor")),
-        }
-    }
-    Ok((refs, ta))
-}
-
-/// One argument of `submit_next_level`.
-#[derive(Clone, Copy, Debug)]
-pub enum NodeArg {
-    Tensor(Tensor),
-    Int(i64),
-    Float(f64),
+    Ok(())
 }
 
 /// The orchestration API of an L3 run.
@@ -1059,7 +1104,7 @@ impl<'r> NodeOrchestrator<'_, 'r> {
     pub fn submit_next_level(
         &mut self,
         callable: u32,
-        args: &[NodeArg],
+        args: &[NextLevelArg],
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, RuntimeFailure> {
