@@ -70,7 +70,7 @@ fn node_err(py: Python<'_>, e: NodeError) -> PyErr {
         | NodeError::NoSuchChip(_)
         | NodeError::Closed
         | NodeError::Start { .. } => PyValueError::new_err(e.to_string()),
-        NodeError::Chip(m) => PyRuntimeError::new_err(m),
+        NodeError::Chip(f) => PyRuntimeError::new_err(f.to_string()),
         NodeError::Failure(f) => failure_err(py, &f),
         NodeError::Interrupted(m) => PyKeyboardInterrupt::new_err(m),
         NodeError::Forked(pid) => crate::runtime::forked_err("Worker", pid),

@@ -266,9 +266,9 @@ pub enum NodeError {
         what: String,
         reason: String,
     },
-    /// A chip's own failure, `chip {worker} (pid {pid}): ...`.
-    #[error("{0}")]
-    Chip(String),
+    /// A chip's own failure (`chip {worker} (pid {pid}): {text}`).
+    #[error(transparent)]
+    Chip(#[from] ChipFault),
     /// The runtime's own failure of a run (a status code and its diagnosis).
     #[error("{0}")]
     Failure(RuntimeFailure),
@@ -278,6 +278,16 @@ pub enum NodeError {
     /// Used in a child of `fork()`; the node belongs to process `.0`.
     #[error("this node was created in process {0}; it cannot be used after fork()")]
     Forked(u32),
+}
+
+/// A chip's own failure: the chip (its worker index and pid) and what it or the host
+/// said about it (its error text, or why the host stopped waiting for it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("chip {worker} (pid {pid}): {text}")]
+pub struct ChipFault {
+    pub worker: usize,
+    pub pid: i32,
+    pub text: String,
 }
 
 impl NodeError {
@@ -300,6 +310,7 @@ struct Chip {
     /// Request number; held for a whole round trip (one task in flight per chip).
     /// `resp_seq != *seq` means a request was given up on and its reply is still due.
     seq: Mutex<u32>,
+    /// Why the chip is gone (dead or closed), once known.
     dead: Mutex<Option<String>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Write end of the chip's host pipe (-1 when closed or for a chip thread).
@@ -328,16 +339,30 @@ impl Chip {
         format!("chip {} (pid {})", self.worker, self.pid)
     }
 
-    fn interrupted(&self) -> String {
-        format!("{}: interrupted", self.prefix())
+    /// A failure of this chip, saying `text`.
+    fn fault(&self, text: impl Into<String>) -> ChipFault {
+        ChipFault {
+            worker: self.worker,
+            pid: self.pid,
+            text: text.into(),
+        }
+    }
+
+    fn interrupted(&self) -> ChipFault {
+        self.fault("interrupted")
     }
 
     /// Has the chip died? Records why.
-    fn check_dead(&self) -> Option<String> {
+    fn check_dead(&self) -> Option<ChipFault> {
         let mut d = self.dead.lock();
-        if d.is_some() {
-            return d.clone();
+        if d.is_none() {
+            *d = self.why_dead();
         }
+        d.as_deref().map(|why| self.fault(why))
+    }
+
+    /// Why the chip is dead, if it is (a reaped process, an ended thread).
+    fn why_dead(&self) -> Option<String> {
         if self.process {
             let mut status = 0;
             // safety: non-blocking reap of our own child.
@@ -354,15 +379,15 @@ impl Chip {
                         libc::WEXITSTATUS(status)
                     )
                 };
-                *d = Some(format!("{}: {why}", self.prefix()));
+                return Some(why);
             }
         } else {
             let t = self.thread.lock();
             if t.as_ref().is_none_or(|t| t.is_finished()) {
-                *d = Some(format!("{}: the chip thread ended", self.prefix()));
+                return Some("the chip thread ended".into());
             }
         }
-        d.clone()
+        None
     }
 
     /// How long the chip's heartbeat has stood still while the host watched it (zero
@@ -396,7 +421,7 @@ impl Chip {
     }
 
     /// Why a host thread waiting on this chip should stop waiting, if it should.
-    fn give_up(&self, ctl: &Ctl) -> Option<String> {
+    fn give_up(&self, ctl: &Ctl) -> Option<ChipFault> {
         if let Some(d) = self.check_dead() {
             return Some(d);
         }
@@ -417,11 +442,10 @@ impl Chip {
                 Some(c) => c.to_string(),
                 None => "unknown".to_string(),
             };
-            return Some(format!(
-                "{}: not responding: no heartbeat for {} ms (process state {state})",
-                self.prefix(),
+            return Some(self.fault(format!(
+                "not responding: no heartbeat for {} ms (process state {state})",
                 stalled.as_millis()
-            ));
+            )));
         }
         None
     }
@@ -434,7 +458,7 @@ impl Chip {
         word: &std::sync::atomic::AtomicU32,
         cond: impl Fn() -> bool,
         until: Option<Instant>,
-    ) -> Result<(), Option<String>> {
+    ) -> Result<(), Option<ChipFault>> {
         let why = RefCell::new(None);
         let stop = || {
             if until.is_some_and(|u| Instant::now() >= u) {
@@ -453,7 +477,7 @@ impl Chip {
     }
 
     /// This chip's turn (its request lock), waiting as long as the chip is alive.
-    fn turn(&self, ctl: &Ctl) -> Result<parking_lot::MutexGuard<'_, u32>, String> {
+    fn turn(&self, ctl: &Ctl) -> Result<parking_lot::MutexGuard<'_, u32>, ChipFault> {
         loop {
             if let Some(g) = self.seq.try_lock_for(SLICE) {
                 return Ok(g);
@@ -465,10 +489,10 @@ impl Chip {
     }
 
     /// Wait for the reply to request `want`.
-    fn await_reply(&self, ctl: &Ctl, want: u32) -> Result<(), String> {
+    fn await_reply(&self, ctl: &Ctl, want: u32) -> Result<(), ChipFault> {
         let h = self.mailbox.header();
         self.wait(ctl, &h.resp_seq, || h.resp_seq.load(Acquire) == want, None)
-            .map_err(|why| why.unwrap_or_else(|| format!("{}: no reply", self.prefix())))
+            .map_err(|why| why.unwrap_or_else(|| self.fault("no reply")))
     }
 
     /// One round trip with a task; `after(posted_ns)` runs once the reply is in, while
@@ -478,7 +502,7 @@ impl Chip {
         ctl: &Ctl,
         task: &TaskFrame,
         after: impl FnOnce(u64) -> T,
-    ) -> Result<(ReplyFrame, T), String> {
+    ) -> Result<(ReplyFrame, T), ChipFault> {
         self.round_trip_then(ctl, |buf| frame::encode_task(task, buf), after)
     }
 
@@ -487,7 +511,7 @@ impl Chip {
         &self,
         ctl: &Ctl,
         encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
-    ) -> Result<ReplyFrame, String> {
+    ) -> Result<ReplyFrame, ChipFault> {
         self.round_trip_then(ctl, encode, |_| ()).map(|(r, ())| r)
     }
 
@@ -498,7 +522,7 @@ impl Chip {
         ctl: &Ctl,
         encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
         after: impl FnOnce(u64) -> T,
-    ) -> Result<(ReplyFrame, T), String> {
+    ) -> Result<(ReplyFrame, T), ChipFault> {
         let mut seq = self.turn(ctl)?;
         if let Some(d) = self.check_dead() {
             return Err(d);
@@ -513,7 +537,7 @@ impl Chip {
         }
         // safety: we hold the chip's lock and no request is in flight.
         let n = encode(unsafe { self.mailbox.req_buf() })
-            .map_err(|e| format!("{}: cannot encode the request: {e}", self.prefix()))?;
+            .map_err(|e| self.fault(format!("cannot encode the request: {e}")))?;
         *seq = seq.wrapping_add(1);
         let want = *seq;
         h.req_len.store(n as u32, Relaxed);
@@ -524,8 +548,8 @@ impl Chip {
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
         // safety: the chip wrote the reply before publishing resp_seq (acquired above).
         let buf = unsafe { &self.mailbox.resp_buf()[..len] };
-        let r = frame::decode_reply(buf)
-            .map_err(|e| format!("{}: bad reply frame: {e}", self.prefix()))?;
+        let r =
+            frame::decode_reply(buf).map_err(|e| self.fault(format!("bad reply frame: {e}")))?;
         Ok((r, after(posted)))
     }
 
@@ -696,7 +720,7 @@ struct RunState {
     finished: usize,
     /// Dispatches under way.
     in_flight: usize,
-    first_chip_error: Option<String>,
+    first_chip_error: Option<ChipFault>,
     /// The run's timeline while it is recorded (the run's config asks for a swimlane).
     trace: Option<RunTrace>,
 }
@@ -830,9 +854,9 @@ impl Dispatch {
         &self,
         idx: usize,
         task: &L3Task,
-        reply: Result<(ReplyFrame, TraceSide), String>,
+        reply: Result<(ReplyFrame, TraceSide), ChipFault>,
         start_ns: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), ChipFault> {
         let end_ns = trace::mono_ns();
         let chip = &self.node.chips[task.worker];
         let (reply, side) = match reply {
@@ -863,14 +887,15 @@ impl Dispatch {
         self.node.done.notify_all();
         let (report, err) = match reply {
             Ok(r) => {
-                let err = (r.status != 0).then(|| format!("{}: {}", chip.prefix(), r.error));
+                let err = (r.status != 0).then(|| chip.fault(r.error));
+                let text = err.as_ref().map(ChipFault::to_string);
                 (
-                    report_of(task.worker, task.callable, r.report.as_ref(), err.clone()),
+                    report_of(task.worker, task.callable, r.report.as_ref(), text),
                     err,
                 )
             }
             Err(e) => (
-                report_of(task.worker, task.callable, None, Some(e.clone())),
+                report_of(task.worker, task.callable, None, Some(e.to_string())),
                 Some(e),
             ),
         };
@@ -911,13 +936,13 @@ impl Kernel for Dispatch {
         let traced = run_prefix.is_some();
         let swimlane = chip_dir(&config.output_prefix, task.worker).join("merged_swimlane.json");
         let after = |posted_ns: u64| traced.then(|| Self::chip_side(chip, &swimlane, posted_ns));
-        let args: Result<Vec<WireArg>, String> = task
+        let args: Result<Vec<WireArg>, ChipFault> = task
             .args
             .iter()
             .map(|a| match *a {
                 ArgRef::Tensor(i) => Self::wire_tensor(&call.tensors[i])
                     .map(WireArg::Tensor)
-                    .map_err(|e| format!("{}: {e}", chip.prefix())),
+                    .map_err(|e| chip.fault(e)),
                 ArgRef::Int(v) => Ok(WireArg::Int(v)),
                 ArgRef::Float(v) => Ok(WireArg::Float(v)),
             })
@@ -934,6 +959,7 @@ impl Kernel for Dispatch {
             )
         });
         self.record(idx, &task, reply, start_ns)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -1189,7 +1215,7 @@ impl NodeHandle {
             .map_err(NodeError::Chip)?;
         let st = r
             .stats
-            .ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
+            .ok_or_else(|| NodeError::Chip(chip.fault(r.error)))?;
         Ok(crate::arena::ArenaStats {
             builds: st.builds,
             hits: st.hits,
@@ -1402,24 +1428,21 @@ fn wait_chips_ready(chips: &[Chip], ctl: &Ctl, init_timeout: Duration) -> Result
         if r.is_ok() && state == STATE_READY {
             continue;
         }
-        let why = if state == STATE_FAILED {
+        let fault = if state == STATE_FAILED {
             let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
             // safety: the chip published FAILED after writing its reason.
             let buf = unsafe { &c.mailbox.resp_buf()[..len] };
-            frame::decode_reply(buf)
-                .map(|r| r.error)
-                .unwrap_or_else(|e| e.to_string())
+            c.fault(
+                frame::decode_reply(buf)
+                    .map(|r| r.error)
+                    .unwrap_or_else(|e| e.to_string()),
+            )
         } else if let Err(Some(e)) = r {
             e
         } else {
-            format!("not ready within {} ms", init_timeout.as_millis())
+            c.fault(format!("not ready within {} ms", init_timeout.as_millis()))
         };
-        let text = if why.starts_with("chip ") {
-            why
-        } else {
-            format!("{}: {why}", c.prefix())
-        };
-        return Err(NodeError::Chip(text));
+        return Err(NodeError::Chip(fault));
     }
     Ok(())
 }
@@ -2129,7 +2152,7 @@ fn outcome(
         _ if interrupted => Err(NodeError::Interrupted(
             st.first_chip_error
                 .take()
-                .unwrap_or_else(|| "interrupted".into()),
+                .map_or_else(|| "interrupted".into(), |e| e.to_string()),
         )),
         Ok(_) => Ok(NodeRunReport {
             tasks: st
@@ -2141,7 +2164,7 @@ fn outcome(
         }),
         Err(RunError::Config(e)) => Err(NodeError::Config(e)),
         Err(RunError::Failure(f)) => match st.first_chip_error.take() {
-            Some(text) if f.code == StatusCode::TaskFailed => Err(NodeError::Chip(text)),
+            Some(fault) if f.code == StatusCode::TaskFailed => Err(NodeError::Chip(fault)),
             _ => Err(NodeError::Failure(f)),
         },
     }
@@ -2236,7 +2259,7 @@ fn shutdown_chips(chips: &[Chip]) {
             if t.is_finished() {
                 let _ = t.join();
             }
-            *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
+            *c.dead.lock() = Some("closed".into());
             continue;
         }
         if !c.process || c.dead.lock().is_some() {
@@ -2262,7 +2285,7 @@ fn shutdown_chips(chips: &[Chip]) {
             std::thread::sleep(Duration::from_millis(2));
             kill = proc_state(c.pid).is_some_and(|s| s == 'T' || s == 't');
         }
-        *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
+        *c.dead.lock() = Some("closed".into());
     }
 }
 
@@ -2324,6 +2347,15 @@ mod tests {
         assert_eq!(
             NodeError::start(1, "fork of chip 1", "out of memory").to_string(),
             "fork of chip 1: out of memory"
+        );
+        let e = NodeError::from(ChipFault {
+            worker: 2,
+            pid: 4242,
+            text: "not responding: no heartbeat for 2000 ms (process state T, stopped)".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "chip 2 (pid 4242): not responding: no heartbeat for 2000 ms (process state T, stopped)"
         );
     }
 }
