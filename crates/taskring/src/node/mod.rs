@@ -2310,6 +2310,35 @@ mod tests {
     }
 
     #[test]
+    fn next_level_args_are_checked_with_one_set_of_messages() {
+        use ArgDir::*;
+        let t = Tensor::from_raw(4096, &[4], crate::tensor::DType::F32);
+        let err = |sig: &[ArgDir], args: &[NextLevelArg]| node_task_args(sig, args).err();
+        assert_eq!(
+            err(&[In, Scalar], &[NextLevelArg::Int(1)]).as_deref(),
+            Some("the program takes 2 arguments, got 1")
+        );
+        assert_eq!(
+            err(&[Scalar], &[NextLevelArg::Tensor(t)]).as_deref(),
+            Some("argument 0 is SCALAR but a tensor was given")
+        );
+        assert_eq!(
+            err(&[Out], &[NextLevelArg::Float(0.5)]).as_deref(),
+            Some("argument 0 must be a tensor")
+        );
+        let resident = NextLevelArg::Resident {
+            view: t,
+            id: 7,
+            host: 1,
+        };
+        assert_eq!(
+            err(&[Scalar, In], &[NextLevelArg::Int(3), resident]).as_deref(),
+            Some("argument 1 is a tensor resident on L4 host 1; a chip task takes arrays in shared memory")
+        );
+        assert!(!resident.is_scalar() && NextLevelArg::Float(1.0).is_scalar());
+    }
+
+    #[test]
     fn errors_before_any_chip_starts_are_typed() {
         let e = new_node(NodeOptions {
             device_ids: vec![],
