@@ -202,9 +202,9 @@ mod with_mpi {
     use taskring::cluster::host;
     use taskring::cluster::wire::HostRequest;
     use taskring::cluster::{
-        Cluster, ClusterArg, ClusterError, ClusterOrchestrator, ClusterProgram, HostTaskReport,
+        Cluster, ClusterError, ClusterOrchestrator, ClusterProgram, HostTaskReport,
     };
-    use taskring::node::ArgDir;
+    use taskring::node::{ArgDir, NextLevelArg};
 
     fn host_report_py(py: Python<'_>, t: &HostTaskReport) -> PyResult<PyHostTaskReport> {
         Ok(PyHostTaskReport {
@@ -626,14 +626,14 @@ mod with_mpi {
     }
 
     /// One argument of an L4 submit: a scalar, a host-resident tensor, or a rank-0 array.
-    fn cluster_arg(i: usize, a: &Bound<'_, PyAny>, dir: ArgDir) -> PyResult<ClusterArg> {
+    fn cluster_arg(i: usize, a: &Bound<'_, PyAny>, dir: ArgDir) -> PyResult<NextLevelArg> {
         match crate::runtime::scalar_arg(i, a)? {
-            Some(Ok(v)) => return Ok(ClusterArg::Int(v)),
-            Some(Err(v)) => return Ok(ClusterArg::Float(v)),
+            Some(Ok(v)) => return Ok(NextLevelArg::Int(v)),
+            Some(Err(v)) => return Ok(NextLevelArg::Float(v)),
             None => {}
         }
         if let Ok(h) = a.extract::<PyRef<'_, PyHostTensor>>() {
-            return Ok(ClusterArg::Resident {
+            return Ok(NextLevelArg::Resident {
                 view: h.view(),
                 id: h.id(),
                 host: h.worker,
@@ -652,7 +652,7 @@ mod with_mpi {
         // views of one array are one buffer to rank 0's tensormap; an input may be
         // read-only.
         let t = crate::runtime::array_tensor(i, a, dir != ArgDir::In)?;
-        Ok(ClusterArg::Tensor(t))
+        Ok(NextLevelArg::Tensor(t))
     }
 
     #[pymethods]
@@ -694,7 +694,7 @@ mod with_mpi {
                 let a = a?;
                 let dir = sig.get(i).copied().unwrap_or(ArgDir::In);
                 list.push(cluster_arg(i, &a, dir)?);
-                if !matches!(list[i], ClusterArg::Int(_) | ClusterArg::Float(_)) {
+                if !list[i].is_scalar() {
                     keep.push(a.unbind());
                 }
             }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
 use taskring::node::{
-    ArgDir, ChipCallable, ForkHooks, Node, NodeArg, NodeError, NodeHandle, NodeOptions,
+    ArgDir, ChipCallable, ForkHooks, NextLevelArg, Node, NodeError, NodeHandle, NodeOptions,
     NodeOrchestrator, NodeRunReport,
 };
 use taskring::{DType, Tensor};
@@ -70,7 +70,7 @@ fn node_err(py: Python<'_>, e: NodeError) -> PyErr {
         | NodeError::NoSuchChip(_)
         | NodeError::Closed
         | NodeError::Start { .. } => PyValueError::new_err(e.to_string()),
-        NodeError::Chip(m) => PyRuntimeError::new_err(m),
+        NodeError::Chip(f) => PyRuntimeError::new_err(f.to_string()),
         NodeError::Failure(f) => failure_err(py, &f),
         NodeError::Interrupted(m) => PyKeyboardInterrupt::new_err(m),
         NodeError::Forked(pid) => crate::runtime::forked_err("Worker", pid),
@@ -158,15 +158,22 @@ impl PyNodeRunReport {
     pub fn from_rust(py: Python<'_>, rep: &NodeRunReport) -> PyResult<Self> {
         let mut tasks = vec![];
         for t in &rep.tasks {
+            // A task that did not complete (no run report) shows no sizing and zeros.
+            let run = t.run.as_ref();
             tasks.push(PyChipTaskReport {
                 worker: t.worker,
                 callable: t.callable,
-                ring_sizing: t.ring_sizing.map(|s| PyRingSizing { inner: s }),
-                peak: Py::new(py, crate::runtime::peak_py(&t.peak))?,
-                tasks: t.tasks,
-                arena_hit: t.arena_hit,
-                arena_build_s: t.arena_build_s,
-                elapsed_s: t.elapsed_s,
+                ring_sizing: run.map(|r| PyRingSizing {
+                    inner: r.ring_sizing,
+                }),
+                peak: Py::new(
+                    py,
+                    crate::runtime::peak_py(&run.map(|r| r.peak).unwrap_or_default()),
+                )?,
+                tasks: run.map_or(0, |r| r.tasks),
+                arena_hit: run.is_some_and(|r| r.arena_hit),
+                arena_build_s: run.map_or(0.0, |r| r.arena_build_s),
+                elapsed_s: run.map_or(0.0, |r| r.elapsed_s),
                 error: t.error.clone(),
             });
         }
@@ -223,17 +230,17 @@ fn node_arg(
     worker: usize,
     owners: &Bound<'_, PyAny>,
     run: u64,
-) -> PyResult<NodeArg> {
+) -> PyResult<NextLevelArg> {
     match crate::runtime::scalar_arg(i, a)? {
-        Some(Ok(v)) => return Ok(NodeArg::Int(v)),
-        Some(Err(v)) => return Ok(NodeArg::Float(v)),
+        Some(Ok(v)) => return Ok(NextLevelArg::Int(v)),
+        Some(Err(v)) => return Ok(NextLevelArg::Float(v)),
         None => {}
     }
     if let Ok(t) = a.extract::<PyRef<'_, PyTensor>>() {
         if t.run != run {
             return Err(crate::runtime::stale_tensor(&format!("argument {i}")));
         }
-        return Ok(NodeArg::Tensor(t.t));
+        return Ok(NextLevelArg::Tensor(t.t));
     }
     let arr = a.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -286,7 +293,7 @@ fn node_arg(
     t.offset = off / item;
     t.validate()
         .map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
-    Ok(NodeArg::Tensor(t))
+    Ok(NextLevelArg::Tensor(t))
 }
 
 fn worker_index(w: &Bound<'_, PyAny>, chips: usize) -> PyResult<usize> {
@@ -358,7 +365,7 @@ impl PyNodeOrchestrator {
         for (i, a) in args.try_iter()?.enumerate() {
             let a = a?;
             list.push(node_arg(py, i, &a, worker, owners, self.run)?);
-            if matches!(list[i], NodeArg::Tensor(_)) {
+            if !list[i].is_scalar() {
                 keep.push(a.unbind());
             }
         }

@@ -106,9 +106,9 @@ fn run_two_chips(n: &mut Node, run: CallConfig, task_prefix: PathBuf) -> Vec<Sha
                 o.submit_next_level(
                     0,
                     &[
-                        NodeArg::Tensor(a),
-                        NodeArg::Tensor(b),
-                        NodeArg::Tensor(*out),
+                        NextLevelArg::Tensor(a),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(*out),
                     ],
                     &cfg,
                     i % 2,
@@ -417,7 +417,11 @@ fn a_failed_run_still_writes_its_timeline() {
         move |o| {
             o.submit_next_level(
                 0,
-                &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(out)],
+                &[
+                    NextLevelArg::Tensor(t),
+                    NextLevelArg::Tensor(t),
+                    NextLevelArg::Tensor(out),
+                ],
                 &CallConfig::default(),
                 0,
             )?;

@@ -121,19 +121,31 @@ fn heterogeneous(processes: bool) {
                 small.runtime_env.ring_dep_pool = [8; 4];
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(a), NodeArg::Tensor(b), NodeArg::Tensor(c)],
+                    &[
+                        NextLevelArg::Tensor(a),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(c),
+                    ],
                     &big,
                     0,
                 )?;
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(d)],
+                    &[
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(d),
+                    ],
                     &small,
                     1,
                 )?;
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(c), NodeArg::Tensor(d), NodeArg::Tensor(c)],
+                    &[
+                        NextLevelArg::Tensor(c),
+                        NextLevelArg::Tensor(d),
+                        NextLevelArg::Tensor(c),
+                    ],
                     &small,
                     1,
                 )?;
@@ -144,15 +156,17 @@ fn heterogeneous(processes: bool) {
         )
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(rep.tasks.len(), 3);
-    let s0 = rep.tasks[0].ring_sizing.unwrap();
+    let runs: Vec<_> = rep.tasks.iter().map(|t| t.run.as_ref().unwrap()).collect();
+    let s0 = runs[0].ring_sizing;
     assert_eq!(s0.task_window, [1024, 512, 16384, 16384]);
     assert_eq!(s0.source(RingField::TaskWindow, 2), SizeSource::Default);
-    let s1 = rep.tasks[1].ring_sizing.unwrap();
+    let s1 = runs[1].ring_sizing;
     assert_eq!(s1.task_window, [16, 4, 4, 4]);
     assert_eq!(s1.heap, [4096; 4]);
     assert_eq!(rep.tasks[1].worker, 1);
-    assert_eq!(rep.tasks[0].peak.task_window[1], 2);
-    assert!(rep.tasks.iter().all(|t| t.error.is_none() && t.tasks == 2));
+    assert_eq!(runs[0].peak.task_window[1], 2);
+    assert!(rep.tasks.iter().all(|t| t.error.is_none()));
+    assert!(runs.iter().all(|r| r.tasks == 2 && !r.replayed));
     // c = 2(a + b) then c = 2(c + d) with d = 2(1 + 1) = 4.
     let want: Vec<f32> = (0..256)
         .map(|i| 2.0 * (2.0 * (i as f32 + 1.0) + 4.0))
@@ -208,7 +222,11 @@ fn chip_failure_and_chip_death() {
         move |o| {
             o.submit_next_level(
                 0,
-                &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                &[
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(out),
+                ],
                 &CallConfig::default(),
                 1,
             )
@@ -227,7 +245,11 @@ fn chip_failure_and_chip_death() {
             move |o| {
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                    &[
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(out),
+                    ],
                     &CallConfig::default(),
                     1,
                 )
@@ -250,7 +272,11 @@ fn chip_failure_and_chip_death() {
         move |o| {
             o.submit_next_level(
                 0,
-                &[NodeArg::Tensor(b), NodeArg::Tensor(b), NodeArg::Tensor(out)],
+                &[
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(b),
+                    NextLevelArg::Tensor(out),
+                ],
                 &CallConfig::default(),
                 0,
             )
@@ -274,7 +300,11 @@ fn submit_checks() {
             move |o| {
                 o.submit_next_level(
                     0,
-                    &[NodeArg::Tensor(t), NodeArg::Tensor(t), NodeArg::Tensor(t)],
+                    &[
+                        NextLevelArg::Tensor(t),
+                        NextLevelArg::Tensor(t),
+                        NextLevelArg::Tensor(t),
+                    ],
                     &CallConfig::default(),
                     0,
                 )
@@ -334,16 +364,20 @@ fn node_alloc_is_shared_with_chips() {
                 .output(0);
             o.submit_next_level(
                 0,
-                &[NodeArg::Tensor(a), NodeArg::Tensor(a), NodeArg::Tensor(tmp)],
+                &[
+                    NextLevelArg::Tensor(a),
+                    NextLevelArg::Tensor(a),
+                    NextLevelArg::Tensor(tmp),
+                ],
                 &CallConfig::default(),
                 0,
             )?;
             o.submit_next_level(
                 0,
                 &[
-                    NodeArg::Tensor(tmp),
-                    NodeArg::Tensor(a),
-                    NodeArg::Tensor(out),
+                    NextLevelArg::Tensor(tmp),
+                    NextLevelArg::Tensor(a),
+                    NextLevelArg::Tensor(out),
                 ],
                 &CallConfig::default(),
                 0,
@@ -367,7 +401,7 @@ fn nap_on(
 ) -> Result<(), RuntimeFailure> {
     o.submit_next_level(
         2,
-        &[NodeArg::Tensor(out), NodeArg::Int(ms)],
+        &[NextLevelArg::Tensor(out), NextLevelArg::Int(ms)],
         &CallConfig::default(),
         worker,
     )

@@ -94,7 +94,9 @@ fn l3_run(
                         &cfgs[0]
                     };
                     match tensor {
-                        Some(t) => o.submit_next_level(1, &[NodeArg::Tensor(t)], cfg, i % chips)?,
+                        Some(t) => {
+                            o.submit_next_level(1, &[NextLevelArg::Tensor(t)], cfg, i % chips)?
+                        }
                         None => o.submit_next_level(0, &[], cfg, i % chips)?,
                     };
                 }
@@ -105,7 +107,9 @@ fn l3_run(
         )
         .map_err(|e| e.to_string())?;
     let dt = t0.elapsed().as_secs_f64();
-    if rep.tasks.len() != m || rep.tasks.iter().any(|t| t.error.is_some() || t.tasks != 1) {
+    let ran_one =
+        |t: &ChipTaskReport| t.error.is_none() && t.run.as_ref().is_some_and(|r| r.tasks == 1);
+    if rep.tasks.len() != m || !rep.tasks.iter().all(ran_one) {
         return Err(format!("unexpected L3 report: {} tasks", rep.tasks.len()));
     }
     Ok(dt)

@@ -28,7 +28,7 @@ pub mod host;
 #[cfg(feature = "mpi")]
 mod rank0;
 #[cfg(feature = "mpi")]
-pub use rank0::{Cluster, ClusterArg, ClusterOrchestrator, ClusterProgram};
+pub use rank0::{Cluster, ClusterOrchestrator, ClusterProgram};
 
 use crate::config::ConfigError;
 use crate::engine::RuntimeFailure;

@@ -16,7 +16,7 @@ use crate::chip::{ChipOptions, ChipWorker, Program, RunError};
 use crate::config::CallConfig;
 use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode, TaskArgs};
 use crate::kernel::{Kernel, KernelCall, KernelRef};
-use crate::node::{canonical_index, wait_over, ArgDir, HookRef};
+use crate::node::{canonical_index, check_arity, wait_over, ArgDir, HookRef, NextLevelArg};
 use crate::tensor::{TaskId, Tensor};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::Ordering::*;
@@ -39,21 +39,6 @@ const REPLY_MAX_SLEEP: Duration = Duration::from_millis(1);
 pub struct ClusterProgram {
     pub name: String,
     pub signature: Vec<ArgDir>,
-}
-
-/// One argument of an L4 `submit_next_level`.
-#[derive(Clone, Copy, Debug)]
-pub enum ClusterArg {
-    /// A rank-0 array (C-contiguous), shipped to the host and back.
-    Tensor(Tensor),
-    /// A host-resident tensor: its stand-in view on rank 0, its id and its host.
-    Resident {
-        view: Tensor,
-        id: u64,
-        host: usize,
-    },
-    Int(i64),
-    Float(f64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -280,7 +265,7 @@ impl<'r> ClusterOrchestrator<'_, 'r> {
     pub fn submit_next_level(
         &mut self,
         callable: u32,
-        args: &[ClusterArg],
+        args: &[NextLevelArg],
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, RuntimeFailure> {
@@ -328,42 +313,33 @@ impl<'r> ClusterOrchestrator<'_, 'r> {
 /// outputs) and where each program argument is among them.
 fn task_args(
     sig: &[ArgDir],
-    args: &[ClusterArg],
+    args: &[NextLevelArg],
     worker: usize,
 ) -> Result<(Vec<Slot>, TaskArgs), String> {
-    if sig.len() != args.len() {
-        return Err(format!(
-            "the program takes {} arguments, got {}",
-            sig.len(),
-            args.len()
-        ));
-    }
+    check_arity(sig, args)?;
     let at = canonical_index(sig);
     let mut slots = Vec::with_capacity(args.len());
     let mut ta = TaskArgs::new();
     for (i, (d, a)) in sig.iter().zip(args).enumerate() {
-        let (view, resident) = match (d, a) {
-            (ArgDir::Scalar, ClusterArg::Int(v)) => {
-                slots.push(Slot::Int(*v));
+        a.check_direction(i, *d)?;
+        let (view, resident) = match *a {
+            NextLevelArg::Int(v) => {
+                slots.push(Slot::Int(v));
                 continue;
             }
-            (ArgDir::Scalar, ClusterArg::Float(v)) => {
-                slots.push(Slot::Float(*v));
+            NextLevelArg::Float(v) => {
+                slots.push(Slot::Float(v));
                 continue;
             }
-            (ArgDir::Scalar, _) => {
-                return Err(format!("argument {i} is SCALAR but a tensor was given"))
-            }
-            (_, ClusterArg::Tensor(t)) => (*t, None),
-            (_, ClusterArg::Resident { view, id, host }) => {
-                if *host != worker {
+            NextLevelArg::Tensor(t) => (t, None),
+            NextLevelArg::Resident { view, id, host } => {
+                if host != worker {
                     return Err(format!(
                         "argument {i} is a tensor resident on host {host}; it cannot be passed to host {worker}"
                     ));
                 }
-                (*view, Some(*id))
+                (view, Some(id))
             }
-            (_, _) => return Err(format!("argument {i} must be a tensor")),
         };
         if !view.is_contiguous() {
             return Err(format!(

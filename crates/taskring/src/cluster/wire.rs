@@ -10,8 +10,9 @@
 //!          a scalar: bits u64
 //! close  : empty body
 //! reply  : seq u64, status u32 (0 ok), error_len u32, error, elapsed_s f64,
-//!          n_chip_tasks u32, per chip task: worker u32, callable u32, has_sizing u8,
-//!          then the chip report (sizing, peak, sources, tasks, arena_hit, times),
+//!          n_chip_tasks u32, per chip task: worker u32, callable u32, has_report u8,
+//!          then the chip's run report (sizing, peak, sources, tasks, arena_hit, times;
+//!          zeros when has_report is 0),
 //!          has_error u8, error_len u32, error; n_outputs u32
 //! ```
 //!
@@ -26,7 +27,7 @@
 use crate::config::CallConfig;
 use crate::node::frame::{
     dtype_of, finish, get_config, get_report, header, open, put_config, put_report, FrameError,
-    WireReport, MAX_ERROR_BYTES, R, W,
+    MAX_ERROR_BYTES, R, W,
 };
 use crate::node::{ChipTaskReport, NodeRunReport};
 use crate::tensor::DType;
@@ -292,17 +293,6 @@ pub fn decode_request(buf: &[u8]) -> Result<HostRequest, FrameError> {
     }))
 }
 
-fn wire_of(c: &ChipTaskReport) -> WireReport {
-    crate::node::wire_report(
-        c.ring_sizing.as_ref(),
-        &c.peak,
-        c.tasks,
-        c.arena_hit,
-        c.arena_build_s,
-        c.elapsed_s,
-    )
-}
-
 /// The reply frame's size for `r` (to size the buffer exactly).
 pub fn reply_len(r: &L4Reply) -> usize {
     let chip = |c: &ChipTaskReport| {
@@ -339,8 +329,8 @@ pub fn encode_reply(r: &L4Reply, buf: &mut [u8]) -> Result<usize, FrameError> {
     for c in &r.chip_tasks {
         w.u32(c.worker as u32)?;
         w.u32(c.callable)?;
-        w.u8(c.ring_sizing.is_some() as u8)?;
-        put_report(&mut w, &wire_of(c))?;
+        w.u8(c.run.is_some() as u8)?;
+        put_report(&mut w, &crate::node::wire_report(c.run.as_ref()))?;
         w.u8(c.error.is_some() as u8)?;
         put_str(&mut w, c.error.as_deref().unwrap_or(""), MAX_ERROR_BYTES)?;
     }
@@ -363,15 +353,16 @@ pub fn decode_reply(buf: &[u8]) -> Result<L4Reply, FrameError> {
     for _ in 0..n {
         let worker = r.u32()? as usize;
         let callable = r.u32()?;
-        let has_sizing = r.u8()? != 0;
+        let has_report = r.u8()? != 0;
         let wire = get_report(&mut r)?;
         let has_error = r.u8()? != 0;
         let err = get_str(&mut r, MAX_ERROR_BYTES, "error")?;
-        let mut c = crate::node::report_of(worker, callable, Some(&wire), has_error.then_some(err));
-        if !has_sizing {
-            c.ring_sizing = None;
-        }
-        chip_tasks.push(c);
+        chip_tasks.push(crate::node::report_of(
+            worker,
+            callable,
+            has_report.then_some(&wire),
+            has_error.then_some(err),
+        ));
     }
     let n_outputs = r.u32()?;
     if n_outputs as usize > MAX_L4_ARGS {
@@ -466,10 +457,20 @@ mod tests {
             [0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2],
         )
         .unwrap();
-        let mut c = crate::node::report_of(1, 2, None, Some("chip 1 (pid 9): boom".into()));
-        c.ring_sizing = Some(sizing);
-        c.tasks = 12;
-        c.elapsed_s = 0.25;
+        let c = crate::node::ChipTaskReport {
+            worker: 1,
+            callable: 2,
+            run: Some(crate::chip::RunReport {
+                ring_sizing: sizing,
+                peak: Default::default(),
+                tasks: 12,
+                arena_hit: true,
+                arena_build_s: 0.125,
+                elapsed_s: 0.25,
+                replayed: false,
+            }),
+            error: Some("chip 1 (pid 9): boom".into()),
+        };
         let r = L4Reply {
             seq: 42,
             status: 1,

@@ -91,7 +91,7 @@ pub struct TaskFrame {
 }
 
 /// What a chip reports for one task.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct WireReport {
     pub sizing: [u64; 12],
     /// Where each sizing value came from in the chip (see `RingSizing::source_codes`).

@@ -220,18 +220,17 @@ impl Default for NodeOptions {
     }
 }
 
-/// What a chip reported for one L2 task.
+/// What a chip reported for one L2 task: who ran it, and the chip's own L2
+/// [`RunReport`] of it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChipTaskReport {
     pub worker: usize,
     pub callable: u32,
-    /// The sizing the chip resolved (None if the task failed before that).
-    pub ring_sizing: Option<RingSizing>,
-    pub peak: PeakUse,
-    pub tasks: u64,
-    pub arena_hit: bool,
-    pub arena_build_s: f64,
-    pub elapsed_s: f64,
+    /// The chip's report of the run: its resolved sizing, peaks, task count, arena and
+    /// times (`replayed` is false: a chip never replays an L3 task). `None` when the task
+    /// did not complete — the chip answered with a failure (a failed run sends no
+    /// report, whatever it resolved), or no answer came — and then `error` says why.
+    pub run: Option<RunReport>,
     pub error: Option<String>,
 }
 
@@ -267,9 +266,9 @@ pub enum NodeError {
         what: String,
         reason: String,
     },
-    /// A chip's own failure, `chip {worker} (pid {pid}): ...`.
-    #[error("{0}")]
-    Chip(String),
+    /// A chip's own failure (`chip {worker} (pid {pid}): {text}`).
+    #[error(transparent)]
+    Chip(#[from] ChipFault),
     /// The runtime's own failure of a run (a status code and its diagnosis).
     #[error("{0}")]
     Failure(RuntimeFailure),
@@ -279,6 +278,16 @@ pub enum NodeError {
     /// Used in a child of `fork()`; the node belongs to process `.0`.
     #[error("this node was created in process {0}; it cannot be used after fork()")]
     Forked(u32),
+}
+
+/// A chip's own failure: the chip (its worker index and pid) and what it or the host
+/// said about it (its error text, or why the host stopped waiting for it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("chip {worker} (pid {pid}): {text}")]
+pub struct ChipFault {
+    pub worker: usize,
+    pub pid: i32,
+    pub text: String,
 }
 
 impl NodeError {
@@ -301,6 +310,7 @@ struct Chip {
     /// Request number; held for a whole round trip (one task in flight per chip).
     /// `resp_seq != *seq` means a request was given up on and its reply is still due.
     seq: Mutex<u32>,
+    /// Why the chip is gone (dead or closed), once known.
     dead: Mutex<Option<String>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Write end of the chip's host pipe (-1 when closed or for a chip thread).
@@ -329,16 +339,30 @@ impl Chip {
         format!("chip {} (pid {})", self.worker, self.pid)
     }
 
-    fn interrupted(&self) -> String {
-        format!("{}: interrupted", self.prefix())
+    /// A failure of this chip, saying `text`.
+    fn fault(&self, text: impl Into<String>) -> ChipFault {
+        ChipFault {
+            worker: self.worker,
+            pid: self.pid,
+            text: text.into(),
+        }
+    }
+
+    fn interrupted(&self) -> ChipFault {
+        self.fault("interrupted")
     }
 
     /// Has the chip died? Records why.
-    fn check_dead(&self) -> Option<String> {
+    fn check_dead(&self) -> Option<ChipFault> {
         let mut d = self.dead.lock();
-        if d.is_some() {
-            return d.clone();
+        if d.is_none() {
+            *d = self.why_dead();
         }
+        d.as_deref().map(|why| self.fault(why))
+    }
+
+    /// Why the chip is dead, if it is (a reaped process, an ended thread).
+    fn why_dead(&self) -> Option<String> {
         if self.process {
             let mut status = 0;
             // safety: non-blocking reap of our own child.
@@ -355,15 +379,15 @@ impl Chip {
                         libc::WEXITSTATUS(status)
                     )
                 };
-                *d = Some(format!("{}: {why}", self.prefix()));
+                return Some(why);
             }
         } else {
             let t = self.thread.lock();
             if t.as_ref().is_none_or(|t| t.is_finished()) {
-                *d = Some(format!("{}: the chip thread ended", self.prefix()));
+                return Some("the chip thread ended".into());
             }
         }
-        d.clone()
+        None
     }
 
     /// How long the chip's heartbeat has stood still while the host watched it (zero
@@ -397,7 +421,7 @@ impl Chip {
     }
 
     /// Why a host thread waiting on this chip should stop waiting, if it should.
-    fn give_up(&self, ctl: &Ctl) -> Option<String> {
+    fn give_up(&self, ctl: &Ctl) -> Option<ChipFault> {
         if let Some(d) = self.check_dead() {
             return Some(d);
         }
@@ -418,11 +442,10 @@ impl Chip {
                 Some(c) => c.to_string(),
                 None => "unknown".to_string(),
             };
-            return Some(format!(
-                "{}: not responding: no heartbeat for {} ms (process state {state})",
-                self.prefix(),
+            return Some(self.fault(format!(
+                "not responding: no heartbeat for {} ms (process state {state})",
                 stalled.as_millis()
-            ));
+            )));
         }
         None
     }
@@ -435,7 +458,7 @@ impl Chip {
         word: &std::sync::atomic::AtomicU32,
         cond: impl Fn() -> bool,
         until: Option<Instant>,
-    ) -> Result<(), Option<String>> {
+    ) -> Result<(), Option<ChipFault>> {
         let why = RefCell::new(None);
         let stop = || {
             if until.is_some_and(|u| Instant::now() >= u) {
@@ -454,7 +477,7 @@ impl Chip {
     }
 
     /// This chip's turn (its request lock), waiting as long as the chip is alive.
-    fn turn(&self, ctl: &Ctl) -> Result<parking_lot::MutexGuard<'_, u32>, String> {
+    fn turn(&self, ctl: &Ctl) -> Result<parking_lot::MutexGuard<'_, u32>, ChipFault> {
         loop {
             if let Some(g) = self.seq.try_lock_for(SLICE) {
                 return Ok(g);
@@ -466,10 +489,10 @@ impl Chip {
     }
 
     /// Wait for the reply to request `want`.
-    fn await_reply(&self, ctl: &Ctl, want: u32) -> Result<(), String> {
+    fn await_reply(&self, ctl: &Ctl, want: u32) -> Result<(), ChipFault> {
         let h = self.mailbox.header();
         self.wait(ctl, &h.resp_seq, || h.resp_seq.load(Acquire) == want, None)
-            .map_err(|why| why.unwrap_or_else(|| format!("{}: no reply", self.prefix())))
+            .map_err(|why| why.unwrap_or_else(|| self.fault("no reply")))
     }
 
     /// One round trip with a task; `after(posted_ns)` runs once the reply is in, while
@@ -479,7 +502,7 @@ impl Chip {
         ctl: &Ctl,
         task: &TaskFrame,
         after: impl FnOnce(u64) -> T,
-    ) -> Result<(ReplyFrame, T), String> {
+    ) -> Result<(ReplyFrame, T), ChipFault> {
         self.round_trip_then(ctl, |buf| frame::encode_task(task, buf), after)
     }
 
@@ -488,7 +511,7 @@ impl Chip {
         &self,
         ctl: &Ctl,
         encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
-    ) -> Result<ReplyFrame, String> {
+    ) -> Result<ReplyFrame, ChipFault> {
         self.round_trip_then(ctl, encode, |_| ()).map(|(r, ())| r)
     }
 
@@ -499,7 +522,7 @@ impl Chip {
         ctl: &Ctl,
         encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
         after: impl FnOnce(u64) -> T,
-    ) -> Result<(ReplyFrame, T), String> {
+    ) -> Result<(ReplyFrame, T), ChipFault> {
         let mut seq = self.turn(ctl)?;
         if let Some(d) = self.check_dead() {
             return Err(d);
@@ -514,7 +537,7 @@ impl Chip {
         }
         // safety: we hold the chip's lock and no request is in flight.
         let n = encode(unsafe { self.mailbox.req_buf() })
-            .map_err(|e| format!("{}: cannot encode the request: {e}", self.prefix()))?;
+            .map_err(|e| self.fault(format!("cannot encode the request: {e}")))?;
         *seq = seq.wrapping_add(1);
         let want = *seq;
         h.req_len.store(n as u32, Relaxed);
@@ -525,8 +548,8 @@ impl Chip {
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
         // safety: the chip wrote the reply before publishing resp_seq (acquired above).
         let buf = unsafe { &self.mailbox.resp_buf()[..len] };
-        let r = frame::decode_reply(buf)
-            .map_err(|e| format!("{}: bad reply frame: {e}", self.prefix()))?;
+        let r =
+            frame::decode_reply(buf).map_err(|e| self.fault(format!("bad reply frame: {e}")))?;
         Ok((r, after(posted)))
     }
 
@@ -697,7 +720,7 @@ struct RunState {
     finished: usize,
     /// Dispatches under way.
     in_flight: usize,
-    first_chip_error: Option<String>,
+    first_chip_error: Option<ChipFault>,
     /// The run's timeline while it is recorded (the run's config asks for a swimlane).
     trace: Option<RunTrace>,
 }
@@ -831,9 +854,9 @@ impl Dispatch {
         &self,
         idx: usize,
         task: &L3Task,
-        reply: Result<(ReplyFrame, TraceSide), String>,
+        reply: Result<(ReplyFrame, TraceSide), ChipFault>,
         start_ns: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), ChipFault> {
         let end_ns = trace::mono_ns();
         let chip = &self.node.chips[task.worker];
         let (reply, side) = match reply {
@@ -864,14 +887,15 @@ impl Dispatch {
         self.node.done.notify_all();
         let (report, err) = match reply {
             Ok(r) => {
-                let err = (r.status != 0).then(|| format!("{}: {}", chip.prefix(), r.error));
+                let err = (r.status != 0).then(|| chip.fault(r.error));
+                let text = err.as_ref().map(ChipFault::to_string);
                 (
-                    report_of(task.worker, task.callable, r.report.as_ref(), err.clone()),
+                    report_of(task.worker, task.callable, r.report.as_ref(), text),
                     err,
                 )
             }
             Err(e) => (
-                report_of(task.worker, task.callable, None, Some(e.clone())),
+                report_of(task.worker, task.callable, None, Some(e.to_string())),
                 Some(e),
             ),
         };
@@ -912,13 +936,13 @@ impl Kernel for Dispatch {
         let traced = run_prefix.is_some();
         let swimlane = chip_dir(&config.output_prefix, task.worker).join("merged_swimlane.json");
         let after = |posted_ns: u64| traced.then(|| Self::chip_side(chip, &swimlane, posted_ns));
-        let args: Result<Vec<WireArg>, String> = task
+        let args: Result<Vec<WireArg>, ChipFault> = task
             .args
             .iter()
             .map(|a| match *a {
                 ArgRef::Tensor(i) => Self::wire_tensor(&call.tensors[i])
                     .map(WireArg::Tensor)
-                    .map_err(|e| format!("{}: {e}", chip.prefix())),
+                    .map_err(|e| chip.fault(e)),
                 ArgRef::Int(v) => Ok(WireArg::Int(v)),
                 ArgRef::Float(v) => Ok(WireArg::Float(v)),
             })
@@ -935,6 +959,7 @@ impl Kernel for Dispatch {
             )
         });
         self.record(idx, &task, reply, start_ns)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -944,26 +969,26 @@ pub(crate) fn report_of(
     r: Option<&WireReport>,
     error: Option<String>,
 ) -> ChipTaskReport {
-    let mut rep = ChipTaskReport {
+    ChipTaskReport {
         worker,
         callable,
-        ring_sizing: None,
-        peak: PeakUse::default(),
-        tasks: 0,
-        arena_hit: false,
-        arena_build_s: 0.0,
-        elapsed_s: 0.0,
+        run: r.and_then(run_report_of),
         error,
-    };
-    if let Some(r) = r {
-        rep.ring_sizing = RingSizing::from_key_and_sources(r.sizing, r.sources).ok();
-        rep.peak = PeakUse::from_array(r.peak);
-        rep.tasks = r.tasks;
-        rep.arena_hit = r.arena_hit;
-        rep.arena_build_s = r.arena_build_s;
-        rep.elapsed_s = r.elapsed_s;
     }
-    rep
+}
+
+/// The L2 report a chip's wire report stands for; `None` when its sizing is not a
+/// valid one (a failed run's report carries zeros there).
+fn run_report_of(r: &WireReport) -> Option<RunReport> {
+    Some(RunReport {
+        ring_sizing: RingSizing::from_key_and_sources(r.sizing, r.sources).ok()?,
+        peak: PeakUse::from_array(r.peak),
+        tasks: r.tasks,
+        arena_hit: r.arena_hit,
+        arena_build_s: r.arena_build_s,
+        elapsed_s: r.elapsed_s,
+        replayed: false,
+    })
 }
 
 /// Where each argument of a program with signature `sig` goes among its task's
@@ -993,7 +1018,86 @@ pub(crate) fn canonical_index(sig: &[ArgDir]) -> Vec<Option<usize>> {
 }
 
 /// An L3 task's engine arguments and where each program argument is among them.
-fn node_task_args(sig: &[ArgDir], args: &[NodeArg]) -> Result<(Vec<ArgRef>, TaskArgs), String> {
+fn node_task_args(
+    sig: &[ArgDir],
+    args: &[NextLevelArg],
+) -> Result<(Vec<ArgRef>, TaskArgs), String> {
+    check_arity(sig, args)?;
+    let at = canonical_index(sig);
+    let mut refs = Vec::with_capacity(args.len());
+    let mut ta = TaskArgs::new();
+    for (i, (d, a)) in sig.iter().zip(args).enumerate() {
+        a.check_direction(i, *d)?;
+        let t = match *a {
+            NextLevelArg::Int(v) => {
+                refs.push(ArgRef::Int(v));
+                continue;
+            }
+            NextLevelArg::Float(v) => {
+                refs.push(ArgRef::Float(v));
+                continue;
+            }
+            NextLevelArg::Tensor(t) => t,
+            NextLevelArg::Resident { host, .. } => {
+                return Err(format!("argument {i} is a tensor resident on L4 host {host}; a chip task takes arrays in shared memory"))
+            }
+        };
+        if Dispatch::wire_tensor(&t).is_err() {
+            return Err(format!("argument {i} is not in shared memory (use taskring.shared_array or a node allocation)"));
+        }
+        refs.push(ArgRef::Tensor(
+            at[i].expect("a tensor argument has an index"),
+        ));
+        match d {
+            ArgDir::In => ta.input(t),
+            ArgDir::InOut => ta.inout(t),
+            _ => ta.output_existing(t),
+        };
+    }
+    Ok((refs, ta))
+}
+
+/// One argument of a next-level submit: of an L3 task to a chip
+/// ([`NodeOrchestrator::submit_next_level`]) and of an L4 task to a host (rank 0's
+/// `ClusterOrchestrator::submit_next_level`). The two wire formats stay their own
+/// ([`frame::WireArg`], `cluster::wire::L4Arg`).
+#[derive(Clone, Copy, Debug)]
+pub enum NextLevelArg {
+    /// An array of the caller's: at L3 in shared memory (the chip maps it); at L4 a
+    /// C-contiguous rank-0 array, shipped to the host (and back, for an output).
+    Tensor(Tensor),
+    /// A tensor resident on an L4 host (`alloc_tensor(..., worker=host)`): its stand-in
+    /// view on rank 0, its id and its host. Only an L4 submit takes it; an L3 submit
+    /// refuses it.
+    Resident {
+        view: Tensor,
+        id: u64,
+        host: usize,
+    },
+    Int(i64),
+    Float(f64),
+}
+
+impl NextLevelArg {
+    /// An int or a float (nothing the run has to keep alive).
+    pub fn is_scalar(&self) -> bool {
+        matches!(self, NextLevelArg::Int(_) | NextLevelArg::Float(_))
+    }
+
+    /// Argument `i` against its direction `d`: a scalar goes only where the signature
+    /// says SCALAR, a tensor everywhere else. One rule and one set of messages for L3
+    /// and L4 (which tensors a level takes is its own rule).
+    pub(crate) fn check_direction(&self, i: usize, d: ArgDir) -> Result<(), String> {
+        match (d == ArgDir::Scalar, self.is_scalar()) {
+            (true, false) => Err(format!("argument {i} is SCALAR but a tensor was given")),
+            (false, true) => Err(format!("argument {i} must be a tensor")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A next-level submit passes exactly the program's arguments.
+pub(crate) fn check_arity(sig: &[ArgDir], args: &[NextLevelArg]) -> Result<(), String> {
     if sig.len() != args.len() {
         return Err(format!(
             "the program takes {} arguments, got {}",
@@ -1001,41 +1105,7 @@ fn node_task_args(sig: &[ArgDir], args: &[NodeArg]) -> Result<(Vec<ArgRef>, Task
             args.len()
         ));
     }
-    let at = canonical_index(sig);
-    let mut refs = Vec::with_capacity(args.len());
-    let mut ta = TaskArgs::new();
-    for (i, (d, a)) in sig.iter().zip(args).enumerate() {
-        match (d, a) {
-            (ArgDir::Scalar, NodeArg::Int(v)) => refs.push(ArgRef::Int(*v)),
-            (ArgDir::Scalar, NodeArg::Float(v)) => refs.push(ArgRef::Float(*v)),
-            (ArgDir::Scalar, NodeArg::Tensor(_)) => {
-                return Err(format!("argument {i} is SCALAR but a tensor was given"))
-            }
-            (_, NodeArg::Tensor(t)) => {
-                if Dispatch::wire_tensor(t).is_err() {
-                    return Err(format!("argument {i} is not in shared memory (use taskring.shared_array or a node allocation)"));
-                }
-                refs.push(ArgRef::Tensor(
-                    at[i].expect("a tensor argument has an index"),
-                ));
-                match d {
-                    ArgDir::In => ta.input(*t),
-                    ArgDir::InOut => ta.inout(*t),
-                    _ => ta.output_existing(*t),
-                };
-            }
-            (_, _) => return Err(format!("argument {i} must be a tensor")),
-        }
-    }
-    Ok((refs, ta))
-}
-
-/// One argument of `submit_next_level`.
-#[derive(Clone, Copy, Debug)]
-pub enum NodeArg {
-    Tensor(Tensor),
-    Int(i64),
-    Float(f64),
+    Ok(())
 }
 
 /// The orchestration API of an L3 run.
@@ -1060,7 +1130,7 @@ impl<'r> NodeOrchestrator<'_, 'r> {
     pub fn submit_next_level(
         &mut self,
         callable: u32,
-        args: &[NodeArg],
+        args: &[NextLevelArg],
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, RuntimeFailure> {
@@ -1145,7 +1215,7 @@ impl NodeHandle {
             .map_err(NodeError::Chip)?;
         let st = r
             .stats
-            .ok_or_else(|| NodeError::Chip(format!("{}: {}", chip.prefix(), r.error)))?;
+            .ok_or_else(|| NodeError::Chip(chip.fault(r.error)))?;
         Ok(crate::arena::ArenaStats {
             builds: st.builds,
             hits: st.hits,
@@ -1358,24 +1428,21 @@ fn wait_chips_ready(chips: &[Chip], ctl: &Ctl, init_timeout: Duration) -> Result
         if r.is_ok() && state == STATE_READY {
             continue;
         }
-        let why = if state == STATE_FAILED {
+        let fault = if state == STATE_FAILED {
             let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
             // safety: the chip published FAILED after writing its reason.
             let buf = unsafe { &c.mailbox.resp_buf()[..len] };
-            frame::decode_reply(buf)
-                .map(|r| r.error)
-                .unwrap_or_else(|e| e.to_string())
+            c.fault(
+                frame::decode_reply(buf)
+                    .map(|r| r.error)
+                    .unwrap_or_else(|e| e.to_string()),
+            )
         } else if let Err(Some(e)) = r {
             e
         } else {
-            format!("not ready within {} ms", init_timeout.as_millis())
+            c.fault(format!("not ready within {} ms", init_timeout.as_millis()))
         };
-        let text = if why.starts_with("chip ") {
-            why
-        } else {
-            format!("{}: {why}", c.prefix())
-        };
-        return Err(NodeError::Chip(text));
+        return Err(NodeError::Chip(fault));
     }
     Ok(())
 }
@@ -1574,37 +1641,25 @@ fn report_reply(rep: &RunReport) -> ReplyFrame {
     ReplyFrame {
         status: 0,
         error: String::new(),
-        report: Some(wire_report(
-            Some(&rep.ring_sizing),
-            &rep.peak,
-            rep.tasks,
-            rep.arena_hit,
-            rep.arena_build_s,
-            rep.elapsed_s,
-        )),
+        report: Some(wire_report(Some(rep))),
         stats: None,
     }
 }
 
 /// A task's report on the wire (a chip's reply, a host's reply at L4): the sizing's key
-/// and sources (zeros when none was resolved) and the 12 peak values.
-pub(crate) fn wire_report(
-    sizing: Option<&RingSizing>,
-    peak: &PeakUse,
-    tasks: u64,
-    arena_hit: bool,
-    arena_build_s: f64,
-    elapsed_s: f64,
-) -> WireReport {
-    let (sizing, sources) = sizing.map_or(([0; 12], [0; 12]), |s| (s.key(), s.source_codes()));
+/// and sources and the 12 peak values; all zeros when there is no report.
+pub(crate) fn wire_report(rep: Option<&RunReport>) -> WireReport {
+    let Some(rep) = rep else {
+        return WireReport::default();
+    };
     WireReport {
-        sizing,
-        sources,
-        peak: peak.to_array(),
-        tasks,
-        arena_hit,
-        arena_build_s,
-        elapsed_s,
+        sizing: rep.ring_sizing.key(),
+        sources: rep.ring_sizing.source_codes(),
+        peak: rep.peak.to_array(),
+        tasks: rep.tasks,
+        arena_hit: rep.arena_hit,
+        arena_build_s: rep.arena_build_s,
+        elapsed_s: rep.elapsed_s,
     }
 }
 
@@ -2097,7 +2152,7 @@ fn outcome(
         _ if interrupted => Err(NodeError::Interrupted(
             st.first_chip_error
                 .take()
-                .unwrap_or_else(|| "interrupted".into()),
+                .map_or_else(|| "interrupted".into(), |e| e.to_string()),
         )),
         Ok(_) => Ok(NodeRunReport {
             tasks: st
@@ -2109,7 +2164,7 @@ fn outcome(
         }),
         Err(RunError::Config(e)) => Err(NodeError::Config(e)),
         Err(RunError::Failure(f)) => match st.first_chip_error.take() {
-            Some(text) if f.code == StatusCode::TaskFailed => Err(NodeError::Chip(text)),
+            Some(fault) if f.code == StatusCode::TaskFailed => Err(NodeError::Chip(fault)),
             _ => Err(NodeError::Failure(f)),
         },
     }
@@ -2204,7 +2259,7 @@ fn shutdown_chips(chips: &[Chip]) {
             if t.is_finished() {
                 let _ = t.join();
             }
-            *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
+            *c.dead.lock() = Some("closed".into());
             continue;
         }
         if !c.process || c.dead.lock().is_some() {
@@ -2230,7 +2285,7 @@ fn shutdown_chips(chips: &[Chip]) {
             std::thread::sleep(Duration::from_millis(2));
             kill = proc_state(c.pid).is_some_and(|s| s == 'T' || s == 't');
         }
-        *c.dead.lock() = Some(format!("{}: closed", c.prefix()));
+        *c.dead.lock() = Some("closed".into());
     }
 }
 
@@ -2252,6 +2307,35 @@ mod tests {
         );
         assert_eq!(canonical_index(&[]), vec![]);
         assert_eq!(canonical_index(&[Scalar, Scalar]), vec![None, None]);
+    }
+
+    #[test]
+    fn next_level_args_are_checked_with_one_set_of_messages() {
+        use ArgDir::*;
+        let t = Tensor::from_raw(4096, &[4], crate::tensor::DType::F32);
+        let err = |sig: &[ArgDir], args: &[NextLevelArg]| node_task_args(sig, args).err();
+        assert_eq!(
+            err(&[In, Scalar], &[NextLevelArg::Int(1)]).as_deref(),
+            Some("the program takes 2 arguments, got 1")
+        );
+        assert_eq!(
+            err(&[Scalar], &[NextLevelArg::Tensor(t)]).as_deref(),
+            Some("argument 0 is SCALAR but a tensor was given")
+        );
+        assert_eq!(
+            err(&[Out], &[NextLevelArg::Float(0.5)]).as_deref(),
+            Some("argument 0 must be a tensor")
+        );
+        let resident = NextLevelArg::Resident {
+            view: t,
+            id: 7,
+            host: 1,
+        };
+        assert_eq!(
+            err(&[Scalar, In], &[NextLevelArg::Int(3), resident]).as_deref(),
+            Some("argument 1 is a tensor resident on L4 host 1; a chip task takes arrays in shared memory")
+        );
+        assert!(!resident.is_scalar() && NextLevelArg::Float(1.0).is_scalar());
     }
 
     #[test]
@@ -2292,6 +2376,15 @@ mod tests {
         assert_eq!(
             NodeError::start(1, "fork of chip 1", "out of memory").to_string(),
             "fork of chip 1: out of memory"
+        );
+        let e = NodeError::from(ChipFault {
+            worker: 2,
+            pid: 4242,
+            text: "not responding: no heartbeat for 2000 ms (process state T, stopped)".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "chip 2 (pid 4242): not responding: no heartbeat for 2000 ms (process state T, stopped)"
         );
     }
 }
