@@ -133,7 +133,10 @@ pub trait Kernel: Send + Sync + 'static {
         CoreKind::Any
     }
     /// Validate the arguments at submit. `n_inputs` tensors are read-only. The default
-    /// accepts anything.
+    /// accepts anything. The error is the kernel author's own sentence (the orchestrator
+    /// makes it an INVALID_ARGS failure naming the task): this trait is implemented by
+    /// users' kernels too, whose reasons no closed error enum of ours could list, so it
+    /// stays a `String`, as `try_run`'s does.
     fn check(&self, _tensors: &[Tensor], _n_inputs: usize, _scalars: &[u64]) -> Result<(), String> {
         Ok(())
     }
