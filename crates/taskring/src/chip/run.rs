@@ -28,10 +28,7 @@ impl ChipWorker {
         args: &[Arg<'_>],
         config: &CallConfig,
     ) -> Result<RunReport, RunError> {
-        config.validate()?;
-        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
-        let diag = Diagnostics::from_config(config);
-        Ok(self.run_inner(program, args, &sizing, None, &diag)?)
+        self.run_hooked(program, args, config, None)
     }
 
     /// As [`ChipWorker::run`], calling `hook(true)` before the runtime blocks the
@@ -43,10 +40,21 @@ impl ChipWorker {
         config: &CallConfig,
         hook: &dyn Fn(bool),
     ) -> Result<RunReport, RunError> {
+        self.run_hooked(program, args, config, Some(hook))
+    }
+
+    /// [`ChipWorker::run`] with a hook or without one (the callers that may have one).
+    pub(crate) fn run_hooked(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+        hook: Option<&dyn Fn(bool)>,
+    ) -> Result<RunReport, RunError> {
         config.validate()?;
         let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
         let diag = Diagnostics::from_config(config);
-        Ok(self.run_inner(program, args, &sizing, Some(hook), &diag)?)
+        Ok(self.run_inner(program, args, &sizing, hook, &diag)?)
     }
 
     /// Dispatch `program` on an explicit sizing.

@@ -468,10 +468,7 @@ impl Cluster {
             wait_dispatched(&sh2, hook_ref.get());
             Ok(())
         });
-        let r = match hook {
-            Some(h) => engine.run_with_hook(&program, &[], config, h),
-            None => engine.run(&program, &[], config),
-        };
+        let r = engine.run_hooked(&program, &[], config, hook);
         let mut st = sh.run.lock();
         if sh.cancel.load(Acquire) {
             return Err(ClusterError::Interrupted(

@@ -1597,10 +1597,15 @@ fn serve_request(
         Err(e) => return failed_reply(StatusCode::InvalidArgs, e),
     };
     let config = chip_config(ctx, task.config, traced);
-    let r = match &ctx.opts.blocking_hook {
-        Some(h) => chip.run_with_hook(&callable.program, &args, &config, &**h),
-        None => chip.run(&callable.program, &args, &config),
-    };
+    let r = chip.run_hooked(
+        &callable.program,
+        &args,
+        &config,
+        ctx.opts
+            .blocking_hook
+            .as_deref()
+            .map(|h| h as &dyn Fn(bool)),
+    );
     match r {
         Ok(rep) => report_reply(&rep),
         Err(RunError::Config(e)) => failed_reply(StatusCode::InvalidArgs, e.message),
@@ -1870,10 +1875,7 @@ impl Node {
             wait_dispatched(&shared, hook_ptr.get());
             Ok(())
         });
-        let r = match hook {
-            Some(h) => engine.run_with_hook(&program, &[], &engine_config, h),
-            None => engine.run(&program, &[], &engine_config),
-        };
+        let r = engine.run_hooked(&program, &[], &engine_config, hook);
         sh.tracing.store(false, SeqCst);
         let mut st = sh.run.lock();
         if let Some(t) = st.trace.take() {
