@@ -308,6 +308,7 @@ mod with_mpi {
                 source,
                 Some(tag),
                 std::time::Duration::from_millis(1),
+                comm::Backoff::EXPECTED,
                 signal_check(&pending),
             )
             .map(|(m, s)| comm::receive_vec(m, &s))

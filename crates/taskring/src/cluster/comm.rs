@@ -93,29 +93,40 @@ pub fn send_data(dest: i32, tag: i32, bytes: &[u8]) {
     }
 }
 
-/// Spin briefly, then yield the core for up to [`Backoff::YIELD_FOR`], then sleep (50 µs
-/// doubling to `max`). Yielding is what keeps a busy exchange fast on an oversubscribed
-/// machine (a reply usually comes within a few hundred microseconds, and `sched_yield`
-/// hands the core to whoever is runnable, e.g. the chips computing that reply); sleeping
-/// is what keeps an idle host cheap.
+/// Spin briefly, then yield the core for up to [`Backoff::YIELD_FOR`], then sleep: 50 µs
+/// sleeps for `short_for` ([`Backoff::EXPECTED`] for a message that is on its way, zero
+/// for one that may never come), then doubling to `max`. Yielding is what
+/// keeps a busy exchange fast on an oversubscribed machine (a reply usually comes within
+/// a few hundred microseconds, and `sched_yield` hands the core to whoever is runnable,
+/// e.g. the chips computing that reply); sleeping is what keeps an idle host cheap. The
+/// short sleeps first, for rank 0's replies and the data of a transfer under way: such a
+/// wait outlasts the yields only because the machine is busy, and sleeping long then
+/// makes the other side, which waits on this one, sleep long too — B8's throughput fell
+/// into such a mode (0.4–11 k L4 tasks/s from launch to launch). Not for a host waiting
+/// for requests: an idle host waking every 50 µs for 20 ms slowed B8's round trip.
 pub struct Backoff {
     n: u32,
     start: Option<std::time::Instant>,
     sleep: Duration,
     max: Duration,
+    short_for: Duration,
 }
 
 impl Backoff {
     const SPINS: u32 = 64;
     /// How long a waiter yields before it starts to sleep.
     pub const YIELD_FOR: Duration = Duration::from_micros(500);
+    /// How long a waiter for an expected message sleeps 50 µs at a time before its
+    /// sleeps grow.
+    pub const EXPECTED: Duration = Duration::from_millis(20);
 
-    pub fn new(max: Duration) -> Self {
+    pub fn new(max: Duration, short_for: Duration) -> Self {
         Backoff {
             n: 0,
             start: None,
             sleep: Duration::from_micros(50),
             max,
+            short_for,
         }
     }
 
@@ -126,11 +137,14 @@ impl Backoff {
             return;
         }
         let start = *self.start.get_or_insert_with(std::time::Instant::now);
-        if start.elapsed() < yield_for() {
+        let waited = start.elapsed();
+        if waited < yield_for() {
             std::thread::yield_now();
         } else {
             std::thread::sleep(self.sleep);
-            self.sleep = (self.sleep * 2).min(self.max);
+            if waited >= self.short_for {
+                self.sleep = (self.sleep * 2).min(self.max);
+            }
         }
     }
 }
@@ -152,11 +166,12 @@ pub fn wait_message(
     source: i32,
     tag: Option<i32>,
     max_sleep: Duration,
+    short_for: Duration,
     mut give_up: impl FnMut() -> bool,
 ) -> Option<(Message, Status)> {
     let world = SimpleCommunicator::world();
     let p = world.process_at_rank(source);
-    let mut b = Backoff::new(max_sleep);
+    let mut b = Backoff::new(max_sleep, short_for);
     loop {
         let found = match tag {
             Some(t) => p.immediate_matched_probe_with_tag(t),
@@ -209,9 +224,14 @@ pub fn receive_data(
 ) -> Result<(), String> {
     let len = buf.len();
     for c in super::wire::chunks(len) {
-        let (msg, status) =
-            wait_message(source, Some(tag), Duration::from_millis(1), &mut *give_up)
-                .ok_or_else(|| "interrupted".to_string())?;
+        let (msg, status) = wait_message(
+            source,
+            Some(tag),
+            Duration::from_millis(1),
+            Backoff::EXPECTED,
+            &mut *give_up,
+        )
+        .ok_or_else(|| "interrupted".to_string())?;
         let n = count(&status);
         if n != c.len() {
             // Take the message off the queue, then report the mismatch.

@@ -6,7 +6,9 @@ use super::comm::{self, TAG_REQUEST};
 use super::wire::{self, HostRequest, L4Arg, L4Reply, L4Task};
 use crate::node::frame::{FrameError, FRAME_MAGIC};
 use crate::node::NodeRunReport;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Longest sleep of a host waiting for its next request: an idle host wakes about 100
 /// times a second (each look is an `MPI_Improbe`, which runs Open MPI's progress engine:
@@ -23,9 +25,31 @@ pub struct Malformed {
     pub error: FrameError,
 }
 
+/// A host that had a request less than this long ago is busy: a wait for the next one
+/// that outlasts the yields sleeps 50 µs at a time for this long before its sleeps grow
+/// (rank 0 is only slow for a moment on a busy machine; a host that slept 10 ms then
+/// made rank 0's dispatch threads sleep too — B8's throughput fell to 0.4 k L4 tasks/s
+/// in such runs). A host idle for longer goes to long sleeps at once: short ones would
+/// wake it every 50 µs for nothing, and those wake-ups slowed B8's round trip by
+/// 30–40 µs on the other host.
+pub const BUSY_FOR: Duration = Duration::from_millis(20);
+
+/// When this host last took a request (nanoseconds on a process-local clock; 0: never).
+static LAST_REQUEST_NS: AtomicU64 = AtomicU64::new(0);
+
+fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
 /// The next request from rank 0; `None` when `give_up()` said to stop waiting.
 pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest, Malformed>> {
-    let (msg, status) = comm::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, give_up)?;
+    let last = LAST_REQUEST_NS.load(Relaxed);
+    let busy = last != 0 && now_ns() - last < BUSY_FOR.as_nanos() as u64;
+    let short_for = if busy { BUSY_FOR } else { Duration::ZERO };
+    let (msg, status) =
+        comm::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, short_for, give_up)?;
+    LAST_REQUEST_NS.store(now_ns(), Relaxed);
     let buf = comm::receive_vec(msg, &status);
     Some(wire::decode_request(&buf).map_err(|error| Malformed {
         ids: peek_ids(&buf),

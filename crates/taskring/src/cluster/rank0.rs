@@ -146,9 +146,13 @@ impl HostDispatch {
     /// are taken off the queue (with their data) and dropped.
     fn await_reply(&self, rank: i32, tag: i32, seq: u64) -> Result<L4Reply, String> {
         loop {
-            let (msg, status) = comm::wait_message(rank, Some(tag), REPLY_MAX_SLEEP, || {
-                self.sh.cancel.load(Relaxed)
-            })
+            let (msg, status) = comm::wait_message(
+                rank,
+                Some(tag),
+                REPLY_MAX_SLEEP,
+                comm::Backoff::EXPECTED,
+                || self.sh.cancel.load(Relaxed),
+            )
             .ok_or_else(|| "interrupted".to_string())?;
             let buf = comm::receive_vec(msg, &status);
             let reply = wire::decode_reply(&buf).map_err(|e| format!("malformed reply: {e}"))?;
@@ -156,9 +160,13 @@ impl HostDispatch {
                 return Ok(reply);
             }
             for _ in 0..reply.n_outputs {
-                if let Some((m, s)) = comm::wait_message(rank, Some(tag), REPLY_MAX_SLEEP, || {
-                    self.sh.cancel.load(Relaxed)
-                }) {
+                if let Some((m, s)) = comm::wait_message(
+                    rank,
+                    Some(tag),
+                    REPLY_MAX_SLEEP,
+                    comm::Backoff::EXPECTED,
+                    || self.sh.cancel.load(Relaxed),
+                ) {
                     drop(comm::receive_vec(m, &s));
                 }
             }
