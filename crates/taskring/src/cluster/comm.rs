@@ -137,16 +137,31 @@ impl Backoff {
             return;
         }
         let start = *self.start.get_or_insert_with(std::time::Instant::now);
-        let waited = start.elapsed();
-        if waited < yield_for() {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(self.sleep);
-            if waited >= self.short_for {
-                self.sleep = (self.sleep * 2).min(self.max);
-            }
+        match self.pause(start.elapsed(), yield_for()) {
+            Pause::Yield => std::thread::yield_now(),
+            Pause::Sleep(d) => std::thread::sleep(d),
         }
     }
+
+    /// The pause after the spins, `waited` into them (yields for `yield_for`): a yield,
+    /// or a sleep — and the next sleep's length.
+    fn pause(&mut self, waited: Duration, yield_for: Duration) -> Pause {
+        if waited < yield_for {
+            return Pause::Yield;
+        }
+        let d = self.sleep;
+        if waited >= self.short_for {
+            self.sleep = (self.sleep * 2).min(self.max);
+        }
+        Pause::Sleep(d)
+    }
+}
+
+/// What [`Backoff::snooze`] does after its spins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pause {
+    Yield,
+    Sleep(Duration),
 }
 
 fn yield_for() -> Duration {
@@ -244,4 +259,45 @@ pub fn receive_data(
         receive_into(msg, &mut buf[c]);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sleeps(b: &mut Backoff, at_ms: &[u64]) -> Vec<u64> {
+        at_ms
+            .iter()
+            .map(
+                |&t| match b.pause(Duration::from_millis(t), Backoff::YIELD_FOR) {
+                    Pause::Sleep(d) => d.as_micros() as u64,
+                    Pause::Yield => 0,
+                },
+            )
+            .collect()
+    }
+
+    #[test]
+    fn yields_first_then_sleeps_that_grow_to_the_cap() {
+        let mut b = Backoff::new(Duration::from_micros(300), Duration::ZERO);
+        assert_eq!(
+            b.pause(Duration::from_micros(499), Backoff::YIELD_FOR),
+            Pause::Yield
+        );
+        assert_eq!(
+            sleeps(&mut b, &[1, 1, 1, 1, 1]),
+            vec![50, 100, 200, 300, 300]
+        );
+    }
+
+    #[test]
+    fn an_expected_message_is_waited_for_in_short_sleeps_first() {
+        let mut b = Backoff::new(Duration::from_millis(1), Backoff::EXPECTED);
+        // Short sleeps for 20 ms of waiting, then growth to the cap.
+        assert_eq!(sleeps(&mut b, &[1, 5, 19]), vec![50, 50, 50]);
+        assert_eq!(
+            sleeps(&mut b, &[20, 21, 22, 23, 24, 25]),
+            vec![50, 100, 200, 400, 800, 1000]
+        );
+    }
 }

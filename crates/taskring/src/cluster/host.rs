@@ -42,11 +42,20 @@ fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
+/// How long a host that last took a request at `last_ns` (0: never) waits for the next
+/// one in short sleeps, at `now_ns`: [`BUSY_FOR`] if it is busy, else not at all.
+fn short_sleeps_for(last_ns: u64, now_ns: u64) -> Duration {
+    let busy = last_ns != 0 && now_ns.saturating_sub(last_ns) < BUSY_FOR.as_nanos() as u64;
+    if busy {
+        BUSY_FOR
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// The next request from rank 0; `None` when `give_up()` said to stop waiting.
 pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest, Malformed>> {
-    let last = LAST_REQUEST_NS.load(Relaxed);
-    let busy = last != 0 && now_ns() - last < BUSY_FOR.as_nanos() as u64;
-    let short_for = if busy { BUSY_FOR } else { Duration::ZERO };
+    let short_for = short_sleeps_for(LAST_REQUEST_NS.load(Relaxed), now_ns());
     let (msg, status) =
         comm::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, short_for, give_up)?;
     LAST_REQUEST_NS.store(now_ns(), Relaxed);
@@ -130,5 +139,27 @@ pub fn reply(
     comm::send(0, data_tag, &buf[..n]);
     for o in outputs {
         comm::send_data(0, data_tag, o);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_busy_for_20_ms_after_a_request() {
+        let ms = |m: u64| m * 1_000_000;
+        assert_eq!(
+            short_sleeps_for(0, ms(5)),
+            Duration::ZERO,
+            "never had a request"
+        );
+        assert_eq!(short_sleeps_for(ms(100), ms(100)), BUSY_FOR);
+        assert_eq!(short_sleeps_for(ms(100), ms(119)), BUSY_FOR);
+        assert_eq!(
+            short_sleeps_for(ms(100), ms(120)),
+            Duration::ZERO,
+            "idle 20 ms"
+        );
     }
 }
