@@ -579,13 +579,10 @@ mod with_mpi {
             );
             drop(guard);
             drop(std::mem::take(&mut *keep.lock()));
-            if let Some(e) = interrupt.lock().unwrap().take() {
+            // A host's failure explains an orchestration that raised on it.
+            let host_failed = matches!(r, Err(ClusterError::Host(_)));
+            if let Some(e) = crate::runtime::raised_in_run(&interrupt, &pending, |_| host_failed) {
                 return Err(e);
-            }
-            if let Some(e) = pending.lock().unwrap().take() {
-                if !matches!(r, Err(ClusterError::Host(_))) {
-                    return Err(e);
-                }
             }
             let rep = r.map_err(|e| cluster_err(py, e))?;
             let tasks = rep

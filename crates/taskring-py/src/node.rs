@@ -683,17 +683,15 @@ impl PyNode {
         );
         drop(guard);
         drop(std::mem::take(&mut *keep.lock().unwrap()));
-        if let Some(e) = interrupt.lock().unwrap().take() {
+        // The orchestration may have raised only because the run had already failed: a
+        // chip's task failed while it was still submitting, and its next submit re-raised
+        // the latched TASK_FAILED. Report the chip's own failure then, as when the chip
+        // fails after the last submit. Any other exception wins.
+        let chip_failed = matches!(r, Err(NodeError::Chip(_)));
+        if let Some(e) = crate::runtime::raised_in_run(&interrupt, &pending, |e| {
+            chip_failed && is_task_failed(py, e)
+        }) {
             return Err(e);
-        }
-        if let Some(e) = pending.lock().unwrap().take() {
-            // The orchestration may have raised only because the run had already failed:
-            // a chip's task failed while it was still submitting, and its next submit
-            // re-raised the latched TASK_FAILED. Report the chip's own failure then, as
-            // when the chip fails after the last submit. Any other exception wins.
-            if !(matches!(r, Err(NodeError::Chip(_))) && is_task_failed(py, &e)) {
-                return Err(e);
-            }
         }
         let rep = r.map_err(|e| node_err(py, e))?;
         PyNodeRunReport::from_rust(py, &rep)

@@ -1363,6 +1363,22 @@ pub struct PyChip {
 /// The Python error raised by the orchestration, kept until the run returns.
 pub type PendingErr = Mutex<Option<PyErr>>;
 
+/// After an L3 or L4 run: the exception its caller raises instead of the run's own
+/// result, if any — Ctrl-C first (`interrupt`, from [`interrupt_hook`]), then the
+/// orchestration's exception (`pending`) unless `run_explains(e)`: the run's own failure
+/// is the better report (e.g. the orchestration only re-raised a chip's latched failure).
+pub fn raised_in_run(
+    interrupt: &PendingErr,
+    pending: &PendingErr,
+    run_explains: impl FnOnce(&PyErr) -> bool,
+) -> Option<PyErr> {
+    if let Some(e) = interrupt.lock().unwrap().take() {
+        return Some(e);
+    }
+    let e = pending.lock().unwrap().take()?;
+    (!run_explains(&e)).then_some(e)
+}
+
 /// The blocking hook of an L3 or L4 run on a Python thread: releases the GIL around each
 /// wait, and after a wait runs the signal handlers (at least every 50 ms while the run
 /// waits); an exception they raise (Ctrl-C) is kept in the returned slot and `cancel()`
