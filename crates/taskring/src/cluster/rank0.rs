@@ -79,6 +79,48 @@ struct Shared {
     done: Condvar,
     cancel: AtomicBool,
     seq: AtomicU64,
+    /// Per host, the order of its requests (see [`HostTurn`]).
+    turns: Vec<HostTurn>,
+}
+
+/// A host serves its requests one at a time, in the order they arrive; so of the
+/// dispatch threads with a task at the same host, only the one whose request is the
+/// oldest unanswered can get a reply soon. The others block here (no CPU) instead of
+/// polling MPI: requests are numbered as they are sent (the send is made under the
+/// lock, so the numbers are the arrival order), and a thread polls for its reply only
+/// once every earlier request of its host was answered (or its thread gave up). Only
+/// a matter of cost: if replies came in another order, a thread would start polling
+/// later, never miss its reply (its tag keeps it queued).
+#[derive(Default)]
+struct HostTurn {
+    /// (requests sent, requests whose dispatch thread is done waiting).
+    count: Mutex<(u64, u64)>,
+    turn: Condvar,
+}
+
+impl HostTurn {
+    /// Send a request (`send` runs under the lock); its number.
+    fn send(&self, send: impl FnOnce()) -> u64 {
+        let mut c = self.count.lock();
+        send();
+        c.0 += 1;
+        c.0 - 1
+    }
+
+    /// Block until every request before `n` was answered, or `cancel`.
+    fn wait_turn(&self, n: u64, cancel: &AtomicBool) {
+        let mut c = self.count.lock();
+        while c.1 < n && !cancel.load(Relaxed) {
+            self.turn.wait_for(&mut c, Duration::from_millis(10));
+        }
+    }
+
+    /// Request `n`'s thread is done waiting (answered, failed or interrupted).
+    fn done(&self, n: u64) {
+        let mut c = self.count.lock();
+        c.1 = c.1.max(n + 1);
+        self.turn.notify_all();
+    }
 }
 
 /// The executor: one L4 task's round trip to its host.
@@ -182,11 +224,17 @@ impl HostDispatch {
         let mut buf = vec![0u8; 256 + rec.config.output_prefix.len() + 64 * task.args.len()];
         let n = wire::encode_task(&task, &mut buf)
             .map_err(|e| format!("cannot encode the task: {e}"))?;
-        comm::send(rank, TAG_REQUEST, &buf[..n]);
-        for t in &sent {
-            comm::send_data(rank, tag, bytes_of(t));
-        }
-        let reply = self.await_reply(rank, tag, seq)?;
+        let turn = &self.sh.turns[rec.worker];
+        let k = turn.send(|| {
+            comm::send(rank, TAG_REQUEST, &buf[..n]);
+            for t in &sent {
+                comm::send_data(rank, tag, bytes_of(t));
+            }
+        });
+        turn.wait_turn(k, &self.sh.cancel);
+        let reply = self.await_reply(rank, tag, seq);
+        turn.done(k);
+        let reply = reply?;
         if reply.status == 0 {
             if reply.n_outputs as usize != back.len() {
                 return Err(format!(
@@ -397,6 +445,7 @@ impl Cluster {
             done: Condvar::new(),
             cancel: AtomicBool::new(false),
             seq: AtomicU64::new(0),
+            turns: (0..hosts).map(|_| HostTurn::default()).collect(),
         });
         let engine = ChipWorker::new(ChipOptions {
             cores: (2 * hosts).min(crate::chip::MAX_CORES),
@@ -535,4 +584,42 @@ impl Drop for Cluster {
 fn wait_dispatched(sh: &Shared, hook: Option<&dyn Fn(bool)>) {
     let over = |st: &RunState| st.over() || sh.cancel.load(Acquire);
     wait_over(&sh.run, &sh.done, over, WAIT_SPIN, hook);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn a_later_request_waits_for_the_earlier_ones_to_be_answered() {
+        let turn = Arc::new(HostTurn::default());
+        let cancel = Arc::new(AtomicBool::new(false));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (a, b) = (turn.send(|| ()), turn.send(|| ()));
+        assert_eq!((a, b), (0, 1));
+        turn.wait_turn(a, &cancel); // nothing before request 0
+        let t = {
+            let (turn, cancel, order) = (turn.clone(), cancel.clone(), order.clone());
+            std::thread::spawn(move || {
+                turn.wait_turn(b, &cancel);
+                order.lock().push("b polls");
+            })
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        order.lock().push("a answered");
+        turn.done(a);
+        t.join().unwrap();
+        assert_eq!(*order.lock(), ["a answered", "b polls"]);
+    }
+
+    #[test]
+    fn a_cancelled_run_does_not_wait_for_its_turn() {
+        let turn = HostTurn::default();
+        let cancel = AtomicBool::new(true);
+        let (_, b) = (turn.send(|| ()), turn.send(|| ()));
+        let t0 = Instant::now();
+        turn.wait_turn(b, &cancel);
+        assert!(t0.elapsed() < Duration::from_secs(1));
+    }
 }
