@@ -102,6 +102,8 @@ def test_host_resident_tensors_stay_on_their_host(scenarios):
 @needs_mpi
 def test_big_inputs_travel_there_and_back(scenarios):
     assert scenarios["big_1048576"] and scenarios["big_4194304"]
+    # six 1 MiB copies in flight to one host at once
+    assert scenarios["big_in_flight"]
 
 
 @needs_mpi

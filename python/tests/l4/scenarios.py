@@ -193,6 +193,18 @@ if w.init():
         w.run(lambda o, x, cfg: o.submit_next_level(H[3], [big, back], None, worker=1))
         res[f"big_{n * 4}"] = bool(np.array_equal(big, back))
 
+    # 6b. Several big copies in flight to one host at once (its requests queue behind
+    # each other while their inputs and outputs are large).
+    bigs = [np.random.default_rng(i).random(1 << 18, dtype=np.float32) for i in range(6)]
+    backs = [np.zeros(1 << 18, np.float32) for _ in bigs]
+
+    def many_big(o, x, cfg):
+        for i in range(len(bigs)):
+            o.submit_next_level(H[3], [bigs[i], backs[i]], None, worker=1)
+
+    w.run(many_big)
+    res["big_in_flight"] = all(bool(np.array_equal(x, y)) for x, y in zip(bigs, backs))
+
     # 7. A malformed task frame (valid header, ids, then a truncated body) fails that task
     # with a clear error; the host keeps serving.
     import struct

@@ -86,39 +86,50 @@ struct Shared {
 /// A host serves its requests one at a time, in the order they arrive; so of the
 /// dispatch threads with a task at the same host, only the one whose request is the
 /// oldest unanswered can get a reply soon. The others block here (no CPU) instead of
-/// polling MPI: requests are numbered as they are sent (the send is made under the
-/// lock, so the numbers are the arrival order), and a thread polls for its reply only
-/// once every earlier request of its host was answered (or its thread gave up). Only
-/// a matter of cost: if replies came in another order, a thread would start polling
-/// later, never miss its reply (its tag keeps it queued).
+/// polling MPI. Requests are numbered as they are sent: the request message (never its
+/// data) is sent under `sent`'s lock, so the numbers are the host's order of service.
+/// A thread polls for its reply once every earlier request of its host was answered
+/// (or its thread gave up).
+///
+/// Why no deadlock: a thread holds `sent` only while its request message goes out,
+/// which needs nothing from the other threads (the host takes requests between tasks);
+/// `answered` is never held across MPI. A task's data and outputs move outside both
+/// locks, and the host serves in the numbers' order, so the thread of the task the host
+/// is serving (or sending outputs to) is never blocked here: every earlier request was
+/// answered. (Holding the lock across the data sends deadlocked: the next task's input
+/// waited for the host, the host for the current task's output to be received, its
+/// thread for the lock — `tests/l4/scenarios.py` has six 1 MiB copies in flight.)
 #[derive(Default)]
 struct HostTurn {
-    /// (requests sent, requests whose dispatch thread is done waiting).
-    count: Mutex<(u64, u64)>,
+    /// Requests sent.
+    sent: Mutex<u64>,
+    /// Requests whose dispatch thread is done waiting.
+    answered: Mutex<u64>,
     turn: Condvar,
 }
 
 impl HostTurn {
-    /// Send a request (`send` runs under the lock); its number.
+    /// Send a request message (`send` runs under the lock; nothing else should); its
+    /// number.
     fn send(&self, send: impl FnOnce()) -> u64 {
-        let mut c = self.count.lock();
+        let mut n = self.sent.lock();
         send();
-        c.0 += 1;
-        c.0 - 1
+        *n += 1;
+        *n - 1
     }
 
     /// Block until every request before `n` was answered, or `cancel`.
     fn wait_turn(&self, n: u64, cancel: &AtomicBool) {
-        let mut c = self.count.lock();
-        while c.1 < n && !cancel.load(Relaxed) {
-            self.turn.wait_for(&mut c, Duration::from_millis(10));
+        let mut a = self.answered.lock();
+        while *a < n && !cancel.load(Relaxed) {
+            self.turn.wait_for(&mut a, Duration::from_millis(10));
         }
     }
 
     /// Request `n`'s thread is done waiting (answered, failed or interrupted).
     fn done(&self, n: u64) {
-        let mut c = self.count.lock();
-        c.1 = c.1.max(n + 1);
+        let mut a = self.answered.lock();
+        *a = (*a).max(n + 1);
         self.turn.notify_all();
     }
 }
@@ -225,12 +236,10 @@ impl HostDispatch {
         let n = wire::encode_task(&task, &mut buf)
             .map_err(|e| format!("cannot encode the task: {e}"))?;
         let turn = &self.sh.turns[rec.worker];
-        let k = turn.send(|| {
-            comm::send(rank, TAG_REQUEST, &buf[..n]);
-            for t in &sent {
-                comm::send_data(rank, tag, bytes_of(t));
-            }
-        });
+        let k = turn.send(|| comm::send(rank, TAG_REQUEST, &buf[..n]));
+        for t in &sent {
+            comm::send_data(rank, tag, bytes_of(t));
+        }
         turn.wait_turn(k, &self.sh.cancel);
         let reply = self.await_reply(rank, tag, seq);
         turn.done(k);
