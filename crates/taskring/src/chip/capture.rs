@@ -92,7 +92,9 @@ impl ChipWorker {
         config.validate()?;
         let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
         let diag = Diagnostics::from_config(config);
-        let mut rec = Some(Box::new(Recorder::new(arg_buffers(args))));
+        let mut rec = Some(Box::new(Recorder::new(
+            args.iter().map(arg_buffer).collect(),
+        )));
         let report = self.run_body(
             program.name(),
             &|o, a| program.call(o, a),
@@ -326,6 +328,8 @@ impl Captured {
         };
         // Nothing is inferred at replay: there is no dependency file to write.
         diag.deps_prefix = None;
+        // Each program argument's address, for both paths: one pass, one vector.
+        let bases: Vec<u64> = args.iter().map(|a| arg_buffer(a).0).collect();
         let mut scratch = self.scratch.lock();
         let Scratch {
             blocks,
@@ -348,10 +352,6 @@ impl Captured {
                 g.place_blocks(at, blocks);
                 *placed = Some(at);
             }
-            let bases = arg_buffers(args)
-                .into_iter()
-                .map(|(addr, _)| addr)
-                .collect();
             counters.arm();
             let job = DirectJob::new(g, bases, blocks, counters);
             let report = chip.run_direct(&sizing, hook, needs, &job);
@@ -363,10 +363,6 @@ impl Captured {
         // The rings path writes the blocks of this replay.
         *placed = None;
         let blocks = std::cell::RefCell::new(&mut blocks[..]);
-        let bases: Vec<u64> = arg_buffers(args)
-            .into_iter()
-            .map(|(addr, _)| addr)
-            .collect();
         let body = |o: &mut Orchestrator<'_>, _: &[Arg<'_>]| {
             replay_ops(o, &self.graph, &bases, &mut blocks.borrow_mut())
         };
@@ -386,12 +382,10 @@ struct Scratch {
     placed: Option<[u64; 4]>,
 }
 
-/// Each program argument's buffer (address, bytes; `(0, 0)` for a scalar).
-fn arg_buffers(args: &[Arg<'_>]) -> Vec<(u64, u64)> {
-    args.iter()
-        .map(|a| match a {
-            Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
-            Arg::Scalar(_) => (0, 0),
-        })
-        .collect()
+/// A program argument's buffer (address, bytes; `(0, 0)` for a scalar).
+fn arg_buffer(a: &Arg<'_>) -> (u64, u64) {
+    match a {
+        Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
+        Arg::Scalar(_) => (0, 0),
+    }
 }
