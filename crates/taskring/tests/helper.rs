@@ -1,5 +1,6 @@
 //! `ChipOptions::orchestrator_helps`: the orchestrator thread runs ready tasks while it
-//! waits for ring space or for the run's tasks to retire.
+//! waits for ring space or for the run's tasks to retire; without it, it still runs the
+//! tasks of `Kernel::bounded` kernels (and never another).
 
 mod common;
 use common::*;
@@ -164,4 +165,109 @@ fn the_orchestrator_does_not_run_a_kind_no_core_has() {
     let e = run_aic_only_task(&mut w).unwrap_err();
     assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
     assert!(e.detail.contains("sub_class=S3"), "{e}");
+}
+
+/// A kernel that records the thread it ran on, counts its runs and says whether it is
+/// `bounded`.
+struct Recorder {
+    name: &'static str,
+    bounded: bool,
+    threads: &'static Mutex<Vec<ThreadId>>,
+    runs: &'static AtomicUsize,
+}
+
+impl Kernel for Recorder {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn bounded(&self) -> bool {
+        self.bounded
+    }
+    fn run(&self, _call: &KernelCall<'_>) {
+        self.threads
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
+        self.runs.fetch_add(1, SeqCst);
+    }
+}
+
+fn default_chip(cores: usize) -> ChipWorker {
+    // `orchestrator_helps` stays off.
+    ChipWorker::new(ChipOptions {
+        cores,
+        scheduler_timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn without_helping_the_orchestrator_still_runs_bounded_kernels_while_the_core_is_held() {
+    static DONE: AtomicUsize = AtomicUsize::new(0);
+    static THREADS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+    let hold = gate("hold_bounded", &DONE, 10);
+    let rec = KernelRef::leak(Recorder {
+        name: "bounded_rec",
+        bounded: true,
+        threads: &THREADS,
+        runs: &DONE,
+    });
+    let mut w = default_chip(1);
+    let prog = Program::new("held_bounded", move |o, _| {
+        o.submit(hold, &TaskArgs::new())?;
+        // Let the core take the gate first.
+        std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..10 {
+            o.submit(rec, &TaskArgs::new())?;
+        }
+        Ok(())
+    });
+    // Only the orchestrator can run the 10 recorders while the gate holds the core.
+    let rep = w
+        .run_with_sizing(&prog, &[], &RingSizing::default())
+        .expect("the orchestrator ran the bounded tasks while the core was held");
+    assert_eq!(rep.tasks, 11);
+    let threads = THREADS.lock().unwrap().clone();
+    assert_eq!(threads.len(), 10);
+    let me = std::thread::current().id();
+    assert!(
+        threads.iter().all(|t| *t == me),
+        "a bounded task ran elsewhere while the core was held"
+    );
+}
+
+#[test]
+fn without_helping_the_orchestrator_never_runs_an_unbounded_kernel() {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    static THREADS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+    let hold = KernelRef::leak(TryFn("hold_50ms", || {
+        std::thread::sleep(Duration::from_millis(50));
+        Ok(())
+    }));
+    let rec = KernelRef::leak(Recorder {
+        name: "unbounded_rec",
+        bounded: false,
+        threads: &THREADS,
+        runs: &RUNS,
+    });
+    let mut w = default_chip(1);
+    let prog = Program::new("held_unbounded", move |o, _| {
+        o.submit(hold, &TaskArgs::new())?;
+        for _ in 0..10 {
+            o.submit(rec, &TaskArgs::new())?;
+        }
+        Ok(())
+    });
+    let rep = w
+        .run_with_sizing(&prog, &[], &RingSizing::default())
+        .unwrap();
+    assert_eq!(rep.tasks, 11);
+    assert_eq!(RUNS.load(SeqCst), 10);
+    let me = std::thread::current().id();
+    let threads = THREADS.lock().unwrap().clone();
+    assert!(
+        threads.iter().all(|t| *t != me),
+        "an unbounded task ran on the orchestrator"
+    );
 }

@@ -223,10 +223,19 @@ pub(super) fn help_kind(kinds: &[CoreKind]) -> CoreKind {
     }
 }
 
-/// The orchestrator's help ([`ChipOptions::orchestrator_helps`]): run one ready task
-/// that a core of `kind` could run, on the calling thread, and complete it. Returns
-/// whether it ran one.
-pub(super) fn help_one(sh: &ChipShared, arena: &ArenaShared, kind: CoreKind) -> bool {
+/// The orchestrator's help: run one ready task that a core of `kind` could run, on the
+/// calling thread, and complete it. Any task with [`ChipOptions::orchestrator_helps`];
+/// else (`only_bounded`) only a task whose kernel is [`Kernel::bounded`] (or that has
+/// none): another is put back for the cores. Returns whether it ran one.
+///
+/// [`ChipOptions::orchestrator_helps`]: super::ChipOptions::orchestrator_helps
+/// [`Kernel::bounded`]: crate::kernel::Kernel::bounded
+pub(super) fn help_one(
+    sh: &ChipShared,
+    arena: &ArenaShared,
+    kind: CoreKind,
+    only_bounded: bool,
+) -> bool {
     let eng = &sh.eng;
     if eng.fatal.load(Acquire) {
         return false;
@@ -241,6 +250,10 @@ pub(super) fn help_one(sh: &ChipShared, arena: &ArenaShared, kind: CoreKind) -> 
     // safety: `task` was published (popped from a ready queue) and belongs to this run
     // (queues are drained between runs).
     let p = unsafe { arena.rings[task.ring()].payload(task.local()) };
+    if only_bounded && p.kernel.is_some_and(|k| !k.0.bounded()) {
+        eng.push_ready(task, p.kind);
+        return false;
+    }
     if let Some(k) = p.kernel {
         if let Some(msg) = call_kernel(k, p) {
             eng.fail(task_failed(k, task, msg));

@@ -269,8 +269,12 @@ impl ChipWorker {
         let completed_at_start = open_run(sh, &arena.shared, tracing, self.scheduler_timeout);
 
         let help_kind = help_kind(&self.kinds);
-        let help_fn = || help_one(sh, &arena.shared, help_kind);
-        let help: Option<&dyn Fn() -> bool> = if self.orchestrator_helps && !tracing {
+        // Without `orchestrator_helps`, a chip's orchestrator still runs tasks of
+        // bounded kernels itself (never a node's, whose kernels are dispatches).
+        let only_bounded = !self.orchestrator_helps;
+        let help_fn = || help_one(sh, &arena.shared, help_kind, only_bounded);
+        let helps = self.orchestrator_helps || !self.node_engine;
+        let help: Option<&dyn Fn() -> bool> = if helps && !tracing {
             Some(&help_fn)
         } else {
             None

@@ -154,6 +154,16 @@ pub trait Kernel: Send + Sync + 'static {
         self.run(call);
         Ok(())
     }
+    /// Whether every call returns after a bounded amount of work on its own arguments:
+    /// it never blocks, sleeps, waits on anything outside the call or loops for as long
+    /// as a scalar says. A run may then execute such a task on the thread that would
+    /// otherwise wait for it (a chip's orchestrator once its program returned or while
+    /// it waits for ring space), saving the hand-off to a core thread and back; a
+    /// kernel that might not return must run on a core, where SCHEDULER_TIMEOUT can
+    /// give up on it. Default `false`; every builtin but `busy_wait` says `true`.
+    fn bounded(&self) -> bool {
+        false
+    }
 }
 
 /// A handle to a kernel, cheap to copy.

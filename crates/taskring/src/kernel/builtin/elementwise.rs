@@ -66,6 +66,9 @@ impl Kernel for CopyKernel {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_elementwise(&COPY_SIG, tensors, n_inputs, scalars)
     }
@@ -101,6 +104,9 @@ pub struct FillKernel;
 impl Kernel for FillKernel {
     fn name(&self) -> &str {
         Self::NAME
+    }
+    fn bounded(&self) -> bool {
+        true
     }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         FILL_SIG.check(tensors, n_inputs, scalars)
@@ -138,6 +144,9 @@ impl Kernel for AddKernel {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_elementwise(&ADD_SIG, tensors, n_inputs, scalars)
     }
@@ -156,6 +165,9 @@ impl Kernel for SubKernel {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_elementwise(&SUB_SIG, tensors, n_inputs, scalars)
     }
@@ -173,6 +185,9 @@ pub struct MulKernel;
 impl Kernel for MulKernel {
     fn name(&self) -> &str {
         Self::NAME
+    }
+    fn bounded(&self) -> bool {
+        true
     }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_elementwise(&MUL_SIG, tensors, n_inputs, scalars)
@@ -194,6 +209,9 @@ impl Kernel for ScaleKernel {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_elementwise(&SCALE_SIG, tensors, n_inputs, scalars)
     }
@@ -213,6 +231,9 @@ pub struct ExpKernel;
 impl Kernel for ExpKernel {
     fn name(&self) -> &str {
         Self::NAME
+    }
+    fn bounded(&self) -> bool {
+        true
     }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_elementwise(&EXP_SIG, tensors, n_inputs, scalars)

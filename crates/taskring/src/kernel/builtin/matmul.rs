@@ -124,6 +124,9 @@ impl Kernel for MatmulKernel {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn core(&self) -> CoreKind {
         CoreKind::Aic
     }
@@ -145,6 +148,9 @@ pub struct MatmulAccKernel;
 impl Kernel for MatmulAccKernel {
     fn name(&self) -> &str {
         Self::NAME
+    }
+    fn bounded(&self) -> bool {
+        true
     }
     fn core(&self) -> CoreKind {
         CoreKind::Aic

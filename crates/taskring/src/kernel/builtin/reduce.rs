@@ -76,6 +76,9 @@ impl Kernel for RowMaxKernel {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_row_reduce(&ROWMAX_SIG, tensors, n_inputs, scalars)
     }
@@ -94,6 +97,9 @@ pub struct RowSumKernel;
 impl Kernel for RowSumKernel {
     fn name(&self) -> &str {
         Self::NAME
+    }
+    fn bounded(&self) -> bool {
+        true
     }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_row_reduce(&ROWSUM_SIG, tensors, n_inputs, scalars)
@@ -150,6 +156,9 @@ pub struct SoftmaxRowsKernel;
 impl Kernel for SoftmaxRowsKernel {
     fn name(&self) -> &str {
         Self::NAME
+    }
+    fn bounded(&self) -> bool {
+        true
     }
     fn check(&self, tensors: &[Tensor], n_inputs: usize, scalars: &[u64]) -> Result<(), String> {
         check_elementwise(&SOFTMAX_SIG, tensors, n_inputs, scalars)

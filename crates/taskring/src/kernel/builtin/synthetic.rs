@@ -15,6 +15,9 @@ impl Kernel for NoopKernel {
     fn name(&self) -> &str {
         Self::NAME
     }
+    fn bounded(&self) -> bool {
+        true
+    }
     fn check(&self, _tensors: &[Tensor], _n_inputs: usize, _scalars: &[u64]) -> Result<(), String> {
         Ok(())
     }
