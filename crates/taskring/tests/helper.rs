@@ -271,3 +271,63 @@ fn without_helping_the_orchestrator_never_runs_an_unbounded_kernel() {
         "an unbounded task ran on the orchestrator"
     );
 }
+
+#[test]
+fn a_replay_of_bounded_kernels_runs_tasks_on_the_caller_while_the_core_is_held() {
+    static DONE: AtomicUsize = AtomicUsize::new(0);
+    static THREADS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+    static GATE_THREAD: Mutex<Option<ThreadId>> = Mutex::new(None);
+    /// Holds its thread until `DONE` reaches `target` (or fails after 5 s); it says it
+    /// is bounded so that the graph is all-bounded (the replay then helps).
+    struct Gate(&'static AtomicUsize);
+    impl Kernel for Gate {
+        fn name(&self) -> &str {
+            "replay_gate"
+        }
+        fn bounded(&self) -> bool {
+            true
+        }
+        fn try_run(&self, _call: &KernelCall<'_>) -> Result<(), String> {
+            *GATE_THREAD.lock().unwrap() = Some(std::thread::current().id());
+            let target = self.0.load(SeqCst) + 10;
+            let t0 = Instant::now();
+            while DONE.load(SeqCst) < target {
+                if t0.elapsed() > Duration::from_secs(5) {
+                    return Err("the recorders did not run while the gate held its thread".into());
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Ok(())
+        }
+    }
+    static BASE: AtomicUsize = AtomicUsize::new(0);
+    let gate = KernelRef::leak(Gate(&BASE));
+    let rec = KernelRef::leak(Recorder {
+        name: "replay_rec",
+        bounded: true,
+        threads: &THREADS,
+        runs: &DONE,
+    });
+    let mut w = default_chip(1);
+    let prog = Program::new("gated", move |o, _| {
+        o.submit(gate, &TaskArgs::new())?;
+        for _ in 0..10 {
+            o.submit(rec, &TaskArgs::new())?;
+        }
+        Ok(())
+    });
+    let g = w.capture(&prog, &[], &CallConfig::default()).unwrap();
+    THREADS.lock().unwrap().clear();
+    BASE.store(DONE.load(SeqCst), SeqCst);
+    let rep = g
+        .replay(&mut w, &[], None)
+        .expect("the replay's caller ran tasks");
+    assert!(rep.replayed);
+    let me = std::thread::current().id();
+    let on_caller =
+        THREADS.lock().unwrap().contains(&me) || *GATE_THREAD.lock().unwrap() == Some(me);
+    assert!(
+        on_caller,
+        "no task of the replay ran on the caller's thread"
+    );
+}

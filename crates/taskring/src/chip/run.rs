@@ -140,12 +140,15 @@ impl ChipWorker {
     }
 
     /// Wait until a direct replay is done or failed: help with its tasks when the
-    /// orchestrator helps, spin ([`DIRECT_SPIN`]), then park on the engine's progress
+    /// orchestrator helps or every kernel of the graph is bounded, spin ([`DIRECT_SPIN`]), then park on the engine's progress
     /// signal with the hook's release on; no task completing for the scheduler timeout
     /// fails the replay (SCHEDULER_TIMEOUT, [`ChipWorker::direct_stall`]).
     fn wait_direct(&mut self, job: &DirectJob<'_>, blocking_hook: Option<&dyn Fn(bool)>) {
         let sh = &*self.shared;
         let help_kind = help_kind(&self.kinds);
+        // As a run's wait (`run_body`): without `orchestrator_helps`, help only when
+        // every kernel of the graph is bounded.
+        let helps = self.orchestrator_helps || (!self.node_engine && job.all_bounded());
         let fatal = || sh.eng.fatal.load(Acquire);
         self.direct_local.clear();
         let mut hooked = false;
@@ -153,9 +156,7 @@ impl ChipWorker {
         let mut since = Instant::now();
         let mut spins = 0u32;
         while !job.done() && !fatal() {
-            if self.orchestrator_helps
-                && help_direct(&sh.eng, job, help_kind, &mut self.direct_local)
-            {
+            if helps && help_direct(&sh.eng, job, help_kind, &mut self.direct_local) {
                 continue;
             }
             if spins < DIRECT_SPIN.checks {
@@ -349,8 +350,8 @@ fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Dura
     }
 }
 
-/// The orchestrator's help in a direct replay: take a ready task (or a root nobody
-/// took yet) that a core of `kind` could run and run it, and the chain of successors
+/// The orchestrator's help in a direct replay: take a root nobody took yet (or else a
+/// ready task) that a core of `kind` could run and run it, and the chain of successors
 /// it makes ready here ([`direct_step`]). Returns whether it ran one.
 fn help_direct(
     eng: &EngineShared,
@@ -358,13 +359,16 @@ fn help_direct(
     kind: CoreKind,
     local: &mut Vec<u32>,
 ) -> bool {
-    let mut t = eng.pop_ready(kind).map(|t| t.0 as u32);
+    // Roots nobody took yet first: a root queued for a core at the opening is that
+    // core's only way in (cores claim further roots only after a task of their own),
+    // so taking it from the queue would leave the core idle.
+    let mut t = job.claim_root();
+    if let Some(r) = t.filter(|&r| !can_run(kind, job.kind(r))) {
+        eng.push_ready(TaskId(r as u64), job.kind(r));
+        t = None;
+    }
     if t.is_none() {
-        t = job.claim_root();
-        if let Some(r) = t.filter(|&r| !can_run(kind, job.kind(r))) {
-            eng.push_ready(TaskId(r as u64), job.kind(r));
-            t = None;
-        }
+        t = eng.pop_ready(kind).map(|t| t.0 as u32);
     }
     let Some(mut i) = t else {
         return false;

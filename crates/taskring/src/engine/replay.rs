@@ -275,7 +275,12 @@ impl Recorder {
             .iter()
             .map(|t| t.head.kernel.map(|k| k.core()).unwrap_or(CoreKind::Any))
             .collect();
+        let all_bounded = self
+            .tasks
+            .iter()
+            .all(|t| t.head.kernel.is_none_or(|k| k.0.bounded()));
         Graph {
+            all_bounded,
             ops: self.ops,
             tasks: self.tasks,
             tensors: self.tensors,
@@ -314,6 +319,11 @@ pub(crate) struct Graph {
     sinks: usize,
     /// The core kind each task needs.
     kinds: Vec<CoreKind>,
+    /// Every task's kernel is [`Kernel::bounded`] (or it has none): the replay's
+    /// caller may run any of them while it waits.
+    ///
+    /// [`Kernel::bounded`]: crate::kernel::Kernel::bounded
+    all_bounded: bool,
 }
 
 impl Graph {
@@ -391,6 +401,11 @@ impl<'a> DirectJob<'a> {
     #[inline]
     pub(crate) fn kind(&self, i: u32) -> CoreKind {
         self.g.kinds[i as usize]
+    }
+
+    /// Every task's kernel is bounded (see `Graph::all_bounded`).
+    pub(crate) fn all_bounded(&self) -> bool {
+        self.g.all_bounded
     }
 
     /// The recorded id and kernel of task `i` (messages).

@@ -32,8 +32,9 @@
 //! depth, `run` re-derives the row layout and panics (failing the task) rather than
 //! touching memory when it does not match. Elementwise kernels access memory through raw
 //! pointers only (never `&`/`&mut` slices), so an output that aliases an input (e.g. an
-//! in-place `scale`) is well defined. No kernel allocates, except `matmul`/`matmul_acc`,
-//! whose `matrixmultiply::sgemm` allocates its packing buffers.
+//! in-place `scale`) is well defined. No kernel allocates, except `matmul`/`matmul_acc`
+//! above 4096 multiply-adds, whose `matrixmultiply::sgemm` allocates its packing buffers
+//! (smaller products run a register-blocked loop of ours).
 //!
 //! [`Kernel`]: super::Kernel
 //! [`Kernel::name`]: super::Kernel::name
