@@ -202,11 +202,46 @@ fn default_chip(cores: usize) -> ChipWorker {
     .unwrap()
 }
 
+/// A kernel that holds its thread until `done` reaches `until` (set by the test before
+/// each run; or fails after 5 s), and says it is bounded — it is not, but a test needs
+/// the core held by a kernel that leaves the run's help on. Records its thread.
+struct BoundedGate {
+    done: &'static AtomicUsize,
+    until: &'static AtomicUsize,
+    ran_on: &'static Mutex<Option<ThreadId>>,
+}
+
+impl Kernel for BoundedGate {
+    fn name(&self) -> &str {
+        "bounded_gate"
+    }
+    fn bounded(&self) -> bool {
+        true
+    }
+    fn try_run(&self, _call: &KernelCall<'_>) -> Result<(), String> {
+        *self.ran_on.lock().unwrap() = Some(std::thread::current().id());
+        let t0 = Instant::now();
+        while self.done.load(SeqCst) < self.until.load(SeqCst) {
+            if t0.elapsed() > Duration::from_secs(5) {
+                return Err("the other tasks did not run while the gate held its thread".into());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+}
+
 #[test]
 fn without_helping_the_orchestrator_still_runs_bounded_kernels_while_the_core_is_held() {
     static DONE: AtomicUsize = AtomicUsize::new(0);
     static THREADS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
-    let hold = gate("hold_bounded", &DONE, 10);
+    static GATE: Mutex<Option<ThreadId>> = Mutex::new(None);
+    static UNTIL: AtomicUsize = AtomicUsize::new(10);
+    let hold = KernelRef::leak(BoundedGate {
+        done: &DONE,
+        until: &UNTIL,
+        ran_on: &GATE,
+    });
     let rec = KernelRef::leak(Recorder {
         name: "bounded_rec",
         bounded: true,
@@ -231,12 +266,19 @@ fn without_helping_the_orchestrator_still_runs_bounded_kernels_while_the_core_is
     let threads = THREADS.lock().unwrap().clone();
     assert_eq!(threads.len(), 10);
     let me = std::thread::current().id();
+    assert_ne!(
+        *GATE.lock().unwrap(),
+        Some(me),
+        "the core was to take the gate"
+    );
     assert!(
         threads.iter().all(|t| *t == me),
         "a bounded task ran elsewhere while the core was held"
     );
 }
 
+/// One kernel of a run that is not bounded turns the help off for the whole run: no
+/// task is taken off the queue only to be put back (that reorders the queue).
 #[test]
 fn without_helping_the_orchestrator_never_runs_an_unbounded_kernel() {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -251,19 +293,26 @@ fn without_helping_the_orchestrator_never_runs_an_unbounded_kernel() {
         threads: &THREADS,
         runs: &RUNS,
     });
+    let brec = KernelRef::leak(Recorder {
+        name: "bounded_rec_in_unbounded_run",
+        bounded: true,
+        threads: &THREADS,
+        runs: &RUNS,
+    });
     let mut w = default_chip(1);
     let prog = Program::new("held_unbounded", move |o, _| {
         o.submit(hold, &TaskArgs::new())?;
         for _ in 0..10 {
             o.submit(rec, &TaskArgs::new())?;
+            o.submit(brec, &TaskArgs::new())?;
         }
         Ok(())
     });
     let rep = w
         .run_with_sizing(&prog, &[], &RingSizing::default())
         .unwrap();
-    assert_eq!(rep.tasks, 11);
-    assert_eq!(RUNS.load(SeqCst), 10);
+    assert_eq!(rep.tasks, 21);
+    assert_eq!(RUNS.load(SeqCst), 20);
     let me = std::thread::current().id();
     let threads = THREADS.lock().unwrap().clone();
     assert!(
@@ -277,31 +326,12 @@ fn a_replay_of_bounded_kernels_runs_tasks_on_the_caller_while_the_core_is_held()
     static DONE: AtomicUsize = AtomicUsize::new(0);
     static THREADS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
     static GATE_THREAD: Mutex<Option<ThreadId>> = Mutex::new(None);
-    /// Holds its thread until `DONE` reaches `target` (or fails after 5 s); it says it
-    /// is bounded so that the graph is all-bounded (the replay then helps).
-    struct Gate(&'static AtomicUsize);
-    impl Kernel for Gate {
-        fn name(&self) -> &str {
-            "replay_gate"
-        }
-        fn bounded(&self) -> bool {
-            true
-        }
-        fn try_run(&self, _call: &KernelCall<'_>) -> Result<(), String> {
-            *GATE_THREAD.lock().unwrap() = Some(std::thread::current().id());
-            let target = self.0.load(SeqCst) + 10;
-            let t0 = Instant::now();
-            while DONE.load(SeqCst) < target {
-                if t0.elapsed() > Duration::from_secs(5) {
-                    return Err("the recorders did not run while the gate held its thread".into());
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            Ok(())
-        }
-    }
-    static BASE: AtomicUsize = AtomicUsize::new(0);
-    let gate = KernelRef::leak(Gate(&BASE));
+    static UNTIL: AtomicUsize = AtomicUsize::new(10);
+    let gate = KernelRef::leak(BoundedGate {
+        done: &DONE,
+        until: &UNTIL,
+        ran_on: &GATE_THREAD,
+    });
     let rec = KernelRef::leak(Recorder {
         name: "replay_rec",
         bounded: true,
@@ -318,7 +348,7 @@ fn a_replay_of_bounded_kernels_runs_tasks_on_the_caller_while_the_core_is_held()
     });
     let g = w.capture(&prog, &[], &CallConfig::default()).unwrap();
     THREADS.lock().unwrap().clear();
-    BASE.store(DONE.load(SeqCst), SeqCst);
+    UNTIL.store(DONE.load(SeqCst) + 10, SeqCst);
     let rep = g
         .replay(&mut w, &[], None)
         .expect("the replay's caller ran tasks");

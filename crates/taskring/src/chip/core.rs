@@ -225,8 +225,9 @@ pub(super) fn help_kind(kinds: &[CoreKind]) -> CoreKind {
 
 /// The orchestrator's help: run one ready task that a core of `kind` could run, on the
 /// calling thread, and complete it. Any task with [`ChipOptions::orchestrator_helps`];
-/// else (`only_bounded`) only a task whose kernel is [`Kernel::bounded`] (or that has
-/// none): another is put back for the cores. Returns whether it ran one.
+/// else (`only_bounded`) only while every kernel the run submitted is
+/// [`Kernel::bounded`] (`EngineShared::unbounded`): tasks are never taken off the queue
+/// only to be put back (that would reorder them). Returns whether it ran one.
 ///
 /// [`ChipOptions::orchestrator_helps`]: super::ChipOptions::orchestrator_helps
 /// [`Kernel::bounded`]: crate::kernel::Kernel::bounded
@@ -237,7 +238,7 @@ pub(super) fn help_one(
     only_bounded: bool,
 ) -> bool {
     let eng = &sh.eng;
-    if eng.fatal.load(Acquire) {
+    if eng.fatal.load(Acquire) || (only_bounded && eng.unbounded.load(Relaxed)) {
         return false;
     }
     let Some(task) = eng.pop_ready(kind) else {
@@ -251,6 +252,8 @@ pub(super) fn help_one(
     // (queues are drained between runs).
     let p = unsafe { arena.rings[task.ring()].payload(task.local()) };
     if only_bounded && p.kernel.is_some_and(|k| !k.0.bounded()) {
+        // Not reached: a run with such a kernel set `unbounded` at its submit (checked
+        // above). Should it be, the task goes back to the cores.
         eng.push_ready(task, p.kind);
         return false;
     }

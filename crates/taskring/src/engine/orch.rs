@@ -137,6 +137,11 @@ pub struct OrchState {
     recording: bool,
     /// Scopes opened so far this run (the next scope's instance id).
     scopes_opened: u32,
+    /// The kernel (its address) whose [`Kernel::bounded`] the submit looked at last:
+    /// asked again only when the kernel changes (`EngineShared::unbounded`).
+    ///
+    /// [`Kernel::bounded`]: crate::kernel::Kernel::bounded
+    pub(super) bounded_seen: std::cell::Cell<usize>,
     sites: Vec<String>,
 }
 
@@ -172,6 +177,7 @@ impl OrchState {
             capture: None,
             recording: false,
             scopes_opened: 0,
+            bounded_seen: std::cell::Cell::new(0),
             sites: Vec::new(),
         })
     }
@@ -504,6 +510,9 @@ impl<'r> Orchestrator<'r> {
         sizing: RingSizing,
         policy: WaitPolicy,
     ) -> Orchestrator<'r> {
+        // A new run: no kernel of it seen yet.
+        eng.unbounded.store(false, Relaxed);
+        st.bounded_seen.set(0);
         Orchestrator {
             eng,
             sh,

@@ -627,6 +627,16 @@ impl<'r> Orchestrator<'r> {
         let kind = kernel
             .map(|k| k.core())
             .unwrap_or(crate::kernel::CoreKind::Any);
+        if let Some(k) = kernel {
+            // `EngineShared::unbounded`, asked of each new kernel in a row only.
+            let addr = k.0 as *const dyn crate::kernel::Kernel as *const () as usize;
+            if addr != self.st.bounded_seen.get() {
+                self.st.bounded_seen.set(addr);
+                if !k.0.bounded() {
+                    self.eng.unbounded.store(true, Relaxed);
+                }
+            }
+        }
         // safety: as above; the spill entries from `spill_start` are reserved for this
         // submit.
         unsafe {

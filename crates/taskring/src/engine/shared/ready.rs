@@ -28,6 +28,12 @@ pub struct EngineShared {
     pub completed: CachePadded<AtomicU64>,
     /// The first failure of the current run.
     pub failure: Mutex<Option<crate::engine::RuntimeFailure>>,
+    /// A task of the current run has a kernel that is not
+    /// [`Kernel::bounded`](crate::kernel::Kernel::bounded): set by the orchestrator at
+    /// submit, read by its own help (which then leaves every task to the cores, instead
+    /// of taking tasks off the queue only to put them back), cleared when it starts a
+    /// run. Only the orchestrator's thread touches it.
+    pub(crate) unbounded: CachePadded<AtomicBool>,
 }
 
 /// A ready queue: lock-free `SegQueue` normally; under loom (which cannot see inside
@@ -100,6 +106,7 @@ impl Default for EngineShared {
             shutdown: AtomicBool::new(false),
             completed: CachePadded::new(AtomicU64::new(0)),
             failure: Mutex::new(None),
+            unbounded: CachePadded::new(AtomicBool::new(false)),
         }
     }
 }
