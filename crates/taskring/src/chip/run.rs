@@ -280,6 +280,28 @@ impl ChipWorker {
         } else {
             None
         };
+        // A node's orchestrator, once its program has nothing more to submit, runs
+        // queued dispatches itself (with the hook's release around each: a chip round
+        // trip must not hold a Python caller's GIL) instead of waiting for a dispatch
+        // thread to take them and for their completions.
+        let end_help_fn = || {
+            if !sh.eng.has_ready(help_kind) {
+                return false;
+            }
+            if let Some(h) = blocking_hook {
+                h(true);
+            }
+            let ran = help_one(sh, &arena.shared, help_kind, false);
+            if let Some(h) = blocking_hook {
+                h(false);
+            }
+            ran
+        };
+        let end_help: Option<&dyn Fn() -> bool> = if self.node_engine {
+            Some(&end_help_fn)
+        } else {
+            None
+        };
         let probe = CoreProbe {
             sh,
             arena: &arena.shared,
@@ -294,6 +316,7 @@ impl ChipWorker {
         );
         o.blocking_hook = blocking_hook;
         o.helper = help;
+        o.end_helper = end_help;
         o.probe = Some(&probe);
         o.count_scope_overflow = !self.node_engine;
         let result = orchestrate(&mut o, name, body, args);

@@ -421,6 +421,9 @@ pub struct Orchestrator<'r> {
     /// the orchestrator waits for ring space it runs ready tasks instead of sleeping.
     /// Returns whether it ran one.
     pub(crate) helper: Option<&'r dyn Fn() -> bool>,
+    /// The executor's "run one queued task here" for a program that has nothing more
+    /// to submit (a node's: see `Node::run`); returns whether it ran one.
+    pub(crate) end_helper: Option<&'r dyn Fn() -> bool>,
     /// What the executor's cores are doing (the backstop counts a running task as
     /// progress). Without one, progress is a task completing.
     pub(crate) probe: Option<&'r dyn ExecutorProbe>,
@@ -521,6 +524,7 @@ impl<'r> Orchestrator<'r> {
             policy,
             blocking_hook: None,
             helper: None,
+            end_helper: None,
             probe: None,
             dry: None,
             count_scope_overflow: true,

@@ -1870,6 +1870,12 @@ impl Node {
                 dispatch,
             };
             orch(&mut no)?;
+            // Dispatches still queued run here, on this thread: a one-task run then
+            // costs no hand-off to a dispatch thread and back. Not in a traced run,
+            // whose timeline gives each dispatch a dispatch thread's lane.
+            if let Some(help) = no.o.end_helper.filter(|_| !traced) {
+                while !shared.ctl.cancel.load(Acquire) && help() {}
+            }
             // Wait for the dispatched tasks here rather than in the engine: this wait
             // calls the hook every slice (how a Python host sees Ctrl-C).
             wait_dispatched(&shared, hook_ptr.get());
