@@ -422,6 +422,14 @@ impl Chip {
 
     /// Why a host thread waiting on this chip should stop waiting, if it should.
     fn give_up(&self, ctl: &Ctl) -> Option<ChipFault> {
+        // On a run's own thread, running a dispatch inline: let the hook look at what
+        // its caller was sent meanwhile (a Python host's Ctrl-C cancels the run).
+        INLINE_HOOK.with(|c| {
+            if let Some(h) = c.get() {
+                h(false);
+                h(true);
+            }
+        });
         if let Some(d) = self.check_dead() {
             return Some(d);
         }
@@ -1874,7 +1882,9 @@ impl Node {
             // costs no hand-off to a dispatch thread and back. Not in a traced run,
             // whose timeline gives each dispatch a dispatch thread's lane.
             if let Some(help) = no.o.end_helper.filter(|_| !traced) {
+                INLINE_HOOK.with(|c| c.set(hook_ptr.get()));
                 while !shared.ctl.cancel.load(Acquire) && help() {}
+                INLINE_HOOK.with(|c| c.set(None));
             }
             // Wait for the dispatched tasks here rather than in the engine: this wait
             // calls the hook every slice (how a Python host sees Ctrl-C).
@@ -2176,6 +2186,14 @@ fn outcome(
             _ => Err(NodeError::Failure(f)),
         },
     }
+}
+
+thread_local! {
+    /// The hook of the run whose orchestrator thread is running a dispatch itself (see
+    /// `Node::run`), which that thread is inside the blocking part of: a chip wait there
+    /// calls it between slices ([`Chip::give_up`]), as `wait_dispatched` would.
+    static INLINE_HOOK: std::cell::Cell<Option<&'static dyn Fn(bool)>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// The run's hook, carried into the (`'static`) program of one run (also rank 0's at L4).
