@@ -1883,7 +1883,11 @@ impl Node {
             // whose timeline gives each dispatch a dispatch thread's lane.
             if let Some(help) = no.o.end_helper.filter(|_| !traced) {
                 INLINE_HOOK.with(|c| c.set(hook_ptr.get()));
-                while !shared.ctl.cancel.load(Acquire) && help() {}
+                while !shared.ctl.cancel.load(Acquire) {
+                    if !help() {
+                        break;
+                    }
+                }
                 INLINE_HOOK.with(|c| c.set(None));
             }
             // Wait for the dispatched tasks here rather than in the engine: this wait
