@@ -422,14 +422,7 @@ impl Chip {
 
     /// Why a host thread waiting on this chip should stop waiting, if it should.
     fn give_up(&self, ctl: &Ctl) -> Option<ChipFault> {
-        // On a run's own thread, running a dispatch inline: let the hook look at what
-        // its caller was sent meanwhile (a Python host's Ctrl-C cancels the run).
-        INLINE_HOOK.with(|c| {
-            if let Some(h) = c.get() {
-                h(false);
-                h(true);
-            }
-        });
+        poll_inline_hook();
         if let Some(d) = self.check_dead() {
             return Some(d);
         }
@@ -1881,15 +1874,9 @@ impl Node {
             // Dispatches still queued run here, on this thread: a one-task run then
             // costs no hand-off to a dispatch thread and back. Not in a traced run,
             // whose timeline gives each dispatch a dispatch thread's lane.
-            if let Some(help) = no.o.end_helper.filter(|_| !traced) {
-                INLINE_HOOK.with(|c| c.set(hook_ptr.get()));
-                while !shared.ctl.cancel.load(Acquire) {
-                    if !help() {
-                        break;
-                    }
-                }
-                INLINE_HOOK.with(|c| c.set(None));
-            }
+            help_at_end(no.o.end_helper.filter(|_| !traced), hook_ptr.get(), || {
+                shared.ctl.cancel.load(Acquire)
+            });
             // Wait for the dispatched tasks here rather than in the engine: this wait
             // calls the hook every slice (how a Python host sees Ctrl-C).
             wait_dispatched(&shared, hook_ptr.get());
@@ -2193,11 +2180,51 @@ fn outcome(
 }
 
 thread_local! {
-    /// The hook of the run whose orchestrator thread is running a dispatch itself (see
-    /// `Node::run`), which that thread is inside the blocking part of: a chip wait there
-    /// calls it between slices ([`Chip::give_up`]), as `wait_dispatched` would.
-    static INLINE_HOOK: std::cell::Cell<Option<&'static dyn Fn(bool)>> =
+    /// The hook of the run whose orchestrator thread is running dispatches itself
+    /// ([`help_at_end`]), which that thread is inside the blocking part of, and when it
+    /// was last called ([`poll_inline_hook`]).
+    static INLINE_HOOK: std::cell::Cell<Option<(&'static dyn Fn(bool), Instant)>> =
         const { std::cell::Cell::new(None) };
+}
+
+/// How often a wait inside an inline dispatch lets the run's hook look at its caller.
+const INLINE_POLL: Duration = Duration::from_millis(20);
+
+/// Once a run's program has nothing more to submit, run the dispatches still queued on
+/// this thread (`help`: the engine's `end_helper`, which releases the hook around each)
+/// until none is left or `cancelled()`: a one-task run then costs no hand-off to a
+/// dispatch thread and back. Meanwhile the waits of those dispatches call `hook`
+/// between slices ([`poll_inline_hook`]), as the run's own wait would.
+fn help_at_end(
+    help: Option<&dyn Fn() -> bool>,
+    hook: Option<&'static dyn Fn(bool)>,
+    cancelled: impl Fn() -> bool,
+) {
+    let Some(help) = help else {
+        return;
+    };
+    INLINE_HOOK.with(|c| c.set(hook.map(|h| (h, Instant::now()))));
+    while !cancelled() {
+        if !help() {
+            break;
+        }
+    }
+    INLINE_HOOK.with(|c| c.set(None));
+}
+
+/// In a wait of a dispatch run by [`help_at_end`]: at most every [`INLINE_POLL`], leave
+/// and re-enter the hook's blocking part (a Python caller's Ctrl-C is seen there and
+/// cancels the run). Elsewhere (a dispatch thread) nothing.
+fn poll_inline_hook() {
+    INLINE_HOOK.with(|c| {
+        if let Some((h, last)) = c.get() {
+            if last.elapsed() >= INLINE_POLL {
+                h(false);
+                h(true);
+                c.set(Some((h, Instant::now())));
+            }
+        }
+    });
 }
 
 /// The run's hook, carried into the (`'static`) program of one run (also rank 0's at L4).
