@@ -2179,11 +2179,14 @@ fn outcome(
     }
 }
 
+/// A run's hook and when a wait last called it.
+type PolledHook = (&'static dyn Fn(bool), Instant);
+
 thread_local! {
     /// The hook of the run whose orchestrator thread is running dispatches itself
     /// ([`help_at_end`]), which that thread is inside the blocking part of, and when it
     /// was last called ([`poll_inline_hook`]).
-    static INLINE_HOOK: std::cell::Cell<Option<(&'static dyn Fn(bool), Instant)>> =
+    static INLINE_HOOK: std::cell::Cell<Option<PolledHook>> =
         const { std::cell::Cell::new(None) };
 }
 
