@@ -28,6 +28,12 @@ pub struct Sleep {
 }
 
 impl Sleep {
+    /// Cores idle at this moment (parked or spinning; a hint: it may change at once).
+    #[inline]
+    pub(crate) fn idle(&self) -> usize {
+        self.sleepers.load(Relaxed) + self.spinning.load(Relaxed)
+    }
+
     /// Become the (one) spinning core, of queue index `kind`; false if another core
     /// already spins.
     #[inline]

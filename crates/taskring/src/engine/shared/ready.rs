@@ -196,6 +196,12 @@ impl EngineShared {
         )
     }
 
+    /// Cores idle at this moment, parked or spinning (a hint).
+    #[inline]
+    pub(crate) fn idle_cores(&self) -> usize {
+        self.sleep.idle()
+    }
+
     /// Try to become the spinning idle core (see [`Sleep`]).
     #[inline]
     pub(crate) fn try_spin(&self, kind: CoreKind) -> bool {
