@@ -140,9 +140,10 @@ impl ChipWorker {
     }
 
     /// Wait until a direct replay is done or failed: help with its tasks when the
-    /// orchestrator helps or every kernel of the graph is bounded, spin ([`DIRECT_SPIN`]), then park on the engine's progress
-    /// signal with the hook's release on; no task completing for the scheduler timeout
-    /// fails the replay (SCHEDULER_TIMEOUT, [`ChipWorker::direct_stall`]).
+    /// orchestrator helps or every kernel of the graph is bounded (then only while a
+    /// core is idle), spin ([`DIRECT_SPIN`]), then park on the engine's progress signal
+    /// with the hook's release on; no task completing for the scheduler timeout fails
+    /// the replay (SCHEDULER_TIMEOUT, [`ChipWorker::direct_stall`]).
     fn wait_direct(&mut self, job: &DirectJob<'_>, blocking_hook: Option<&dyn Fn(bool)>) {
         let sh = &*self.shared;
         let help_kind = help_kind(&self.kinds);

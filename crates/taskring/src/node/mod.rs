@@ -2206,13 +2206,20 @@ fn help_at_end(
     let Some(help) = help else {
         return;
     };
+    // Cleared on every way out, a panic included: the hook does not outlive the run.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            INLINE_HOOK.with(|c| c.set(None));
+        }
+    }
+    let _clear = Clear;
     INLINE_HOOK.with(|c| c.set(hook.map(|h| (h, Instant::now()))));
     while !cancelled() {
         if !help() {
             break;
         }
     }
-    INLINE_HOOK.with(|c| c.set(None));
 }
 
 /// In a wait of a dispatch run by [`help_at_end`]: at most every [`INLINE_POLL`], leave
