@@ -451,12 +451,16 @@ impl Chip {
         None
     }
 
-    /// Wait until `cond` holds, sleeping on `word` in slices; `Err(why)` when a wait on
+    /// Wait until `cond` holds, sleeping on `word` in slices (counted in `sleeping` when
+    /// its publisher uses [`mailbox::publish`]); `Err(why)` when a wait on
     /// this chip should end ([`Chip::give_up`]) or `until` has passed.
     fn wait(
         &self,
         ctl: &Ctl,
-        word: &std::sync::atomic::AtomicU32,
+        (word, sleeping): (
+            &std::sync::atomic::AtomicU32,
+            Option<&std::sync::atomic::AtomicU32>,
+        ),
         cond: impl Fn() -> bool,
         until: Option<Instant>,
     ) -> Result<(), Option<ChipFault>> {
@@ -470,7 +474,11 @@ impl Chip {
             *why.borrow_mut() = r;
             stop
         };
-        if wait_until(word, cond, stop, SLICE) {
+        let ok = match sleeping {
+            Some(sleeping) => mailbox::wait_until_flagged(word, sleeping, cond, stop, SLICE),
+            None => wait_until(word, cond, stop, SLICE),
+        };
+        if ok {
             Ok(())
         } else {
             Err(why.take())
@@ -492,8 +500,13 @@ impl Chip {
     /// Wait for the reply to request `want`.
     fn await_reply(&self, ctl: &Ctl, want: u32) -> Result<(), ChipFault> {
         let h = self.mailbox.header();
-        self.wait(ctl, &h.resp_seq, || h.resp_seq.load(Acquire) == want, None)
-            .map_err(|why| why.unwrap_or_else(|| self.fault("no reply")))
+        self.wait(
+            ctl,
+            (&h.resp_seq, Some(&h.resp_sleeping)),
+            || h.resp_seq.load(Acquire) == want,
+            None,
+        )
+        .map_err(|why| why.unwrap_or_else(|| self.fault("no reply")))
     }
 
     /// One round trip with a task; `after(posted_ns)` runs once the reply is in, while
@@ -543,8 +556,7 @@ impl Chip {
         let want = *seq;
         h.req_len.store(n as u32, Relaxed);
         let posted = trace::mono_ns();
-        h.req_seq.store(want, Release);
-        futex_wake(&h.req_seq);
+        mailbox::publish(&h.req_seq, want, &h.req_sleeping);
         self.await_reply(ctl, want)?;
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
         // safety: the chip wrote the reply before publishing resp_seq (acquired above).
@@ -577,7 +589,7 @@ impl Chip {
         let want = *seq;
         match self.wait(
             ctl,
-            &h.resp_seq,
+            (&h.resp_seq, Some(&h.resp_sleeping)),
             || h.resp_seq.load(Acquire) == want,
             Some(until),
         ) {
@@ -1421,7 +1433,7 @@ fn wait_chips_ready(chips: &[Chip], ctl: &Ctl, init_timeout: Duration) -> Result
         let h = c.mailbox.header();
         let r = c.wait(
             ctl,
-            &h.state,
+            (&h.state, None),
             || h.state.load(Acquire) != STATE_STARTING,
             Some(deadline),
         );
@@ -1493,8 +1505,9 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     let host_gone = || !ctx.in_process && unsafe { libc::getppid() } != ctx.host_pid;
     let mut served = 0u32;
     loop {
-        let ok = wait_until(
+        let ok = mailbox::wait_until_flagged(
             &h.req_seq,
+            &h.req_sleeping,
             || h.req_seq.load(Acquire) != served || h.state.load(Acquire) == STATE_SHUTDOWN,
             || host_gone() || h.state.load(Acquire) == STATE_SHUTDOWN,
             Duration::from_millis(500),
@@ -1528,8 +1541,7 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
         h.served_ns.store(served_ns, Relaxed);
         h.trace_t0_ns.store(trace_t0_ns, Relaxed);
         h.replied_ns.store(trace::mono_ns(), Relaxed);
-        h.resp_seq.store(served, Release);
-        futex_wake(&h.resp_seq);
+        mailbox::publish(&h.resp_seq, served, &h.resp_sleeping);
     }
 }
 
