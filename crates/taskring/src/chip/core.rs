@@ -251,12 +251,8 @@ pub(super) fn help_one(
     // safety: `task` was published (popped from a ready queue) and belongs to this run
     // (queues are drained between runs).
     let p = unsafe { arena.rings[task.ring()].payload(task.local()) };
-    if only_bounded && p.kernel.is_some_and(|k| !k.0.bounded()) {
-        // Not reached: a run with such a kernel set `unbounded` at its submit (checked
-        // above). Should it be, the task goes back to the cores.
-        eng.push_ready(task, p.kind);
-        return false;
-    }
+    // A run with an unbounded kernel set `unbounded` at its submit (checked above).
+    debug_assert!(!only_bounded || p.kernel.is_none_or(|k| k.0.bounded()));
     if let Some(k) = p.kernel {
         if let Some(msg) = call_kernel(k, p) {
             eng.fail(task_failed(k, task, msg));

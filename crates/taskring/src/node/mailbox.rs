@@ -181,19 +181,7 @@ pub fn wait_until(
     give_up: impl Fn() -> bool,
     slice: Duration,
 ) -> bool {
-    if MAILBOX_SPIN.spin(&cond) {
-        return true;
-    }
-    loop {
-        let seen = word.load(Acquire);
-        if cond() {
-            return true;
-        }
-        if give_up() {
-            return false;
-        }
-        futex_wait(word, seen, slice);
-    }
+    wait_until_flagged(word, None, cond, give_up, slice)
 }
 
 /// Publish `value` in `word` (release: what was written before it is visible to whoever
@@ -213,11 +201,12 @@ pub(crate) fn publish(word: &AtomicU32, value: u32, sleeping: &AtomicU32) {
     }
 }
 
-/// [`wait_until`] for a word whose publisher uses [`publish`]: before each sleep the
-/// waiter counts itself in `sleeping`, fences, and re-checks.
+/// [`wait_until`], and for a word whose publisher uses [`publish`] (`sleeping`: its
+/// count) the other half of the elision: before each sleep the waiter counts itself,
+/// fences, and re-checks.
 pub(crate) fn wait_until_flagged(
     word: &AtomicU32,
-    sleeping: &AtomicU32,
+    sleeping: Option<&AtomicU32>,
     cond: impl Fn() -> bool,
     give_up: impl Fn() -> bool,
     slice: Duration,
@@ -226,15 +215,19 @@ pub(crate) fn wait_until_flagged(
         return true;
     }
     loop {
-        sleeping.fetch_add(1, Relaxed);
-        std::sync::atomic::fence(SeqCst);
+        if let Some(s) = sleeping {
+            s.fetch_add(1, Relaxed);
+            std::sync::atomic::fence(SeqCst);
+        }
         let seen = word.load(Acquire);
         let done = cond();
         let stop = !done && give_up();
         if !done && !stop {
             futex_wait(word, seen, slice);
         }
-        sleeping.fetch_sub(1, Relaxed);
+        if let Some(s) = sleeping {
+            s.fetch_sub(1, Relaxed);
+        }
         if done {
             return true;
         }
@@ -258,7 +251,7 @@ mod tests {
             while served < 2000 {
                 assert!(wait_until_flagged(
                     &h.req_seq,
-                    &h.req_sleeping,
+                    Some(&h.req_sleeping),
                     || h.req_seq.load(Acquire) != served,
                     || false,
                     Duration::from_secs(5),
@@ -280,7 +273,7 @@ mod tests {
             publish(&h.req_seq, i, &h.req_sleeping);
             assert!(wait_until_flagged(
                 &h.resp_seq,
-                &h.resp_sleeping,
+                Some(&h.resp_sleeping),
                 || h.resp_seq.load(Acquire) == i,
                 || false,
                 Duration::from_secs(5),

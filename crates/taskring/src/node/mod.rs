@@ -125,9 +125,7 @@ use crate::kernel::{Kernel, KernelCall, KernelRef};
 use crate::tensor::TaskId;
 use crate::tensor::Tensor;
 use frame::{ReplyFrame, TaskFrame, WireArg, WireReport, WireTensor};
-use mailbox::{
-    futex_wake, wait_until, Mailbox, STATE_FAILED, STATE_READY, STATE_SHUTDOWN, STATE_STARTING,
-};
+use mailbox::{futex_wake, Mailbox, STATE_FAILED, STATE_READY, STATE_SHUTDOWN, STATE_STARTING};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering::*;
@@ -474,11 +472,7 @@ impl Chip {
             *why.borrow_mut() = r;
             stop
         };
-        let ok = match sleeping {
-            Some(sleeping) => mailbox::wait_until_flagged(word, sleeping, cond, stop, SLICE),
-            None => wait_until(word, cond, stop, SLICE),
-        };
-        if ok {
+        if mailbox::wait_until_flagged(word, sleeping, cond, stop, SLICE) {
             Ok(())
         } else {
             Err(why.take())
@@ -1507,7 +1501,7 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     loop {
         let ok = mailbox::wait_until_flagged(
             &h.req_seq,
-            &h.req_sleeping,
+            Some(&h.req_sleeping),
             || h.req_seq.load(Acquire) != served || h.state.load(Acquire) == STATE_SHUTDOWN,
             || host_gone() || h.state.load(Acquire) == STATE_SHUTDOWN,
             Duration::from_millis(500),
