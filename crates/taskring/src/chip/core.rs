@@ -357,6 +357,8 @@ struct Idle {
     spins: u32,
     /// This core is the spinning one.
     spinning: bool,
+    /// This core parked since it last held a task (a push woke only it).
+    parked: bool,
 }
 
 impl Idle {
@@ -376,6 +378,10 @@ impl Idle {
         if self.spinning {
             self.spinning = false;
             eng.end_spin(true);
+        }
+        if self.parked {
+            self.parked = false;
+            eng.pass_on();
         }
     }
 
@@ -406,10 +412,12 @@ impl Idle {
                 eng.wake_cores();
             }
             if !eng.has_ready(kind) {
+                self.parked = true;
                 eng.park_core(kind, Self::PARK);
             }
         } else {
             self.spins = 0;
+            self.parked = true;
             eng.park_core(kind, Self::PARK);
         }
     }

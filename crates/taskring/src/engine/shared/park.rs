@@ -8,9 +8,17 @@ use crate::sync::Ordering::*;
 use crate::sync::{fence, AtomicBool, AtomicUsize, Condvar, Mutex};
 use std::time::Duration;
 
-/// Parking for idle cores. A waker that pushed work checks `sleepers` after a SeqCst
+/// Parking for idle cores. A waker that pushed work checks the sleepers after a SeqCst
 /// fence; a sleeper registers, fences, re-checks for work under the mutex, then waits.
 /// Either the waker sees the sleeper, or the sleeper sees the work.
+///
+/// One wake-up per push: sleepers wait on the condition variable of their queue index
+/// (core kind), and a push wakes one sleeper that can run its task — of its own kind
+/// first, then of kind `Any` (a task of `Any` wakes any kind). A core woken from its
+/// park that finds a task passes the wake-up on if more work is queued
+/// ([`Sleep::pass_on`]), so a batch pushed with one wake-up still reaches as many cores
+/// as it has tasks. (Waking every sleeper per push cost a host's L3 node four futex
+/// wake-ups and a fight for this mutex per dispatch on a 2-core machine.)
 ///
 /// Spinners: an idle core may first spin for a while (at most one at a time), counted in
 /// `spinning`. A push skips the wake-up while a core spins: the spinner re-checks the
@@ -19,19 +27,33 @@ use std::time::Duration;
 /// sleeper if more work is queued.
 #[derive(Default)]
 pub struct Sleep {
-    sleepers: AtomicUsize,
+    /// Parked cores, by queue index of their kind.
+    sleepers: [AtomicUsize; 3],
     spinning: AtomicUsize,
     /// Queue index (core kind) of the spinning core: pushes it cannot take still wake.
     spinner_kind: AtomicUsize,
     m: Mutex<()>,
-    cv: Condvar,
+    /// One per queue index of the sleepers' kind.
+    cv: [Condvar; 3],
+}
+
+/// Kinds of cores (queue indices) that can run a task of queue index `q`, in the order
+/// a wake-up picks a sleeper: a core of the task's own kind first (an `Any` core can
+/// run everything; keep it free for what only it can run).
+#[inline]
+fn runners(q: usize) -> &'static [usize] {
+    match q {
+        0 => &[0, 2],
+        1 => &[1, 2],
+        _ => &[2, 0, 1],
+    }
 }
 
 impl Sleep {
     /// Cores idle at this moment (parked or spinning; a hint: it may change at once).
     #[inline]
     pub(crate) fn idle(&self) -> usize {
-        self.sleepers.load(Relaxed) + self.spinning.load(Relaxed)
+        self.sleepers.iter().map(|s| s.load(Relaxed)).sum::<usize>() + self.spinning.load(Relaxed)
     }
 
     /// Become the (one) spinning core, of queue index `kind`; false if another core
@@ -67,34 +89,53 @@ impl Sleep {
                 return;
             }
         }
-        self.wake_sleepers();
+        self.wake_one(kind);
+    }
+
+    /// After a wake-up found its task: wake one more core for each queue of `nonempty`
+    /// (queue indices with tasks left; see the type doc).
+    #[inline]
+    pub(crate) fn pass_on(&self, nonempty: impl Fn(usize) -> bool) {
+        for q in 0..3 {
+            if nonempty(q) {
+                self.wake_for(q);
+            }
+        }
     }
 
     /// Wake every parked core (whatever it waits for).
     #[inline]
     pub fn wake(&self) {
         fence(SeqCst);
-        self.wake_sleepers();
+        if self.sleepers.iter().any(|s| s.load(Relaxed) > 0) {
+            let _g = self.m.lock();
+            for cv in &self.cv {
+                cv.notify_all();
+            }
+        }
     }
 
     #[inline]
-    fn wake_sleepers(&self) {
-        if self.sleepers.load(Relaxed) > 0 {
-            let _g = self.m.lock();
-            // All: sleepers are of different core kinds, and one woken for work it
-            // cannot take would leave the right one asleep until its park timeout.
-            self.cv.notify_all();
+    fn wake_one(&self, q: usize) {
+        for &k in runners(q) {
+            if self.sleepers[k].load(Relaxed) > 0 {
+                let _g = self.m.lock();
+                self.cv[k].notify_one();
+                return;
+            }
         }
     }
-    pub fn park(&self, has_work: impl Fn() -> bool, timeout: Duration) {
-        self.sleepers.fetch_add(1, SeqCst);
+
+    /// Park a core of queue index `kind` until woken (or `timeout`) unless `has_work()`.
+    pub fn park(&self, kind: usize, has_work: impl Fn() -> bool, timeout: Duration) {
+        self.sleepers[kind].fetch_add(1, SeqCst);
         fence(SeqCst);
         let mut g = self.m.lock();
         if !has_work() {
-            self.cv.wait_for(&mut g, timeout);
+            self.cv[kind].wait_for(&mut g, timeout);
         }
         drop(g);
-        self.sleepers.fetch_sub(1, SeqCst);
+        self.sleepers[kind].fetch_sub(1, SeqCst);
     }
 }
 

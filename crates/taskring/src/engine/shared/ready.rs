@@ -123,7 +123,8 @@ impl EngineShared {
     /// Queue `id` for a core of `kind` without waking anyone: the caller calls
     /// [`EngineShared::wake_for_queues`] once after a batch. Returns the queue's bit.
     #[inline]
-    pub(crate) fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u8 {
+    #[doc(hidden)]
+    pub fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u8 {
         let q = queue_index(kind);
         self.queues[q].push(id.0);
         1 << q
@@ -131,7 +132,8 @@ impl EngineShared {
 
     /// Wake for the queues of `mask` (bits from [`EngineShared::push_ready_quiet`]).
     #[inline]
-    pub(crate) fn wake_for_queues(&self, mask: u8) {
+    #[doc(hidden)]
+    pub fn wake_for_queues(&self, mask: u8) {
         for q in 0..3 {
             if mask & (1 << q) != 0 {
                 self.sleep.wake_for(q);
@@ -140,7 +142,8 @@ impl EngineShared {
     }
 
     /// Wake parked cores (work may be queued that a spinner cannot take).
-    pub(crate) fn wake_cores(&self) {
+    #[doc(hidden)]
+    pub fn wake_cores(&self) {
         self.sleep.wake();
     }
 
@@ -164,7 +167,8 @@ impl EngineShared {
 
     /// Any task a core of `kind` could take?
     #[inline]
-    pub(crate) fn has_ready(&self, kind: CoreKind) -> bool {
+    #[doc(hidden)]
+    pub fn has_ready(&self, kind: CoreKind) -> bool {
         let own = queue_index(kind);
         if own == 2 {
             return self.queues.iter().any(|q| !q.is_empty());
@@ -180,7 +184,8 @@ impl EngineShared {
     }
 
     /// Tasks waiting in the ready queues.
-    pub(crate) fn ready_len(&self) -> usize {
+    #[doc(hidden)]
+    pub fn ready_len(&self) -> usize {
         self.queues.iter().map(|q| q.len()).sum()
     }
 
@@ -191,9 +196,17 @@ impl EngineShared {
     /// Park the calling core until work may be there (or `timeout`).
     pub fn park_core(&self, kind: CoreKind, timeout: Duration) {
         self.sleep.park(
+            queue_index(kind),
             || self.has_ready(kind) || self.shutdown.load(SeqCst),
             timeout,
         )
+    }
+
+    /// A core back from [`EngineShared::park_core`] took a task: wake one more core per
+    /// queue that still holds tasks (a push woke only this one).
+    #[inline]
+    pub fn pass_on(&self) {
+        self.sleep.pass_on(|q| !self.queues[q].is_empty());
     }
 
     /// Cores idle at this moment, parked or spinning (a hint).
@@ -204,16 +217,18 @@ impl EngineShared {
 
     /// Try to become the spinning idle core (see [`Sleep`]).
     #[inline]
-    pub(crate) fn try_spin(&self, kind: CoreKind) -> bool {
+    #[doc(hidden)]
+    pub fn try_spin(&self, kind: CoreKind) -> bool {
         self.sleep.try_spin(queue_index(kind))
     }
 
     /// Stop spinning; if work is still queued, wake a sleeper for it.
     #[inline]
-    pub(crate) fn end_spin(&self, found_work: bool) {
+    #[doc(hidden)]
+    pub fn end_spin(&self, found_work: bool) {
         self.sleep.end_spin();
-        if found_work && self.queues.iter().any(|q| !q.is_empty()) {
-            self.sleep.wake();
+        if found_work {
+            self.pass_on();
         }
     }
 

@@ -1,0 +1,158 @@
+//! loom model of idle cores parking and waking (`engine::shared::park::Sleep`, reached
+//! through the real `EngineShared`: `push_ready`, `push_ready_quiet` +
+//! `wake_for_queues`, `try_spin` / `end_spin`, `park_core`, `pass_on`).
+//!
+//! Run (release):
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --locked --release -p taskring --test loom_park
+//! ```
+//!
+//! What is real: every atomic, lock and condition variable of the protocol (under
+//! `--cfg loom` the engine's `sync` facade is loom's, and a timed condvar wait never
+//! times out, so a lost wake-up is a deadlock that loom reports). What is replicated:
+//! a core's idle loop (`chip::core`'s `Idle`: pop, else spin if no other core spins —
+//! here one look instead of 2048 — else park; a spin that ends empty-handed wakes every
+//! sleeper if tasks are queued, since a push that saw a spinner skipped its wake-up;
+//! after a park or a spin that found a task, pass the wake-up on), and the pushing
+//! thread.
+//!
+//! What is checked: (1) every pushed task is taken, exactly once, by a core that can run
+//! it — each push wakes one sleeper only (of the task's kind, else of kind `Any`), a
+//! batch pushed with one wake-up per queue is passed on by the cores it wakes; (2) no wake-up is lost
+//! whatever the interleaving (else the pusher's wait for its tasks never ends).
+//! Leaving out the replica's wake-up after an empty spin makes loom report a deadlock (a
+//! push read a stale `spinner_kind` and skipped the only core that could run its task).
+#![cfg(loom)]
+
+mod loom_support;
+use loom_support::model;
+
+use loom::sync::atomic::AtomicU32;
+use loom::sync::Arc;
+use loom::thread;
+use std::sync::atomic::Ordering::*;
+use std::time::Duration;
+use taskring::engine::shared::EngineShared;
+use taskring::kernel::CoreKind;
+use taskring::tensor::TaskId;
+
+/// Task `i` (ids 1..) may be run only by a core of `kinds[i]`'s compatible kinds.
+fn can_run(core: CoreKind, task: CoreKind) -> bool {
+    task == CoreKind::Any || core == CoreKind::Any || core == task
+}
+
+/// The replica of a core's loop: take tasks until shutdown; each taken task's bit is
+/// set in `taken` (a bit taken twice fails the model).
+fn core(eng: &EngineShared, kind: CoreKind, tasks: &[CoreKind], taken: &AtomicU32) {
+    let mut spinning = false;
+    let mut parked = false;
+    loop {
+        if let Some(t) = eng.pop_ready(kind) {
+            if spinning {
+                spinning = false;
+                eng.end_spin(true);
+            }
+            if parked {
+                parked = false;
+                eng.pass_on();
+            }
+            let i = t.0 as usize;
+            assert!(
+                can_run(kind, tasks[i]),
+                "a {kind:?} core took a {:?} task",
+                tasks[i]
+            );
+            let before = taken.fetch_or(1 << i, AcqRel);
+            assert_eq!(before & (1 << i), 0, "task {i} taken twice");
+            eng.progress.notify();
+            continue;
+        }
+        if eng.shutdown.load(Acquire) {
+            if spinning {
+                eng.end_spin(false);
+            }
+            return;
+        }
+        if !spinning && eng.try_spin(kind) {
+            // One look while spinning (the real loop looks up to 2048 times).
+            spinning = true;
+            thread::yield_now();
+            continue;
+        }
+        if spinning {
+            spinning = false;
+            eng.end_spin(false);
+            // Work of a kind this core cannot run may have skipped its wake-up.
+            if eng.ready_len() > 0 {
+                eng.wake_cores();
+            }
+            if !eng.has_ready(kind) {
+                parked = true;
+                eng.park_core(kind, Duration::from_secs(1));
+            }
+        } else {
+            parked = true;
+            eng.park_core(kind, Duration::from_secs(1));
+        }
+    }
+}
+
+/// Cores of `cores` kinds; the main thread pushes `tasks` (one wake-up each, or one
+/// batch with one wake-up per queue), waits until all were taken, then shuts down.
+fn scenario(cores: &'static [CoreKind], tasks: &'static [CoreKind], batch: bool) {
+    let eng = Arc::new(EngineShared::default());
+    let taken = Arc::new(AtomicU32::new(0));
+    let handles: Vec<_> = cores
+        .iter()
+        .map(|&k| {
+            let (eng, taken) = (eng.clone(), taken.clone());
+            thread::spawn(move || core(&eng, k, tasks, &taken))
+        })
+        .collect();
+    if batch {
+        let mut mask = 0;
+        for (i, &k) in tasks.iter().enumerate() {
+            mask |= eng.push_ready_quiet(TaskId(i as u64), k);
+        }
+        eng.wake_for_queues(mask);
+    } else {
+        for (i, &k) in tasks.iter().enumerate() {
+            eng.push_ready(TaskId(i as u64), k);
+        }
+    }
+    let all = (1u32 << tasks.len()) - 1;
+    while !eng
+        .progress
+        .wait(|| taken.load(Acquire) == all, Duration::from_secs(1))
+    {}
+    eng.shutdown.store(true, SeqCst);
+    eng.wake_all_cores();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(taken.load(Acquire), all);
+}
+
+use CoreKind::{Aic, Aiv, Any};
+
+/// An AIC and an AIV core; an AIV task, an AIC task and an `Any` task, each pushed with
+/// its own wake-up: each wakes one sleeper of its own kind.
+#[test]
+fn one_wake_up_per_push_reaches_a_core_of_the_right_kind() {
+    model(2, || scenario(&[Aic, Aiv], &[Aiv, Aic, Any], false));
+}
+
+/// Two AIV cores and an `Any` core; three AIV tasks pushed as one batch with a single
+/// wake-up: the cores woken pass it on while tasks are left.
+#[test]
+fn a_batch_with_one_wake_up_is_passed_on() {
+    model(2, || scenario(&[Aiv, Aiv], &[Aiv, Aiv, Aiv], true));
+}
+
+/// An AIC core and an `Any` core; AIC tasks: whichever sleeps, one can take them (an
+/// `Any` core is woken when no AIC core sleeps).
+#[test]
+fn a_task_wakes_an_any_core_when_none_of_its_kind_sleeps() {
+    model(2, || scenario(&[Any, Aic], &[Aic, Aic], false));
+}
