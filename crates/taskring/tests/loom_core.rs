@@ -242,11 +242,12 @@ fn core_loop(a: &ArenaShared, eng: &EngineShared, marks: &Marks, done: &AtomicU3
     }
 }
 
-/// The end of a run (chip.rs): wait until every submitted task of `ring` retired, then
-/// stop the cores.
+/// The end of a run (chip.rs `wait_retired`): wait until every submitted task of
+/// `ring` retired — woken only by the retirement that ends the ring (`wait_end`; a lost
+/// wake-up is a deadlock here), then stop the cores.
 fn finish(a: &ArenaShared, eng: &EngineShared, ring: usize) {
     let r = &a.rings[ring];
-    while !eng.progress.wait(
+    while !eng.progress.wait_end(
         || r.last_alive.load(Acquire) == r.current.load(Acquire),
         Duration::from_secs(1),
     ) {}
@@ -520,6 +521,32 @@ fn progress_wait_vs_notify() {
         while !eng
             .progress
             .wait(|| moved.load(Acquire), Duration::from_secs(1))
+        {}
+        core.join().unwrap();
+    });
+}
+
+/// 5c. The end of a run waits for a ring's last retirement (`Progress::wait_end`) while
+/// a core retires the ring's two tasks one after the other and notifies each time as
+/// `check_consumed` does (`notify_advance`, "ring done" only after the second): the
+/// first notification must not wake it, the second must.
+#[test]
+fn wait_end_vs_notify_advance() {
+    model(3, || {
+        let eng = Arc::new(EngineShared::default());
+        let retired = Arc::new(AtomicU32::new(0));
+        let core = {
+            let (eng, retired) = (eng.clone(), retired.clone());
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    let now = retired.fetch_add(1, Release) + 1;
+                    eng.progress.notify_advance(|| now == 2);
+                }
+            })
+        };
+        while !eng
+            .progress
+            .wait_end(|| retired.load(Acquire) == 2, Duration::from_secs(1))
         {}
         core.join().unwrap();
     });

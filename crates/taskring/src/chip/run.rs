@@ -576,7 +576,8 @@ fn wait_retired(
                     continue;
                 }
             }
-            sh.eng.progress.wait(
+            // Woken when a ring retired everything (or on a failure): not per task.
+            sh.eng.progress.wait_end(
                 || all_retired() || fatal(),
                 Duration::from_millis(50).min(timeout),
             );

@@ -293,15 +293,18 @@ impl Kernel for HostDispatch {
             elapsed_s: t0.elapsed().as_secs_f64(),
             error: error.clone(),
         });
-        self.sh.done.notify_all();
+        if let Some(e) = &error {
+            if st.first_error.is_none() {
+                st.first_error = Some(e.clone());
+            }
+        }
+        // The run's waiter (`wait_dispatched`) wants only the end (see the node's).
+        if st.over() {
+            self.sh.done.notify_all();
+        }
         match error {
             None => Ok(()),
-            Some(e) => {
-                if st.first_error.is_none() {
-                    st.first_error = Some(e.clone());
-                }
-                Err(e)
-            }
+            Some(e) => Err(e),
         }
     }
 }

@@ -891,7 +891,6 @@ impl Dispatch {
         }
         st.finished += 1;
         st.in_flight -= 1;
-        self.node.done.notify_all();
         let (report, err) = match reply {
             Ok(r) => {
                 let err = (r.status != 0).then(|| chip.fault(r.error));
@@ -909,14 +908,19 @@ impl Dispatch {
         if idx < st.reports.len() {
             st.reports[idx] = Some(report);
         }
+        if let Some(e) = &err {
+            if st.first_chip_error.is_none() {
+                st.first_chip_error = Some(e.clone());
+            }
+        }
+        // The run's waiter (`wait_dispatched`) wants only the end: waking it for each
+        // of a long run's tasks cost a futex wake and a context switch per task.
+        if st.over() {
+            self.node.done.notify_all();
+        }
         match err {
             None => Ok(()),
-            Some(e) => {
-                if st.first_chip_error.is_none() {
-                    st.first_chip_error = Some(e.clone());
-                }
-                Err(e)
-            }
+            Some(e) => Err(e),
         }
     }
 }
@@ -2305,7 +2309,8 @@ pub(crate) fn wait_over<S>(
 }
 
 /// Wait until every L3 task of the run was dispatched and answered, or one failed, or
-/// the run was cancelled; calls the hook around every slice of at most 50 ms.
+/// the run was cancelled; calls the hook around every slice of at most 50 ms. Woken
+/// once, by the dispatch that ends the run (`Dispatch::record`) or by `cancel`.
 fn wait_dispatched(sh: &NodeShared, hook: Option<&dyn Fn(bool)>) {
     let over = |st: &RunState| st.over() || sh.ctl.cancel.load(Acquire);
     wait_over(&sh.run, &sh.done, over, mailbox::MAILBOX_SPIN, hook);

@@ -138,8 +138,10 @@ impl ArenaShared {
         s.lock();
         let consumed = s.try_consume_locked();
         s.unlock();
-        if consumed && self.rings[id.ring()].advance() {
-            eng.progress.notify();
+        let ring = &self.rings[id.ring()];
+        if consumed && ring.advance() {
+            eng.progress
+                .notify_advance(|| ring.last_alive.load(Acquire) == ring.current.load(Acquire));
         }
     }
 

@@ -5,7 +5,7 @@
 //! cannot be lost (the argument is on [`Sleep`]); every wait also has a timeout.
 
 use crate::sync::Ordering::*;
-use crate::sync::{fence, AtomicBool, AtomicUsize, Condvar, Mutex};
+use crate::sync::{fence, AtomicUsize, Condvar, Mutex};
 use std::time::Duration;
 
 /// Parking for idle cores. A waker that pushed work checks the sleepers after a SeqCst
@@ -140,28 +140,69 @@ impl Sleep {
 }
 
 /// The orchestrator's "something moved" signal (same protocol as [`Sleep`]).
+///
+/// Two kinds of waiter: [`Progress::wait`] wants every retirement (a submit waiting for
+/// ring space), [`Progress::wait_end`] only a ring's last one (the end of a run waits
+/// for everything to retire: waking it for each of thousands of retirements cost the
+/// cores a futex wake and a fight for this mutex per task). A retirement notifies with
+/// [`Progress::notify_advance`], which wakes an end-waiter only when its ring has
+/// retired everything; anything else (a failure, a direct replay's last task) notifies
+/// every waiter.
 #[derive(Default)]
 pub struct Progress {
-    waiting: AtomicBool,
+    /// [`NOBODY`], [`ANY_MOVE`] or [`RING_END`].
+    waiting: AtomicUsize,
     m: Mutex<()>,
     cv: Condvar,
 }
 
+const NOBODY: usize = 0;
+/// A waiter for any retirement.
+const ANY_MOVE: usize = 1;
+/// A waiter for the end of a ring's retirements.
+const RING_END: usize = 2;
+
 impl Progress {
+    /// Wake the waiter, whatever it waits for.
     #[inline]
     pub fn notify(&self) {
         fence(SeqCst);
-        if self.waiting.load(Relaxed) {
+        if self.waiting.load(Relaxed) != NOBODY {
             let _g = self.m.lock();
             self.cv.notify_all();
         }
     }
-    /// Wait until `done()` or `timeout`. Returns `done()`'s last value.
+
+    /// A ring's watermark moved: wake a waiter for any move, or an end-waiter if
+    /// `ring_done()` (the ring retired every task it holds).
+    #[inline]
+    pub fn notify_advance(&self, ring_done: impl FnOnce() -> bool) {
+        fence(SeqCst);
+        let w = self.waiting.load(Relaxed);
+        if w == ANY_MOVE || (w == RING_END && ring_done()) {
+            let _g = self.m.lock();
+            self.cv.notify_all();
+        }
+    }
+
+    /// Wait until `done()` or `timeout`, woken by any retirement. Returns `done()`'s
+    /// last value.
     pub fn wait(&self, done: impl Fn() -> bool, timeout: Duration) -> bool {
+        self.wait_as(ANY_MOVE, done, timeout)
+    }
+
+    /// Wait until `done()` or `timeout`, woken only when a ring retired everything (or
+    /// by [`Progress::notify`]). `done()` must turn true only at such a moment (e.g.
+    /// "every ring retired everything") or through something that calls `notify`.
+    pub fn wait_end(&self, done: impl Fn() -> bool, timeout: Duration) -> bool {
+        self.wait_as(RING_END, done, timeout)
+    }
+
+    fn wait_as(&self, kind: usize, done: impl Fn() -> bool, timeout: Duration) -> bool {
         if done() {
             return true;
         }
-        self.waiting.store(true, SeqCst);
+        self.waiting.store(kind, SeqCst);
         fence(SeqCst);
         let mut g = self.m.lock();
         let mut ok = done();
@@ -170,7 +211,7 @@ impl Progress {
             ok = done();
         }
         drop(g);
-        self.waiting.store(false, SeqCst);
+        self.waiting.store(NOBODY, SeqCst);
         ok
     }
 }
