@@ -135,6 +135,9 @@ use std::time::{Duration, Instant};
 
 /// How often a host thread waiting on a chip checks it (death, heartbeat, cancel).
 const SLICE: Duration = Duration::from_millis(20);
+/// How long a chip found alive before a request is trusted to be alive for the next
+/// ones (`Chip::dead_before_post`).
+const ALIVE_RECHECK: Duration = Duration::from_millis(1);
 /// How often the caller of [`Node::run`] calls its blocking hook while it waits.
 const HOOK_SLICE: Duration = Duration::from_millis(50);
 /// A gap this long between two looks at a chip's heartbeat is no evidence of a stall
@@ -310,6 +313,9 @@ struct Chip {
     seq: Mutex<u32>,
     /// Why the chip is gone (dead or closed), once known.
     dead: Mutex<Option<String>>,
+    /// When `check_dead` last found the chip alive (`trace::mono_ns`; 0: never): the
+    /// dispatch path asks again only after [`ALIVE_RECHECK`] (see `dead_before_post`).
+    alive_at: std::sync::atomic::AtomicU64,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Write end of the chip's host pipe (-1 when closed or for a chip thread).
     pipe: AtomicI32,
@@ -357,6 +363,24 @@ impl Chip {
             *d = self.why_dead();
         }
         d.as_deref().map(|why| self.fault(why))
+    }
+
+    /// Before a request is posted: the chip's known death, and a fresh look (a
+    /// `waitpid`) only if the last one that found it alive is older than
+    /// [`ALIVE_RECHECK`] — one syscall per round trip cost ~0.4 µs of the L3 round
+    /// trip's CPU. A chip that died since is still caught at once by the reply's wait
+    /// (its `give_up` looks every time before it sleeps).
+    fn dead_before_post(&self) -> Option<ChipFault> {
+        let now = trace::mono_ns();
+        let seen = self.alive_at.load(Relaxed);
+        if seen != 0 && now.saturating_sub(seen) < ALIVE_RECHECK.as_nanos() as u64 {
+            return self.dead.lock().as_deref().map(|why| self.fault(why));
+        }
+        let r = self.check_dead();
+        if r.is_none() {
+            self.alive_at.store(now, Relaxed);
+        }
+        r
     }
 
     /// Why the chip is dead, if it is (a reaped process, an ended thread).
@@ -532,7 +556,7 @@ impl Chip {
         after: impl FnOnce(u64) -> T,
     ) -> Result<(ReplyFrame, T), ChipFault> {
         let mut seq = self.turn(ctl)?;
-        if let Some(d) = self.check_dead() {
+        if let Some(d) = self.dead_before_post() {
             return Err(d);
         }
         if ctl.cancel.load(Acquire) {
@@ -1265,6 +1289,24 @@ pub struct Node {
     closed: bool,
     /// The process that created the node (see "fork()" in the module doc).
     creator: u32,
+    /// [`forks`] when the node was created.
+    creator_forks: u64,
+}
+
+/// Forks this process went through as a child (a count kept by an atfork handler that
+/// the first call registers): a node compares it instead of asking `getpid` on every
+/// run.
+fn forks() -> u64 {
+    static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn in_child() {
+        FORKS.fetch_add(1, Relaxed);
+    }
+    ATFORK.call_once(|| {
+        // safety: registers a child handler that only bumps an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    });
+    FORKS.load(Relaxed)
 }
 
 /// What a chip (process or thread) needs to serve tasks.
@@ -1364,6 +1406,7 @@ fn start_chip(
         mailbox: mb,
         seq: Mutex::new(0),
         dead: Mutex::new(None),
+        alive_at: std::sync::atomic::AtomicU64::new(0),
         thread: Mutex::new(thread),
         pipe: AtomicI32::new(pipe_w),
         beat: Mutex::new(Beat {
@@ -1789,6 +1832,7 @@ impl Node {
             dispatch: Some(dispatch),
             closed: false,
             creator: std::process::id(),
+            creator_forks: forks(),
         })
     }
 
@@ -1822,7 +1866,8 @@ impl Node {
     }
 
     fn check_process(&self) -> Result<(), NodeError> {
-        if std::process::id() != self.creator {
+        // Without a syscall: a fork since the node was built shows in the fork count.
+        if forks() != self.creator_forks && std::process::id() != self.creator {
             return Err(NodeError::Forked(self.creator));
         }
         Ok(())

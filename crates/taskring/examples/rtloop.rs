@@ -1,0 +1,57 @@
+//! B6's 1-task L3 round trip in a loop, for profiling (`perf record -a -g`): a node with
+//! one chip process, runs of one tiny L2 task for the given seconds (default 5); prints
+//! the median and the 10th/90th percentiles.
+//!
+//! ```text
+//! cargo run --release -p taskring --example rtloop -- 3
+//! ```
+use parking_lot::RwLock;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use taskring::builtin::NOOP;
+use taskring::node::*;
+use taskring::*;
+
+fn main() {
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(5.0);
+    let callables = Arc::new(RwLock::new(vec![ChipCallable {
+        program: Program::new("tiny", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ())),
+        signature: vec![],
+    }]));
+    let opts = NodeOptions {
+        device_ids: vec![0],
+        chip_processes: true,
+        chip_cores: 1,
+        prewarm: Some(CallConfig::default()),
+        ..Default::default()
+    };
+    let mut node = Node::new(opts, callables, &NoForkHooks).unwrap();
+    let cfg = CallConfig::default();
+    let mut ts = vec![];
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        let c = cfg.clone();
+        node.run(
+            move |o| {
+                o.submit_next_level(0, &[], &c, 0)?;
+                Ok(())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap();
+        ts.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "{} runs, median {:.2} us, p10 {:.2}, p90 {:.2}",
+        ts.len(),
+        ts[ts.len() / 2],
+        ts[ts.len() / 10],
+        ts[ts.len() * 9 / 10]
+    );
+}
