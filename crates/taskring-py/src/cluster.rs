@@ -366,7 +366,7 @@ mod with_mpi {
                         config: Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?,
                         args: request_args(py, &task)?.unbind(),
                         task,
-                    }))
+                    }));
                 }
                 Some(Err(m)) => {
                     let text = format!("malformed L4 task frame: {}", m.error);

@@ -13,10 +13,10 @@ use taskring::node::*;
 use taskring::*;
 
 fn main() {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(5.0);
+    let arg = |i: usize, d: f64| std::env::args().nth(i).map_or(d, |s| s.parse().unwrap());
+    let secs = arg(1, 5.0);
+    let per_run = arg(2, 1.0) as usize;
+    let node_cores = arg(3, 0.0) as usize;
     let callables = Arc::new(RwLock::new(vec![ChipCallable {
         program: Program::new("tiny", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ())),
         signature: vec![],
@@ -26,6 +26,7 @@ fn main() {
         chip_processes: true,
         chip_cores: 1,
         prewarm: Some(CallConfig::default()),
+        node_cores,
         ..Default::default()
     };
     let mut node = Node::new(opts, callables, &NoForkHooks).unwrap();
@@ -37,14 +38,16 @@ fn main() {
         let c = cfg.clone();
         node.run(
             move |o| {
-                o.submit_next_level(0, &[], &c, 0)?;
+                for _ in 0..per_run {
+                    o.submit_next_level(0, &[], &c, 0)?;
+                }
                 Ok(())
             },
             &CallConfig::default(),
             None,
         )
         .unwrap();
-        ts.push(t0.elapsed().as_secs_f64() * 1e6);
+        ts.push(t0.elapsed().as_secs_f64() * 1e6 / per_run as f64);
     }
     ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
     println!(
