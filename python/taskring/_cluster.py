@@ -20,6 +20,10 @@ import numpy as np
 
 from . import _native
 
+# This module is imported by `_node` (lazily, for Worker(level=4)), after `_node` loaded:
+# importing from it here is not a cycle, and keeps imports off the per-task path.
+from ._node import _SharedHolder, shared_array
+
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
@@ -167,8 +171,6 @@ class _Host:
         self.resident: Dict[int, np.ndarray] = {}
 
     def _pooled(self, i: int, shape: Tuple[int, ...], dtype: str, nbytes: int) -> np.ndarray:
-        from ._node import _SharedHolder
-
         mem = self.pool.get(i)
         if mem is None or mem.nbytes < nbytes:
             mem = _native.SharedMem(max(nbytes, 64, 2 * (mem.nbytes if mem is not None else 0)))
@@ -176,8 +178,6 @@ class _Host:
         return np.asarray(_SharedHolder(mem, shape, dtype))
 
     def _resident(self, tid: int, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
-        from ._node import shared_array
-
         a = self.resident.get(tid)
         if a is None:
             a = shared_array(shape, dtype)

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _native
 from ._native import ArenaStats, CallConfig, NodeRunReport
+from ._config import RunConfig, platform_check
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -90,6 +91,20 @@ class RunHandle:
 
 
 from ._config import as_call_config as _call_config
+
+
+_PROGRAM_CLASS: Any = None
+
+
+def _program_class() -> Any:
+    """``taskring.Program`` (defined after this module is imported; looked up once: an
+    import statement on every run cost ~1 µs)."""
+    global _PROGRAM_CLASS
+    if _PROGRAM_CLASS is None:
+        from . import Program
+
+        _PROGRAM_CLASS = Program
+    return _PROGRAM_CLASS
 
 
 class Worker:
@@ -238,9 +253,7 @@ class Worker:
         if self.level == 2:
             if self._chip is None:
                 raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
-            from . import Program
-
-            prog = orch if isinstance(orch, Program) else self._programs[orch]
+            prog = orch if isinstance(orch, _program_class()) else self._programs[orch]
             host = prog.check_args(list(args or ()))
             return self._chip.run(prog.orchestration, prog.name, host, cfg)
         if self._node is None:
@@ -381,12 +394,10 @@ class DistributedWorker:
         """A fresh CallConfig per dispatch: the program's thread count, plus the
         non-None ring fields and the diagnostics (``enable_*``, ``output_dir``) of the
         dispatch's RunConfig."""
-        from ._config import RunConfig
-
-        from ._config import platform_check
-
-        platform_check(config)
         cfg = CallConfig(aicpu_thread_num=program.config.aicpu_thread_num)
+        if config is None:
+            return cfg
+        platform_check(config)
         if isinstance(config, RunConfig):
             # Of a dispatch's RunConfig, L3 takes the ring fields (its thread count
             # and platform do not apply to the chips' tasks) ...
