@@ -16,7 +16,7 @@ use std::time::Duration;
 /// (core kind), and a push wakes one sleeper that can run its task — of its own kind
 /// first, then of kind `Any` (a task of `Any` wakes any kind). A core woken from its
 /// park that finds a task passes the wake-up on if more work is queued
-/// ([`Sleep::pass_on`]), so a batch pushed with one wake-up still reaches as many cores
+/// (`Sleep::pass_on`), so a batch pushed with one wake-up still reaches as many cores
 /// as it has tasks. (Waking every sleeper per push cost a host's L3 node four futex
 /// wake-ups and a fight for this mutex per dispatch on a 2-core machine.)
 ///

@@ -46,6 +46,7 @@
 
 mod check;
 mod elementwise;
+mod fastmath;
 mod matmul;
 mod reduce;
 mod rows;
