@@ -305,6 +305,12 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
                             idle.leave(eng);
                             return;
                         }
+                        let quiet = sh.direct_quiet.load(Relaxed);
+                        if quiet & (1 << crate::engine::shared::queue_index(kind)) != 0 {
+                            // A direct replay whose caller helps, or with little for
+                            // this core: park now (see `DirectJob::quiet`).
+                            idle.spins = Idle::SPIN.checks;
+                        }
                         idle.step(eng, kind);
                         continue;
                     }

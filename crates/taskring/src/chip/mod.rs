@@ -176,6 +176,10 @@ struct ChipShared {
     /// The direct replay in progress (a `DirectJob`), or null: then queued task ids are
     /// indices into its graph, not ring slots.
     direct: AtomicPtr<()>,
+    /// During a direct replay, bit k: idle cores of queue index k park at once instead
+    /// of spinning (`DirectJob::quiet`); 0 otherwise. Read without the job (a core may
+    /// look while the job is being removed).
+    direct_quiet: std::sync::atomic::AtomicU8,
 }
 
 /// A resident simulated chip. See the module doc.
@@ -288,6 +292,7 @@ impl ChipWorker {
             arena: AtomicPtr::new(std::ptr::null_mut()),
             cores: parking_lot::RwLock::new(Vec::with_capacity(cores)),
             direct: AtomicPtr::new(std::ptr::null_mut()),
+            direct_quiet: std::sync::atomic::AtomicU8::new(0),
         });
         let mut w = ChipWorker {
             shared,

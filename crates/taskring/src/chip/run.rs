@@ -127,6 +127,7 @@ impl ChipWorker {
         };
         self.settle(result.as_ref().err(), blocking_hook);
         self.shared.direct.store(std::ptr::null_mut(), Release);
+        self.shared.direct_quiet.store(0, Relaxed);
         result?;
         Ok(RunReport {
             ring_sizing: *sizing,
@@ -372,6 +373,11 @@ fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Dura
     sh.eng.drain_queues();
     wait_cores_idle(sh, timeout);
     super::abort::reopen(&sh.eng);
+    let quiet = job.quiet();
+    sh.direct_quiet.store(
+        (0..3).filter(|&k| quiet[k]).fold(0u8, |m, k| m | 1 << k),
+        Relaxed,
+    );
     sh.direct
         .store(job as *const DirectJob<'_> as *mut (), Release);
     for _ in 0..cores {

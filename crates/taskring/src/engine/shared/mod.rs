@@ -41,6 +41,7 @@ mod slot;
 pub use completion::{ArenaShared, Claim};
 pub use fanin::{claim_fanin, wire_and_publish, write_fanin_record, FaninClaims, FaninEdge};
 pub use park::{Progress, Sleep};
+pub(crate) use ready::queue_index;
 pub use ready::EngineShared;
 pub use retire::{PayloadCell, RingShared};
 pub(crate) use slot::DEP_FLAGS;

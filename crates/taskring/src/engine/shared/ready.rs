@@ -84,7 +84,7 @@ impl ReadyQueue {
 }
 
 #[inline]
-fn queue_index(kind: CoreKind) -> usize {
+pub(crate) fn queue_index(kind: CoreKind) -> usize {
     match kind {
         CoreKind::Aic => 0,
         CoreKind::Aiv => 1,
