@@ -124,10 +124,54 @@ fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Optio
 /// Most ready tasks a thread keeps to itself during a direct replay (`direct_step`).
 const DIRECT_LOCAL: usize = 4096;
 
+/// A thread's own part of a direct replay (`direct_step`).
+#[derive(Default)]
+pub(crate) struct DirectLocal {
+    /// Ready tasks kept to itself (no atomics, no contention).
+    stack: Vec<u32>,
+    /// Sinks completed here and not yet reported to the job (`DirectJob::finish_sinks`):
+    /// reported when this thread runs out of work, not one shared decrement per task
+    /// (an independent or fan-out graph is almost all sinks, and every thread
+    /// decrementing one counter for each made its cache line travel between the cores).
+    sinks: usize,
+}
+
+impl DirectLocal {
+    pub(crate) fn new() -> DirectLocal {
+        DirectLocal {
+            stack: Vec::with_capacity(DIRECT_LOCAL),
+            sinks: 0,
+        }
+    }
+
+    /// Forget everything (a failed replay: none of it may meet the next one).
+    pub(crate) fn clear(&mut self) {
+        self.stack.clear();
+        self.sinks = 0;
+    }
+
+    /// Report the sinks counted here; true if they were the job's last (then the caller
+    /// waiting for the replay is notified).
+    pub(crate) fn report_sinks(&mut self, eng: &EngineShared, job: &DirectJob<'_>) {
+        let n = std::mem::take(&mut self.sinks);
+        if n > 0 && job.finish_sinks(n) {
+            eng.progress.notify();
+        }
+    }
+
+    /// Hand the kept tasks to the shared ready queues.
+    pub(crate) fn hand_back(&mut self, eng: &EngineShared, job: &DirectJob<'_>) {
+        for l in self.stack.drain(..) {
+            eng.push_ready(TaskId(l as u64), job.kind(l));
+        }
+    }
+}
+
 /// Run task `i` of a direct replay on this thread and complete it. Returns the task to
 /// run next here: the first successor it made ready (of a kind this thread runs), else
-/// one of `local`, else a root nobody took yet. Of the other successors it made ready,
-/// every second one it can run goes to `local` (this thread's own stack: no atomics, no
+/// one of `local`'s, else a root nobody took yet; when there is none, it reports the
+/// sinks it counted (`DirectLocal`). Of the other successors it made ready, every
+/// second one it can run goes to `local` (this thread's own stack: no atomics, no
 /// contention; a fan-out's consumers are split between the shared queue, where other
 /// cores take them, and this thread), the rest to the shared ready queues.
 /// `state`: the core's state word (None on the orchestrator's thread, which is never
@@ -140,7 +184,7 @@ pub(super) fn direct_step(
     i: u32,
     kind: CoreKind,
     state: Option<&AtomicU64>,
-    local: &mut Vec<u32>,
+    local: &mut DirectLocal,
 ) -> Option<u32> {
     let r = job.run(i);
     if state.is_some_and(|s| !abort::begin_completion(s, TaskId(i as u64))) {
@@ -163,13 +207,13 @@ pub(super) fn direct_step(
     // One wake-up per batch of successors made ready (a fan-out makes many at once).
     let mut queued = 0u8;
     let mut extra = 0usize;
-    let last = job.complete(i, |s| {
+    let sink = job.complete(i, |s| {
         let sk = job.kind(s);
         if next.is_none() && can_run(kind, sk) {
             next = Some(s);
-        } else if extra % 2 == 1 && local.len() < DIRECT_LOCAL && can_run(kind, sk) {
+        } else if extra % 2 == 1 && local.stack.len() < DIRECT_LOCAL && can_run(kind, sk) {
             extra += 1;
-            local.push(s);
+            local.stack.push(s);
         } else {
             extra += 1;
             queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
@@ -178,16 +222,13 @@ pub(super) fn direct_step(
     if queued != 0 {
         eng.wake_for_queues(queued);
     }
+    local.sinks += sink as usize;
     // Progress for the stall clock only (it looks for a change): a plain increment, an
     // update lost to a race with another core does not matter.
     eng.completed
         .store(eng.completed.load(Relaxed).wrapping_add(1), Relaxed);
-    if last {
-        eng.progress.notify();
-        return None;
-    }
     if next.is_none() {
-        if let Some(l) = local.pop() {
+        if let Some(l) = local.stack.pop() {
             return Some(l);
         }
         while let Some(r) = job.claim_root() {
@@ -197,6 +238,9 @@ pub(super) fn direct_step(
             }
             eng.push_ready(TaskId(r as u64), rk);
         }
+        // Out of work here: the sinks counted here go to the job (the last report
+        // ends the replay).
+        local.report_sinks(eng, job);
     }
     next
 }
@@ -283,8 +327,8 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
     let busy = &core.state;
     let eng = &sh.eng;
     let mut next: Option<TaskId> = None;
-    // Ready tasks of a direct replay this core keeps to itself (see `direct_step`).
-    let mut local: Vec<u32> = Vec::with_capacity(DIRECT_LOCAL);
+    // This core's own part of a direct replay (see `direct_step`).
+    let mut local = DirectLocal::new();
     let mut idle = Idle::default();
     loop {
         // (Never ABANDONED here: only a RUNNING word is given up on, and the core

@@ -226,7 +226,7 @@ pub struct ChipWorker {
     /// This worker's id (unique in the process).
     id: u64,
     /// The orchestrator thread's own ready tasks while it helps a direct replay.
-    direct_local: Vec<u32>,
+    direct_local: core::DirectLocal,
 }
 
 impl ChipWorker {
@@ -307,7 +307,7 @@ impl ChipWorker {
             orchestrator_helps: opts.orchestrator_helps,
             node_engine: opts.shared_heaps,
             id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
-            direct_local: Vec::new(),
+            direct_local: core::DirectLocal::new(),
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;

@@ -2,7 +2,7 @@
 //! orchestration inside the root scope, wait until every task retired (or a failure),
 //! settle the cores, report. A direct replay runs the same way without orchestration.
 
-use super::core::{can_run, direct_step, help_kind, help_one, wait_cores_idle};
+use super::core::{can_run, direct_step, help_kind, help_one, wait_cores_idle, DirectLocal};
 use super::report::classify_stall;
 use super::spin::SpinThenPark;
 use super::{Arg, ChipShared, ChipWorker, Diagnostics, OrchBody, Program, RunError, RunReport};
@@ -396,7 +396,7 @@ fn help_direct(
     eng: &EngineShared,
     job: &DirectJob<'_>,
     kind: CoreKind,
-    local: &mut Vec<u32>,
+    local: &mut DirectLocal,
     stay: &dyn Fn() -> bool,
 ) -> bool {
     // Roots nobody took yet first: a root queued for a core at the opening is that
@@ -415,11 +415,11 @@ fn help_direct(
     };
     while let Some(n) = direct_step(eng, job, i, kind, None, local) {
         if !stay() {
-            // Hand the rest to the cores: the next task and this thread's own stack.
+            // Hand the rest to the cores: the next task and this thread's own stack;
+            // and report the sinks counted here.
             eng.push_ready(TaskId(n as u64), job.kind(n));
-            for l in local.drain(..) {
-                eng.push_ready(TaskId(l as u64), job.kind(l));
-            }
+            local.hand_back(eng, job);
+            local.report_sinks(eng, job);
             break;
         }
         i = n;

@@ -478,8 +478,10 @@ impl<'a> DirectJob<'a> {
     }
 
     /// Task `i` completed: its successors that became ready are handed to `ready`.
-    /// Returns true when it was the graph's last sink (a task without successors): every
-    /// task has a path to a sink and runs before it, so then every task ran.
+    /// Returns true when it is a sink (a task without successors): the caller counts it
+    /// and reports its sinks with [`DirectJob::finish_sinks`] — the last of those calls
+    /// means every sink, so every task, ran (each task has a path to a sink and runs
+    /// before it).
     #[inline]
     pub(crate) fn complete(&self, i: u32, mut ready: impl FnMut(u32)) -> bool {
         let g = self.g;
@@ -491,7 +493,14 @@ impl<'a> DirectJob<'a> {
                 ready(s);
             }
         }
-        succ.is_empty() && self.remaining.fetch_sub(1, AcqRel) == 1
+        succ.is_empty()
+    }
+
+    /// `n` sinks completed (counted by their threads, see `chip::core::DirectLocal`):
+    /// true if they were the last.
+    #[inline]
+    pub(crate) fn finish_sinks(&self, n: usize) -> bool {
+        self.remaining.fetch_sub(n, AcqRel) == n
     }
 
     /// The next root nobody took yet.
