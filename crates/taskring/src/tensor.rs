@@ -114,7 +114,7 @@ impl fmt::Display for TaskId {
 }
 
 /// A view over a buffer. See the module doc for the invariants.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tensor {
     /// Base address of the underlying buffer (the tensormap key).
     pub addr: u64,

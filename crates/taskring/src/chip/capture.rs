@@ -125,7 +125,7 @@ impl ChipWorker {
             name: program.name().to_string(),
             worker: self.worker_id(),
             scratch: parking_lot::Mutex::new(Scratch {
-                blocks: vec![0; graph.tasks()],
+                addrs: graph.addr_table(),
                 counters: DirectCounters::new(&graph),
                 placed: None,
             }),
@@ -328,20 +328,22 @@ impl Captured {
         };
         // Nothing is inferred at replay: there is no dependency file to write.
         diag.deps_prefix = None;
-        // Each program argument's address, for both paths: one pass, one vector.
-        let bases: Vec<u64> = args.iter().map(|a| arg_buffer(a).0).collect();
         let mut scratch = self.scratch.lock();
         let Scratch {
-            blocks,
+            addrs,
             counters,
             placed,
         } = &mut *scratch;
+        let g = &self.graph;
+        let (bases, blocks) = g.split_addrs(addrs);
+        for (b, a) in bases.iter_mut().zip(args) {
+            *b = arg_buffer(a).0;
+        }
         if !rings
             && diag.scope_stats_prefix.is_none()
             && diag.swimlane_prefix.is_none()
             && self.fits(&sizing)
         {
-            let g = &self.graph;
             let needs = PeakUse {
                 task_window: self.needs.slots,
                 heap: g.ring_bytes(),
@@ -353,7 +355,7 @@ impl Captured {
                 *placed = Some(at);
             }
             counters.arm();
-            let job = DirectJob::new(g, bases, blocks, counters);
+            let job = DirectJob::new(g, addrs, counters);
             let report = chip.run_direct(&sizing, hook, needs, &job);
             if report.is_ok() {
                 counters.finished();
@@ -362,9 +364,10 @@ impl Captured {
         }
         // The rings path writes the blocks of this replay.
         *placed = None;
-        let blocks = std::cell::RefCell::new(&mut blocks[..]);
+        let bases = &*bases;
+        let blocks = std::cell::RefCell::new(blocks);
         let body = |o: &mut Orchestrator<'_>, _: &[Arg<'_>]| {
-            replay_ops(o, &self.graph, &bases, &mut blocks.borrow_mut())
+            replay_ops(o, g, bases, &mut blocks.borrow_mut())
         };
         Ok(chip
             .run_body(&self.name, &body, args, &sizing, hook, &diag, None, true)
@@ -372,10 +375,11 @@ impl Captured {
     }
 }
 
-/// Per-replay state of a [`Captured`]: output block per task, and (direct replays)
-/// predecessor counters.
+/// Per-replay state of a [`Captured`]: the address table (`Graph::addr_table`:
+/// program arguments' and output blocks' addresses), and (direct replays) predecessor
+/// counters.
 struct Scratch {
-    blocks: Vec<u64>,
+    addrs: Vec<u64>,
     counters: DirectCounters,
     /// The heap bases `blocks` were placed from by the last direct replay (None: the
     /// last replay went through the rings, or none ran yet).

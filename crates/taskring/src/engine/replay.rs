@@ -280,6 +280,7 @@ impl Recorder {
             .iter()
             .all(|t| t.head.kernel.is_none_or(|k| k.0.bounded()));
         let quiet = quiet_kinds(&kinds);
+        let direct = Direct::build(&self, &succ_off, &fanin_n, &kinds);
         Graph {
             all_bounded,
             quiet,
@@ -289,13 +290,130 @@ impl Recorder {
             scalars: self.scalars,
             fanin: self.fanin,
             outs: self.outs,
-            succ_off,
             succ,
-            fanin_n,
             roots,
             ring_bytes,
             sinks,
-            kinds,
+            n_args: self.args.len(),
+            direct,
+        }
+    }
+}
+
+/// A task as the direct executor reads it (see [`Direct`]): everything a thread needs
+/// to run task `i` and complete it, in 32 bytes.
+#[derive(Clone, Copy)]
+struct XTask {
+    /// Index into [`Direct::kernels`]; [`XTask::NO_KERNEL`] for alloc and dummy tasks.
+    kernel: u32,
+    /// First of its tensors in [`Direct::tensors`] (`n_tensors` of them).
+    tensors: u32,
+    /// First of its scalars in [`Graph::scalars`] (`n_scalars` of them).
+    scalars: u32,
+    /// First of its successors in [`Graph::succ`] (`n_succ` of them).
+    succ: u32,
+    n_succ: u32,
+    /// Its predecessors.
+    fanin_n: u32,
+    scalar_float_mask: u16,
+    n_tensors: u8,
+    n_scalars: u8,
+    n_inputs: u8,
+    kind: CoreKind,
+}
+
+impl XTask {
+    const NO_KERNEL: u32 = u32::MAX;
+}
+
+const _: () = assert!(std::mem::size_of::<XTask>() == 32);
+
+/// A tensor argument as the direct executor reads it: the view (shared by every
+/// tensor of the same shape, strides, dtype and buffer size) and what differs.
+#[derive(Clone, Copy)]
+struct XTensor {
+    /// Its address: `addrs[base] + rel` (see [`DirectJob`]: 0 for a fixed address, then
+    /// the program arguments, then the tasks' output blocks).
+    rel: u64,
+    offset: u64,
+    owner: TaskId,
+    base: u32,
+    /// Index into [`Direct::views`].
+    view: u32,
+}
+
+/// The direct executor's compact form of a graph, built once at capture: a replay of a
+/// large graph reads mostly this, and it streams through memory — 32 bytes per task and
+/// 32 per tensor argument (against ~180 per task with one tensor in the recorded form,
+/// kept for the rings path), the views deduplicated (patterns repeat a handful).
+struct Direct {
+    tasks: Vec<XTask>,
+    tensors: Vec<XTensor>,
+    views: Vec<Tensor>,
+    kernels: Vec<KernelRef>,
+}
+
+impl Direct {
+    fn build(r: &Recorder, succ_off: &[u32], fanin_n: &[u32], kinds: &[CoreKind]) -> Direct {
+        let n_args = r.args.len() as u32;
+        let (mut kernels, mut kernel_at) = (Vec::new(), HashMap::new());
+        let (mut views, mut view_at) = (Vec::new(), HashMap::new());
+        let mut tensors = Vec::with_capacity(r.tensors.len());
+        let tasks = r
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let kernel = t.head.kernel.map_or(XTask::NO_KERNEL, |k| {
+                    let key = k.0 as *const dyn crate::kernel::Kernel as *const () as usize;
+                    *kernel_at.entry(key).or_insert_with(|| {
+                        kernels.push(k);
+                        kernels.len() as u32 - 1
+                    })
+                });
+                let first = tensors.len() as u32;
+                for rt in slice(&r.tensors, t.tensors) {
+                    let mut v = rt.view;
+                    let (addr, offset, owner) = (v.addr, v.offset, v.owner);
+                    (v.addr, v.offset, v.owner) = (0, 0, TaskId::INVALID);
+                    let view = *view_at.entry(v).or_insert_with(|| {
+                        views.push(v);
+                        views.len() as u32 - 1
+                    });
+                    let (base, rel) = match rt.base {
+                        Base::Arg(j) => (1 + j as u32, rt.rel),
+                        Base::Out(j) => (1 + n_args + j, rt.rel),
+                        Base::Own => (1 + n_args + i as u32, rt.rel),
+                        Base::Fixed => (0, addr),
+                    };
+                    tensors.push(XTensor {
+                        rel,
+                        offset,
+                        owner,
+                        base,
+                        view,
+                    });
+                }
+                XTask {
+                    kernel,
+                    tensors: first,
+                    scalars: t.scalars.0,
+                    succ: succ_off[i],
+                    n_succ: succ_off[i + 1] - succ_off[i],
+                    fanin_n: fanin_n[i],
+                    scalar_float_mask: t.head.scalar_float_mask,
+                    n_tensors: (t.tensors.1 - t.tensors.0) as u8,
+                    n_scalars: (t.scalars.1 - t.scalars.0) as u8,
+                    n_inputs: t.head.n_inputs,
+                    kind: kinds[i],
+                }
+            })
+            .collect();
+        Direct {
+            tasks,
+            tensors,
+            views,
+            kernels,
         }
     }
 }
@@ -308,19 +426,18 @@ pub(crate) struct Graph {
     scalars: Vec<u64>,
     fanin: Vec<(TaskId, u64)>,
     outs: Vec<(u8, u64)>,
-    /// Successors of task `i`: `succ[succ_off[i]..succ_off[i + 1]]` (task indices).
-    succ_off: Vec<u32>,
+    /// Successors of every task (task indices; task `i`'s from its `XTask::succ` on).
     succ: Vec<u32>,
-    /// Predecessors per task.
-    fanin_n: Vec<u32>,
     /// Tasks without predecessors, in submission order.
     roots: Vec<u32>,
     /// Output bytes per ring over the whole graph.
     ring_bytes: [u64; 4],
     /// Tasks without successors.
     sinks: usize,
-    /// The core kind each task needs.
-    kinds: Vec<CoreKind>,
+    /// Program arguments of the capture.
+    n_args: usize,
+    /// What a direct replay reads.
+    direct: Direct,
     /// Every task's kernel is [`Kernel::bounded`] (or it has none): the replay's
     /// caller may run any of them while it waits.
     ///
@@ -359,6 +476,17 @@ impl Graph {
         self.ring_bytes
     }
 
+    /// A replay's address table (see [`DirectJob::new`]): 0 (for fixed addresses), each
+    /// program argument's base address, each task's output block.
+    pub(crate) fn addr_table(&self) -> Vec<u64> {
+        vec![0; 1 + self.n_args + self.tasks.len()]
+    }
+
+    /// A table's program-argument part and output-block part.
+    pub(crate) fn split_addrs<'t>(&self, table: &'t mut [u64]) -> (&'t mut [u64], &'t mut [u64]) {
+        table[1..].split_at_mut(self.n_args)
+    }
+
     /// Give each task its output block for a direct replay: tasks side by side in their
     /// ring's heap from `at[ring]` on, `blocks[i]` for task `i`.
     pub(crate) fn place_blocks(&self, mut at: [u64; 4], blocks: &mut [u64]) {
@@ -374,10 +502,9 @@ impl Graph {
 /// run a captured graph without the rings. Installed in the chip for the replay only.
 pub(crate) struct DirectJob<'a> {
     g: &'a Graph,
-    /// Base address per program argument (0 for scalars).
-    args: Vec<u64>,
-    /// Output block address per task.
-    blocks: &'a [u64],
+    /// The address table: 0, each program argument's base address (0 for a scalar),
+    /// each task's output block ([`Graph::addr_table`]).
+    addrs: &'a [u64],
     /// Completed predecessors per task, counted over replays (see [`DirectCounters`]).
     counters: &'a [AtomicU64],
     /// This replay's number since the counters' last reset (from 1).
@@ -388,20 +515,19 @@ pub(crate) struct DirectJob<'a> {
 }
 
 impl<'a> DirectJob<'a> {
-    /// A direct replay of `g`: program argument `i` at `args[i]` (0 for a scalar),
-    /// task `i`'s output block at `blocks[i]` ([`Graph::place_blocks`]), predecessor
-    /// counts in `counters` (armed for this replay: [`DirectCounters::arm`]).
+    /// A direct replay of `g` with the addresses of `addrs` ([`Graph::addr_table`]:
+    /// the arguments' written for this replay, the blocks by [`Graph::place_blocks`]),
+    /// predecessor counts in `counters` (armed for this replay: [`DirectCounters::arm`]).
     pub(crate) fn new(
         g: &'a Graph,
-        args: Vec<u64>,
-        blocks: &'a [u64],
+        addrs: &'a [u64],
         counters: &'a DirectCounters,
     ) -> DirectJob<'a> {
         debug_assert_eq!(counters.counts.len(), g.tasks.len());
+        debug_assert_eq!(addrs.len(), 1 + g.n_args + g.tasks.len());
         DirectJob {
             g,
-            args,
-            blocks,
+            addrs,
             counters: &counters.counts,
             gen: counters.gen,
             remaining: AtomicUsize::new(g.sinks),
@@ -417,7 +543,7 @@ impl<'a> DirectJob<'a> {
     /// The core kind task `i` needs.
     #[inline]
     pub(crate) fn kind(&self, i: u32) -> CoreKind {
-        self.g.kinds[i as usize]
+        self.g.direct.tasks[i as usize].kind
     }
 
     /// Every task's kernel is bounded (see `Graph::all_bounded`).
@@ -449,30 +575,30 @@ impl<'a> DirectJob<'a> {
     /// returned an error or panicked.
     #[inline]
     pub(crate) fn run(&self, i: u32) -> Result<(), String> {
-        let t = &self.g.tasks[i as usize];
-        let Some(k) = t.head.kernel else {
+        let d = &self.g.direct;
+        let t = &d.tasks[i as usize];
+        let Some(&k) = d.kernels.get(t.kernel as usize) else {
             return Ok(());
         };
-        let rec = slice(&self.g.tensors, t.tensors);
+        let n = t.n_tensors as usize;
+        let rec = &d.tensors[t.tensors as usize..t.tensors as usize + n];
         let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
-        for (dst, r) in buf.iter_mut().zip(rec) {
-            let mut v = r.view;
-            v.addr = match r.base {
-                Base::Arg(j) => self.args[j as usize] + r.rel,
-                Base::Out(j) => self.blocks[j as usize] + r.rel,
-                Base::Own => self.blocks[i as usize] + r.rel,
-                Base::Fixed => v.addr,
-            };
+        for (dst, x) in buf.iter_mut().zip(rec) {
+            let mut v = d.views[x.view as usize];
+            v.addr = self.addrs[x.base as usize].wrapping_add(x.rel);
+            v.offset = x.offset;
+            v.owner = x.owner;
             dst.write(v);
         }
         // safety: the first `rec.len()` entries were written just above.
         let tensors =
             unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const Tensor, rec.len()) };
+        let s0 = t.scalars as usize;
         let call = crate::kernel::KernelCall {
             tensors,
-            scalars: slice(&self.g.scalars, t.scalars),
-            n_inputs: t.head.n_inputs as usize,
-            scalar_float_mask: t.head.scalar_float_mask,
+            scalars: &self.g.scalars[s0..s0 + t.n_scalars as usize],
+            n_inputs: t.n_inputs as usize,
+            scalar_float_mask: t.scalar_float_mask,
         };
         k.call(&call)
     }
@@ -484,11 +610,12 @@ impl<'a> DirectJob<'a> {
     /// before it).
     #[inline]
     pub(crate) fn complete(&self, i: u32, mut ready: impl FnMut(u32)) -> bool {
-        let g = self.g;
-        let succ = &g.succ[g.succ_off[i as usize] as usize..g.succ_off[i as usize + 1] as usize];
+        let (g, x) = (self.g, &self.g.direct.tasks);
+        let t = &x[i as usize];
+        let succ = &g.succ[t.succ as usize..t.succ as usize + t.n_succ as usize];
         for &s in succ {
             // A task with one predecessor is ready now: no counter to count.
-            let n = g.fanin_n[s as usize];
+            let n = x[s as usize].fanin_n;
             if n == 1 || self.counters[s as usize].fetch_add(1, AcqRel) + 1 == n as u64 * self.gen {
                 ready(s);
             }
