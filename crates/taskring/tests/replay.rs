@@ -654,3 +654,57 @@ fn a_stuck_kernel_during_replay_is_a_scheduler_timeout_and_the_worker_recovers()
     .unwrap();
     assert_eq!(d, a);
 }
+
+/// Kernels of zero-sized types share one data address (they differ only in their
+/// vtables): a replay must still call each task's own kernel.
+#[test]
+fn a_replay_calls_each_task_its_own_kernel_even_of_zero_sized_types() {
+    struct One;
+    struct Two;
+    /// `f` on each of a contiguous f32 tensor's elements.
+    fn apply(t: &Tensor, f: impl Fn(f32) -> f32) {
+        let p = t.data_ptr() as *mut f32;
+        for i in 0..t.numel() as usize {
+            // safety: the task's INOUT tensor, contiguous, `numel` elements.
+            unsafe { *p.add(i) = f(*p.add(i)) };
+        }
+    }
+    impl Kernel for One {
+        fn name(&self) -> &str {
+            "zst_one"
+        }
+        fn run(&self, call: &KernelCall<'_>) {
+            apply(&call.tensors[0], |x| x * 2.0 + 1.0);
+        }
+    }
+    impl Kernel for Two {
+        fn name(&self) -> &str {
+            "zst_two"
+        }
+        fn run(&self, call: &KernelCall<'_>) {
+            apply(&call.tensors[0], |x| x * 3.0 - 2.0);
+        }
+    }
+    static K: OnceLock<(KernelRef, KernelRef)> = OnceLock::new();
+    let (one, two) = *K.get_or_init(|| (KernelRef::leak(One), KernelRef::leak(Two)));
+    let prog = Program::new("two_zst_kernels", move |o, args| {
+        let x = args[0].tensor()?;
+        for k in [one, two, two, one] {
+            let mut t = TaskArgs::new();
+            t.inout(x);
+            o.submit(k, &t)?;
+        }
+        Ok(())
+    });
+    let mut w = chip();
+    let mut a = vec![1.0f32; 16];
+    let g = w
+        .capture(&prog, &[host(&mut a, &[16])], &CallConfig::default())
+        .unwrap();
+    // 1 -> 3 -> 7 -> 19 -> 39
+    assert_eq!(a, vec![39.0f32; 16]);
+    let mut b = vec![1.0f32; 16];
+    let rep = g.replay(&mut w, &[host(&mut b, &[16])], None).unwrap();
+    assert!(rep.replayed);
+    assert_eq!(b, vec![39.0f32; 16]);
+}

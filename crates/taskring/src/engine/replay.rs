@@ -280,7 +280,7 @@ impl Recorder {
             .iter()
             .all(|t| t.head.kernel.is_none_or(|k| k.0.bounded()));
         let quiet = quiet_kinds(&kinds);
-        let direct = Direct::build(&self, &succ_off, &fanin_n, &kinds);
+        let direct = Direct::build(&self, &succ_off, &succ, &fanin_n, &kinds);
         Graph {
             all_bounded,
             quiet,
@@ -354,7 +354,13 @@ struct Direct {
 }
 
 impl Direct {
-    fn build(r: &Recorder, succ_off: &[u32], fanin_n: &[u32], kinds: &[CoreKind]) -> Direct {
+    fn build(
+        r: &Recorder,
+        succ_off: &[u32],
+        succ: &[u32],
+        fanin_n: &[u32],
+        kinds: &[CoreKind],
+    ) -> Direct {
         let n_args = r.args.len() as u32;
         let (mut kernels, mut kernel_at) = (Vec::new(), HashMap::new());
         let (mut views, mut view_at) = (Vec::new(), HashMap::new());
@@ -365,7 +371,9 @@ impl Direct {
             .enumerate()
             .map(|(i, t)| {
                 let kernel = t.head.kernel.map_or(XTask::NO_KERNEL, |k| {
-                    let key = k.0 as *const dyn crate::kernel::Kernel as *const () as usize;
+                    // The whole fat pointer: kernels of zero-sized types share one data
+                    // address and differ only in their vtables.
+                    let key = k.0 as *const dyn crate::kernel::Kernel;
                     *kernel_at.entry(key).or_insert_with(|| {
                         kernels.push(k);
                         kernels.len() as u32 - 1
@@ -409,11 +417,31 @@ impl Direct {
                 }
             })
             .collect();
-        Direct {
+        let d = Direct {
             tasks,
             tensors,
             views,
             kernels,
+        };
+        d.check(n_args as usize, &r.scalars, succ);
+        d
+    }
+
+    /// What `DirectJob::run` and `DirectJob::complete` read without bounds checks:
+    /// every range and index in bounds (a failure here is a bug of `build`).
+    fn check(&self, n_args: usize, scalars: &[u64], succ: &[u32]) {
+        let n = self.tasks.len();
+        let succ_len = succ.len();
+        assert!(succ.iter().all(|&s| (s as usize) < n));
+        for t in &self.tasks {
+            assert!(t.n_tensors as usize <= MAX_TASK_TENSORS);
+            assert!(t.tensors as usize + t.n_tensors as usize <= self.tensors.len());
+            assert!(t.scalars as usize + t.n_scalars as usize <= scalars.len());
+            assert!(t.succ as usize + t.n_succ as usize <= succ_len);
+        }
+        for x in &self.tensors {
+            assert!((x.view as usize) < self.views.len());
+            assert!((x.base as usize) < 1 + n_args + n);
         }
     }
 }
@@ -523,8 +551,9 @@ impl<'a> DirectJob<'a> {
         addrs: &'a [u64],
         counters: &'a DirectCounters,
     ) -> DirectJob<'a> {
-        debug_assert_eq!(counters.counts.len(), g.tasks.len());
-        debug_assert_eq!(addrs.len(), 1 + g.n_args + g.tasks.len());
+        // The unchecked reads of `run` and `complete` rely on both.
+        assert_eq!(counters.counts.len(), g.tasks.len());
+        assert_eq!(addrs.len(), 1 + g.n_args + g.tasks.len());
         DirectJob {
             g,
             addrs,
@@ -581,22 +610,37 @@ impl<'a> DirectJob<'a> {
             return Ok(());
         };
         let n = t.n_tensors as usize;
-        let rec = &d.tensors[t.tensors as usize..t.tensors as usize + n];
         let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
-        for (dst, x) in buf.iter_mut().zip(rec) {
-            let mut v = d.views[x.view as usize];
-            v.addr = self.addrs[x.base as usize].wrapping_add(x.rel);
-            v.offset = x.offset;
-            v.owner = x.owner;
-            dst.write(v);
+        // safety (the unchecked reads below): `Direct::build` checked that every
+        // task's tensor and scalar ranges lie in `d.tensors` and `g.scalars`, that
+        // `n_tensors <= MAX_TASK_TENSORS`, and that every view index is in `d.views`
+        // and every base index below `1 + n_args + tasks` (the length of `addrs`,
+        // checked in `DirectJob::new`). This is the replay's per-task path: the bounds
+        // checks and iterator adapters were a fifth of its instructions.
+        unsafe {
+            let rec = d.tensors.as_ptr().add(t.tensors as usize);
+            for j in 0..n {
+                let x = &*rec.add(j);
+                let mut v = *d.views.get_unchecked(x.view as usize);
+                v.addr = self.addrs.get_unchecked(x.base as usize).wrapping_add(x.rel);
+                v.offset = x.offset;
+                v.owner = x.owner;
+                buf.get_unchecked_mut(j).write(v);
+            }
         }
-        // safety: the first `rec.len()` entries were written just above.
-        let tensors =
-            unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const Tensor, rec.len()) };
-        let s0 = t.scalars as usize;
+        // safety: the first `n` entries were written just above; the scalars' range is
+        // in `g.scalars` (see above).
+        let (tensors, scalars) = unsafe {
+            (
+                std::slice::from_raw_parts(buf.as_ptr() as *const Tensor, n),
+                self.g
+                    .scalars
+                    .get_unchecked(t.scalars as usize..t.scalars as usize + t.n_scalars as usize),
+            )
+        };
         let call = crate::kernel::KernelCall {
             tensors,
-            scalars: &self.g.scalars[s0..s0 + t.n_scalars as usize],
+            scalars,
             n_inputs: t.n_inputs as usize,
             scalar_float_mask: t.scalar_float_mask,
         };
@@ -612,15 +656,23 @@ impl<'a> DirectJob<'a> {
     pub(crate) fn complete(&self, i: u32, mut ready: impl FnMut(u32)) -> bool {
         let (g, x) = (self.g, &self.g.direct.tasks);
         let t = &x[i as usize];
-        let succ = &g.succ[t.succ as usize..t.succ as usize + t.n_succ as usize];
-        for &s in succ {
-            // A task with one predecessor is ready now: no counter to count.
-            let n = x[s as usize].fanin_n;
-            if n == 1 || self.counters[s as usize].fetch_add(1, AcqRel) + 1 == n as u64 * self.gen {
-                ready(s);
+        // safety: `Direct::build` checked that every successor range lies in `g.succ`
+        // and every successor is a task index (`counters` has one per task).
+        unsafe {
+            let succ = g.succ.as_ptr().add(t.succ as usize);
+            for j in 0..t.n_succ as usize {
+                let s = *succ.add(j);
+                // A task with one predecessor is ready now: no counter to count.
+                let n = x.get_unchecked(s as usize).fanin_n;
+                if n == 1
+                    || self.counters.get_unchecked(s as usize).fetch_add(1, AcqRel) + 1
+                        == n as u64 * self.gen
+                {
+                    ready(s);
+                }
             }
         }
-        succ.is_empty()
+        t.n_succ == 0
     }
 
     /// `n` sinks completed (counted by their threads, see `chip::core::DirectLocal`):
