@@ -53,6 +53,18 @@
 //!    since `fatal` is still up), publishes the arena (Release), clears the failure and
 //!    only then lifts `fatal` (SeqCst): a core that reads `fatal` clear after a pop
 //!    (Acquire) sees the new arena.
+//!
+//! A direct replay's threads also keep ready tasks in deques of their own
+//! (`DirectLocal`), which idle cores steal from ([`Thieves`]). A steal is a pop for this
+//! protocol: an idle core steals only inside its SEARCHING window (`abort::search_or`),
+//! so the settle waits for it as for a pop; `open_direct` drains the deques as it
+//! drains the queues, before its wait for IDLE (a failed replay may leave tasks there,
+//! a core given up on too); a task stolen before that drain is dropped at `admit`,
+//! `fatal` being still up. A thread with work of its own never parks: it steals only
+//! once its deque is empty, and it empties it before it goes idle. A core about to park
+//! looks at every deque after registering as a sleeper; an owner whose deque goes from
+//! empty to non-empty wakes a sleeper after its push (`wake_for_queues`, fenced as any
+//! push's wake-up).
 
 use super::abort;
 use super::spin::SpinThenPark;
@@ -63,6 +75,7 @@ use crate::engine::{RuntimeFailure, StatusCode};
 use crate::kernel::{CoreKind, KernelCall, KernelRef};
 use crate::sync::{AtomicU64, Ordering::*};
 use crate::tensor::TaskId;
+use crossbeam_deque::{Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use std::time::{Duration, Instant};
 
@@ -121,14 +134,94 @@ fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Optio
     k.call(&call).err()
 }
 
-/// Most ready tasks a thread keeps to itself during a direct replay (`direct_step`).
-const DIRECT_LOCAL: usize = 4096;
+/// A ready task of a direct replay in a thread's deque: its index in the graph, and
+/// the queue index of its core kind above bit 32 (a thief checks the kind without the
+/// job, which it may not touch unless it holds a task).
+#[inline]
+fn pack(i: u32, kind: CoreKind) -> u64 {
+    i as u64 | (crate::engine::shared::queue_index(kind) as u64) << 32
+}
+
+#[inline]
+fn unpack(v: u64) -> (u32, CoreKind) {
+    let kind = match v >> 32 {
+        0 => CoreKind::Aic,
+        1 => CoreKind::Aiv,
+        _ => CoreKind::Any,
+    };
+    (v as u32, kind)
+}
+
+/// The stealing ends of the direct-replay deques of a chip's threads: slot 0 the
+/// orchestrator's (a replay's caller helps), slot `1 + i` core `i`'s (replaced with
+/// the core). Read-locked only by a thread out of work of its own.
+pub(super) struct Thieves(parking_lot::RwLock<Vec<Stealer<u64>>>);
+
+impl Thieves {
+    /// `slots` empty deques' stealers (replaced by [`Thieves::set`]).
+    pub(super) fn new(slots: usize) -> Thieves {
+        Thieves(parking_lot::RwLock::new(
+            (0..slots).map(|_| Worker::new_lifo().stealer()).collect(),
+        ))
+    }
+
+    /// Slot `slot` steals from `s` from now on.
+    pub(super) fn set(&self, slot: usize, s: Stealer<u64>) {
+        let mut v = self.0.write();
+        if slot >= v.len() {
+            v.resize_with(slot + 1, || Worker::new_lifo().stealer());
+        }
+        v[slot] = s;
+    }
+
+    /// Take one ready task from another thread's deque for a thread of `kind` in slot
+    /// `me`; a task of a kind it cannot run goes to the shared ready queues instead.
+    pub(super) fn steal(&self, me: usize, kind: CoreKind, eng: &EngineShared) -> Option<u32> {
+        let v = self.0.read();
+        let n = v.len();
+        loop {
+            let mut retry = false;
+            // From the next slot on, so thieves do not all start at the same victim.
+            for k in 1..n {
+                match v[(me + k) % n].steal() {
+                    Steal::Success(t) => {
+                        let (i, tk) = unpack(t);
+                        if can_run(kind, tk) {
+                            return Some(i);
+                        }
+                        eng.push_ready(TaskId(i as u64), tk);
+                    }
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return None;
+            }
+        }
+    }
+
+    /// Does any deque hold a task (a core about to park looks)?
+    fn any(&self) -> bool {
+        self.0.read().iter().any(|s| !s.is_empty())
+    }
+
+    /// Drop every task left in the deques (what a failed replay left, or a core given
+    /// up on: it never meets the next replay).
+    pub(super) fn drain(&self) {
+        for s in self.0.read().iter() {
+            while !matches!(s.steal(), Steal::Empty) {}
+        }
+    }
+}
 
 /// A thread's own part of a direct replay (`direct_step`).
-#[derive(Default)]
 pub(crate) struct DirectLocal {
-    /// Ready tasks kept to itself (no atomics, no contention).
-    stack: Vec<u32>,
+    /// Ready tasks it made and kept (LIFO; other threads out of work steal from the
+    /// other end through [`Thieves`]). Only tasks this thread can run.
+    deque: Worker<u64>,
+    /// Its slot in [`Thieves`].
+    slot: usize,
     /// Sinks completed here and not yet reported to the job (`DirectJob::finish_sinks`):
     /// reported when this thread runs out of work, not one shared decrement per task
     /// (an independent or fan-out graph is almost all sinks, and every thread
@@ -137,16 +230,24 @@ pub(crate) struct DirectLocal {
 }
 
 impl DirectLocal {
-    pub(crate) fn new() -> DirectLocal {
-        DirectLocal {
-            stack: Vec::with_capacity(DIRECT_LOCAL),
-            sinks: 0,
-        }
+    /// The part of the thread in slot `slot` of [`Thieves`], and its deque's stealer
+    /// (for [`Thieves::set`]).
+    pub(crate) fn new(slot: usize) -> (DirectLocal, Stealer<u64>) {
+        let deque = Worker::new_lifo();
+        let s = deque.stealer();
+        (
+            DirectLocal {
+                deque,
+                slot,
+                sinks: 0,
+            },
+            s,
+        )
     }
 
     /// Forget everything (a failed replay: none of it may meet the next one).
     pub(crate) fn clear(&mut self) {
-        self.stack.clear();
+        while self.deque.pop().is_some() {}
         self.sinks = 0;
     }
 
@@ -160,26 +261,30 @@ impl DirectLocal {
     }
 
     /// Hand the kept tasks to the shared ready queues.
-    pub(crate) fn hand_back(&mut self, eng: &EngineShared, job: &DirectJob<'_>) {
-        for l in self.stack.drain(..) {
-            eng.push_ready(TaskId(l as u64), job.kind(l));
+    pub(crate) fn hand_back(&mut self, eng: &EngineShared) {
+        while let Some(t) = self.deque.pop() {
+            let (i, k) = unpack(t);
+            eng.push_ready(TaskId(i as u64), k);
         }
     }
 }
 
 /// Run task `i` of a direct replay on this thread and complete it. Returns the task to
 /// run next here: the first successor it made ready (of a kind this thread runs), else
-/// one of `local`'s, else a root nobody took yet; when there is none, it reports the
-/// sinks it counted (`DirectLocal`). Of the other successors it made ready, every
-/// second one it can run goes to `local` (this thread's own stack: no atomics, no
-/// contention; a fan-out's consumers are split between the shared queue, where other
-/// cores take them, and this thread), the rest to the shared ready queues.
+/// the newest in its deque, else a root nobody took yet, else one stolen from another
+/// thread's deque; when there is none, it reports the sinks it counted (`DirectLocal`).
+/// The other successors it made ready that it can run go to its deque (no atomics
+/// unless another thread steals: a fan-out's consumers are taken from there by the
+/// threads out of work, as in the baseline's work-stealing executor), the rest to the
+/// shared ready queues; a parked core is woken when its deque gets work.
 /// `state`: the core's state word (None on the orchestrator's thread, which is never
 /// given up on); if the core was given up on while its kernel ran (it loses
 /// [`abort::begin_completion`]), nothing of the job is touched any more and the word
 /// reads ABANDONED.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn direct_step(
     eng: &EngineShared,
+    thieves: &Thieves,
     job: &DirectJob<'_>,
     i: u32,
     kind: CoreKind,
@@ -206,17 +311,21 @@ pub(super) fn direct_step(
     let mut next = None;
     // One wake-up per batch of successors made ready (a fan-out makes many at once).
     let mut queued = 0u8;
-    let mut extra = 0usize;
+    let mut kept = false;
     let sink = job.complete(i, |s| {
         let sk = job.kind(s);
-        if next.is_none() && can_run(kind, sk) {
-            next = Some(s);
-        } else if extra % 2 == 1 && local.stack.len() < DIRECT_LOCAL && can_run(kind, sk) {
-            extra += 1;
-            local.stack.push(s);
-        } else {
-            extra += 1;
+        if !can_run(kind, sk) {
             queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
+        } else if next.is_none() {
+            next = Some(s);
+        } else {
+            if !kept && local.deque.is_empty() {
+                // The deque gets work: a parked core of a kind that can run it may
+                // steal it (the wake-up is skipped while a core spins).
+                queued |= 1 << crate::engine::shared::queue_index(kind);
+            }
+            kept = true;
+            local.deque.push(pack(s, sk));
         }
     });
     if queued != 0 {
@@ -228,8 +337,8 @@ pub(super) fn direct_step(
     eng.completed
         .store(eng.completed.load(Relaxed).wrapping_add(1), Relaxed);
     if next.is_none() {
-        if let Some(l) = local.stack.pop() {
-            return Some(l);
+        if let Some(l) = local.deque.pop() {
+            return Some(unpack(l).0);
         }
         while let Some(r) = job.claim_root() {
             let rk = job.kind(r);
@@ -237,6 +346,9 @@ pub(super) fn direct_step(
                 return Some(r);
             }
             eng.push_ready(TaskId(r as u64), rk);
+        }
+        if let Some(t) = thieves.steal(local.slot, kind, eng) {
+            return Some(t);
         }
         // Out of work here: the sinks counted here go to the job (the last report
         // ends the replay).
@@ -322,14 +434,24 @@ pub(super) fn can_run(core: CoreKind, task: CoreKind) -> bool {
 /// core is given up on. A direct replay's tasks take [`direct_step`], a run's
 /// [`run_ring_task`]. `core.state` says what the core holds at every moment (the
 /// settle and the stall report read it).
-pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
+pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
     let kind = core.kind;
     let busy = &core.state;
     let eng = &sh.eng;
     let mut next: Option<TaskId> = None;
-    // This core's own part of a direct replay (see `direct_step`).
-    let mut local = DirectLocal::new();
     let mut idle = Idle::default();
+    // During a direct replay a core out of work steals from the other threads'
+    // deques too (while its state says SEARCHING: the settle waits for it), and does
+    // not park while one holds a task.
+    let direct_on = || !sh.direct.load(Acquire).is_null();
+    let slot = local.slot;
+    let steal = || {
+        direct_on()
+            .then(|| sh.thieves.steal(slot, kind, eng))
+            .flatten()
+            .map(|i| TaskId(i as u64))
+    };
+    let deque_work = || direct_on() && sh.thieves.any();
     loop {
         // (Never ABANDONED here: only a RUNNING word is given up on, and the core
         // returns as soon as it lost `begin_completion`.)
@@ -339,7 +461,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
                 // Only a failed direct replay leaves tasks here (`direct_step` hands
                 // them out before it returns None): they must never meet another run.
                 local.clear();
-                match abort::search(busy, eng, kind) {
+                match abort::search_or(busy, eng, kind, steal) {
                     Some(t) => {
                         idle.found(eng);
                         t
@@ -355,7 +477,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
                             // this core: park now (see `DirectJob::quiet`).
                             idle.spins = Idle::SPIN.checks;
                         }
-                        idle.step(eng, kind);
+                        idle.step(eng, kind, &deque_work);
                         continue;
                     }
                 }
@@ -372,7 +494,15 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core) {
             // safety: installed for the whole direct replay, removed only after every
             // core went idle; an abandoned core touches nothing after its kernel.
             let job = unsafe { &*(job as *const DirectJob<'static>) };
-            let n = direct_step(eng, job, task.0 as u32, kind, Some(busy), &mut local);
+            let n = direct_step(
+                eng,
+                &sh.thieves,
+                job,
+                task.0 as u32,
+                kind,
+                Some(busy),
+                &mut local,
+            );
             if n.is_none() && abort::is_abandoned(busy) {
                 Step::Abandoned
             } else {
@@ -444,7 +574,7 @@ impl Idle {
 
     /// One idle step after an empty look at the queues: spin (if this core is, or can
     /// become, the spinning one), else park.
-    fn step(&mut self, eng: &EngineShared, kind: CoreKind) {
+    fn step(&mut self, eng: &EngineShared, kind: CoreKind, deque_work: &dyn Fn() -> bool) {
         if self.spins == 0 && !self.spinning {
             self.spinning = eng.try_spin(kind);
         }
@@ -461,14 +591,14 @@ impl Idle {
             if eng.ready_len() > 0 {
                 eng.wake_cores();
             }
-            if !eng.has_ready(kind) {
+            if !eng.has_ready(kind) && !deque_work() {
                 self.parked = true;
-                eng.park_core(kind, Self::PARK);
+                eng.park_core_or(kind, Self::PARK, deque_work);
             }
         } else {
             self.spins = 0;
             self.parked = true;
-            eng.park_core(kind, Self::PARK);
+            eng.park_core_or(kind, Self::PARK, deque_work);
         }
     }
 }

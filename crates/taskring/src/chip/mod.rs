@@ -180,6 +180,8 @@ struct ChipShared {
     /// of spinning (`DirectJob::quiet`); 0 otherwise. Read without the job (a core may
     /// look while the job is being removed).
     direct_quiet: std::sync::atomic::AtomicU8,
+    /// The stealing ends of the threads' direct-replay deques (`core::DirectLocal`).
+    thieves: core::Thieves,
 }
 
 /// A resident simulated chip. See the module doc.
@@ -293,7 +295,11 @@ impl ChipWorker {
             cores: parking_lot::RwLock::new(Vec::with_capacity(cores)),
             direct: AtomicPtr::new(std::ptr::null_mut()),
             direct_quiet: std::sync::atomic::AtomicU8::new(0),
+            thieves: core::Thieves::new(1 + cores),
         });
+        // Slot 0 of the thieves: the orchestrator's deque (it helps direct replays).
+        let (direct_local, stealer) = core::DirectLocal::new(0);
+        shared.thieves.set(0, stealer);
         let mut w = ChipWorker {
             shared,
             threads: Vec::with_capacity(cores),
@@ -307,7 +313,7 @@ impl ChipWorker {
             orchestrator_helps: opts.orchestrator_helps,
             node_engine: opts.shared_heaps,
             id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
-            direct_local: core::DirectLocal::new(),
+            direct_local,
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;
@@ -330,12 +336,14 @@ impl ChipWorker {
                 cores.push(core.clone());
             }
         }
+        let (local, stealer) = core::DirectLocal::new(1 + i);
+        self.shared.thieves.set(1 + i, stealer);
         let sh = self.shared.clone();
         let rec = core.clone();
         let name = format!("taskring-core{i}-{}", kind.name());
         let h = std::thread::Builder::new()
             .name(name)
-            .spawn(move || core_loop(&sh, &core))
+            .spawn(move || core_loop(&sh, &core, local))
             .map_err(|e| {
                 RuntimeFailure::new(
                     StatusCode::RuntimeSetup,

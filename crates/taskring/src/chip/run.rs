@@ -10,7 +10,7 @@ use crate::arena::{Acquired, Arena, ArenaCache};
 use crate::config::{CallConfig, RingSizing};
 use crate::engine::orch::ExecutorProbe;
 use crate::engine::replay::DirectJob;
-use crate::engine::shared::{ArenaShared, EngineShared};
+use crate::engine::shared::ArenaShared;
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure, StatusCode};
 use crate::kernel::panic_text;
 use crate::kernel::CoreKind;
@@ -165,7 +165,7 @@ impl ChipWorker {
             let stay = || all_in || sh.eng.idle_cores() > 0;
             if helps
                 && stay()
-                && help_direct(&sh.eng, job, help_kind, &mut self.direct_local, &stay)
+                && help_direct(sh, job, help_kind, &mut self.direct_local, &stay)
             {
                 continue;
             }
@@ -371,6 +371,10 @@ impl ChipWorker {
 /// queue one root per core (`cores`); the cores take the others as they go.
 fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Duration) {
     sh.eng.drain_queues();
+    // What a failed replay left in the deques (a core given up on leaves its own): a
+    // core stealing it now still reads `fatal` set and drops it; after the wait below
+    // none is left to steal.
+    sh.thieves.drain();
     wait_cores_idle(sh, timeout);
     super::abort::reopen(&sh.eng);
     let quiet = job.quiet();
@@ -393,12 +397,13 @@ fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Dura
 /// it makes ready here ([`direct_step`]) while `stay()`; then the rest goes back to the
 /// cores. Returns whether it ran one.
 fn help_direct(
-    eng: &EngineShared,
+    sh: &ChipShared,
     job: &DirectJob<'_>,
     kind: CoreKind,
     local: &mut DirectLocal,
     stay: &dyn Fn() -> bool,
 ) -> bool {
+    let eng = &sh.eng;
     // Roots nobody took yet first: a root queued for a core at the opening is that
     // core's only way in (cores claim further roots only after a task of their own),
     // so taking it from the queue would leave the core idle.
@@ -410,19 +415,22 @@ fn help_direct(
     if t.is_none() {
         t = eng.pop_ready(kind).map(|t| t.0 as u32);
     }
+    if t.is_none() {
+        t = sh.thieves.steal(0, kind, eng);
+    }
     let Some(mut i) = t else {
         return false;
     };
     // `stay()` is asked every 16 tasks (it reads the sleep counters: a tenth of the
     // instructions of a chain's task when asked each time).
     let mut k = 0u32;
-    while let Some(n) = direct_step(eng, job, i, kind, None, local) {
+    while let Some(n) = direct_step(eng, &sh.thieves, job, i, kind, None, local) {
         k = k.wrapping_add(1);
         if k.is_multiple_of(16) && !stay() {
             // Hand the rest to the cores: the next task and this thread's own stack;
             // and report the sinks counted here.
             eng.push_ready(TaskId(n as u64), job.kind(n));
-            local.hand_back(eng, job);
+            local.hand_back(eng);
             local.report_sinks(eng, job);
             break;
         }

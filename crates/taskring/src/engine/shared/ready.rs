@@ -195,9 +195,17 @@ impl EngineShared {
 
     /// Park the calling core until work may be there (or `timeout`).
     pub fn park_core(&self, kind: CoreKind, timeout: Duration) {
+        self.park_core_or(kind, timeout, || false)
+    }
+
+    /// [`EngineShared::park_core`], not parking while `more()` either (work a push to
+    /// the ready queues does not show: a direct replay's deques, whose owners wake a
+    /// sleeper through [`EngineShared::wake_for_queues`] after they put work there).
+    #[doc(hidden)]
+    pub fn park_core_or(&self, kind: CoreKind, timeout: Duration, more: impl Fn() -> bool) {
         self.sleep.park(
             queue_index(kind),
-            || self.has_ready(kind) || self.shutdown.load(SeqCst),
+            || self.has_ready(kind) || more() || self.shutdown.load(SeqCst),
             timeout,
         )
     }
