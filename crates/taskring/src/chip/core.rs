@@ -91,6 +91,11 @@ pub(super) struct Core {
     /// `CORE_ABANDONED` once the run gave up on it (its kernel did not return in time:
     /// the thread exits as soon as the kernel returns, touching nothing).
     pub(super) state: CachePadded<AtomicU64>,
+    /// Direct-replay tasks this core completed (ever): the replay's stall clock looks
+    /// for a change of their sum. One line per core, written only by it (one shared
+    /// counter written by every core per task was a quarter of a wavefront replay's
+    /// samples: its cache line travelled between the cores).
+    pub(super) progress: CachePadded<std::sync::atomic::AtomicU64>,
 }
 
 /// How the settle waits for the cores: they finish within a kernel's time, usually
@@ -277,22 +282,21 @@ impl DirectLocal {
 /// unless another thread steals: a fan-out's consumers are taken from there by the
 /// threads out of work, as in the baseline's work-stealing executor), the rest to the
 /// shared ready queues; a parked core is woken when its deque gets work.
-/// `state`: the core's state word (None on the orchestrator's thread, which is never
-/// given up on); if the core was given up on while its kernel ran (it loses
-/// [`abort::begin_completion`]), nothing of the job is touched any more and the word
-/// reads ABANDONED.
-#[allow(clippy::too_many_arguments)]
+/// `core`: the core running it (None on the orchestrator's thread, which is never
+/// given up on and counts no progress: it does not wait while it runs tasks); if the
+/// core was given up on while its kernel ran (it loses [`abort::begin_completion`]),
+/// nothing of the job is touched any more and its state word reads ABANDONED.
 pub(super) fn direct_step(
     eng: &EngineShared,
     thieves: &Thieves,
     job: &DirectJob<'_>,
     i: u32,
     kind: CoreKind,
-    state: Option<&AtomicU64>,
+    core: Option<&Core>,
     local: &mut DirectLocal,
 ) -> Option<u32> {
     let r = job.run(i);
-    if state.is_some_and(|s| !abort::begin_completion(s, TaskId(i as u64))) {
+    if core.is_some_and(|c| !abort::begin_completion(&c.state, TaskId(i as u64))) {
         return None;
     }
     if let Err(msg) = r {
@@ -332,10 +336,11 @@ pub(super) fn direct_step(
         eng.wake_for_queues(queued);
     }
     local.sinks += sink as usize;
-    // Progress for the stall clock only (it looks for a change): a plain increment, an
-    // update lost to a race with another core does not matter.
-    eng.completed
-        .store(eng.completed.load(Relaxed).wrapping_add(1), Relaxed);
+    if let Some(c) = core {
+        // Progress for the stall clock (only this core writes it).
+        c.progress
+            .store(c.progress.load(Relaxed).wrapping_add(1), Relaxed);
+    }
     if next.is_none() {
         if let Some(l) = local.deque.pop() {
             return Some(unpack(l).0);
@@ -500,7 +505,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                 job,
                 task.0 as u32,
                 kind,
-                Some(busy),
+                Some(core),
                 &mut local,
             );
             if n.is_none() && abort::is_abandoned(busy) {

@@ -327,6 +327,7 @@ impl ChipWorker {
             kind,
             lane: parking_lot::Mutex::new(Vec::new()),
             state: CachePadded::new(AtomicU64::new(CORE_IDLE)),
+            progress: CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
         });
         {
             let mut cores = self.shared.cores.write();

@@ -154,7 +154,15 @@ impl ChipWorker {
         let fatal = || sh.eng.fatal.load(Acquire);
         self.direct_local.clear();
         let mut hooked = false;
-        let mut seen = sh.eng.completed.load(Relaxed);
+        // The stall clock: the cores' direct-replay progress, and this thread's help.
+        let progress = || {
+            sh.cores
+                .read()
+                .iter()
+                .map(|c| c.progress.load(Relaxed))
+                .fold(0u64, u64::wrapping_add)
+        };
+        let mut seen = progress();
         let mut since = Instant::now();
         let mut spins = 0u32;
         while !job.done() && !fatal() {
@@ -167,6 +175,7 @@ impl ChipWorker {
                 && stay()
                 && help_direct(sh, job, help_kind, &mut self.direct_local, &stay)
             {
+                since = Instant::now();
                 continue;
             }
             if spins < DIRECT_SPIN.checks {
@@ -184,7 +193,7 @@ impl ChipWorker {
                 || job.done() || fatal(),
                 Duration::from_millis(50).min(self.scheduler_timeout),
             );
-            let c = sh.eng.completed.load(Relaxed);
+            let c = progress();
             if c != seen {
                 (seen, since) = (c, Instant::now());
             } else if since.elapsed() >= self.scheduler_timeout && !job.done() {
