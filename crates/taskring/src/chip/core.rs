@@ -274,92 +274,127 @@ impl DirectLocal {
     }
 }
 
-/// Run task `i` of a direct replay on this thread and complete it. Returns the task to
-/// run next here: the first successor it made ready (of a kind this thread runs), else
-/// the newest in its deque, else a root nobody took yet, else one stolen from another
-/// thread's deque; when there is none, it reports the sinks it counted (`DirectLocal`).
-/// The other successors it made ready that it can run go to its deque (no atomics
-/// unless another thread steals: a fan-out's consumers are taken from there by the
-/// threads out of work, as in the baseline's work-stealing executor), the rest to the
-/// shared ready queues; a parked core is woken when its deque gets work.
+/// Run task `i` of a direct replay on this thread and complete it, then the task it
+/// found to run next, and so on, `budget` tasks at most. Returns the task to run next
+/// here when the budget is spent, or None when this thread ran out of work (it then
+/// reported the sinks it counted, `DirectLocal`) or must stop (a failure, a core given
+/// up on). The next task: the first successor the completion made ready (of a kind
+/// this thread runs), else the newest in its deque, else a root nobody took yet, else
+/// one stolen from another thread's deque. The other successors it made ready that it
+/// can run go to its deque (no atomics unless another thread steals: a fan-out's
+/// consumers are taken from there by the threads out of work, as in the baseline's
+/// work-stealing executor), the rest to the shared ready queues; a parked core is
+/// woken when its deque gets work. Looping here rather than returning per task saves a
+/// chain's task a fifth of its instructions (the call and the caller's loop).
 /// `core`: the core running it (None on the orchestrator's thread, which is never
-/// given up on and counts no progress: it does not wait while it runs tasks); if the
-/// core was given up on while its kernel ran (it loses [`abort::begin_completion`]),
-/// nothing of the job is touched any more and its state word reads ABANDONED.
+/// given up on and counts no progress: it does not wait while it runs tasks); a core
+/// says which task it runs in its state word before each one (`abort::admit`); if it
+/// was given up on while a kernel ran (it loses [`abort::begin_completion`]), nothing
+/// of the job is touched any more and its state word reads ABANDONED.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn direct_step(
     eng: &EngineShared,
     thieves: &Thieves,
     job: &DirectJob<'_>,
-    i: u32,
+    mut i: u32,
     kind: CoreKind,
     core: Option<&Core>,
     local: &mut DirectLocal,
+    mut budget: u32,
 ) -> Option<u32> {
-    let r = job.run(i);
-    if core.is_some_and(|c| !abort::begin_completion(&c.state, TaskId(i as u64))) {
-        return None;
-    }
-    if let Err(msg) = r {
-        let (id, k) = job.head(i);
-        if let Some(k) = k {
-            eng.fail(task_failed(k, id, msg));
+    loop {
+        let r = job.run(i);
+        if core.is_some_and(|c| !abort::begin_completion(&c.state, TaskId(i as u64))) {
+            return None;
         }
-        local.clear();
-        return None;
-    }
-    if eng.fatal.load(Acquire) {
-        // Dependants of a failed task never run; the rest is dropped too.
-        local.clear();
-        return None;
-    }
-    let mut next = None;
-    // One wake-up per batch of successors made ready (a fan-out makes many at once).
-    let mut queued = 0u8;
-    let mut kept = false;
-    let sink = job.complete(i, |s| {
-        let sk = job.kind(s);
-        if !can_run(kind, sk) {
-            queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
-        } else if next.is_none() {
-            next = Some(s);
-        } else {
-            if !kept && local.deque.is_empty() {
-                // The deque gets work: a parked core of a kind that can run it may
-                // steal it (the wake-up is skipped while a core spins).
-                queued |= 1 << crate::engine::shared::queue_index(kind);
+        if let Err(msg) = r {
+            let (id, k) = job.head(i);
+            if let Some(k) = k {
+                eng.fail(task_failed(k, id, msg));
             }
-            kept = true;
-            local.deque.push(pack(s, sk));
+            local.clear();
+            return None;
         }
-    });
-    if queued != 0 {
-        eng.wake_for_queues(queued);
-    }
-    local.sinks += sink as usize;
-    if let Some(c) = core {
-        // Progress for the stall clock (only this core writes it).
-        c.progress
-            .store(c.progress.load(Relaxed).wrapping_add(1), Relaxed);
-    }
-    if next.is_none() {
-        if let Some(l) = local.deque.pop() {
-            return Some(unpack(l).0);
+        if eng.fatal.load(Acquire) {
+            // Dependants of a failed task never run; the rest is dropped too.
+            local.clear();
+            return None;
         }
-        while let Some(r) = job.claim_root() {
-            let rk = job.kind(r);
-            if can_run(kind, rk) {
-                return Some(r);
+        let mut next = None;
+        // One wake-up per batch of successors made ready (a fan-out makes many at once).
+        let mut queued = 0u8;
+        let mut kept = false;
+        let sink = job.complete(i, |s| {
+            let sk = job.kind(s);
+            if !can_run(kind, sk) {
+                queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
+            } else if next.is_none() {
+                next = Some(s);
+            } else {
+                if !kept && local.deque.is_empty() {
+                    // The deque gets work: a parked core of a kind that can run it may
+                    // steal it (the wake-up is skipped while a core spins).
+                    queued |= 1 << crate::engine::shared::queue_index(kind);
+                }
+                kept = true;
+                local.deque.push(pack(s, sk));
             }
-            eng.push_ready(TaskId(r as u64), rk);
+        });
+        if queued != 0 {
+            eng.wake_for_queues(queued);
         }
-        if let Some(t) = thieves.steal(local.slot, kind, eng) {
-            return Some(t);
+        local.sinks += sink as usize;
+        if let Some(c) = core {
+            // Progress for the stall clock (only this core writes it).
+            c.progress
+                .store(c.progress.load(Relaxed).wrapping_add(1), Relaxed);
         }
-        // Out of work here: the sinks counted here go to the job (the last report
-        // ends the replay).
-        local.report_sinks(eng, job);
+        let n = match next {
+            Some(n) => n,
+            None => match find_direct(eng, thieves, job, kind, local) {
+                Some(n) => n,
+                None => {
+                    // Out of work here: the sinks counted here go to the job (the
+                    // last report ends the replay).
+                    local.report_sinks(eng, job);
+                    return None;
+                }
+            },
+        };
+        budget -= 1;
+        if budget == 0 {
+            return Some(n);
+        }
+        if let Some(c) = core {
+            if !abort::admit(&c.state, eng, TaskId(n as u64)) {
+                return None;
+            }
+        }
+        i = n;
     }
-    next
+}
+
+/// A direct-replay task for a thread of `kind` out of successors to run: the newest in
+/// its deque, else a root nobody took yet, else one stolen from another thread.
+#[inline]
+fn find_direct(
+    eng: &EngineShared,
+    thieves: &Thieves,
+    job: &DirectJob<'_>,
+    kind: CoreKind,
+    local: &mut DirectLocal,
+) -> Option<u32> {
+    if let Some(l) = local.deque.pop() {
+        return Some(unpack(l).0);
+    }
+    while let Some(r) = job.claim_root() {
+        let rk = job.kind(r);
+        if can_run(kind, rk) {
+            return Some(r);
+        }
+        eng.push_ready(TaskId(r as u64), rk);
+    }
+    thieves.steal(local.slot, kind, eng)
 }
 
 fn task_failed(k: crate::kernel::KernelRef, task: TaskId, msg: String) -> RuntimeFailure {
@@ -507,6 +542,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                 kind,
                 Some(core),
                 &mut local,
+                u32::MAX,
             );
             if n.is_none() && abort::is_abandoned(busy) {
                 Step::Abandoned

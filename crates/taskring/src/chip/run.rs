@@ -432,10 +432,8 @@ fn help_direct(
     };
     // `stay()` is asked every 16 tasks (it reads the sleep counters: a tenth of the
     // instructions of a chain's task when asked each time).
-    let mut k = 0u32;
-    while let Some(n) = direct_step(eng, &sh.thieves, job, i, kind, None, local) {
-        k = k.wrapping_add(1);
-        if k.is_multiple_of(16) && !stay() {
+    while let Some(n) = direct_step(eng, &sh.thieves, job, i, kind, None, local, 16) {
+        if !stay() {
             // Hand the rest to the cores: the next task and this thread's own stack;
             // and report the sinks counted here.
             eng.push_ready(TaskId(n as u64), job.kind(n));
