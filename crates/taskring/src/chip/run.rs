@@ -171,10 +171,7 @@ impl ChipWorker {
             // 20 -> 44-55 ns per task when it helped throughout).
             let all_in = self.orchestrator_helps;
             let stay = || all_in || sh.eng.idle_cores() > 0;
-            if helps
-                && stay()
-                && help_direct(sh, job, help_kind, &mut self.direct_local, &stay)
-            {
+            if helps && stay() && help_direct(sh, job, help_kind, &mut self.direct_local, &stay) {
                 since = Instant::now();
                 continue;
             }

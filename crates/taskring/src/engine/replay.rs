@@ -622,7 +622,10 @@ impl<'a> DirectJob<'a> {
             for j in 0..n {
                 let x = &*rec.add(j);
                 let mut v = *d.views.get_unchecked(x.view as usize);
-                v.addr = self.addrs.get_unchecked(x.base as usize).wrapping_add(x.rel);
+                v.addr = self
+                    .addrs
+                    .get_unchecked(x.base as usize)
+                    .wrapping_add(x.rel);
                 v.offset = x.offset;
                 v.owner = x.owner;
                 buf.get_unchecked_mut(j).write(v);
