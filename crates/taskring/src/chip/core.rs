@@ -387,12 +387,29 @@ fn find_direct(
     if let Some(l) = local.deque.pop() {
         return Some(unpack(l).0);
     }
-    while let Some(r) = job.claim_root() {
-        let rk = job.kind(r);
-        if can_run(kind, rk) {
-            return Some(r);
+    while let Some(rs) = job.claim_roots() {
+        // The first this thread can run is run next; the others it can run go to its
+        // deque (others steal them), the rest to the shared ready queues.
+        let mut next = None;
+        let mut queued = 0u8;
+        let was_empty = local.deque.is_empty();
+        for &r in rs.iter().rev() {
+            let rk = job.kind(r);
+            if !can_run(kind, rk) {
+                queued |= eng.push_ready_quiet(TaskId(r as u64), rk);
+            } else if let Some(n) = next.replace(r) {
+                local.deque.push(pack(n, job.kind(n)));
+            }
         }
-        eng.push_ready(TaskId(r as u64), rk);
+        if was_empty && !local.deque.is_empty() {
+            queued |= 1 << crate::engine::shared::queue_index(kind);
+        }
+        if queued != 0 {
+            eng.wake_for_queues(queued);
+        }
+        if next.is_some() {
+            return next;
+        }
     }
     thieves.steal(local.slot, kind, eng)
 }
