@@ -117,7 +117,17 @@ impl ChipWorker {
         let t0 = Instant::now();
         let (arena, acq) = acquire_arena(&mut self.cache, sizing)?;
         arena.reset();
-        open_direct(&self.shared, job, self.kinds.len(), self.scheduler_timeout);
+        // A caller that helps takes the first root itself: a graph of one root (a chain)
+        // then runs on it from the start, not on a core woken for it (in B9 a core,
+        // awake from the run before, often won the race for that root and ran the chain
+        // with a core's per-task state word and progress counter: 17-20 instead of
+        // 12-14 ns per task).
+        let helps = self.direct_helps(job);
+        let cores = self
+            .kinds
+            .len()
+            .min(job.roots().saturating_sub(helps as usize));
+        open_direct(&self.shared, job, cores, self.scheduler_timeout);
         self.wait_direct(job, blocking_hook);
         let sh = &*self.shared;
         let result = if sh.eng.fatal.load(Acquire) {
@@ -140,6 +150,13 @@ impl ChipWorker {
         })
     }
 
+    /// Does the caller run tasks of the direct replay `job` while it waits? As a run's
+    /// wait (`run_body`): with `orchestrator_helps`, else only when every kernel of the
+    /// graph is bounded (never on a node, whose kernels are dispatches).
+    fn direct_helps(&self, job: &DirectJob<'_>) -> bool {
+        self.orchestrator_helps || (!self.node_engine && job.all_bounded())
+    }
+
     /// Wait until a direct replay is done or failed: help with its tasks when the
     /// orchestrator helps or every kernel of the graph is bounded (then only while a
     /// core is idle), spin ([`DIRECT_SPIN`]), then park on the engine's progress signal
@@ -148,9 +165,7 @@ impl ChipWorker {
     fn wait_direct(&mut self, job: &DirectJob<'_>, blocking_hook: Option<&dyn Fn(bool)>) {
         let sh = &*self.shared;
         let help_kind = help_kind(&self.kinds);
-        // As a run's wait (`run_body`): without `orchestrator_helps`, help only when
-        // every kernel of the graph is bounded.
-        let helps = self.orchestrator_helps || (!self.node_engine && job.all_bounded());
+        let helps = self.direct_helps(job);
         let fatal = || sh.eng.fatal.load(Acquire);
         self.direct_local.clear();
         let mut hooked = false;
@@ -165,13 +180,19 @@ impl ChipWorker {
         let mut seen = progress();
         let mut since = Instant::now();
         let mut spins = 0u32;
+        // The first look takes the root `run_direct` left for this thread, whatever
+        // the cores do (no core would take it before it ran out of work).
+        let mut first = true;
         while !job.done() && !fatal() {
             // Without `orchestrator_helps`, only while a core is idle: with every core
             // busy a third thread on their CPUs only slows them (B9 `independent`:
             // 20 -> 44-55 ns per task when it helped throughout).
             let all_in = self.orchestrator_helps;
             let stay = || all_in || sh.eng.idle_cores() > 0;
-            if helps && stay() && help_direct(sh, job, help_kind, &mut self.direct_local, &stay) {
+            if helps
+                && (std::mem::take(&mut first) || stay())
+                && help_direct(sh, job, help_kind, &mut self.direct_local, &stay)
+            {
                 since = Instant::now();
                 continue;
             }

@@ -578,6 +578,11 @@ impl<'a> DirectJob<'a> {
         self.g.tasks.len()
     }
 
+    /// Roots of the graph (tasks without predecessors).
+    pub(crate) fn roots(&self) -> usize {
+        self.g.roots.len()
+    }
+
     /// The core kind task `i` needs.
     #[inline]
     pub(crate) fn kind(&self, i: u32) -> CoreKind {
