@@ -708,3 +708,129 @@ fn a_replay_calls_each_task_its_own_kernel_even_of_zero_sized_types() {
     assert!(rep.replayed);
     assert_eq!(b, vec![39.0f32; 16]);
 }
+
+/// A direct replay's threads keep the successors they can run in deques that the
+/// others steal from; the caller (kind Any) keeps tasks of both kinds, a core that
+/// steals one it cannot run hands it to the shared queue of its kind. A fan-out of
+/// consumers of alternating AIC and AIV kernels (and some of kind Any), each writing
+/// its own row, replayed many times on chips of 2 and 3 cores: every row is written by
+/// the right kernel every time.
+#[test]
+fn mixed_kind_fan_outs_replay_right_through_the_deques() {
+    struct Row(CoreKind, f32, &'static str);
+    impl Kernel for Row {
+        fn name(&self) -> &str {
+            self.2
+        }
+        fn core(&self) -> CoreKind {
+            self.0
+        }
+        fn bounded(&self) -> bool {
+            true
+        }
+        fn run(&self, call: &KernelCall<'_>) {
+            // On a core thread ("taskring-core{i}-{kind}"), the core's kind must be
+            // able to run this kernel (the caller's thread runs every kind).
+            let t = std::thread::current();
+            let name = t.name().unwrap_or("");
+            if name.starts_with("taskring-core") && self.0 != CoreKind::Any {
+                assert!(
+                    name.ends_with(self.0.name()) || name.ends_with("any"),
+                    "kernel '{}' ran on {name}",
+                    self.2
+                );
+            }
+            // tensors: [seed (input), row (output)]: row[j] = seed[j] * factor.
+            let (s, r) = (&call.tensors[0], &call.tensors[1]);
+            let (sp, rp) = (s.data_ptr() as *const f32, r.data_ptr() as *mut f32);
+            for j in 0..16 {
+                // safety: both are contiguous 16-float views of the test's buffers.
+                unsafe { *rp.add(j) = *sp.add(j) * self.1 };
+            }
+        }
+    }
+    /// The fan-out's producer: seed[j] += 1 (INOUT).
+    struct Bump;
+    impl Kernel for Bump {
+        fn name(&self) -> &str {
+            "bump"
+        }
+        fn bounded(&self) -> bool {
+            true
+        }
+        fn run(&self, call: &KernelCall<'_>) {
+            let p = call.tensors[0].data_ptr() as *mut f32;
+            for j in 0..16 {
+                // safety: the test's contiguous 16-float seed.
+                unsafe { *p.add(j) += 1.0 };
+            }
+        }
+    }
+    static K: OnceLock<[KernelRef; 4]> = OnceLock::new();
+    let ks = *K.get_or_init(|| {
+        [
+            KernelRef::leak(Row(CoreKind::Aic, 2.0, "row_aic")),
+            KernelRef::leak(Row(CoreKind::Aiv, 3.0, "row_aiv")),
+            KernelRef::leak(Row(CoreKind::Any, 5.0, "row_any")),
+            KernelRef::leak(Bump),
+        ]
+    });
+    const N: u32 = 600;
+    let prog = Program::new("mixed_fanout", move |o, args| {
+        let (seed, out) = (args[0].tensor()?, args[1].tensor()?);
+        let rows = out
+            .view(&[N, 16], 0, None)
+            .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+        let mut b = TaskArgs::new();
+        b.inout(seed);
+        o.submit(ks[3], &b)?;
+        for i in 0..N {
+            let mut t = TaskArgs::new();
+            t.input(seed)
+                .output_existing(rows.rows_slice(i as u64, i as u64 + 1).expect("row"));
+            o.submit(ks[(i % 7 % 3) as usize], &t)?;
+        }
+        Ok(())
+    });
+    // `seed` as it was before the run (the producer adds 1).
+    let expect = |seed: &[f32]| -> Vec<f32> {
+        (0..N as usize)
+            .flat_map(|i| {
+                let f = [2.0f32, 3.0, 5.0][i % 7 % 3];
+                seed.iter().map(move |x| (x + 1.0) * f)
+            })
+            .collect()
+    };
+    for cores in [2, 3] {
+        let mut w = ChipWorker::new(ChipOptions {
+            cores,
+            ..Default::default()
+        })
+        .expect("chip");
+        let mut seed: Vec<f32> = (0..16).map(|j| j as f32 + 1.0).collect();
+        let seed0 = seed.clone();
+        let mut out = vec![0f32; (N * 16) as usize];
+        let g = w
+            .capture(
+                &prog,
+                &[host(&mut seed, &[16]), host(&mut out, &[N * 16])],
+                &CallConfig::default(),
+            )
+            .expect("capture");
+        assert_eq!(out, expect(&seed0), "capture run, {cores} cores");
+        for round in 0..30 {
+            let mut seed: Vec<f32> = (0..16).map(|j| (j + round) as f32).collect();
+            let seed0 = seed.clone();
+            let mut out = vec![0f32; (N * 16) as usize];
+            let rep = g
+                .replay(
+                    &mut w,
+                    &[host(&mut seed, &[16]), host(&mut out, &[N * 16])],
+                    None,
+                )
+                .expect("replay");
+            assert!(rep.replayed);
+            assert_eq!(out, expect(&seed0), "replay {round}, {cores} cores");
+        }
+    }
+}
