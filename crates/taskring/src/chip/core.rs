@@ -149,12 +149,10 @@ fn pack(i: u32, kind: CoreKind) -> u64 {
 
 #[inline]
 fn unpack(v: u64) -> (u32, CoreKind) {
-    let kind = match v >> 32 {
-        0 => CoreKind::Aic,
-        1 => CoreKind::Aiv,
-        _ => CoreKind::Any,
-    };
-    (v as u32, kind)
+    (
+        v as u32,
+        crate::engine::shared::queue_kind((v >> 32) as usize),
+    )
 }
 
 /// The stealing ends of the direct-replay deques of a chip's threads: slot 0 the

@@ -92,6 +92,16 @@ pub(crate) fn queue_index(kind: CoreKind) -> usize {
     }
 }
 
+/// The core kind of queue index `q` (the inverse of [`queue_index`]; 2 and above: Any).
+#[inline]
+pub(crate) fn queue_kind(q: usize) -> CoreKind {
+    match q {
+        0 => CoreKind::Aic,
+        1 => CoreKind::Aiv,
+        _ => CoreKind::Any,
+    }
+}
+
 impl Default for EngineShared {
     fn default() -> Self {
         EngineShared {
