@@ -1,10 +1,14 @@
 //! B6's 1-task L3 round trip in a loop, for profiling (`perf record -a -g`): a node with
 //! one chip process, runs of one tiny L2 task for the given seconds (default 5); prints
-//! the median and the 10th/90th percentiles.
+//! the median and the 10th/90th percentiles (of the time per task).
 //!
 //! ```text
-//! cargo run --release -p taskring --example rtloop -- 3
+//! cargo run --release -p taskring --example rtloop -- SECS [TASKS_PER_RUN [NODE_CORES [CHIPS]]]
+//! cargo run --release -p taskring --example rtloop -- 3              # B6's round trip
+//! cargo run --release -p taskring --example rtloop -- 3 2000 0 2     # B6's 2-chip throughput
 //! ```
+//!
+//! A run's tasks go to the chips in turn.
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,12 +21,13 @@ fn main() {
     let secs = arg(1, 5.0);
     let per_run = arg(2, 1.0) as usize;
     let node_cores = arg(3, 0.0) as usize;
+    let chips = arg(4, 1.0) as usize;
     let callables = Arc::new(RwLock::new(vec![ChipCallable {
         program: Program::new("tiny", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ())),
         signature: vec![],
     }]));
     let opts = NodeOptions {
-        device_ids: vec![0],
+        device_ids: (0..chips as u32).collect(),
         chip_processes: true,
         chip_cores: 1,
         prewarm: Some(CallConfig::default()),
@@ -38,8 +43,8 @@ fn main() {
         let c = cfg.clone();
         node.run(
             move |o| {
-                for _ in 0..per_run {
-                    o.submit_next_level(0, &[], &c, 0)?;
+                for i in 0..per_run {
+                    o.submit_next_level(0, &[], &c, i % chips)?;
                 }
                 Ok(())
             },
