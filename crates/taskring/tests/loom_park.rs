@@ -1,6 +1,7 @@
 //! loom model of idle cores parking and waking (`engine::shared::park::Sleep`, reached
 //! through the real `EngineShared`: `push_ready`, `push_ready_quiet` +
-//! `wake_for_queues`, `try_spin` / `end_spin`, `park_core`, `pass_on`).
+//! `wake_for_queues` or `wake_for_queued`, `try_spin` / `end_spin`, `park_core`,
+//! `pass_on`).
 //!
 //! Run (release):
 //!
@@ -12,14 +13,17 @@
 //! `--cfg loom` the engine's `sync` facade is loom's, and a timed condvar wait never
 //! times out, so a lost wake-up is a deadlock that loom reports). What is replicated:
 //! a core's idle loop (`chip::core`'s `Idle`: pop, else spin if no other core spins —
-//! here one look instead of 2048 — else park; a spin that ends empty-handed wakes every
+//! here one look instead of 2048 — else park, and park again without spinning after a
+//! park that found nothing; a spin that ends empty-handed wakes every
 //! sleeper if tasks are queued, since a push that saw a spinner skipped its wake-up;
 //! after a park or a spin that found a task, pass the wake-up on), and the pushing
 //! thread.
 //!
 //! What is checked: (1) every pushed task is taken, exactly once, by a core that can run
 //! it — each push wakes one sleeper only (of the task's kind, else of kind `Any`), a
-//! batch pushed with one wake-up per queue is passed on by the cores it wakes; (2) no wake-up is lost
+//! batch pushed with one wake-up per queue is passed on by the cores it wakes, and
+//! wake-ups owed as an orchestrator owes them (`Orchestrator::wake_debt`: paid at the
+//! next push, only for queues still holding a task) reach every task; (2) no wake-up is lost
 //! whatever the interleaving (else the pusher's wait for its tasks never ends).
 //! Leaving out the replica's wake-up after an empty spin makes loom report a deadlock (a
 //! push read a stale `spinner_kind` and skipped the only core that could run its task).
@@ -74,7 +78,8 @@ fn core(eng: &EngineShared, kind: CoreKind, tasks: &[CoreKind], taken: &AtomicU3
             }
             return;
         }
-        if !spinning && eng.try_spin(kind) {
+        // A core back from a park that found nothing parks again (it does not spin).
+        if !spinning && !parked && eng.try_spin(kind) {
             // One look while spinning (the real loop looks up to 2048 times).
             spinning = true;
             thread::yield_now();
@@ -98,9 +103,22 @@ fn core(eng: &EngineShared, kind: CoreKind, tasks: &[CoreKind], taken: &AtomicU3
     }
 }
 
-/// Cores of `cores` kinds; the main thread pushes `tasks` (one wake-up each, or one
-/// batch with one wake-up per queue), waits until all were taken, then shuts down.
-fn scenario(cores: &'static [CoreKind], tasks: &'static [CoreKind], batch: bool) {
+/// How the pushing thread wakes the cores.
+#[derive(Clone, Copy, PartialEq)]
+enum Push {
+    /// A wake-up per push (`push_ready`).
+    Each,
+    /// One batch, one wake-up per queue (`push_ready_quiet` + `wake_for_queues`).
+    Batch,
+    /// The orchestrator's owed wake-ups (`Orchestrator::wake_debt`): each push is
+    /// quiet, its wake-up paid at the next push (and after the last) and only if its
+    /// queue still holds a task (`wake_for_queued`).
+    Owed,
+}
+
+/// Cores of `cores` kinds; the main thread pushes `tasks` (woken as `push` says), waits
+/// until all were taken, then shuts down.
+fn scenario(cores: &'static [CoreKind], tasks: &'static [CoreKind], push: Push) {
     let eng = Arc::new(EngineShared::default());
     let taken = Arc::new(AtomicU32::new(0));
     let handles: Vec<_> = cores
@@ -110,15 +128,26 @@ fn scenario(cores: &'static [CoreKind], tasks: &'static [CoreKind], batch: bool)
             thread::spawn(move || core(&eng, k, tasks, &taken))
         })
         .collect();
-    if batch {
-        let mut mask = 0;
-        for (i, &k) in tasks.iter().enumerate() {
-            mask |= eng.push_ready_quiet(TaskId(i as u64), k);
+    match push {
+        Push::Batch => {
+            let mut mask = 0;
+            for (i, &k) in tasks.iter().enumerate() {
+                mask |= eng.push_ready_quiet(TaskId(i as u64), k);
+            }
+            eng.wake_for_queues(mask);
         }
-        eng.wake_for_queues(mask);
-    } else {
-        for (i, &k) in tasks.iter().enumerate() {
-            eng.push_ready(TaskId(i as u64), k);
+        Push::Each => {
+            for (i, &k) in tasks.iter().enumerate() {
+                eng.push_ready(TaskId(i as u64), k);
+            }
+        }
+        Push::Owed => {
+            let mut debt = 0;
+            for (i, &k) in tasks.iter().enumerate() {
+                eng.wake_for_queued(std::mem::take(&mut debt));
+                debt |= eng.push_ready_quiet(TaskId(i as u64), k);
+            }
+            eng.wake_for_queued(debt);
         }
     }
     let all = (1u32 << tasks.len()) - 1;
@@ -140,19 +169,33 @@ use CoreKind::{Aic, Aiv, Any};
 /// its own wake-up: each wakes one sleeper of its own kind.
 #[test]
 fn one_wake_up_per_push_reaches_a_core_of_the_right_kind() {
-    model(2, || scenario(&[Aic, Aiv], &[Aiv, Aic, Any], false));
+    model(2, || scenario(&[Aic, Aiv], &[Aiv, Aic, Any], Push::Each));
 }
 
 /// Two AIV cores and an `Any` core; three AIV tasks pushed as one batch with a single
 /// wake-up: the cores woken pass it on while tasks are left.
 #[test]
 fn a_batch_with_one_wake_up_is_passed_on() {
-    model(2, || scenario(&[Aiv, Aiv], &[Aiv, Aiv, Aiv], true));
+    model(2, || scenario(&[Aiv, Aiv], &[Aiv, Aiv, Aiv], Push::Batch));
 }
 
 /// An AIC core and an `Any` core; AIC tasks: whichever sleeps, one can take them (an
 /// `Any` core is woken when no AIC core sleeps).
 #[test]
 fn a_task_wakes_an_any_core_when_none_of_its_kind_sleeps() {
-    model(2, || scenario(&[Any, Aic], &[Aic, Aic], false));
+    model(2, || scenario(&[Any, Aic], &[Aic, Aic], Push::Each));
+}
+
+/// Two AIV cores; three AIV tasks whose wake-ups are owed (as an orchestrator's submits
+/// owe them) and paid only for queues still holding a task: a push whose task a
+/// spinning core took meanwhile wakes nobody, and no task is left unseen.
+#[test]
+fn owed_wake_ups_paid_only_for_queued_tasks_lose_none() {
+    model(2, || scenario(&[Aiv, Aiv], &[Aiv, Aiv, Aiv], Push::Owed));
+}
+
+/// An AIC core and an AIV core; owed wake-ups for tasks of both kinds and `Any`.
+#[test]
+fn owed_wake_ups_of_mixed_kinds_lose_none() {
+    model(2, || scenario(&[Aic, Aiv], &[Aic, Any, Aiv], Push::Owed));
 }

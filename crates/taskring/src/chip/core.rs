@@ -595,6 +595,8 @@ struct Idle {
     spinning: bool,
     /// This core parked since it last held a task (a push woke only it).
     parked: bool,
+    /// Short parks since the core last held a task or was woken from a long one.
+    short_parks: u32,
 }
 
 impl Idle {
@@ -605,8 +607,18 @@ impl Idle {
         spin_checks: u32::MAX,
         yield_every: 32,
     };
-    /// A parked core looks again after this long even without a wake-up.
+    /// A core in a long park looks again after this long even without a wake-up.
     const PARK: Duration = Duration::from_millis(100);
+    /// A short park: a task the orchestrator made ready may wait for its wake-up until
+    /// the orchestrator's next call into the engine (`Orchestrator::wake_debt`), and
+    /// user code between two submits can take long; so while a run is open a parked
+    /// core looks at the queues at least this often.
+    const RUN_PARK: Duration = Duration::from_millis(1);
+    /// Short parks before a core parks long (only while no run is open; opening a run
+    /// wakes the long sleepers, `EngineShared::open_for_cores`): the cores of a chip
+    /// that serves short runs back to back stay in short parks, so that a run's
+    /// opening seldom pays a wake-up; an idle chip's cores look every `PARK`.
+    const SHORT_PARKS: u32 = 100;
 
     /// A task was found: stop spinning (the sleep protocol learns work was found).
     #[inline]
@@ -615,6 +627,7 @@ impl Idle {
             self.spinning = false;
             eng.end_spin(true);
         }
+        self.short_parks = 0;
         if self.parked {
             self.parked = false;
             eng.pass_on();
@@ -631,7 +644,9 @@ impl Idle {
     /// One idle step after an empty look at the queues: spin (if this core is, or can
     /// become, the spinning one), else park.
     fn step(&mut self, eng: &EngineShared, kind: CoreKind, deque_work: &dyn Fn() -> bool) {
-        if self.spins == 0 && !self.spinning {
+        // A core back from a park that found nothing parks again without spinning: the
+        // short parks of an open run must not turn into a spin phase every `RUN_PARK`.
+        if self.spins == 0 && !self.spinning && !self.parked {
             self.spinning = eng.try_spin(kind);
         }
         self.spins += 1;
@@ -648,13 +663,27 @@ impl Idle {
                 eng.wake_cores();
             }
             if !eng.has_ready(kind) && !deque_work() {
-                self.parked = true;
-                eng.park_core_or(kind, Self::PARK, deque_work);
+                self.park(eng, kind, deque_work);
             }
         } else {
             self.spins = 0;
-            self.parked = true;
-            eng.park_core_or(kind, Self::PARK, deque_work);
+            self.park(eng, kind, deque_work);
+        }
+    }
+
+    /// Park: briefly while a run is open or the core was busy lately, else long.
+    fn park(&mut self, eng: &EngineShared, kind: CoreKind, deque_work: &dyn Fn() -> bool) {
+        self.parked = true;
+        if eng.run_is_open() || self.short_parks < Self::SHORT_PARKS {
+            self.short_parks = self.short_parks.saturating_add(1);
+            eng.park_core_or(kind, Self::RUN_PARK, deque_work);
+        } else {
+            let t0 = Instant::now();
+            eng.park_core_long(kind, Self::PARK, deque_work);
+            if t0.elapsed() < Self::PARK / 2 {
+                // Woken (a run opened, or a push): short parks again.
+                self.short_parks = 0;
+            }
         }
     }
 }

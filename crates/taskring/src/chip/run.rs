@@ -357,6 +357,18 @@ impl ChipWorker {
         o.probe = Some(&probe);
         o.count_scope_overflow = !self.node_engine;
         let result = orchestrate(&mut o, name, body, args);
+        // The program's last ready tasks woke no core yet (`Orchestrator::wake_debt`):
+        // run what this thread can itself first (the whole program, when it was one
+        // task), and wake cores only for what is left.
+        if let (Ok(()), Some(h)) = (&result, help) {
+            // More than one task queued: the cores work beside this thread.
+            if sh.eng.ready_len() > 1 {
+                o.pay_wakes();
+            }
+            let fatal = || sh.eng.fatal.load(Acquire);
+            while !fatal() && h() {}
+        }
+        o.pay_wakes();
         drop(o);
         // A failure is latched at once, so the cores stop.
         let result = latch(sh, result);
@@ -519,6 +531,7 @@ fn open_run(sh: &ChipShared, arena: &ArenaShared, tracing: bool, timeout: Durati
     sh.arena
         .store(arena as *const ArenaShared as *mut ArenaShared, Release);
     super::abort::reopen(&sh.eng);
+    sh.eng.open_for_cores();
     sh.eng.completed.load(SeqCst)
 }
 
@@ -561,6 +574,7 @@ fn latch(sh: &ChipShared, r: Result<(), RuntimeFailure>) -> Result<(), RuntimeFa
 /// and stop recording.
 fn close_run(sh: &ChipShared) {
     sh.arena.store(std::ptr::null_mut(), Release);
+    sh.eng.close_for_cores();
     sh.trace.store(false, SeqCst);
 }
 

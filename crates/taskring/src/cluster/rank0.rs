@@ -534,6 +534,8 @@ impl Cluster {
                 dispatch,
             };
             orch(&mut co)?;
+            // The submits only owed the dispatch threads their wake-up.
+            co.o.pay_wakes();
             wait_dispatched(&sh2, hook_ref.get());
             Ok(())
         });

@@ -434,6 +434,26 @@ pub struct Orchestrator<'r> {
     /// overflowing submit, with a lower bound). Off for executors that cannot tell a
     /// counted submit from a dispatched one (an L3 node records its tasks at submit).
     pub(crate) count_scope_overflow: bool,
+    /// Queues (bits of [`EngineShared::push_ready_quiet`]) that got a ready task from
+    /// this orchestrator whose wake-up of a parked core is still owed. A submit's ready
+    /// push wakes nobody at once: the orchestrator's next call into the engine pays the
+    /// debt (the next submit, a wait for space, the end of the program), unless by then
+    /// the task was taken — by a spinning core, or by the orchestrator itself at the
+    /// end of the program. A program of one task then costs no wake-up and no hand-off
+    /// to a core; a longer program pays one wake-up per push as before, one submit
+    /// later (and only if nobody took the task meanwhile). While user code runs between
+    /// two submits, a parked core looks at the queues every millisecond anyway (cores
+    /// park briefly while a run is open: `Idle::RUN_PARK` in `chip/core.rs`), which
+    /// bounds how late the owed task can start.
+    wake_debt: std::cell::Cell<u8>,
+}
+
+impl Drop for Orchestrator<'_> {
+    /// A program's owed wake-up is paid at the latest here (its executor usually paid
+    /// it already, after running what it could itself).
+    fn drop(&mut self) {
+        self.pay_wakes();
+    }
 }
 
 /// The scope-deadlock count in progress (see `Orchestrator::dry`).
@@ -528,7 +548,25 @@ impl<'r> Orchestrator<'r> {
             probe: None,
             dry: None,
             count_scope_overflow: true,
+            wake_debt: std::cell::Cell::new(0),
         }
+    }
+
+    /// Pay the wake-up debt (see `wake_debt`): wake a parked core for each queue that
+    /// got a ready task since the last payment and still holds one (a task a spinning
+    /// core took meanwhile needs nobody woken).
+    #[inline]
+    pub(crate) fn pay_wakes(&self) {
+        let debt = self.wake_debt.replace(0);
+        if debt != 0 {
+            self.eng.wake_for_queued(debt);
+        }
+    }
+
+    /// Owe a wake-up for the queues of `mask` (a ready push just made).
+    #[inline(always)]
+    pub(super) fn owe_wakes(&self, mask: u8) {
+        self.wake_debt.set(self.wake_debt.get() | mask);
     }
 
     /// The sizing this run uses.
@@ -1199,6 +1237,8 @@ impl<'r> Orchestrator<'r> {
     /// space). Spins, yields, then parks on [`Progress`](super::shared::Progress) for at
     /// most 20 ms (or the backstop if shorter).
     fn wait_for_space(&self, ring: usize, blocked: Blocked) {
+        // The cores must see every task pushed so far: their completions free the space.
+        self.pay_wakes();
         let seen: [u32; 4] = if matches!(blocked, Blocked::Tensormap) {
             self.watermarks()
         } else {

@@ -1952,6 +1952,9 @@ impl Node {
             help_at_end(no.o.end_helper.filter(|_| !traced), hook_ptr.get(), || {
                 shared.ctl.cancel.load(Acquire)
             });
+            // What the help left (a traced run's dispatches, a cancelled run's) goes
+            // to the dispatch threads, whose wake-up the submits only owed.
+            no.o.pay_wakes();
             // Wait for the dispatched tasks here rather than in the engine: this wait
             // calls the hook every slice (how a Python host sees Ctrl-C).
             wait_dispatched(&shared, hook_ptr.get());

@@ -247,6 +247,8 @@ impl<'r> Orchestrator<'r> {
         args: &TaskArgs,
         inline_complete: bool,
     ) -> Result<TaskOutputs, RuntimeFailure> {
+        // The last submit's ready push woke nobody yet (`wake_debt`): now it does.
+        self.pay_wakes();
         self.check_fatal()?;
         if self.dry.is_some() {
             return self.count_dry(args);
@@ -678,7 +680,8 @@ impl<'r> Orchestrator<'r> {
                 .kernel
                 .map(|k| k.core())
                 .unwrap_or(crate::kernel::CoreKind::Any);
-            self.eng.push_ready(id, kind);
+            // The wake-up is owed, not made: see `Orchestrator::wake_debt`.
+            self.owe_wakes(self.eng.push_ready_quiet(id, kind));
         }
     }
 }

@@ -10,7 +10,7 @@
 use super::park::{Progress, Sleep};
 use crate::kernel::CoreKind;
 use crate::sync::Ordering::*;
-use crate::sync::{AtomicBool, AtomicU64, Mutex};
+use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Mutex};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
@@ -34,6 +34,11 @@ pub struct EngineShared {
     /// of taking tasks off the queue only to put them back), cleared when it starts a
     /// run. Only the orchestrator's thread touches it.
     pub(crate) unbounded: CachePadded<AtomicBool>,
+    /// A run is open (its orchestrator may owe a parked core a wake-up: cores park
+    /// briefly then, see `chip/core.rs`'s `Idle`).
+    run_open: AtomicBool,
+    /// Cores in a long park ([`EngineShared::park_core_long`]): opening a run wakes them.
+    long_parked: AtomicUsize,
 }
 
 /// A ready queue: lock-free `SegQueue` normally; under loom (which cannot see inside
@@ -117,6 +122,8 @@ impl Default for EngineShared {
             completed: CachePadded::new(AtomicU64::new(0)),
             failure: Mutex::new(None),
             unbounded: CachePadded::new(AtomicBool::new(false)),
+            run_open: AtomicBool::new(false),
+            long_parked: AtomicUsize::new(0),
         }
     }
 }
@@ -146,6 +153,19 @@ impl EngineShared {
     pub fn wake_for_queues(&self, mask: u8) {
         for q in 0..3 {
             if mask & (1 << q) != 0 {
+                self.sleep.wake_for(q);
+            }
+        }
+    }
+
+    /// [`EngineShared::wake_for_queues`], only for the queues of `mask` that still hold
+    /// a task: a wake-up owed for a push that a spinning core has taken since would
+    /// only wake a sleeper to find nothing.
+    #[inline]
+    #[doc(hidden)]
+    pub fn wake_for_queued(&self, mask: u8) {
+        for q in 0..3 {
+            if mask & (1 << q) != 0 && !self.queues[q].is_empty() {
                 self.sleep.wake_for(q);
             }
         }
@@ -218,6 +238,42 @@ impl EngineShared {
             || self.has_ready(kind) || more() || self.shutdown.load(SeqCst),
             timeout,
         )
+    }
+
+    /// A run opens: cores park briefly from now on, and the ones in a long park are
+    /// woken (a core that sees the run open, or is woken, parks briefly next). With
+    /// [`EngineShared::park_core_long`] the same handshake as a push and a park: the
+    /// opener publishes, fences, then looks for long sleepers; a long sleeper counts
+    /// itself, fences (in `park`), then looks at the flag before it waits.
+    #[doc(hidden)]
+    pub fn open_for_cores(&self) {
+        self.run_open.store(true, SeqCst);
+        fence(SeqCst);
+        if self.long_parked.load(SeqCst) > 0 {
+            self.sleep.wake();
+        }
+    }
+
+    /// The run is over: cores may park long again.
+    #[doc(hidden)]
+    pub fn close_for_cores(&self) {
+        self.run_open.store(false, SeqCst);
+    }
+
+    /// Is a run open ([`EngineShared::open_for_cores`])?
+    #[inline]
+    #[doc(hidden)]
+    pub fn run_is_open(&self) -> bool {
+        self.run_open.load(Relaxed)
+    }
+
+    /// [`EngineShared::park_core_or`] for a long park while no run is open: ends when a
+    /// run opens too ([`EngineShared::open_for_cores`] wakes it).
+    #[doc(hidden)]
+    pub fn park_core_long(&self, kind: CoreKind, timeout: Duration, more: impl Fn() -> bool) {
+        self.long_parked.fetch_add(1, SeqCst);
+        self.park_core_or(kind, timeout, || more() || self.run_open.load(SeqCst));
+        self.long_parked.fetch_sub(1, SeqCst);
     }
 
     /// A core back from [`EngineShared::park_core`] took a task: wake one more core per
