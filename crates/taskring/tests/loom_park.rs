@@ -1,7 +1,7 @@
 //! loom model of idle cores parking and waking (`engine::shared::park::Sleep`, reached
-//! through the real `EngineShared`: `push_ready`, `push_ready_quiet` +
-//! `wake_for_queues` or `wake_for_queued`, `try_spin` / `end_spin`, `park_core`,
-//! `pass_on`).
+//! through the real `EngineShared`: `push_queue`, `push_queue_quiet` +
+//! `wake_for_queues` or `wake_for_queued`, `try_spin` / `end_spin`, `park_queue_or`,
+//! `pass_on`; queues of the three core kinds and of lanes, `EngineShared::with_lanes`).
 //!
 //! Run (release):
 //!
@@ -38,21 +38,32 @@ use loom::thread;
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 use taskring::engine::shared::EngineShared;
-use taskring::kernel::CoreKind;
 use taskring::tensor::TaskId;
 
-/// Task `i` (ids 1..) may be run only by a core of `kinds[i]`'s compatible kinds.
-fn can_run(core: CoreKind, task: CoreKind) -> bool {
-    task == CoreKind::Any || core == CoreKind::Any || core == task
+/// Queue indices: the three core kinds, then the lanes.
+const AIC: usize = 0;
+const AIV: usize = 1;
+const ANY: usize = 2;
+const LANE0: usize = 3;
+const LANE1: usize = 4;
+
+/// May a core of queue index `core` run a task of queue index `task`? A lane's task
+/// only a core of that lane; a kind's as `CoreKind` says.
+fn can_run(core: usize, task: usize) -> bool {
+    if core >= LANE0 || task >= LANE0 {
+        core == task
+    } else {
+        task == ANY || core == ANY || core == task
+    }
 }
 
 /// The replica of a core's loop: take tasks until shutdown; each taken task's bit is
 /// set in `taken` (a bit taken twice fails the model).
-fn core(eng: &EngineShared, kind: CoreKind, tasks: &[CoreKind], taken: &AtomicU32) {
+fn core(eng: &EngineShared, kind: usize, tasks: &[usize], taken: &AtomicU32) {
     let mut spinning = false;
     let mut parked = false;
     loop {
-        if let Some(t) = eng.pop_ready(kind) {
+        if let Some(t) = eng.pop_queue(kind) {
             if spinning {
                 spinning = false;
                 eng.end_spin(true);
@@ -92,13 +103,13 @@ fn core(eng: &EngineShared, kind: CoreKind, tasks: &[CoreKind], taken: &AtomicU3
             if eng.ready_len() > 0 {
                 eng.wake_cores();
             }
-            if !eng.has_ready(kind) {
+            if !eng.has_queued(kind) {
                 parked = true;
-                eng.park_core(kind, Duration::from_secs(1));
+                eng.park_queue_or(kind, Duration::from_secs(1), || false);
             }
         } else {
             parked = true;
-            eng.park_core(kind, Duration::from_secs(1));
+            eng.park_queue_or(kind, Duration::from_secs(1), || false);
         }
     }
 }
@@ -118,8 +129,13 @@ enum Push {
 
 /// Cores of `cores` kinds; the main thread pushes `tasks` (woken as `push` says), waits
 /// until all were taken, then shuts down.
-fn scenario(cores: &'static [CoreKind], tasks: &'static [CoreKind], push: Push) {
-    let eng = Arc::new(EngineShared::default());
+fn scenario(cores: &'static [usize], tasks: &'static [usize], push: Push) {
+    let lanes = if cores.iter().chain(tasks).any(|&q| q >= LANE0) {
+        2
+    } else {
+        0
+    };
+    let eng = Arc::new(EngineShared::with_lanes(lanes));
     let taken = Arc::new(AtomicU32::new(0));
     let handles: Vec<_> = cores
         .iter()
@@ -132,20 +148,20 @@ fn scenario(cores: &'static [CoreKind], tasks: &'static [CoreKind], push: Push) 
         Push::Batch => {
             let mut mask = 0;
             for (i, &k) in tasks.iter().enumerate() {
-                mask |= eng.push_ready_quiet(TaskId(i as u64), k);
+                mask |= eng.push_queue_quiet(TaskId(i as u64), k);
             }
             eng.wake_for_queues(mask);
         }
         Push::Each => {
             for (i, &k) in tasks.iter().enumerate() {
-                eng.push_ready(TaskId(i as u64), k);
+                eng.push_queue(TaskId(i as u64), k);
             }
         }
         Push::Owed => {
             let mut debt = 0;
             for (i, &k) in tasks.iter().enumerate() {
                 eng.wake_for_queued(std::mem::take(&mut debt));
-                debt |= eng.push_ready_quiet(TaskId(i as u64), k);
+                debt |= eng.push_queue_quiet(TaskId(i as u64), k);
             }
             eng.wake_for_queued(debt);
         }
@@ -163,27 +179,25 @@ fn scenario(cores: &'static [CoreKind], tasks: &'static [CoreKind], push: Push) 
     assert_eq!(taken.load(Acquire), all);
 }
 
-use CoreKind::{Aic, Aiv, Any};
-
 /// An AIC and an AIV core; an AIV task, an AIC task and an `Any` task, each pushed with
 /// its own wake-up: each wakes one sleeper of its own kind.
 #[test]
 fn one_wake_up_per_push_reaches_a_core_of_the_right_kind() {
-    model(2, || scenario(&[Aic, Aiv], &[Aiv, Aic, Any], Push::Each));
+    model(2, || scenario(&[AIC, AIV], &[AIV, AIC, ANY], Push::Each));
 }
 
 /// Two AIV cores and an `Any` core; three AIV tasks pushed as one batch with a single
 /// wake-up: the cores woken pass it on while tasks are left.
 #[test]
 fn a_batch_with_one_wake_up_is_passed_on() {
-    model(2, || scenario(&[Aiv, Aiv], &[Aiv, Aiv, Aiv], Push::Batch));
+    model(2, || scenario(&[AIV, AIV], &[AIV, AIV, AIV], Push::Batch));
 }
 
 /// An AIC core and an `Any` core; AIC tasks: whichever sleeps, one can take them (an
 /// `Any` core is woken when no AIC core sleeps).
 #[test]
 fn a_task_wakes_an_any_core_when_none_of_its_kind_sleeps() {
-    model(2, || scenario(&[Any, Aic], &[Aic, Aic], Push::Each));
+    model(2, || scenario(&[ANY, AIC], &[AIC, AIC], Push::Each));
 }
 
 /// Two AIV cores; three AIV tasks whose wake-ups are owed (as an orchestrator's submits
@@ -191,11 +205,28 @@ fn a_task_wakes_an_any_core_when_none_of_its_kind_sleeps() {
 /// spinning core took meanwhile wakes nobody, and no task is left unseen.
 #[test]
 fn owed_wake_ups_paid_only_for_queued_tasks_lose_none() {
-    model(2, || scenario(&[Aiv, Aiv], &[Aiv, Aiv, Aiv], Push::Owed));
+    model(2, || scenario(&[AIV, AIV], &[AIV, AIV, AIV], Push::Owed));
 }
 
 /// An AIC core and an AIV core; owed wake-ups for tasks of both kinds and `Any`.
 #[test]
 fn owed_wake_ups_of_mixed_kinds_lose_none() {
-    model(2, || scenario(&[Aic, Aiv], &[Aic, Any, Aiv], Push::Owed));
+    model(2, || scenario(&[AIC, AIV], &[AIC, ANY, AIV], Push::Owed));
+}
+
+/// Two lanes with a core each (an L3 node's dispatch threads); tasks of both lanes, a
+/// wake-up each: a lane's task wakes its own lane's core, never the other's.
+#[test]
+fn a_lane_task_wakes_its_own_lanes_core() {
+    model(2, || {
+        scenario(&[LANE0, LANE1], &[LANE1, LANE0, LANE1], Push::Each)
+    });
+}
+
+/// The same with the orchestrator's owed wake-ups.
+#[test]
+fn owed_wake_ups_of_lane_tasks_lose_none() {
+    model(2, || {
+        scenario(&[LANE0, LANE1], &[LANE0, LANE1, LANE0], Push::Owed)
+    });
 }

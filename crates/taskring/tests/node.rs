@@ -642,3 +642,51 @@ fn a_node_is_unusable_after_fork_and_the_parent_keeps_it() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read(&b, 1), vec![1.0]);
 }
+
+/// Each chip has a lane of its own in the node's engine, served by its own dispatch
+/// thread: a backlog of ready tasks on one chip holds up no task of another (before
+/// lanes, 8 ready 50 ms tasks on chip 0 kept every dispatch thread waiting for chip 0's
+/// turn and delayed chip 1's task by ~250 ms).
+#[test]
+fn a_backlog_on_one_chip_holds_up_no_task_of_another() {
+    let _serial = SERIAL.lock();
+    for processes in [false, true] {
+        let mut n = node(processes, 2);
+        let naps: Vec<(SharedBuffer, Tensor)> = (0..8).map(|_| shared_f32(1, |_| 0.0)).collect();
+        let outs: Vec<Tensor> = naps.iter().map(|(_, t)| *t).collect();
+        let (b1, o1) = shared_f32(1, |_| 0.0);
+        let flag = b1.as_ptr() as usize;
+        let t0 = Instant::now();
+        // Watch chip 1's output from another thread: when did its task end?
+        let watcher = std::thread::spawn(move || loop {
+            // safety: the buffer outlives the run (joined below); f32 written by the chip.
+            if unsafe { std::ptr::read_volatile(flag as *const f32) } == 1.0 {
+                return t0.elapsed();
+            }
+            if t0.elapsed() > Duration::from_secs(5) {
+                return t0.elapsed();
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        });
+        n.run(
+            move |o| {
+                for &out in &outs {
+                    nap_on(o, out, 50, 0)?;
+                }
+                nap_on(o, o1, 1, 1)
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let chip1_done = watcher.join().unwrap();
+        let all_done = t0.elapsed();
+        assert!(naps.iter().all(|(b, _)| read(b, 1) == vec![1.0]));
+        assert_eq!(read(&b1, 1), vec![1.0]);
+        // Chip 0's backlog takes ~400 ms; chip 1's task must not wait for it.
+        assert!(
+            chip1_done < Duration::from_millis(150) && all_done >= Duration::from_millis(390),
+            "chip 1's task ended after {chip1_done:?} (processes: {processes}), the run after {all_done:?}"
+        );
+    }
+}

@@ -44,20 +44,23 @@ pub fn task_of(state: u64) -> Option<TaskId> {
 /// pop; on an empty look say IDLE again. Returns the popped task.
 #[inline]
 pub fn search(state: &AtomicU64, eng: &EngineShared, kind: CoreKind) -> Option<TaskId> {
-    search_or(state, eng, kind, || None)
+    search_or(state, eng, crate::engine::shared::queue_index(kind), || {
+        None
+    })
 }
 
-/// [`search`], and where the ready queues are empty `more()` (a direct replay's steal
-/// from another thread's deque), in the same SEARCHING window.
+/// [`search`] for a core of queue index `q` (a kind's or a lane's), and where the ready
+/// queues are empty `more()` (a direct replay's steal from another thread's deque), in
+/// the same SEARCHING window.
 #[inline]
 pub fn search_or(
     state: &AtomicU64,
     eng: &EngineShared,
-    kind: CoreKind,
+    q: usize,
     more: impl FnOnce() -> Option<TaskId>,
 ) -> Option<TaskId> {
     state.store(CORE_SEARCHING, SeqCst);
-    let t = eng.pop_ready(kind).or_else(more);
+    let t = eng.pop_queue(q).or_else(more);
     if t.is_none() {
         state.store(CORE_IDLE, SeqCst);
     }

@@ -70,7 +70,7 @@ use super::abort;
 use super::spin::SpinThenPark;
 use super::ChipShared;
 use crate::engine::replay::DirectJob;
-use crate::engine::shared::{ArenaShared, EngineShared};
+use crate::engine::shared::{queue_takes, ArenaShared, EngineShared};
 use crate::engine::{RuntimeFailure, StatusCode};
 use crate::kernel::{CoreKind, KernelCall, KernelRef};
 use crate::sync::{AtomicU64, Ordering::*};
@@ -84,6 +84,9 @@ pub(super) use super::abort::CORE_IDLE;
 /// One core thread's shared record.
 pub(super) struct Core {
     pub(super) kind: CoreKind,
+    /// The ready queue this core takes tasks from: its kind's, or its lane's (an L3
+    /// node's dispatch thread: see `EngineShared::with_lanes`).
+    pub(super) queue: usize,
     /// Kernel executions of the current run (only while the swimlane is recorded).
     pub(super) lane: parking_lot::Mutex<Vec<crate::dfx::SwimlaneEvent>>,
     /// `CORE_IDLE`, `CORE_SEARCHING`, the id of the task it runs (with
@@ -320,7 +323,7 @@ pub(super) fn direct_step(
         }
         let mut next = None;
         // One wake-up per batch of successors made ready (a fan-out makes many at once).
-        let mut queued = 0u8;
+        let mut queued = 0u64;
         let mut kept = false;
         let sink = job.complete(i, |s| {
             let sk = job.kind(s);
@@ -389,7 +392,7 @@ fn find_direct(
         // The first this thread can run is run next; the others it can run go to its
         // deque (others steal them), the rest to the shared ready queues.
         let mut next = None;
-        let mut queued = 0u8;
+        let mut queued = 0u64;
         let was_empty = local.deque.is_empty();
         for &r in rs.iter().rev() {
             let rk = job.kind(r);
@@ -473,7 +476,7 @@ pub(super) fn help_one(
     // safety: the task ran (or is a dummy) and is completed exactly once, here.
     unsafe {
         arena.complete(task, eng, |c| {
-            eng.push_ready(c, arena.rings[c.ring()].payload(c.local()).kind)
+            eng.push_queue(c, arena.rings[c.ring()].payload(c.local()).queue as usize)
         });
     }
     true
@@ -516,7 +519,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                 // Only a failed direct replay leaves tasks here (`direct_step` hands
                 // them out before it returns None): they must never meet another run.
                 local.clear();
-                match abort::search_or(busy, eng, kind, steal) {
+                match abort::search_or(busy, eng, core.queue, steal) {
                     Some(t) => {
                         idle.found(eng);
                         t
@@ -532,7 +535,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                             // this core: park now (see `DirectJob::quiet`).
                             idle.spins = Idle::SPIN.checks;
                         }
-                        idle.step(eng, kind, &deque_work);
+                        idle.step(eng, core.queue, &deque_work);
                         continue;
                     }
                 }
@@ -643,11 +646,11 @@ impl Idle {
 
     /// One idle step after an empty look at the queues: spin (if this core is, or can
     /// become, the spinning one), else park.
-    fn step(&mut self, eng: &EngineShared, kind: CoreKind, deque_work: &dyn Fn() -> bool) {
+    fn step(&mut self, eng: &EngineShared, q: usize, deque_work: &dyn Fn() -> bool) {
         // A core back from a park that found nothing parks again without spinning: the
         // short parks of an open run must not turn into a spin phase every `RUN_PARK`.
         if self.spins == 0 && !self.spinning && !self.parked {
-            self.spinning = eng.try_spin(kind);
+            self.spinning = eng.try_spin(q);
         }
         self.spins += 1;
         if self.spinning && self.spins < Self::SPIN.checks {
@@ -662,24 +665,24 @@ impl Idle {
             if eng.ready_len() > 0 {
                 eng.wake_cores();
             }
-            if !eng.has_ready(kind) && !deque_work() {
-                self.park(eng, kind, deque_work);
+            if !eng.has_queued(q) && !deque_work() {
+                self.park(eng, q, deque_work);
             }
         } else {
             self.spins = 0;
-            self.park(eng, kind, deque_work);
+            self.park(eng, q, deque_work);
         }
     }
 
     /// Park: briefly while a run is open or the core was busy lately, else long.
-    fn park(&mut self, eng: &EngineShared, kind: CoreKind, deque_work: &dyn Fn() -> bool) {
+    fn park(&mut self, eng: &EngineShared, q: usize, deque_work: &dyn Fn() -> bool) {
         self.parked = true;
         if eng.run_is_open() || self.short_parks < Self::SHORT_PARKS {
             self.short_parks = self.short_parks.saturating_add(1);
-            eng.park_core_or(kind, Self::RUN_PARK, deque_work);
+            eng.park_queue_or(q, Self::RUN_PARK, deque_work);
         } else {
             let t0 = Instant::now();
-            eng.park_core_long(kind, Self::PARK, deque_work);
+            eng.park_queue_long(q, Self::PARK, deque_work);
             if t0.elapsed() < Self::PARK / 2 {
                 // Woken (a run opened, or a push): short parks again.
                 self.short_parks = 0;
@@ -723,16 +726,15 @@ fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId) -> Step {
         eng.fail(task_failed(k, task, msg));
         return Step::Next(None);
     }
-    let kind = core.kind;
     let mut next = None;
     // safety: the task ran (or is a dummy) and is completed exactly once, here.
     unsafe {
         arena.complete(task, eng, |c| {
-            let ck = arena.rings[c.ring()].payload(c.local()).kind;
-            if next.is_none() && can_run(kind, ck) {
+            let cq = arena.rings[c.ring()].payload(c.local()).queue as usize;
+            if next.is_none() && queue_takes(core.queue, cq) {
                 next = Some(c);
             } else {
-                eng.push_ready(c, ck);
+                eng.push_queue(c, cq);
             }
         });
     }

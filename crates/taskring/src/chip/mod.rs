@@ -288,7 +288,7 @@ impl ChipWorker {
             })?;
         }
         let shared = Arc::new(ChipShared {
-            eng: EngineShared::default(),
+            eng: EngineShared::with_lanes(opts.lanes),
             trace: AtomicBool::new(false),
             trace_t0: parking_lot::Mutex::new(None),
             arena: AtomicPtr::new(std::ptr::null_mut()),
@@ -321,10 +321,21 @@ impl ChipWorker {
         Ok(w)
     }
 
+    /// Lane queues of the engine (`ChipOptions::lanes`, at most 61).
+    pub(crate) fn lanes(&self) -> usize {
+        self.shared.eng.lanes()
+    }
+
     /// Start core thread `i` (a new one, or the replacement of an abandoned one).
     fn start_core(&mut self, i: usize, kind: CoreKind) -> Result<(), RuntimeFailure> {
+        let lanes = self.shared.eng.lanes();
         let core = Arc::new(Core {
             kind,
+            queue: if lanes > 0 {
+                crate::engine::shared::lane_queue(i % lanes)
+            } else {
+                crate::engine::shared::queue_index(kind)
+            },
             lane: parking_lot::Mutex::new(Vec::new()),
             state: CachePadded::new(AtomicU64::new(CORE_IDLE)),
             progress: CachePadded::new(std::sync::atomic::AtomicU64::new(0)),

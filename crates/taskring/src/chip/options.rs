@@ -33,6 +33,11 @@ pub struct ChipOptions {
     /// run on the thread that called `run` (not for Python kernels, whose program
     /// holds the GIL). Runs with the swimlane recorded do not help (no lane for it).
     pub orchestrator_helps: bool,
+    /// Lane queues (an L3 node: one per chip): core `i` takes only the tasks of lane
+    /// `i % lanes`, a kernel names its tasks' lane through `Kernel::ready_queue`. 0:
+    /// none (cores take tasks by core kind).
+    #[doc(hidden)]
+    pub lanes: usize,
 }
 
 fn env_ms(var: &str) -> Option<Duration> {
@@ -55,6 +60,7 @@ impl Default for ChipOptions {
                 .unwrap_or(Duration::from_secs(10)),
             shared_heaps: false,
             orchestrator_helps: false,
+            lanes: 0,
         }
     }
 }

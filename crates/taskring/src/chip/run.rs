@@ -306,7 +306,12 @@ impl ChipWorker {
         let tracing = diag.swimlane_prefix.is_some();
         let completed_at_start = open_run(sh, &arena.shared, tracing, self.scheduler_timeout);
 
-        let help_kind = help_kind(&self.kinds);
+        // With lanes (an L3 node) the help takes any lane's task.
+        let help_kind = if sh.eng.lanes() > 0 {
+            crate::kernel::CoreKind::Any
+        } else {
+            help_kind(&self.kinds)
+        };
         // Without `orchestrator_helps`, a chip's orchestrator still runs tasks of
         // bounded kernels itself (never a node's, whose kernels are dispatches).
         let only_bounded = !self.orchestrator_helps;

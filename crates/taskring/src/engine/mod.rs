@@ -28,7 +28,7 @@ pub(crate) mod writers;
 pub use error::{Resource, RuntimeFailure, StatusCode};
 pub use orch::{OrchState, Orchestrator, PeakUse, TaskOutputs};
 
-use crate::kernel::{CoreKind, KernelRef};
+use crate::kernel::KernelRef;
 use crate::tensor::{DType, TaskId, Tensor, TensorError, MAX_DIMS};
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -359,7 +359,9 @@ pub struct Payload {
     pub fanin_spill_start: u64,
     pub n_fanin: u32,
     pub scalar_float_mask: u16,
-    pub kind: CoreKind,
+    /// The ready queue the task goes to: its kernel's core kind's, or its lane's
+    /// ([`Kernel::ready_queue`](crate::kernel::Kernel::ready_queue)).
+    pub queue: u8,
     pub n_tensors: u8,
     pub n_inputs: u8,
     pub n_scalars: u8,

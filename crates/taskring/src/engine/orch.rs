@@ -445,7 +445,7 @@ pub struct Orchestrator<'r> {
     /// two submits, a parked core looks at the queues every millisecond anyway (cores
     /// park briefly while a run is open: `Idle::RUN_PARK` in `chip/core.rs`), which
     /// bounds how late the owed task can start.
-    wake_debt: std::cell::Cell<u8>,
+    wake_debt: std::cell::Cell<u64>,
 }
 
 impl Drop for Orchestrator<'_> {
@@ -565,7 +565,7 @@ impl<'r> Orchestrator<'r> {
 
     /// Owe a wake-up for the queues of `mask` (a ready push just made).
     #[inline(always)]
-    pub(super) fn owe_wakes(&self, mask: u8) {
+    pub(super) fn owe_wakes(&self, mask: u64) {
         self.wake_debt.set(self.wake_debt.get() | mask);
     }
 
@@ -864,6 +864,8 @@ impl<'r> Orchestrator<'r> {
         tensors: &mut [Tensor],
         scope_total: u64,
     ) -> Result<u64, RuntimeFailure> {
+        // As `submit_impl`: the last submit's owed wake-up is paid now.
+        self.pay_wakes();
         self.check_fatal()?;
         // Before waiting for space: the previous submit's claims must not look like
         // claims of this one (`head_pinned`).
@@ -912,6 +914,7 @@ impl<'r> Orchestrator<'r> {
             n_inputs: h.n_inputs as usize,
             scalar_float_mask: h.scalar_float_mask,
             what,
+            queue: h.kernel.map_or(2, |k| k.0.ready_queue()) as u8,
         };
         self.finish_submit(&task, tensors, t.scalars, 0)?;
         Ok(base)

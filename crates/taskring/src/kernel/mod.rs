@@ -164,6 +164,24 @@ pub trait Kernel: Send + Sync + 'static {
     fn bounded(&self) -> bool {
         false
     }
+    /// The ready queue of this kernel's tasks: its core kind's by default. An L3 node's
+    /// dispatch kernels name their chip's lane instead (see
+    /// [`EngineShared::with_lanes`](crate::engine::shared::EngineShared::with_lanes)).
+    #[doc(hidden)]
+    fn ready_queue(&self) -> usize {
+        kind_queue(self.core())
+    }
+}
+
+/// The engine's ready queue for tasks of `kind`: 0 AIC, 1 AIV, 2 `Any` (lanes follow
+/// from 3; the engine's `queue_index` is this).
+#[inline]
+pub(crate) fn kind_queue(kind: CoreKind) -> usize {
+    match kind {
+        CoreKind::Aic => 0,
+        CoreKind::Aiv => 1,
+        CoreKind::Any => 2,
+    }
 }
 
 /// A handle to a kernel, cheap to copy.

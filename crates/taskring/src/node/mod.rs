@@ -70,14 +70,15 @@
 //!   evidence until the watchdog has run again). Not detected: a
 //!   chip whose own orchestration code never returns (it keeps beating, and no
 //!   SCHEDULER_TIMEOUT covers orchestration code) — cancel/Ctrl-C still ends the wait.
-//! - **Other chips are not held up**: each chip has its own turn lock; a dispatch thread
-//!   of the node waits only for its own chip, and the other chips' tasks run meanwhile.
-//!   Limit: a dispatch occupies one of the node's dispatch threads (`node_cores`, two
-//!   per chip; one for a node of one chip) while it waits, also for its chip's turn; when more than `2 * chips - 1`
-//!   tasks of one chip are ready at once, another chip's ready task waits for a free
-//!   thread (measured: 8 ready 50 ms tasks on chip 0 delay a task on chip 1 by ~250 ms;
-//!   with chip 0 stopped, until its timeout). Lifting it needs an engine task that can
-//!   complete after its kernel returns.
+//! - **Other chips are not held up**: each chip has its own turn lock and its own
+//!   *lane* in the node's engine — a ready queue that only that chip's dispatch thread
+//!   takes from (one dispatch thread per chip by default; `node_cores` threads serve
+//!   `min(node_cores, chips)` lanes, thread `i` lane `i % lanes`, chip `w` lane
+//!   `w % lanes`). A chip's backlog of ready tasks, or a stopped chip, occupies only
+//!   its own lane's thread; the other chips' tasks run meanwhile (measured before lanes:
+//!   8 ready 50 ms tasks on chip 0 delayed a task on chip 1 by ~250 ms; now not at all,
+//!   `tests/node.rs`). With fewer threads than chips, chips sharing a lane wait for
+//!   each other.
 //! - **A failed run** still waits (with the hook, below) for the dispatches under way
 //!   on other chips, so that no chip writes into the caller's memory after `run`
 //!   returns — except after an interrupt.
@@ -187,7 +188,8 @@ pub struct NodeOptions {
     pub arena_cache_slots: usize,
     /// Core threads per chip (0 = available parallelism).
     pub chip_cores: usize,
-    /// Dispatch threads of the node (0 = two per chip; one for a single chip).
+    /// Dispatch threads of the node (0 = one per chip). Thread `i` serves the chips of
+    /// lane `i % lanes` (`lanes = min(node_cores, chips)`, chip `w` in lane `w % lanes`).
     pub node_cores: usize,
     /// Sizing every chip builds before it reports ready (validated first).
     pub prewarm: Option<CallConfig>,
@@ -817,8 +819,11 @@ struct NodeShared {
 }
 
 /// The node's executor: ships a ready L3 task to its chip and waits for the reply.
+/// One per lane (chip `w`'s tasks go to lane `w % lanes`, whose dispatch threads take
+/// only them): see [`node_engine_options`].
 struct Dispatch {
     node: Arc<NodeShared>,
+    lane: usize,
 }
 
 impl Dispatch {
@@ -952,6 +957,9 @@ impl Dispatch {
 impl Kernel for Dispatch {
     fn name(&self) -> &str {
         "chip-dispatch"
+    }
+    fn ready_queue(&self) -> usize {
+        crate::engine::shared::lane_queue(self.lane)
     }
     /// One L3 task's dispatch: claim it (and the run's trace prefix), encode its frame,
     /// the round trip to its chip, then record the trace and the report.
@@ -1154,7 +1162,8 @@ pub struct NodeOrchestrator<'a, 'r> {
     o: &'a mut Orchestrator<'r>,
     node: &'a NodeShared,
     callables: &'a RwLock<Vec<ChipCallable>>,
-    dispatch: KernelRef,
+    /// The dispatch kernel of each lane.
+    dispatch: &'a [KernelRef],
 }
 
 impl<'r> NodeOrchestrator<'_, 'r> {
@@ -1207,7 +1216,8 @@ impl<'r> NodeOrchestrator<'_, 'r> {
             st.tasks.len() - 1
         };
         ta.scalar(Scalar::I64(idx as i64));
-        let r = self.o.submit(self.dispatch, &ta).map(|r| r.id);
+        let lane = &self.dispatch[worker % self.dispatch.len()];
+        let r = self.o.submit(*lane, &ta).map(|r| r.id);
         let mut st = self.node.run.lock();
         if r.is_err() {
             // Never dispatched: not a task of the run (the run waits for its tasks).
@@ -1290,8 +1300,9 @@ pub struct Node {
     shared: Arc<NodeShared>,
     callables: Arc<RwLock<Vec<ChipCallable>>>,
     engine: Option<ChipWorker>,
-    /// The engine's chip-dispatch kernel (a leaked box, taken back in `close`).
-    dispatch: Option<KernelRef>,
+    /// The engine's chip-dispatch kernels, one per lane (leaked boxes, taken back in
+    /// `close`).
+    dispatch: Option<Arc<[KernelRef]>>,
     closed: bool,
     /// The process that created the node (see "fork()" in the module doc).
     creator: u32,
@@ -1343,30 +1354,24 @@ fn report_start_failure(mb: &Mailbox, text: &str) {
     futex_wake(&mb.header().state);
 }
 
-/// Dispatch threads of a node of `chips` chips: two per chip (a chip's tasks queued at
-/// once hold up another chip's only beyond `2 * chips - 1` of them — see "Other chips
-/// are not held up" in the module doc), but one for a single chip: a second thread
-/// can only wait for the first's turn, and its wake-up on every hand-off cost the
-/// round trip ~5 µs per task in a run (B6 `rt_in_run`, 3 rounds: 13.9 -> 8.6 µs; one
-/// chip's throughput 70 k -> 110 k L2 tasks/s).
-fn default_node_cores(chips: usize) -> usize {
-    if chips == 1 {
-        1
-    } else {
-        2 * chips
-    }
-}
-
-/// The node's own engine: its "cores" are dispatch threads (two per chip unless
-/// `node_cores` says), its heaps shared with the chips.
+/// The node's own engine: its "cores" are dispatch threads (one per chip unless
+/// `node_cores` says), its heaps shared with the chips. Each chip has a *lane* (a ready
+/// queue of its own; `min(node_cores, chips)` lanes, chip `w` in lane `w % lanes`) and
+/// each dispatch thread serves one lane (thread `i` lane `i % lanes`), so a chip's
+/// backlog, or a stopped chip, holds up no thread of another lane. One thread per chip:
+/// a chip serves one request at a time, and a second thread of the same chip could
+/// only wait for the first's turn (its wake-up at every hand-off cost ~5 µs per task,
+/// and two threads per chip without lanes were 25–40 % slower with 2 chips).
 fn node_engine_options(opts: &NodeOptions) -> ChipOptions {
+    let chips = opts.device_ids.len().max(1);
     let node_cores = if opts.node_cores == 0 {
-        default_node_cores(opts.device_ids.len())
+        chips
     } else {
         opts.node_cores
     };
     ChipOptions {
         cores: node_cores,
+        lanes: node_cores.min(chips),
         aic_cores: Some(0),
         arena_cache_slots: opts.arena_cache_slots,
         shared_heaps: true,
@@ -1842,9 +1847,15 @@ impl Node {
         // The kernel holds the shared state, which the node owns: the box is taken back
         // in `close`, after the engine (else each node would stay alive, mailboxes and
         // all, for the life of the process).
-        let dispatch = KernelRef::leak(Dispatch {
-            node: shared.clone(),
-        });
+        let lanes = engine.lanes();
+        let dispatch: Arc<[KernelRef]> = (0..lanes)
+            .map(|lane| {
+                KernelRef::leak(Dispatch {
+                    node: shared.clone(),
+                    lane,
+                })
+            })
+            .collect();
         Ok(Node {
             shared,
             callables,
@@ -1934,7 +1945,10 @@ impl Node {
         sh.tracing.store(traced, SeqCst);
         let shared = self.shared.clone();
         let callables = self.callables.clone();
-        let dispatch = self.dispatch.expect("an open node has its dispatch kernel");
+        let dispatch = self
+            .dispatch
+            .clone()
+            .expect("an open node has its dispatch kernels");
         // safety: the program (and so this reference) lives only during this call; the
         // engine does not keep it past `run_with_hook`.
         let hook_ptr = unsafe { HookRef::erase(hook) };
@@ -1943,7 +1957,7 @@ impl Node {
                 o,
                 node: &shared,
                 callables: &callables,
-                dispatch,
+                dispatch: &dispatch,
             };
             orch(&mut no)?;
             // Dispatches still queued run here, on this thread: a one-task run then
@@ -2056,10 +2070,12 @@ impl Node {
         // Chips first (no run is in flight: `close` takes the node).
         shutdown_chips(&self.shared.chips);
         self.engine = None;
-        if let Some(k) = self.dispatch.take() {
-            // safety: `k` was leaked from a box in `new`; the engine that could use it
-            // is gone and no run is in flight, so nothing refers to it any more.
-            drop(unsafe { Box::from_raw(k.0 as *const dyn Kernel as *mut dyn Kernel) });
+        if let Some(ks) = self.dispatch.take() {
+            for k in ks.iter() {
+                // safety: `k` was leaked from a box in `new`; the engine that could use
+                // it is gone and no run is in flight, so nothing refers to it any more.
+                drop(unsafe { Box::from_raw(k.0 as *const dyn Kernel as *mut dyn Kernel) });
+            }
         }
     }
 }

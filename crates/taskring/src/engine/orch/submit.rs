@@ -44,6 +44,8 @@ pub(super) struct Submitted {
     pub(super) n_inputs: usize,
     pub(super) scalar_float_mask: u16,
     pub(super) what: What,
+    /// The ready queue ([`crate::kernel::Kernel::ready_queue`]; a dummy task: `Any`'s).
+    pub(super) queue: u8,
 }
 
 /// A submit's tensor arguments in canonical order — inputs, inouts, outputs (OUTPUT and
@@ -304,6 +306,7 @@ impl<'r> Orchestrator<'r> {
             n_inputs: c.n_inputs,
             scalar_float_mask: args.scalar_float_mask,
             what,
+            queue: kernel.map_or(2, |k| k.0.ready_queue()) as u8,
         };
         self.finish_submit(&task, c.tensors(), args.scalars(), finished_producers)?;
         Ok(outputs)
@@ -626,9 +629,6 @@ impl<'r> Orchestrator<'r> {
         // is zero-initialised at arena build (every field is valid at zero) or holds
         // a previous task's payload, so it may be referenced.
         let p = unsafe { rs.payload_mut(id.local()) }.as_mut_ptr();
-        let kind = kernel
-            .map(|k| k.core())
-            .unwrap_or(crate::kernel::CoreKind::Any);
         if let Some(k) = kernel {
             // `EngineShared::unbounded`, asked of each new kernel in a row only.
             let addr = k.0 as *const dyn crate::kernel::Kernel as *const () as usize;
@@ -643,7 +643,7 @@ impl<'r> Orchestrator<'r> {
         // submit.
         unsafe {
             (*p).kernel = kernel;
-            (*p).kind = kind;
+            (*p).queue = task.queue;
             (*p).id = id;
             (*p).n_tensors = n as u8;
             (*p).n_inputs = task.n_inputs as u8;
@@ -676,12 +676,8 @@ impl<'r> Orchestrator<'r> {
             || {},
         );
         if ready {
-            let kind = task
-                .kernel
-                .map(|k| k.core())
-                .unwrap_or(crate::kernel::CoreKind::Any);
             // The wake-up is owed, not made: see `Orchestrator::wake_debt`.
-            self.owe_wakes(self.eng.push_ready_quiet(id, kind));
+            self.owe_wakes(self.eng.push_queue_quiet(id, task.queue as usize));
         }
     }
 }

@@ -40,9 +40,10 @@ mod slot;
 
 pub use completion::{ArenaShared, Claim};
 pub use fanin::{claim_fanin, wire_and_publish, write_fanin_record, FaninClaims, FaninEdge};
+pub(crate) use park::queue_takes;
 pub use park::{Progress, Sleep};
 pub use ready::EngineShared;
-pub(crate) use ready::{queue_index, queue_kind};
+pub(crate) use ready::{lane_queue, queue_index, queue_kind};
 pub use retire::{PayloadCell, RingShared};
 pub(crate) use slot::DEP_FLAGS;
 pub use slot::{DepNode, SlotState, COMPLETED, CONSUMED, DEP_RETAIN, DEP_WAIT, PENDING, SCOPE_BIT};

@@ -25,17 +25,45 @@ use std::time::Duration;
 /// queues after it stops spinning (stop, fence, then pop or register as a sleeper and
 /// re-check), so the pushed task is seen either way; a spinner that found work wakes a
 /// sleeper if more work is queued.
-#[derive(Default)]
 pub struct Sleep {
-    /// Parked cores, by queue index of their kind.
-    sleepers: [AtomicUsize; 3],
+    /// Parked cores, by queue index of their kind (then one per lane: see
+    /// [`EngineShared::with_lanes`](super::EngineShared::with_lanes)).
+    sleepers: Box<[AtomicUsize]>,
     spinning: AtomicUsize,
     /// Queue index (core kind) of the spinning core: pushes it cannot take still wake.
     spinner_kind: AtomicUsize,
     m: Mutex<()>,
-    /// One per queue index of the sleepers' kind.
-    cv: [Condvar; 3],
+    /// One per queue index of the sleepers' kind (or lane).
+    cv: Box<[Condvar]>,
 }
+
+impl Sleep {
+    /// Parking for cores of `queues` queue indices (3 kinds, then the lanes).
+    pub(crate) fn new(queues: usize) -> Sleep {
+        Sleep {
+            sleepers: (0..queues).map(|_| AtomicUsize::new(0)).collect(),
+            spinning: AtomicUsize::new(0),
+            spinner_kind: AtomicUsize::new(0),
+            m: Mutex::new(()),
+            cv: (0..queues).map(|_| Condvar::new()).collect(),
+        }
+    }
+}
+
+/// Can a core of queue index `sk` take a task of queue index `q`? A lane's task only a
+/// core of that lane; a kind's task a core of its kind, or of kind `Any` (index 2), and
+/// a task of kind `Any` every kind's core.
+#[inline]
+pub(crate) fn queue_takes(sk: usize, q: usize) -> bool {
+    if q >= LANE0 || sk >= LANE0 {
+        sk == q
+    } else {
+        sk == 2 || q == 2 || sk == q
+    }
+}
+
+/// The first lane's queue index (0..3 are the core kinds).
+pub(crate) const LANE0: usize = 3;
 
 /// Kinds of cores (queue indices) that can run a task of queue index `q`, in the order
 /// a wake-up picks a sleeper: a core of the task's own kind first (an `Any` core can
@@ -83,11 +111,8 @@ impl Sleep {
     #[inline]
     pub(crate) fn wake_for(&self, kind: usize) {
         fence(SeqCst);
-        if self.spinning.load(Relaxed) > 0 {
-            let sk = self.spinner_kind.load(Relaxed);
-            if sk == 2 || kind == 2 || sk == kind {
-                return;
-            }
+        if self.spinning.load(Relaxed) > 0 && queue_takes(self.spinner_kind.load(Relaxed), kind) {
+            return;
         }
         self.wake_one(kind);
     }
@@ -96,7 +121,7 @@ impl Sleep {
     /// (queue indices with tasks left; see the type doc).
     #[inline]
     pub(crate) fn pass_on(&self, nonempty: impl Fn(usize) -> bool) {
-        for q in 0..3 {
+        for q in 0..self.cv.len() {
             if nonempty(q) {
                 self.wake_for(q);
             }
@@ -117,6 +142,14 @@ impl Sleep {
 
     #[inline]
     fn wake_one(&self, q: usize) {
+        if q >= LANE0 {
+            // A lane's task: only a core of that lane runs it.
+            if self.sleepers[q].load(Relaxed) > 0 {
+                let _g = self.m.lock();
+                self.cv[q].notify_one();
+            }
+            return;
+        }
         for &k in runners(q) {
             if self.sleepers[k].load(Relaxed) > 0 {
                 let _g = self.m.lock();

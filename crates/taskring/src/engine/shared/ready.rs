@@ -7,7 +7,7 @@
 //! pushes it; the push is the release that carries the task's payload to the core that
 //! pops it.
 
-use super::park::{Progress, Sleep};
+use super::park::{Progress, Sleep, LANE0};
 use crate::kernel::CoreKind;
 use crate::sync::Ordering::*;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Mutex};
@@ -15,10 +15,16 @@ use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
-/// Ready queues (per core kind), the idle-core parking lot, and the orchestrator's
-/// progress notification. Lives as long as the chip.
+/// Ready queues (per core kind, then per lane), the idle-core parking lot, and the
+/// orchestrator's progress notification. Lives as long as the chip.
+///
+/// Queue indices: 0 AIC, 1 AIV, 2 `Any` (`queue_index`), then one per *lane*
+/// ([`EngineShared::with_lanes`]): a lane's tasks are taken only by the cores of that
+/// lane (and the orchestrator's help). An L3 node gives each chip a lane and each
+/// dispatch thread a chip: a chip's backlog (or a stopped chip) then holds up no
+/// thread of another chip.
 pub struct EngineShared {
-    queues: [ReadyQueue; 3],
+    queues: Box<[ReadyQueue]>,
     sleep: Sleep,
     pub progress: Progress,
     /// A run failed: core threads stop running kernels and discard tasks.
@@ -37,7 +43,7 @@ pub struct EngineShared {
     /// A run is open (its orchestrator may owe a parked core a wake-up: cores park
     /// briefly then, see `chip/core.rs`'s `Idle`).
     run_open: AtomicBool,
-    /// Cores in a long park ([`EngineShared::park_core_long`]): opening a run wakes them.
+    /// Cores in a long park ([`EngineShared::park_queue_long`]): opening a run wakes them.
     long_parked: AtomicUsize,
 }
 
@@ -90,12 +96,18 @@ impl ReadyQueue {
 
 #[inline]
 pub(crate) fn queue_index(kind: CoreKind) -> usize {
-    match kind {
-        CoreKind::Aic => 0,
-        CoreKind::Aiv => 1,
-        CoreKind::Any => 2,
-    }
+    crate::kernel::kind_queue(kind)
 }
+
+/// The queue index of lane `lane` ([`EngineShared::with_lanes`]); lanes beyond
+/// `MAX_LANES` share queues (modulo).
+#[inline]
+pub(crate) fn lane_queue(lane: usize) -> usize {
+    LANE0 + lane % MAX_LANES
+}
+
+/// Lanes an engine has at most: every queue's bit fits a `u64` mask.
+pub(crate) const MAX_LANES: usize = 64 - LANE0;
 
 /// The core kind of queue index `q` (the inverse of [`queue_index`]; 2 and above: Any).
 #[inline]
@@ -109,13 +121,18 @@ pub(crate) fn queue_kind(q: usize) -> CoreKind {
 
 impl Default for EngineShared {
     fn default() -> Self {
+        EngineShared::with_lanes(0)
+    }
+}
+
+impl EngineShared {
+    /// An engine with `lanes` lane queues besides the three kind queues (at most
+    /// 61, `MAX_LANES`; more share queues).
+    pub fn with_lanes(lanes: usize) -> Self {
+        let n = LANE0 + lanes.min(MAX_LANES);
         EngineShared {
-            queues: [
-                ReadyQueue::default(),
-                ReadyQueue::default(),
-                ReadyQueue::default(),
-            ],
-            sleep: Sleep::default(),
+            queues: (0..n).map(|_| ReadyQueue::default()).collect(),
+            sleep: Sleep::new(n),
             progress: Progress::default(),
             fatal: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
@@ -126,13 +143,23 @@ impl Default for EngineShared {
             long_parked: AtomicUsize::new(0),
         }
     }
-}
 
-impl EngineShared {
+    /// Lane queues of this engine.
+    #[doc(hidden)]
+    pub fn lanes(&self) -> usize {
+        self.queues.len() - LANE0
+    }
+
     /// Make `id` available to a core of `kind`.
     #[inline]
     pub fn push_ready(&self, id: TaskId, kind: CoreKind) {
-        let q = queue_index(kind);
+        self.push_queue(id, queue_index(kind));
+    }
+
+    /// Make `id` available to the cores of queue index `q` (a kind's or a lane's).
+    #[inline]
+    #[doc(hidden)]
+    pub fn push_queue(&self, id: TaskId, q: usize) {
         self.queues[q].push(id.0);
         self.sleep.wake_for(q);
     }
@@ -141,8 +168,14 @@ impl EngineShared {
     /// [`EngineShared::wake_for_queues`] once after a batch. Returns the queue's bit.
     #[inline]
     #[doc(hidden)]
-    pub fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u8 {
-        let q = queue_index(kind);
+    pub fn push_ready_quiet(&self, id: TaskId, kind: CoreKind) -> u64 {
+        self.push_queue_quiet(id, queue_index(kind))
+    }
+
+    /// [`EngineShared::push_ready_quiet`] to queue index `q`.
+    #[inline]
+    #[doc(hidden)]
+    pub fn push_queue_quiet(&self, id: TaskId, q: usize) -> u64 {
         self.queues[q].push(id.0);
         1 << q
     }
@@ -150,11 +183,12 @@ impl EngineShared {
     /// Wake for the queues of `mask` (bits from [`EngineShared::push_ready_quiet`]).
     #[inline]
     #[doc(hidden)]
-    pub fn wake_for_queues(&self, mask: u8) {
-        for q in 0..3 {
-            if mask & (1 << q) != 0 {
-                self.sleep.wake_for(q);
-            }
+    pub fn wake_for_queues(&self, mask: u64) {
+        let mut m = mask;
+        while m != 0 {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            self.sleep.wake_for(q);
         }
     }
 
@@ -163,9 +197,12 @@ impl EngineShared {
     /// only wake a sleeper to find nothing.
     #[inline]
     #[doc(hidden)]
-    pub fn wake_for_queued(&self, mask: u8) {
-        for q in 0..3 {
-            if mask & (1 << q) != 0 && !self.queues[q].is_empty() {
+    pub fn wake_for_queued(&self, mask: u64) {
+        let mut m = mask;
+        while m != 0 {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if !self.queues[q].is_empty() {
                 self.sleep.wake_for(q);
             }
         }
@@ -180,18 +217,29 @@ impl EngineShared {
     /// Take a ready task for a core of `kind`: its own queue first, then `Any`.
     #[inline]
     pub fn pop_ready(&self, kind: CoreKind) -> Option<TaskId> {
-        let own = queue_index(kind);
-        if own != 2 {
-            if let Some(t) = self.queues[own].pop() {
+        self.pop_queue(queue_index(kind))
+    }
+
+    /// Take a ready task for a core of queue index `q`: a kind's core its own queue,
+    /// then `Any`'s; a core of kind `Any` (a one-core chip; the orchestrator's help)
+    /// every queue, lanes last; a lane's core its lane's queue only.
+    #[inline]
+    #[doc(hidden)]
+    pub fn pop_queue(&self, q: usize) -> Option<TaskId> {
+        if q >= LANE0 {
+            return self.queues[q].pop().map(TaskId);
+        }
+        if q != 2 {
+            if let Some(t) = self.queues[q].pop() {
                 return Some(TaskId(t));
             }
             return self.queues[2].pop().map(TaskId);
         }
-        // A core of kind Any (a one-core chip) runs every kind.
         self.queues[2]
             .pop()
             .or_else(|| self.queues[0].pop())
             .or_else(|| self.queues[1].pop())
+            .or_else(|| self.queues[LANE0..].iter().find_map(|l| l.pop()))
             .map(TaskId)
     }
 
@@ -199,11 +247,20 @@ impl EngineShared {
     #[inline]
     #[doc(hidden)]
     pub fn has_ready(&self, kind: CoreKind) -> bool {
-        let own = queue_index(kind);
-        if own == 2 {
+        self.has_queued(queue_index(kind))
+    }
+
+    /// Any task a core of queue index `q` could take ([`EngineShared::pop_queue`])?
+    #[inline]
+    #[doc(hidden)]
+    pub fn has_queued(&self, q: usize) -> bool {
+        if q >= LANE0 {
+            return !self.queues[q].is_empty();
+        }
+        if q == 2 {
             return self.queues.iter().any(|q| !q.is_empty());
         }
-        !self.queues[2].is_empty() || !self.queues[own].is_empty()
+        !self.queues[2].is_empty() || !self.queues[q].is_empty()
     }
 
     /// Drop every queued task (abort).
@@ -233,16 +290,22 @@ impl EngineShared {
     /// sleeper through [`EngineShared::wake_for_queues`] after they put work there).
     #[doc(hidden)]
     pub fn park_core_or(&self, kind: CoreKind, timeout: Duration, more: impl Fn() -> bool) {
+        self.park_queue_or(queue_index(kind), timeout, more)
+    }
+
+    /// [`EngineShared::park_core_or`] for a core of queue index `q`.
+    #[doc(hidden)]
+    pub fn park_queue_or(&self, q: usize, timeout: Duration, more: impl Fn() -> bool) {
         self.sleep.park(
-            queue_index(kind),
-            || self.has_ready(kind) || more() || self.shutdown.load(SeqCst),
+            q,
+            || self.has_queued(q) || more() || self.shutdown.load(SeqCst),
             timeout,
         )
     }
 
     /// A run opens: cores park briefly from now on, and the ones in a long park are
     /// woken (a core that sees the run open, or is woken, parks briefly next). With
-    /// [`EngineShared::park_core_long`] the same handshake as a push and a park: the
+    /// [`EngineShared::park_queue_long`] the same handshake as a push and a park: the
     /// opener publishes, fences, then looks for long sleepers; a long sleeper counts
     /// itself, fences (in `park`), then looks at the flag before it waits.
     #[doc(hidden)]
@@ -270,9 +333,9 @@ impl EngineShared {
     /// [`EngineShared::park_core_or`] for a long park while no run is open: ends when a
     /// run opens too ([`EngineShared::open_for_cores`] wakes it).
     #[doc(hidden)]
-    pub fn park_core_long(&self, kind: CoreKind, timeout: Duration, more: impl Fn() -> bool) {
+    pub fn park_queue_long(&self, q: usize, timeout: Duration, more: impl Fn() -> bool) {
         self.long_parked.fetch_add(1, SeqCst);
-        self.park_core_or(kind, timeout, || more() || self.run_open.load(SeqCst));
+        self.park_queue_or(q, timeout, || more() || self.run_open.load(SeqCst));
         self.long_parked.fetch_sub(1, SeqCst);
     }
 
@@ -292,8 +355,8 @@ impl EngineShared {
     /// Try to become the spinning idle core (see [`Sleep`]).
     #[inline]
     #[doc(hidden)]
-    pub fn try_spin(&self, kind: CoreKind) -> bool {
-        self.sleep.try_spin(queue_index(kind))
+    pub fn try_spin(&self, q: usize) -> bool {
+        self.sleep.try_spin(q)
     }
 
     /// Stop spinning; if work is still queued, wake a sleeper for it.
