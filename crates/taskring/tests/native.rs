@@ -9,12 +9,15 @@ use std::sync::OnceLock;
 use taskring::builtin::*;
 use taskring::*;
 
-/// Build `examples/native/kernels.c` once into this test binary's temp dir.
+/// Build `examples/native/kernels.c` once into this test binary's temp dir, under a
+/// name of this process's own: nextest runs each test in a process of its own, and
+/// processes writing one file while another loads it made `dlopen` fail now and then.
 fn library() -> &'static PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libtrkernels_test.so");
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("libtrkernels_test.{}.so", std::process::id()));
         let st = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
             .args(["-O2", "-shared", "-fPIC", "-I"])
             .arg(root.join("include"))
