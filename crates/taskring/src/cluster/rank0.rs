@@ -1,6 +1,9 @@
 //! Rank 0 of an L4 job: the engine whose tasks are whole L3 dispatches on hosts.
 //!
-//! A ready L4 task runs on one of the engine's dispatch threads ([`HostDispatch`]):
+//! Each host has a lane (a ready queue of its own) in the engine, served by two dispatch
+//! threads: a host's backlog holds up no other host's tasks, and while a host serves one
+//! request its next one is already sent. A ready L4 task runs on one of its host's
+//! dispatch threads ([`HostDispatch`]):
 //! it encodes the task (its whole `CallConfig`), sends it to the host's rank with tag
 //! `TAG_REQUEST`, sends its inputs' bytes straight from the caller's arrays with the
 //! task's data tag, then waits (matched probe, backoff) for the reply with that tag and
@@ -137,6 +140,9 @@ impl HostTurn {
 /// The executor: one L4 task's round trip to its host.
 struct HostDispatch {
     sh: Arc<Shared>,
+    /// Host `h`'s tasks go to lane `h % lanes`: two dispatch threads per host take only
+    /// them (one waits for the host's next request while the other's is served).
+    lane: usize,
 }
 
 fn bytes_of(t: &Tensor) -> &'static mut [u8] {
@@ -265,6 +271,9 @@ impl Kernel for HostDispatch {
     fn name(&self) -> &str {
         "host-dispatch"
     }
+    fn ready_queue(&self) -> usize {
+        crate::engine::shared::lane_queue(self.lane)
+    }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         let idx = call.scalar_i64(0) as usize;
         let rec = {
@@ -314,7 +323,8 @@ pub struct ClusterOrchestrator<'a, 'r> {
     o: &'a mut Orchestrator<'r>,
     sh: &'a Shared,
     programs: &'a RwLock<Vec<ClusterProgram>>,
-    dispatch: KernelRef,
+    /// The dispatch kernel of each lane.
+    dispatch: &'a [KernelRef],
 }
 
 impl<'r> ClusterOrchestrator<'_, 'r> {
@@ -367,7 +377,8 @@ impl<'r> ClusterOrchestrator<'_, 'r> {
         };
         let mut ta = ta;
         ta.scalar(Scalar::I64(idx as i64));
-        let r = self.o.submit(self.dispatch, &ta).map(|r| r.id);
+        let lane = &self.dispatch[worker % self.dispatch.len()];
+        let r = self.o.submit(*lane, &ta).map(|r| r.id);
         if r.is_err() {
             let mut st = self.sh.run.lock();
             st.tasks.truncate(idx);
@@ -435,7 +446,8 @@ pub struct Cluster {
     sh: Arc<Shared>,
     programs: Arc<RwLock<Vec<ClusterProgram>>>,
     engine: Option<ChipWorker>,
-    dispatch: Option<KernelRef>,
+    /// One dispatch kernel per lane (leaked boxes, taken back in `close`).
+    dispatch: Option<Arc<[KernelRef]>>,
     closed: bool,
 }
 
@@ -461,6 +473,9 @@ impl Cluster {
         });
         let engine = ChipWorker::new(ChipOptions {
             cores: (2 * hosts).min(crate::chip::MAX_CORES),
+            // A lane (ready queue) per host, two dispatch threads on each: a host's
+            // backlog holds up no thread of another host.
+            lanes: hosts,
             aic_cores: Some(0),
             arena_cache_slots,
             shared_heaps: true,
@@ -471,8 +486,15 @@ impl Cluster {
             ..ChipOptions::default()
         })
         .map_err(ClusterError::Failure)?;
-        // The kernel holds the shared state; its box is taken back in `close`.
-        let dispatch = KernelRef::leak(HostDispatch { sh: sh.clone() });
+        // The kernels hold the shared state; their boxes are taken back in `close`.
+        let dispatch: Arc<[KernelRef]> = (0..engine.lanes())
+            .map(|lane| {
+                KernelRef::leak(HostDispatch {
+                    sh: sh.clone(),
+                    lane,
+                })
+            })
+            .collect();
         Ok(Cluster {
             sh,
             programs: Arc::new(RwLock::new(programs)),
@@ -521,7 +543,8 @@ impl Cluster {
         let programs = self.programs.clone();
         let dispatch = self
             .dispatch
-            .expect("an open cluster has its dispatch kernel");
+            .clone()
+            .expect("an open cluster has its dispatch kernels");
         // safety: the hook lives for this call; the engine runs the program (and so the
         // wait that calls it) on this thread, before `run_with_hook` returns.
         let hook_ref = unsafe { HookRef::erase(hook) };
@@ -531,7 +554,7 @@ impl Cluster {
                 o,
                 sh: &sh2,
                 programs: &programs,
-                dispatch,
+                dispatch: &dispatch,
             };
             orch(&mut co)?;
             // The submits only owed the dispatch threads their wake-up.
@@ -578,10 +601,12 @@ impl Cluster {
             comm::send(h as i32 + 1, TAG_REQUEST, &buf[..n]);
         }
         self.engine = None;
-        if let Some(k) = self.dispatch.take() {
-            // safety: `k` was leaked from a box in `new`; the engine that could use it is
-            // gone and no run is in flight (`close` takes the cluster).
-            drop(unsafe { Box::from_raw(k.0 as *const dyn Kernel as *mut dyn Kernel) });
+        if let Some(ks) = self.dispatch.take() {
+            for k in ks.iter() {
+                // safety: `k` was leaked from a box in `new`; the engine that could use
+                // it is gone and no run is in flight (`close` takes the cluster).
+                drop(unsafe { Box::from_raw(k.0 as *const dyn Kernel as *mut dyn Kernel) });
+            }
         }
     }
 }
