@@ -201,6 +201,14 @@ impl HostDispatch {
         (task, sent, back)
     }
 
+    /// Should a wait give up (the run was cancelled)? On the run's own thread (a lone
+    /// dispatch run inline, `help_at_end`) this also lets the run's hook see a Ctrl-C
+    /// every 20 ms.
+    fn given_up(&self) -> bool {
+        crate::node::poll_inline_hook();
+        self.sh.cancel.load(Relaxed)
+    }
+
     /// Wait for this dispatch's reply; earlier dispatches' late replies on the same tag
     /// are taken off the queue (with their data) and dropped.
     fn await_reply(&self, rank: i32, tag: i32, seq: u64) -> Result<L4Reply, String> {
@@ -210,7 +218,7 @@ impl HostDispatch {
                 Some(tag),
                 REPLY_MAX_SLEEP,
                 comm::Backoff::EXPECTED,
-                || self.sh.cancel.load(Relaxed),
+                || self.given_up(),
             )
             .ok_or_else(|| "interrupted".to_string())?;
             let buf = comm::receive_vec(msg, &status);
@@ -224,7 +232,7 @@ impl HostDispatch {
                     Some(tag),
                     REPLY_MAX_SLEEP,
                     comm::Backoff::EXPECTED,
-                    || self.sh.cancel.load(Relaxed),
+                    || self.given_up(),
                 ) {
                     drop(comm::receive_vec(m, &s));
                 }
@@ -258,9 +266,8 @@ impl HostDispatch {
                     back.len()
                 ));
             }
-            let cancel = &self.sh.cancel;
             for t in &back {
-                comm::receive_data(rank, tag, bytes_of(t), &mut || cancel.load(Relaxed))?;
+                comm::receive_data(rank, tag, bytes_of(t), &mut || self.given_up())?;
             }
         }
         Ok(reply)
@@ -557,6 +564,9 @@ impl Cluster {
                 dispatch: &dispatch,
             };
             orch(&mut co)?;
+            // A lone dispatch runs here, on this thread: no hand-off to a dispatch thread
+            // and back (the node does the same, `Node::run`).
+            crate::node::help_at_end(co.o.end_helper, hook_ref.get(), || sh2.cancel.load(Acquire));
             // The submits only owed the dispatch threads their wake-up.
             co.o.pay_wakes();
             wait_dispatched(&sh2, hook_ref.get());

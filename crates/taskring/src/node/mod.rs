@@ -2310,7 +2310,7 @@ const INLINE_POLL: Duration = Duration::from_millis(20);
 /// until none is left or `cancelled()`: a one-task run then costs no hand-off to a
 /// dispatch thread and back. Meanwhile the waits of those dispatches call `hook`
 /// between slices ([`poll_inline_hook`]), as the run's own wait would.
-fn help_at_end(
+pub(crate) fn help_at_end(
     help: Option<&dyn Fn() -> bool>,
     hook: Option<&'static dyn Fn(bool)>,
     cancelled: impl Fn() -> bool,
@@ -2334,10 +2334,11 @@ fn help_at_end(
     }
 }
 
-/// In a wait of a dispatch run by [`help_at_end`]: at most every [`INLINE_POLL`], leave
-/// and re-enter the hook's blocking part (a Python caller's Ctrl-C is seen there and
-/// cancels the run). Elsewhere (a dispatch thread) nothing.
-fn poll_inline_hook() {
+/// In a wait of a dispatch run by [`help_at_end`] (a node's, or L4 rank 0's): at most
+/// every [`INLINE_POLL`], leave and re-enter the hook's blocking part (a Python
+/// caller's Ctrl-C is seen there and cancels the run). Elsewhere (a dispatch thread)
+/// nothing.
+pub(crate) fn poll_inline_hook() {
     INLINE_HOOK.with(|c| {
         if let Some((h, last)) = c.get() {
             if last.elapsed() >= INLINE_POLL {
