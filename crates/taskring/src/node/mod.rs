@@ -535,9 +535,10 @@ impl Chip {
         &self,
         ctl: &Ctl,
         task: &TaskFrame,
+        stamp: bool,
         after: impl FnOnce(u64) -> T,
     ) -> Result<(ReplyFrame, T), ChipFault> {
-        self.round_trip_then(ctl, |buf| frame::encode_task(task, buf), after)
+        self.round_trip_then(ctl, |buf| frame::encode_task(task, buf), stamp, after)
     }
 
     /// One round trip with the request `encode` writes.
@@ -546,15 +547,17 @@ impl Chip {
         ctl: &Ctl,
         encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
     ) -> Result<ReplyFrame, ChipFault> {
-        self.round_trip_then(ctl, encode, |_| ()).map(|(r, ())| r)
+        self.round_trip_then(ctl, encode, false, |_| ())
+            .map(|(r, ())| r)
     }
 
     /// One round trip, then `after(posted_ns)` (when the request was posted, on
-    /// `CLOCK_MONOTONIC`) with the chip's turn still held.
+    /// `CLOCK_MONOTONIC`, if `stamp`; else 0) with the chip's turn still held.
     fn round_trip_then<T>(
         &self,
         ctl: &Ctl,
         encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
+        stamp: bool,
         after: impl FnOnce(u64) -> T,
     ) -> Result<(ReplyFrame, T), ChipFault> {
         let mut seq = self.turn(ctl)?;
@@ -575,7 +578,7 @@ impl Chip {
         *seq = seq.wrapping_add(1);
         let want = *seq;
         h.req_len.store(n as u32, Relaxed);
-        let posted = trace::mono_ns();
+        let posted = if stamp { trace::mono_ns() } else { 0 };
         mailbox::publish(&h.req_seq, want, &h.req_sleeping);
         self.await_reply(ctl, want)?;
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
@@ -914,7 +917,6 @@ impl Dispatch {
         reply: Result<(ReplyFrame, TraceSide), ChipFault>,
         start_ns: u64,
     ) -> Result<(), ChipFault> {
-        let end_ns = trace::mono_ns();
         let chip = &self.node.chips[task.worker];
         let (reply, side) = match reply {
             Ok((r, side)) => (Ok(r), side),
@@ -922,6 +924,7 @@ impl Dispatch {
         };
         let mut st = self.node.run.lock();
         if let Some(t) = st.trace.as_mut().and_then(|t| t.tasks.get_mut(idx)) {
+            let end_ns = trace::mono_ns();
             let (posted_ns, replied_ns, chip) = match side {
                 Some((p, r, c)) => (p, r, Some(c)),
                 None => (end_ns, end_ns, None),
@@ -986,7 +989,12 @@ impl Kernel for Dispatch {
     /// the round trip to its chip, then record the trace and the report.
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         let idx = call.scalar_i64(0) as usize;
-        let start_ns = trace::mono_ns();
+        // Timestamps only for a traced run (three clock reads per dispatch otherwise).
+        let start_ns = if self.node.tracing.load(Relaxed) {
+            trace::mono_ns()
+        } else {
+            0
+        };
         let (task, run_prefix) = {
             let mut st = self.node.run.lock();
             st.in_flight += 1;
@@ -1025,6 +1033,7 @@ impl Kernel for Dispatch {
                     config,
                     args,
                 },
+                traced,
                 after,
             )
         });
@@ -1591,6 +1600,9 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     let mut regions = shm::RegionMap::new(ctx.host_pid, ctx.in_process);
     let host_gone = || !ctx.in_process && unsafe { libc::getppid() } != ctx.host_pid;
     let mut served = 0u32;
+    // The serving thread's id for the timeline, asked once (a syscall per reply cost
+    // ~0.5 % of a busy chip's time).
+    let tid = trace::gettid() as u32;
     loop {
         let ok = mailbox::wait_until_flagged(
             &h.req_seq,
@@ -1624,7 +1636,7 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
             .unwrap_or(0),
         };
         h.resp_len.store(n as u32, Release);
-        h.served_tid.store(trace::gettid() as u32, Relaxed);
+        h.served_tid.store(tid, Relaxed);
         h.served_ns.store(served_ns, Relaxed);
         h.trace_t0_ns.store(trace_t0_ns, Relaxed);
         h.replied_ns.store(trace::mono_ns(), Relaxed);
