@@ -389,7 +389,7 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     );
     Ok(b.finish(
         json!({ "reps": reps, "rt_batch": rt_batch, "tasks_per_run": many, "pingpong_round_trips_per_sample": pp_n,
-            "chip_cores": 1, "node_cores": "2 per chip (default)", "chip_processes": true,
+            "chip_cores": 1, "node_cores": "1 per chip (default; a lane each)", "chip_processes": true,
             "configs": configs().iter().map(|c| format!("{:?}", c.runtime_env)).collect::<Vec<_>>() }),
         summary,
     ))
