@@ -230,3 +230,25 @@ fn owed_wake_ups_of_lane_tasks_lose_none() {
         scenario(&[LANE0, LANE1], &[LANE0, LANE1, LANE0], Push::Owed)
     });
 }
+
+/// A core in a long park (no run open when it parked: `EngineShared::park_queue_long`)
+/// and a run opening (`EngineShared::open_for_cores`): the opener publishes, fences,
+/// then wakes long sleepers; the core counts itself, fences, then looks at the flag
+/// before it waits. Either way the core leaves its park (a lost wake-up would leave it
+/// there: loom's timed waits never time out, so that is a reported deadlock).
+#[test]
+fn opening_a_run_ends_a_long_park() {
+    model(3, || {
+        let eng = Arc::new(EngineShared::default());
+        let core = {
+            let eng = eng.clone();
+            thread::spawn(move || {
+                while !eng.run_is_open() {
+                    eng.park_queue_long(ANY, Duration::from_secs(1), || false);
+                }
+            })
+        };
+        eng.open_for_cores();
+        core.join().unwrap();
+    });
+}
