@@ -124,7 +124,7 @@ fn open(a: &ArenaShared, id: TaskId, deps: &[(TaskId, u64)]) -> Sub {
     unsafe {
         let pl = ring.payload_mut(id.local()).as_mut_ptr();
         addr_of_mut!((*pl).id).write(id);
-        addr_of_mut!((*pl).kind).write(CoreKind::Any);
+        addr_of_mut!((*pl).queue).write(2); // the `Any` queue
         write_fanin_record(a, id, pl, &edges, 0);
     }
     Sub {
