@@ -109,6 +109,19 @@ pub(crate) fn lane_queue(lane: usize) -> usize {
 /// Lanes an engine has at most: every queue's bit fits a `u64` mask.
 pub(crate) const MAX_LANES: usize = 64 - LANE0;
 
+/// The queue indices whose bits `mask` has, lowest first.
+#[inline]
+fn queues_of(mask: u64) -> impl Iterator<Item = usize> {
+    let mut m = mask;
+    std::iter::from_fn(move || {
+        (m != 0).then(|| {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            q
+        })
+    })
+}
+
 /// The core kind of queue index `q` (the inverse of [`queue_index`]; 2 and above: Any).
 #[inline]
 pub(crate) fn queue_kind(q: usize) -> CoreKind {
@@ -184,12 +197,7 @@ impl EngineShared {
     #[inline]
     #[doc(hidden)]
     pub fn wake_for_queues(&self, mask: u64) {
-        let mut m = mask;
-        while m != 0 {
-            let q = m.trailing_zeros() as usize;
-            m &= m - 1;
-            self.sleep.wake_for(q);
-        }
+        queues_of(mask).for_each(|q| self.sleep.wake_for(q));
     }
 
     /// [`EngineShared::wake_for_queues`], only for the queues of `mask` that still hold
@@ -198,14 +206,9 @@ impl EngineShared {
     #[inline]
     #[doc(hidden)]
     pub fn wake_for_queued(&self, mask: u64) {
-        let mut m = mask;
-        while m != 0 {
-            let q = m.trailing_zeros() as usize;
-            m &= m - 1;
-            if !self.queues[q].is_empty() {
-                self.sleep.wake_for(q);
-            }
-        }
+        queues_of(mask)
+            .filter(|&q| !self.queues[q].is_empty())
+            .for_each(|q| self.sleep.wake_for(q));
     }
 
     /// Wake parked cores (work may be queued that a spinner cannot take).
