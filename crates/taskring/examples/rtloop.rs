@@ -3,16 +3,17 @@
 //! the median and the 10th/90th percentiles (of the time per task).
 //!
 //! ```text
-//! cargo run --release -p taskring --example rtloop -- SECS [TASKS_PER_RUN [NODE_CORES [CHIPS]]]
+//! cargo run --release -p taskring --example rtloop -- SECS [TASKS_PER_RUN [NODE_CORES [CHIPS [WORK]]]]
 //! cargo run --release -p taskring --example rtloop -- 3              # B6's round trip
 //! cargo run --release -p taskring --example rtloop -- 3 2000 0 2     # B6's 2-chip throughput
 //! ```
 //!
-//! A run's tasks go to the chips in turn.
+//! A run's tasks go to the chips in turn. WORK > 0: each L2 task is a `busy_wait` of
+//! that many iterations on a chip core instead of a NOOP (chip work that is not empty).
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use taskring::builtin::NOOP;
+use taskring::builtin::{BUSY_WAIT, NOOP};
 use taskring::node::*;
 use taskring::*;
 
@@ -22,8 +23,17 @@ fn main() {
     let per_run = arg(2, 1.0) as usize;
     let node_cores = arg(3, 0.0) as usize;
     let chips = arg(4, 1.0) as usize;
+    let work = arg(5, 0.0) as i64;
     let callables = Arc::new(RwLock::new(vec![ChipCallable {
-        program: Program::new("tiny", |o, _| o.submit(NOOP, &TaskArgs::new()).map(|_| ())),
+        program: Program::new("tiny", move |o, _| {
+            if work > 0 {
+                let mut t = TaskArgs::new();
+                t.scalar(Scalar::I64(work));
+                o.submit(BUSY_WAIT, &t).map(|_| ())
+            } else {
+                o.submit(NOOP, &TaskArgs::new()).map(|_| ())
+            }
+        }),
         signature: vec![],
     }]));
     let opts = NodeOptions {

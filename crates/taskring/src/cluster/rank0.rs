@@ -121,11 +121,22 @@ impl HostTurn {
         *n - 1
     }
 
-    /// Block until every request before `n` was answered, or `cancel`.
+    /// Block until every request before `n` was answered, or `cancel`. On the run's own
+    /// thread (a lone dispatch run inline) the run's hook sees a Ctrl-C between slices
+    /// (outside the lock).
     fn wait_turn(&self, n: u64, cancel: &AtomicBool) {
-        let mut a = self.answered.lock();
-        while *a < n && !cancel.load(Relaxed) {
-            self.turn.wait_for(&mut a, Duration::from_millis(10));
+        loop {
+            {
+                let mut a = self.answered.lock();
+                if *a >= n || cancel.load(Relaxed) {
+                    return;
+                }
+                self.turn.wait_for(&mut a, Duration::from_millis(10));
+                if *a >= n || cancel.load(Relaxed) {
+                    return;
+                }
+            }
+            crate::node::poll_inline_hook();
         }
     }
 
