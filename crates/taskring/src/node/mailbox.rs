@@ -176,6 +176,17 @@ pub(crate) const MAILBOX_SPIN: SpinThenPark = SpinThenPark {
     yield_every: 0,
 };
 
+/// How a chip waits for its next request: 200 yields before it sleeps. Requests of a
+/// busy host come back to back, and of an L4 host a few tens of microseconds apart (its
+/// MPI round trip and Python): a chip asleep then costs each request a `futex_wake` and
+/// a wake-up. (The waits for a reply, during which the chip's kernel may need this CPU,
+/// yield only `MAILBOX_SPIN`'s 20 times.)
+pub(crate) const REQUEST_SPIN: SpinThenPark = SpinThenPark {
+    checks: 200,
+    spin_checks: 0,
+    yield_every: 0,
+};
+
 /// Wait until `cond()` holds, spinning briefly, then sleeping on `word` (which the other
 /// side changes and wakes), checking `give_up()` between sleeps.
 pub fn wait_until(
@@ -214,7 +225,20 @@ pub(crate) fn wait_until_flagged(
     give_up: impl Fn() -> bool,
     slice: Duration,
 ) -> bool {
-    if MAILBOX_SPIN.spin(&cond) {
+    wait_until_spun(word, sleeping, cond, give_up, slice, &MAILBOX_SPIN)
+}
+
+/// [`wait_until_flagged`] with its own spin phase (a chip waiting for its next request:
+/// [`REQUEST_SPIN`]).
+pub(crate) fn wait_until_spun(
+    word: &AtomicU32,
+    sleeping: Option<&AtomicU32>,
+    cond: impl Fn() -> bool,
+    give_up: impl Fn() -> bool,
+    slice: Duration,
+    spin: &SpinThenPark,
+) -> bool {
+    if spin.spin(&cond) {
         return true;
     }
     loop {

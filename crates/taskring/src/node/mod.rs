@@ -1604,12 +1604,13 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     // ~0.5 % of a busy chip's time).
     let tid = trace::gettid() as u32;
     loop {
-        let ok = mailbox::wait_until_flagged(
+        let ok = mailbox::wait_until_spun(
             &h.req_seq,
             Some(&h.req_sleeping),
             || h.req_seq.load(Acquire) != served || h.state.load(Acquire) == STATE_SHUTDOWN,
             || host_gone() || h.state.load(Acquire) == STATE_SHUTDOWN,
             Duration::from_millis(500),
+            &mailbox::REQUEST_SPIN,
         );
         if !ok || h.state.load(Acquire) == STATE_SHUTDOWN {
             return 0;
