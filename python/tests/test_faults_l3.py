@@ -238,6 +238,10 @@ def test_ctrl_c_while_a_failed_run_waits_for_a_long_task_on_another_chip(monkeyp
 
         def orch(o, _a, _c):
             o.submit_next_level(h, [o1, 1200], worker=1)
+            # The long task must be under way when the other chip's task fails: the two
+            # chips' dispatch threads start in no set order (each chip has its own), and
+            # a task not yet started when the run fails is dropped, not waited for.
+            time.sleep(0.2)
             o.submit_next_level(hf, [o0, 0], worker=0)
 
         _interrupted_run(w, orch, after=0.4)
