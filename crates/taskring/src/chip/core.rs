@@ -482,9 +482,12 @@ pub(super) fn help_one(
     true
 }
 
+/// May a core of `core` kind run a task of `task` kind? The ready queues' rule
+/// (`queue_takes`) for the kinds' queues.
 #[inline]
 pub(super) fn can_run(core: CoreKind, task: CoreKind) -> bool {
-    task == CoreKind::Any || core == CoreKind::Any || core == task
+    use crate::engine::shared::queue_index;
+    queue_takes(queue_index(core), queue_index(task))
 }
 
 /// A core thread: take a task (the one its last completion made ready, else one from

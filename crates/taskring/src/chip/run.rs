@@ -376,7 +376,7 @@ impl ChipWorker {
             let fatal = || sh.eng.fatal.load(Acquire);
             while !fatal() && h() {}
         }
-        o.pay_wakes();
+        // Dropping the orchestrator pays what is still owed (for tasks left queued).
         drop(o);
         // A failure is latched at once, so the cores stop.
         let result = latch(sh, result);
