@@ -224,22 +224,18 @@ class _Host:
                     r = args[i]
                     if tuple(r.shape) != tuple(a[3]) or r.dtype != np.dtype(a[2]):
                         raise ValueError(f"argument {i}: host tensor {a[4]:#x} is {r.dtype}{list(r.shape)} here, not {a[2]}{list(a[3])}")
-            rep = self._run(req.callable, tuple(args), req.config)
+            program = self.programs[req.callable]
+            chips = self.dw._handles[id(program)]
+            node = self.dw._worker._node
+            assert node is not None, "the host's node is open while it serves"
+            # The run and the answer in one native call (no Python report between
+            # them): what DistributedWorker.run does, minus what a request makes
+            # unnecessary — its arrays are shared by construction and its cfg is
+            # already a fresh CallConfig (the one rank 0 sent), which the node
+            # validates. An exception of the run is answered below.
+            _native.host_run(node, req, program.orchestration, chips, tuple(args), [x.__array_interface__["data"][0] for x in outputs])
         except Exception as e:  # the task's failure, reported to rank 0
             _native.host_reply(req, None, _text(e), [])
-            return
-        _native.host_reply(req, rep, None, [x.__array_interface__["data"][0] for x in outputs])
-
-    def _run(self, callable: int, args: Tuple[Any, ...], cfg: Any) -> Any:
-        # What DistributedWorker.run does, minus what a request makes unnecessary: its
-        # arrays are shared by construction and its cfg is already a fresh CallConfig
-        # (the one rank 0 sent), which the node validates.
-        program = self.programs[callable]
-        chips = self.dw._handles[id(program)]
-        orch = program.orchestration
-        node = self.dw._worker._node
-        assert node is not None, "the host's node is open while it serves"
-        return node.run(lambda o: orch(o, chips, args, cfg), cfg)
 
 
 def _text(e: BaseException) -> str:

@@ -857,6 +857,10 @@ def host_receive_inputs(req: HostRequest, addrs: Sequence[int]) -> None:
 def host_reply(req: HostRequest, report: NodeRunReport | None, error: str | None, addrs: Sequence[int]) -> None:
     """Answer the task (outputs from `addrs` when it succeeded)."""
 
+def host_run(node: Node, req: HostRequest, orch: Callable[..., Any], chips: Any, args: tuple[Any, ...], addrs: Sequence[int]) -> None:
+    """Run the task on the host's node (`orch(o, chips, args, cfg)`) and answer it with the
+    report and the outputs from `addrs`; an exception of the run propagates unanswered."""
+
 @final
 class Cluster:
     """Rank 0 of an L4 job (native part of `Worker(level=4)` there)."""

@@ -93,6 +93,15 @@ def test_a_failing_kernel_on_one_host_fails_its_task_only(scenarios):
 
 
 @needs_mpi
+def test_an_orchestration_raising_on_a_host_fails_its_task_with_the_text(scenarios):
+    assert scenarios["raised"] == [
+        "host 0 (rank 1): the host's orchestration raised on purpose",
+        "host 0 (rank 1): LookupError",
+    ]
+    assert scenarios["after_fail_ok"]
+
+
+@needs_mpi
 def test_host_resident_tensors_stay_on_their_host(scenarios):
     assert scenarios["kv"] == [1, [64], "float32", 256]
     assert scenarios["kv_ok"]

@@ -381,6 +381,18 @@ mod with_mpi {
         }
     }
 
+    /// One buffer address per shipped tensor of the kind (`what`: "inputs", "outputs").
+    fn buffers_match(what: &str, sizes: &[usize], addrs: &[u64]) -> PyResult<()> {
+        if sizes.len() != addrs.len() {
+            return Err(PyValueError::new_err(format!(
+                "the task has {} shipped {what}, got {} buffers",
+                sizes.len(),
+                addrs.len()
+            )));
+        }
+        Ok(())
+    }
+
     fn slices_mut<'a>(addrs: &[u64], sizes: &[usize]) -> Vec<&'a mut [u8]> {
         // safety: the caller passes live, writable buffers of these sizes (checked in
         // Python: arrays it allocated for exactly this task).
@@ -400,13 +412,7 @@ mod with_mpi {
         addrs: Vec<u64>,
     ) -> PyResult<()> {
         let sizes = host::input_sizes(&req.task);
-        if sizes.len() != addrs.len() {
-            return Err(PyValueError::new_err(format!(
-                "the task has {} shipped inputs, got {} buffers",
-                sizes.len(),
-                addrs.len()
-            )));
-        }
+        buffers_match("inputs", &sizes, &addrs)?;
         let pending = Mutex::new(None);
         let r = py.detach(|| {
             let mut bufs = slices_mut(&addrs, &sizes);
@@ -432,12 +438,8 @@ mod with_mpi {
         addrs: Vec<u64>,
     ) -> PyResult<()> {
         let sizes = host::output_sizes(&req.task);
-        if error.is_none() && sizes.len() != addrs.len() {
-            return Err(PyValueError::new_err(format!(
-                "the task has {} shipped outputs, got {} buffers",
-                sizes.len(),
-                addrs.len()
-            )));
+        if error.is_none() {
+            buffers_match("outputs", &sizes, &addrs)?;
         }
         let raw = report.as_ref().and_then(|r| r.raw.clone());
         let (seq, tag) = (req.task.seq, req.task.data_tag);
@@ -451,13 +453,52 @@ mod with_mpi {
         Ok(())
     }
 
+    /// Run the task on the host's node — `orch(o, chips, args, cfg)` with `cfg` the
+    /// request's CallConfig, which also sizes the node's rings — and answer rank 0 with
+    /// the host's report and the outputs at `addrs` (one per shipped OUT/INOUT tensor, in
+    /// order): `node.run` and `host_reply` without a Python report between them. An
+    /// exception of the run propagates unanswered (the caller answers it with
+    /// `host_reply`).
+    #[pyfunction]
+    pub fn host_run(
+        py: Python<'_>,
+        node: &crate::node::PyNode,
+        req: &PyHostRequest,
+        orch: Py<PyAny>,
+        chips: Py<PyAny>,
+        args: Py<PyTuple>,
+        addrs: Vec<u64>,
+    ) -> PyResult<()> {
+        let sizes = host::output_sizes(&req.task);
+        buffers_match("outputs", &sizes, &addrs)?;
+        let rest = PyTuple::new(
+            py,
+            [
+                chips.bind(py).clone(),
+                args.into_any().into_bound(py),
+                req.config.clone_ref(py).into_any().into_bound(py),
+            ],
+        )?
+        .unbind();
+        let (seq, tag) = (req.task.seq, req.task.data_tag);
+        let rep = node.run_rust(py, orch, Some(rest), &req.task.config)?;
+        py.detach(|| {
+            let outs: Vec<&[u8]> = slices_mut(&addrs, &sizes)
+                .into_iter()
+                .map(|s| &*s)
+                .collect();
+            host::reply(seq, tag, Some(&rep), None, &outs);
+        });
+        Ok(())
+    }
+
     /// Rank 0 of an L4 job (the native part of `Worker(level=4)` there).
     #[pyclass(module = "taskring._native", name = "Cluster")]
     pub struct PyCluster {
         inner: Mutex<Option<Cluster>>,
         #[pyo3(get)]
         hosts: usize,
-        programs: Vec<ClusterProgram>,
+        programs: Arc<[ClusterProgram]>,
     }
 
     fn dirs_of(sig: Vec<u32>) -> PyResult<Vec<ArgDir>> {
@@ -530,7 +571,7 @@ mod with_mpi {
             Ok(PyCluster {
                 inner: Mutex::new(Some(c)),
                 hosts,
-                programs,
+                programs: programs.into(),
             })
         }
 
@@ -571,7 +612,7 @@ mod with_mpi {
                         #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
                         let target = o as *mut ClusterOrchestrator<'_, '_>
                             as *mut ClusterOrchestrator<'static, 'static>;
-                        crate::runtime::call_bound(py, &orch, po, target).map_err(fail)
+                        crate::runtime::call_bound(py, &orch, po, target, None).map_err(fail)
                     })
                 },
                 &cfg,
@@ -620,7 +661,7 @@ mod with_mpi {
         run: u64,
         /// The arrays passed to `submit_next_level`, alive until the run ends.
         keep: Arc<Mutex<Vec<Py<PyAny>>>>,
-        programs: Vec<ClusterProgram>,
+        programs: Arc<[ClusterProgram]>,
     }
 
     /// One argument of an L4 submit: a scalar, a host-resident tensor, or a rank-0 array.
@@ -681,11 +722,11 @@ mod with_mpi {
             let cfg = call_config_of(py, config)?;
             cfg.validate()
                 .map_err(|e| PyValueError::new_err(e.message))?;
-            let sig = self
+            let sig = &self
                 .programs
                 .get(handle as usize)
-                .map(|p| p.signature.clone())
-                .ok_or_else(|| PyValueError::new_err(format!("unknown program handle {handle}")))?;
+                .ok_or_else(|| PyValueError::new_err(format!("unknown program handle {handle}")))?
+                .signature;
             let mut list = vec![];
             let mut keep = vec![];
             for (i, a) in args.try_iter()?.enumerate() {
@@ -760,6 +801,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(host_next_request, m)?)?;
         m.add_function(wrap_pyfunction!(host_receive_inputs, m)?)?;
         m.add_function(wrap_pyfunction!(host_reply, m)?)?;
+        m.add_function(wrap_pyfunction!(host_run, m)?)?;
         m.add_class::<PyCluster>()?;
         m.add_class::<PyClusterOrchestrator>()?;
     }

@@ -526,6 +526,69 @@ pub struct PyNode {
 }
 
 impl PyNode {
+    /// [`PyNode::run`] without the Python report: `orch(o, *rest)` on the node, `cfg`
+    /// sizing its rings. (An L4 host answers rank 0 with the Rust report.)
+    pub(crate) fn run_rust(
+        &self,
+        py: Python<'_>,
+        orch: Py<PyAny>,
+        rest: Option<Py<PyTuple>>,
+        cfg: &CallConfig,
+    ) -> PyResult<NodeRunReport> {
+        self.check_process()?;
+        let owners = self.owners.clone_ref(py);
+        let callables = self.callables.clone();
+        let mut guard = self.lock(py)?;
+        let node = guard
+            .as_mut()
+            .filter(|_| !self.closing.load(std::sync::atomic::Ordering::SeqCst))
+            .ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
+        let pending: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
+        let pend = pending.clone();
+        // Ctrl-C while the run waits: see `interrupt_hook`.
+        let h = node.handle();
+        let (hook, interrupt) = crate::runtime::interrupt_hook(move || h.cancel());
+        let h = node.handle();
+        let keep: Arc<std::sync::Mutex<Vec<Py<PyAny>>>> = Arc::default();
+        let kept = keep.clone();
+        let r = node.run(
+            move |o| {
+                Python::attach(|py| {
+                    let fail = |e: PyErr| {
+                        crate::runtime::orchestration_failed(py, e, &pend, &|| h.cancel())
+                    };
+                    let po = PyNodeOrchestrator {
+                        ptr: crate::runtime::RunPtr::new(),
+                        run: crate::runtime::RUN_IDS
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        owners: owners.clone_ref(py),
+                        keep: kept.clone(),
+                        callables: callables.clone(),
+                    };
+                    #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
+                    let target = o as *mut NodeOrchestrator<'_, '_>
+                        as *mut NodeOrchestrator<'static, 'static>;
+                    crate::runtime::call_bound(py, &orch, po, target, rest.as_ref()).map_err(fail)
+                })
+            },
+            cfg,
+            Some(&hook),
+        );
+        drop(guard);
+        drop(std::mem::take(&mut *keep.lock().unwrap()));
+        // The orchestration may have raised only because the run had already failed: a
+        // chip's task failed while it was still submitting, and its next submit re-raised
+        // the latched TASK_FAILED. Report the chip's own failure then, as when the chip
+        // fails after the last submit. Any other exception wins.
+        let chip_failed = matches!(r, Err(NodeError::Chip(_)));
+        if let Some(e) = crate::runtime::raised_in_run(&interrupt, &pending, |e| {
+            chip_failed && is_task_failed(py, e)
+        }) {
+            return Err(e);
+        }
+        r.map_err(|e| node_err(py, e))
+    }
+
     /// The node, locked (waiting without the GIL while a run holds it; Ctrl-C raises).
     fn lock<'a>(&'a self, py: Python<'_>) -> PyResult<parking_lot::MutexGuard<'a, Option<Node>>> {
         let mut since_check = std::time::Instant::now();
@@ -641,59 +704,8 @@ impl PyNode {
         orch: Py<PyAny>,
         config: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyNodeRunReport> {
-        self.check_process()?;
         let cfg = call_config_of(py, config)?;
-        let owners = self.owners.clone_ref(py);
-        let callables = self.callables.clone();
-        let mut guard = self.lock(py)?;
-        let node = guard
-            .as_mut()
-            .filter(|_| !self.closing.load(std::sync::atomic::Ordering::SeqCst))
-            .ok_or_else(|| PyRuntimeError::new_err("this Worker is closed"))?;
-        let pending: Arc<crate::runtime::PendingErr> = Arc::new(std::sync::Mutex::new(None));
-        let pend = pending.clone();
-        // Ctrl-C while the run waits: see `interrupt_hook`.
-        let h = node.handle();
-        let (hook, interrupt) = crate::runtime::interrupt_hook(move || h.cancel());
-        let h = node.handle();
-        let keep: Arc<std::sync::Mutex<Vec<Py<PyAny>>>> = Arc::default();
-        let kept = keep.clone();
-        let r = node.run(
-            move |o| {
-                Python::attach(|py| {
-                    let fail = |e: PyErr| {
-                        crate::runtime::orchestration_failed(py, e, &pend, &|| h.cancel())
-                    };
-                    let po = PyNodeOrchestrator {
-                        ptr: crate::runtime::RunPtr::new(),
-                        run: crate::runtime::RUN_IDS
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                        owners: owners.clone_ref(py),
-                        keep: kept.clone(),
-                        callables: callables.clone(),
-                    };
-                    #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
-                    let target = o as *mut NodeOrchestrator<'_, '_>
-                        as *mut NodeOrchestrator<'static, 'static>;
-                    crate::runtime::call_bound(py, &orch, po, target).map_err(fail)
-                })
-            },
-            &cfg,
-            Some(&hook),
-        );
-        drop(guard);
-        drop(std::mem::take(&mut *keep.lock().unwrap()));
-        // The orchestration may have raised only because the run had already failed: a
-        // chip's task failed while it was still submitting, and its next submit re-raised
-        // the latched TASK_FAILED. Report the chip's own failure then, as when the chip
-        // fails after the last submit. Any other exception wins.
-        let chip_failed = matches!(r, Err(NodeError::Chip(_)));
-        if let Some(e) = crate::runtime::raised_in_run(&interrupt, &pending, |e| {
-            chip_failed && is_task_failed(py, e)
-        }) {
-            return Err(e);
-        }
-        let rep = r.map_err(|e| node_err(py, e))?;
+        let rep = self.run_rust(py, orch, None, &cfg)?;
         PyNodeRunReport::from_rust(py, &rep)
     }
 

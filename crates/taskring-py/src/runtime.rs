@@ -1430,20 +1430,31 @@ pub trait RunBound: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::False>
     fn run_ptr(&self) -> &RunPtr<Self::Target>;
 }
 
-/// Call `orch(obj)` with `obj` pointing at the run's orchestrator `target` for exactly
-/// the duration of the call (after it, `obj` raises "belongs to a run that has ended").
+/// Call `orch(obj, *rest)` with `obj` pointing at the run's orchestrator `target` for
+/// exactly the duration of the call (after it, `obj` raises "belongs to a run that has
+/// ended").
 pub fn call_bound<P: RunBound>(
     py: Python<'_>,
     orch: &Py<PyAny>,
     obj: P,
     target: *mut P::Target,
+    rest: Option<&Py<PyTuple>>,
 ) -> PyResult<()>
 where
     pyo3::PyClassInitializer<P>: From<P>,
 {
     let po = Py::new(py, obj)?;
     po.borrow(py).run_ptr().set(target);
-    let r = orch.call1(py, (po.clone_ref(py),));
+    let r = match rest {
+        None => orch.call1(py, (po.clone_ref(py),)),
+        Some(rest) => {
+            let rest = rest.bind(py);
+            let mut all = Vec::with_capacity(1 + rest.len());
+            all.push(po.clone_ref(py).into_any().into_bound(py));
+            all.extend(rest.iter());
+            orch.call1(py, PyTuple::new(py, all)?)
+        }
+    };
     po.borrow(py).run_ptr().set(std::ptr::null_mut());
     r.map(|_| ())
 }

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 import taskring
-from taskring import IN, INOUT, OUT, kernels as K
+from taskring import IN, INOUT, OUT, SCALAR, kernels as K
 
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 if RANK == 2:
@@ -71,15 +71,23 @@ def fail_orch(o, chips, args, cfg):
     o.submit_next_level(chips.failing, list(args), cfg, worker=1)
 
 
+def raise_orch(o, chips, args, cfg):
+    """The host's own orchestration raises (no chip task): with a message, or without."""
+    if args[0]:
+        raise ValueError("the host's orchestration raised on purpose")
+    raise LookupError()
+
+
 dc = taskring.DistributedConfig(device_ids=[0, 1])
 two_chips = taskring.DistributedProgram(add_orch, chips={"vadd": vadd}, config=dc, signature=[IN, IN, OUT, OUT])
 echo = taskring.DistributedProgram(echo_orch, chips={"vadd": vadd}, config=dc, signature=[OUT, OUT])
 chain = taskring.DistributedProgram(chain_orch, chips={"vadd": vadd}, config=dc, signature=[IN, IN, OUT])
 copier = taskring.DistributedProgram(copy_orch, chips={"copy": copy}, config=dc, signature=[IN, OUT])
 fails = taskring.DistributedProgram(fail_orch, chips={"failing": failing}, config=dc, signature=[IN, OUT])
+raises = taskring.DistributedProgram(raise_orch, chips={"vadd": vadd}, config=dc, signature=[SCALAR])
 
 w = taskring.Worker(level=4)
-H = [w.register(p) for p in (two_chips, echo, chain, copier, fails)]
+H = [w.register(p) for p in (two_chips, echo, chain, copier, fails, raises)]
 if w.init():
     res = {"num_hosts": w.num_hosts}
 
@@ -171,6 +179,17 @@ if w.init():
     again = np.zeros(64, np.float32)
     w.run(lambda o, x, cfg: o.submit_next_level(H[2], [a[1], b[1], again], None, worker=0))
     res["after_fail_ok"] = bool(np.array_equal(again, a[1] + b[1]))
+
+    # 4b. A host's orchestration that raises fails its task with the exception's text
+    # (its type's name when the text is empty); the host keeps serving.
+    raised = []
+    for with_text in (1, 0):
+        try:
+            w.run(lambda o, x, cfg, t=with_text: o.submit_next_level(H[5], [t], None, worker=0))
+            raised.append(None)
+        except RuntimeError as e:
+            raised.append(str(e))
+    res["raised"] = raised
 
     # 5. Host-resident tensors: written by one run, read by a later one, on host 1.
     kv = w.alloc_tensor((64,), np.float32, worker=1)
