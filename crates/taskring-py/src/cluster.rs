@@ -27,28 +27,53 @@ pub fn mpi_launch_env() -> Option<(usize, usize)> {
     cluster::launch_env()
 }
 
-/// What rank 0 learnt of one L4 task.
-#[pyclass(module = "taskring", name = "HostTaskReport", frozen, get_all)]
+/// What rank 0 learnt of one L4 task. Its `report` (the host's NodeRunReport) is made a
+/// Python object when first asked for: a loop of small L4 runs that never looks at it
+/// does not pay for its objects.
+#[pyclass(module = "taskring", name = "HostTaskReport", frozen)]
 pub struct PyHostTaskReport {
+    #[pyo3(get)]
     worker: usize,
+    #[pyo3(get)]
     rank: usize,
+    #[pyo3(get)]
     callable: u32,
-    report: Option<Py<PyNodeRunReport>>,
+    #[pyo3(get)]
     elapsed_s: f64,
+    #[pyo3(get)]
     error: Option<String>,
+    raw: Option<taskring::node::NodeRunReport>,
+    report: pyo3::sync::PyOnceLock<Option<Py<PyNodeRunReport>>>,
 }
 
 #[pymethods]
 impl PyHostTaskReport {
-    fn __repr__(&self, py: Python<'_>) -> String {
+    /// The host's NodeRunReport (None when the task failed before the host ran it).
+    #[getter]
+    fn report(&self, py: Python<'_>) -> PyResult<Option<Py<PyNodeRunReport>>> {
+        if self.report.get(py).is_none() {
+            let built = match &self.raw {
+                Some(r) => Some(Py::new(py, PyNodeRunReport::from_rust(py, r)?)?),
+                None => None,
+            };
+            // (Another thread may have set it meanwhile: either object is the same report.)
+            let _ = self.report.set(py, built);
+        }
+        Ok(self
+            .report
+            .get(py)
+            .and_then(|r| r.as_ref().map(|p| p.clone_ref(py))))
+    }
+
+    fn __repr__(&self) -> String {
         format!(
             "HostTaskReport(worker={}, rank={}, callable={}, chip_tasks={}, elapsed_s={:.6}, error={:?})",
             self.worker,
             self.rank,
             self.callable,
-            self.report
+            self.raw
                 .as_ref()
-                .map(|r| r.get().tasks.bind(py).len().to_string())
+                .map(|r| r.tasks.len().to_string())
                 .unwrap_or_else(|| "None".into()),
             self.elapsed_s,
             self.error
@@ -206,18 +231,16 @@ mod with_mpi {
     };
     use taskring::node::{ArgDir, NextLevelArg};
 
-    fn host_report_py(py: Python<'_>, t: &HostTaskReport) -> PyResult<PyHostTaskReport> {
-        Ok(PyHostTaskReport {
+    fn host_report_py(t: HostTaskReport) -> PyHostTaskReport {
+        PyHostTaskReport {
             worker: t.worker,
             rank: t.rank,
             callable: t.callable,
-            report: match &t.report {
-                Some(r) => Some(Py::new(py, PyNodeRunReport::from_rust(py, r)?)?),
-                None => None,
-            },
             elapsed_s: t.elapsed_s,
-            error: t.error.clone(),
-        })
+            error: t.error,
+            raw: t.report,
+            report: pyo3::sync::PyOnceLock::new(),
+        }
     }
 
     fn mpi_err(e: String) -> PyErr {
@@ -626,11 +649,7 @@ mod with_mpi {
                 return Err(e);
             }
             let rep = r.map_err(|e| cluster_err(py, e))?;
-            let tasks = rep
-                .tasks
-                .iter()
-                .map(|t| host_report_py(py, t))
-                .collect::<PyResult<Vec<_>>>()?;
+            let tasks = rep.tasks.into_iter().map(host_report_py);
             Ok(PyNodeRunReport::of_tasks(
                 PyList::new(py, tasks)?.unbind(),
                 rep.elapsed_s,
