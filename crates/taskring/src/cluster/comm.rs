@@ -70,6 +70,9 @@ pub fn world() -> World {
 
 /// `MPI_Finalize` (idempotent).
 pub fn finalize() {
+    if initialized() {
+        complete_posted();
+    }
     drop(UNIVERSE.lock().take());
 }
 
@@ -84,6 +87,47 @@ pub fn send(dest: i32, tag: i32, bytes: &[u8]) {
     SimpleCommunicator::world()
         .process_at_rank(dest)
         .send_with_tag(bytes, tag);
+}
+
+/// A message sent by [`send_posted`] whose send may not have completed: its request and
+/// its buffer (a leaked box, taken back once the request completes).
+struct Posted {
+    request: mpi::request::Request<'static, [u8], mpi::request::StaticScope>,
+    buf: *mut [u8],
+}
+
+// safety: the request and the buffer belong to no thread (MPI_THREAD_MULTIPLE: any
+// thread may complete a request), and only the holder of `POSTED`'s lock touches them.
+unsafe impl Send for Posted {}
+
+static POSTED: Mutex<Option<Posted>> = Mutex::new(None);
+
+/// Send `bytes` to `dest` with `tag` without waiting for the send to complete
+/// (`MPI_Isend`): Open MPI's shared-memory transport completes even a small send only
+/// when the receiver has taken it, so a blocking `MPI_Send` of a host's reply held the
+/// host until rank 0's next poll, and then until the host's own progress saw it — a few
+/// microseconds in which the host could already be waiting for its next request. At
+/// most one such send is outstanding: the previous one is completed first (by then it
+/// long has). Messages to one rank with one tag still arrive in the order they were
+/// sent (MPI's non-overtaking rule covers immediate sends).
+pub fn send_posted(dest: i32, tag: i32, bytes: Vec<u8>) {
+    complete_posted();
+    let buf: &'static mut [u8] = Box::leak(bytes.into_boxed_slice());
+    let ptr: *mut [u8] = buf;
+    // safety: `buf` is freed only after the request completed (`complete_posted`).
+    let request = SimpleCommunicator::world()
+        .process_at_rank(dest)
+        .immediate_send_with_tag(mpi::request::StaticScope, unsafe { &*ptr }, tag);
+    *POSTED.lock() = Some(Posted { request, buf: ptr });
+}
+
+/// Complete the outstanding [`send_posted`] send, if any, and free its buffer.
+pub fn complete_posted() {
+    if let Some(p) = POSTED.lock().take() {
+        p.request.wait_without_status();
+        // safety: leaked by `send_posted`; the send completed, MPI no longer reads it.
+        drop(unsafe { Box::from_raw(p.buf) });
+    }
 }
 
 /// Send a tensor's bytes in [`super::wire::chunks`].

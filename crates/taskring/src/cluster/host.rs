@@ -136,7 +136,8 @@ pub fn reply(
     };
     let mut buf = vec![0u8; wire::reply_len(&r)];
     let n = wire::encode_reply(&r, &mut buf).expect("a reply fits its computed length");
-    comm::send(0, data_tag, &buf[..n]);
+    buf.truncate(n);
+    comm::send_posted(0, data_tag, buf);
     for o in outputs {
         comm::send_data(0, data_tag, o);
     }
