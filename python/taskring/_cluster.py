@@ -165,6 +165,9 @@ class _Host:
     def __init__(self, programs: List[DistributedProgram], dw: DistributedWorker) -> None:
         self.programs = programs
         self.dw = dw
+        # What each request needs of its program, looked up once: name (checked against
+        # the request's), orchestration, chip handles.
+        self._entries = [(p.name, p.orchestration, dw._handles[id(p)]) for p in programs]
         # Per argument position, a shared buffer reused by later tasks (chips map it
         # once); host-resident tensors by id.
         self.pool: Dict[int, Any] = {}
@@ -185,18 +188,21 @@ class _Host:
         return a
 
     def serve(self) -> None:
+        node = self.dw._worker._node
+        assert node is not None, "the host's node is open while it serves"
         while True:
             req = _native.host_next_request()
             if req is None:
                 return
-            self._one(req)
+            self._one(req, node)
 
-    def _one(self, req: Any) -> None:
+    def _buffers(self, req: Any) -> Tuple[Tuple[Any, ...], List[int]]:
+        """The orchestration's arguments of a request with tensors, and the addresses of
+        its shipped outputs; its shipped inputs received. Buffers first, then the
+        inputs: whatever fails later, the task's data messages are off the queue."""
         args: List[Any] = []
         inputs: List[np.ndarray] = []
         outputs: List[np.ndarray] = []
-        # Buffers first, then the inputs: whatever fails later, the task's data messages
-        # are off the queue.
         for i, a in enumerate(req.args):
             if isinstance(a, tuple) and a[0] == "shipped":
                 _, d, dtype, shape, nbytes = a
@@ -213,27 +219,34 @@ class _Host:
                 args.append(a)
         if inputs:
             _native.host_receive_inputs(req, [x.__array_interface__["data"][0] for x in inputs])
+        return tuple(args), [x.__array_interface__["data"][0] for x in outputs]
+
+    def _one(self, req: Any, node: Any) -> None:
+        args: Tuple[Any, ...]
+        out_addrs: List[int]
+        if req.scalars_only:
+            args, out_addrs = req.args, []
+        else:
+            args, out_addrs = self._buffers(req)
         try:
-            if req.callable >= len(self.programs) or self.programs[req.callable].name != req.name:
-                have = self.programs[req.callable].name if req.callable < len(self.programs) else "nothing"
+            entry = self._entries[req.callable] if req.callable < len(self._entries) else None
+            if entry is None or entry[0] != req.name:
+                have = entry[0] if entry is not None else "nothing"
                 raise RuntimeError(
                     f"rank 0 sent program {req.name!r} (handle {req.callable}) but this host registered {have!r} there: register the same DistributedPrograms in the same order on every rank"
                 )
-            for i, a in enumerate(req.args):
-                if isinstance(a, tuple) and a[0] == "resident":
-                    r = args[i]
-                    if tuple(r.shape) != tuple(a[3]) or r.dtype != np.dtype(a[2]):
-                        raise ValueError(f"argument {i}: host tensor {a[4]:#x} is {r.dtype}{list(r.shape)} here, not {a[2]}{list(a[3])}")
-            program = self.programs[req.callable]
-            chips = self.dw._handles[id(program)]
-            node = self.dw._worker._node
-            assert node is not None, "the host's node is open while it serves"
+            if not req.scalars_only:
+                for i, a in enumerate(req.args):
+                    if isinstance(a, tuple) and a[0] == "resident":
+                        r = args[i]
+                        if tuple(r.shape) != tuple(a[3]) or r.dtype != np.dtype(a[2]):
+                            raise ValueError(f"argument {i}: host tensor {a[4]:#x} is {r.dtype}{list(r.shape)} here, not {a[2]}{list(a[3])}")
             # The run and the answer in one native call (no Python report between
             # them): what DistributedWorker.run does, minus what a request makes
             # unnecessary — its arrays are shared by construction and its cfg is
             # already a fresh CallConfig (the one rank 0 sent), which the node
             # validates. An exception of the run is answered below.
-            _native.host_run(node, req, program.orchestration, chips, tuple(args), [x.__array_interface__["data"][0] for x in outputs])
+            _native.host_run(node, req, entry[1], entry[2], args, out_addrs)
         except Exception as e:  # the task's failure, reported to rank 0
             _native.host_reply(req, None, _text(e), [])
 

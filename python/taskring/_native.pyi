@@ -845,8 +845,12 @@ class HostRequest:
         """The CallConfig rank 0 sent, whole."""
 
     @property
-    def args(self) -> list[Any]:
+    def args(self) -> tuple[Any, ...]:
         """`("shipped", dir, dtype, shape, nbytes)`, `("resident", dir, dtype, shape, id)`, ints and floats."""
+
+    @property
+    def scalars_only(self) -> bool:
+        """No argument is a tensor (`args` are the orchestration's arguments as they are)."""
 
 def host_next_request() -> HostRequest | None:
     """A host's next request, or None when rank 0 closed."""

@@ -165,35 +165,39 @@ impl PyHostTensor {
 
 /// A host request's arguments for Python: tensors as tuples, scalars as values.
 #[cfg(feature = "mpi")]
-fn request_args<'py>(py: Python<'py>, t: &cluster::wire::L4Task) -> PyResult<Bound<'py, PyList>> {
+fn request_args<'py>(py: Python<'py>, t: &cluster::wire::L4Task) -> PyResult<Bound<'py, PyTuple>> {
     use cluster::wire::{L4Arg, L4Dir};
     let dir = |d: L4Dir| match d {
         L4Dir::In => "in",
         L4Dir::Out => "out",
         L4Dir::InOut => "inout",
     };
-    let out = PyList::empty(py);
+    let mut out: Vec<Bound<'py, PyAny>> = Vec::with_capacity(t.args.len());
     for a in &t.args {
-        match a {
-            L4Arg::Shipped(ten) => out.append((
+        out.push(match a {
+            L4Arg::Shipped(ten) => (
                 "shipped",
                 dir(ten.dir),
                 ten.dtype.name(),
                 PyTuple::new(py, &ten.shape)?,
                 ten.nbytes().unwrap_or(0),
-            ))?,
-            L4Arg::Resident(ten, id) => out.append((
+            )
+                .into_pyobject(py)?
+                .into_any(),
+            L4Arg::Resident(ten, id) => (
                 "resident",
                 dir(ten.dir),
                 ten.dtype.name(),
                 PyTuple::new(py, &ten.shape)?,
                 *id,
-            ))?,
-            L4Arg::Int(v) => out.append(*v)?,
-            L4Arg::Float(v) => out.append(*v)?,
-        }
+            )
+                .into_pyobject(py)?
+                .into_any(),
+            L4Arg::Int(v) => v.into_pyobject(py)?.into_any(),
+            L4Arg::Float(v) => v.into_pyobject(py)?.into_any(),
+        });
     }
-    Ok(out)
+    PyTuple::new(py, out)
 }
 
 /// One L4 task on a host: `callable`, `name`, `config` (the CallConfig rank 0 sent,
@@ -210,7 +214,10 @@ pub struct PyHostRequest {
     #[pyo3(get)]
     config: Py<PyCallConfig>,
     #[pyo3(get)]
-    args: Py<PyList>,
+    args: Py<PyTuple>,
+    /// No argument is a tensor: `args` are the orchestration's arguments as they are.
+    #[pyo3(get)]
+    scalars_only: bool,
 }
 
 #[cfg(feature = "mpi")]
@@ -225,7 +232,7 @@ mod with_mpi {
     use std::sync::Arc;
     use taskring::cluster::comm;
     use taskring::cluster::host;
-    use taskring::cluster::wire::HostRequest;
+    use taskring::cluster::wire::{HostRequest, L4Arg};
     use taskring::cluster::{
         Cluster, ClusterError, ClusterOrchestrator, ClusterProgram, HostTaskReport,
     };
@@ -388,6 +395,10 @@ mod with_mpi {
                         name: task.name.clone(),
                         config: Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?,
                         args: request_args(py, &task)?.unbind(),
+                        scalars_only: task
+                            .args
+                            .iter()
+                            .all(|a| matches!(a, L4Arg::Int(_) | L4Arg::Float(_))),
                         task,
                     }));
                 }
