@@ -198,11 +198,9 @@ class _Host:
     def serve(self) -> None:
         node = self.dw._worker._node
         assert node is not None, "the host's node is open while it serves"
-        while True:
-            req = _native.host_next_request()
-            if req is None:
-                return
-            self._one(req, node)
+        # Requests whose arguments are all scalars are served natively; the others
+        # (shipped and host-resident tensors) come back to `_one`.
+        _native.host_serve(node, self._entries, lambda req: self._one(req, node))
 
     def _buffers(self, req: Any) -> Tuple[Tuple[Any, ...], List[int]]:
         """The orchestration's arguments of a request with tensors, and the addresses of

@@ -861,6 +861,11 @@ def host_receive_inputs(req: HostRequest, addrs: Sequence[int]) -> None:
 def host_reply(req: HostRequest, report: NodeRunReport | None, error: str | None, addrs: Sequence[int]) -> None:
     """Answer the task (outputs from `addrs` when it succeeded)."""
 
+def host_serve(node: Node, programs: Sequence[tuple[str, Callable[..., Any], Any]], other: Callable[[HostRequest], None]) -> None:
+    """A host's serving loop until rank 0 closes: requests with only scalar arguments run
+    here (`orch(o, chips, args, cfg)` for `programs[i] = (name, orch, chips)`); the
+    others go to `other(req)`."""
+
 def host_run(node: Node, req: HostRequest, orch: Callable[..., Any], chips: Any, args: tuple[Any, ...], addrs: Sequence[int]) -> None:
     """Run the task on the host's node (`orch(o, chips, args, cfg)`) and answer it with the
     report and the outputs from `addrs`; an exception of the run propagates unanswered."""

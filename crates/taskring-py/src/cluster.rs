@@ -376,10 +376,9 @@ mod with_mpi {
         }
     }
 
-    /// A host's next request: a `HostRequest`, or None when rank 0 closed. A malformed
-    /// task frame is answered at once as a failed task (and the wait goes on).
-    #[pyfunction]
-    pub fn host_next_request(py: Python<'_>) -> PyResult<Option<PyHostRequest>> {
+    /// The next task from rank 0, or None when rank 0 closed. A malformed task frame is
+    /// answered at once as a failed task (and the wait goes on).
+    fn next_task(py: Python<'_>) -> PyResult<Option<cluster::wire::L4Task>> {
         let pending = Mutex::new(None);
         loop {
             let got = py.detach(|| host::next_request(signal_check(&pending)));
@@ -389,19 +388,7 @@ mod with_mpi {
             match got {
                 None => continue,
                 Some(Ok(HostRequest::Close)) => return Ok(None),
-                Some(Ok(HostRequest::Task(task))) => {
-                    return Ok(Some(PyHostRequest {
-                        callable: task.callable,
-                        name: task.name.clone(),
-                        config: Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?,
-                        args: request_args(py, &task)?.unbind(),
-                        scalars_only: task
-                            .args
-                            .iter()
-                            .all(|a| matches!(a, L4Arg::Int(_) | L4Arg::Float(_))),
-                        task,
-                    }));
-                }
+                Some(Ok(HostRequest::Task(task))) => return Ok(Some(task)),
                 Some(Err(m)) => {
                     let text = format!("malformed L4 task frame: {}", m.error);
                     match m.ids {
@@ -413,6 +400,92 @@ mod with_mpi {
                 }
             }
         }
+    }
+
+    fn scalars_only(task: &cluster::wire::L4Task) -> bool {
+        task.args
+            .iter()
+            .all(|a| matches!(a, L4Arg::Int(_) | L4Arg::Float(_)))
+    }
+
+    fn request_py(py: Python<'_>, task: cluster::wire::L4Task) -> PyResult<PyHostRequest> {
+        Ok(PyHostRequest {
+            callable: task.callable,
+            name: task.name.clone(),
+            config: Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?,
+            args: request_args(py, &task)?.unbind(),
+            scalars_only: scalars_only(&task),
+            task,
+        })
+    }
+
+    /// A host's next request: a `HostRequest`, or None when rank 0 closed. A malformed
+    /// task frame is answered at once as a failed task (and the wait goes on).
+    #[pyfunction]
+    pub fn host_next_request(py: Python<'_>) -> PyResult<Option<PyHostRequest>> {
+        next_task(py)?.map(|t| request_py(py, t)).transpose()
+    }
+
+    /// The text a failed task's reply carries for the exception `e`: `str(e)`, or the
+    /// name of its type when that is empty.
+    fn exception_text(py: Python<'_>, e: &PyErr) -> String {
+        match e.value(py).str().map(|s| s.to_string()) {
+            Ok(t) if !t.is_empty() => t,
+            _ => e
+                .get_type(py)
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A host's serving loop, until rank 0 closes. `programs[i]` is `(name,
+    /// orchestration, chips)` of the DistributedProgram registered i-th. A request whose
+    /// arguments are all scalars, for a program registered under its name, is served
+    /// here: the orchestration runs on `node` as `orch(o, chips, args, cfg)` with the
+    /// request's CallConfig (which also sizes the node's rings), and the reply carries
+    /// the host's report, or the text of the exception the run raised (an exception that
+    /// is not an `Exception` — KeyboardInterrupt, SystemExit — propagates, unanswered).
+    /// Every other request goes to `other(HostRequest)` (the Python side: buffers,
+    /// inputs, checks, then `host_run`), whose exceptions propagate.
+    #[pyfunction]
+    pub fn host_serve(
+        py: Python<'_>,
+        node: &crate::node::PyNode,
+        programs: Vec<(String, Py<PyAny>, Py<PyAny>)>,
+        other: Py<PyAny>,
+    ) -> PyResult<()> {
+        while let Some(task) = next_task(py)? {
+            let served_here = scalars_only(&task)
+                && programs
+                    .get(task.callable as usize)
+                    .is_some_and(|p| p.0 == task.name);
+            if !served_here {
+                other.call1(py, (request_py(py, task)?,))?;
+                continue;
+            }
+            let (_, orch, chips) = &programs[task.callable as usize];
+            let cfg = Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?;
+            let rest = PyTuple::new(
+                py,
+                [
+                    chips.bind(py).clone(),
+                    request_args(py, &task)?.into_any(),
+                    cfg.into_bound(py).into_any(),
+                ],
+            )?
+            .unbind();
+            let (seq, tag) = (task.seq, task.data_tag);
+            match node.run_rust(py, orch.clone_ref(py), Some(rest), &task.config) {
+                Ok(rep) => py.detach(|| host::reply(seq, tag, Some(&rep), None, &[])),
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
+                    let text = exception_text(py, &e);
+                    py.detach(|| host::reply(seq, tag, None, Some(&text), &[]));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// One buffer address per shipped tensor of the kind (`what`: "inputs", "outputs").
@@ -832,6 +905,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(host_receive_inputs, m)?)?;
         m.add_function(wrap_pyfunction!(host_reply, m)?)?;
         m.add_function(wrap_pyfunction!(host_run, m)?)?;
+        m.add_function(wrap_pyfunction!(host_serve, m)?)?;
         m.add_class::<PyCluster>()?;
         m.add_class::<PyClusterOrchestrator>()?;
     }
