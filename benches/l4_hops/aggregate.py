@@ -11,7 +11,6 @@ d = sys.argv[1]
 r0 = json.load(open(f"{d}/r0.json"))
 runs = r0["runs"]
 n = len(runs)
-host = json.load(open(f"{d}/h1.json"))[-n:]
 rust = collections.defaultdict(dict)
 for f in glob.glob(f"{d}/h.*"):
     for line in open(f):
@@ -24,14 +23,11 @@ for k, v in rust.items():
     if m >= n:
         seq[k] = [v[i] for i in range(m - n, m)]
 seq["py0"], seq["pyend"] = [a for a, _ in runs], [b for _, b in runs]
-for j, name in enumerate(["h_got", "h_run0", "h_run1", "h_rep0", "h_rep1"]):
-    seq[name] = [h[j] for h in host]
 order = [
     ("py0", "rank 0: w.run (Python)"), (1, "rank 0: Cluster::run"), (2, "rank 0: submit_next_level"),
     (3, "rank 0: submit done"), (4, "rank 0: dispatch thread has it"), (5, "rank 0: request sent"),
-    (10, "host: probe found it"), (11, "host: request decoded"), ("h_got", "host: Python has it"),
-    ("h_run0", "host: L3 run starts"), ("h_run1", "host: L3 run ends"), ("h_rep0", "host: host_reply called"),
-    (12, "host: reply being sent"), (13, "host: reply sent"), (6, "rank 0: reply found"),
+    (10, "host: probe found it"), (11, "host: request decoded"),
+    (14, "host: L3 run starts"), (15, "host: L3 run ends"), (12, "host: reply being encoded"), (13, "host: reply sent"), (6, "rank 0: reply found"),
     (7, "rank 0: task completed"), (8, "rank 0: engine run over"), ("pyend", "rank 0: w.run returned"),
 ]
 print(f"L3 baseline {r0['res'].get('l3_us', float('nan')):.1f} us; L4 round trip {st.median([b - a for a, b in runs]) / 1e3:.1f} us ({n} runs)")
