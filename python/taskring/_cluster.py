@@ -125,8 +125,7 @@ class L4Worker:
         return self._cluster
 
     def run(self, orch: Callable[..., Any], args: Any, cfg: Any) -> Any:
-        cluster = self._live()
-        return cluster.run(lambda o: orch(o, args, cfg), cfg)
+        return self._live().run(orch, cfg, (args, cfg))
 
     def alloc_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike, worker: int) -> Any:
         if isinstance(worker, bool) or not isinstance(worker, int):

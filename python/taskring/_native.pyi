@@ -881,8 +881,8 @@ class Cluster:
     def hosts(self) -> int:
         """Number of hosts."""
 
-    def run(self, orch: Callable[[ClusterOrchestrator], object], config: _ConfigLike = None) -> NodeRunReport:
-        """Run `orch(o)`; returns a NodeRunReport of HostTaskReports."""
+    def run(self, orch: Callable[..., object], config: _ConfigLike = None, rest: tuple[Any, ...] | None = None) -> NodeRunReport:
+        """Run `orch(o, *rest)`; returns a NodeRunReport of HostTaskReports."""
 
     def close(self) -> None:
         """Tell every host to stop serving (idempotent)."""

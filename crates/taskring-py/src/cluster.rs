@@ -682,14 +682,15 @@ mod with_mpi {
             })
         }
 
-        /// Run `orch(o)`; `config` sizes rank 0's own rings. Returns a NodeRunReport
-        /// whose tasks are HostTaskReports.
-        #[pyo3(signature = (orch, config=None))]
+        /// Run `orch(o, *rest)`; `config` sizes rank 0's own rings. Returns a
+        /// NodeRunReport whose tasks are HostTaskReports.
+        #[pyo3(signature = (orch, config=None, rest=None))]
         fn run(
             &self,
             py: Python<'_>,
             orch: Py<PyAny>,
             config: Option<&Bound<'_, PyAny>>,
+            rest: Option<Py<PyTuple>>,
         ) -> PyResult<PyNodeRunReport> {
             let cfg = call_config_of(py, config)?;
             let mut guard = self.lock(py)?;
@@ -719,7 +720,8 @@ mod with_mpi {
                         #[allow(clippy::unnecessary_cast)] // the cast erases the run's lifetimes
                         let target = o as *mut ClusterOrchestrator<'_, '_>
                             as *mut ClusterOrchestrator<'static, 'static>;
-                        crate::runtime::call_bound(py, &orch, po, target, None).map_err(fail)
+                        crate::runtime::call_bound(py, &orch, po, target, rest.as_ref())
+                            .map_err(fail)
                     })
                 },
                 &cfg,
