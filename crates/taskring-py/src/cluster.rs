@@ -8,7 +8,7 @@ use crate::config::PyCallConfig;
 use crate::node::PyNodeRunReport;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::PyTuple;
 use taskring::cluster::{self, Reservation};
 use taskring::{DType, Tensor};
 
@@ -228,7 +228,7 @@ mod with_mpi {
     use numpy::PyUntypedArray;
     use parking_lot::Mutex;
     use pyo3::exceptions::PyKeyboardInterrupt;
-    use pyo3::types::{PyBool, PyInt};
+    use pyo3::types::{PyBool, PyInt, PyList};
     use std::sync::Arc;
     use taskring::cluster::comm;
     use taskring::cluster::host;
