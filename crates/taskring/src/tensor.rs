@@ -212,8 +212,9 @@ impl Tensor {
     /// user input.
     pub fn from_raw(addr: u64, shape: &[u32], dtype: DType) -> Tensor {
         assert!(shape.len() <= MAX_DIMS, "at most {MAX_DIMS} dims");
-        let mut s = [1u32; MAX_DIMS];
-        s[..shape.len()].copy_from_slice(shape);
+        // Every dimension slot, without a `memcpy` call for a few bytes (a submit makes
+        // one such tensor per runtime output).
+        let s: [u32; MAX_DIMS] = std::array::from_fn(|i| shape.get(i).copied().unwrap_or(1));
         let numel: u64 = shape.iter().map(|&d| d as u64).product();
         Tensor {
             addr,
@@ -266,7 +267,40 @@ impl Tensor {
     }
 
     /// Check the invariants of the module doc.
+    #[inline]
     pub fn validate(&self) -> Result<(), TensorError> {
+        // The fast test: in 128 bits nothing below can overflow (each term of the extent
+        // is under 2^64, five of them and the offset stay under 2^67, times an element
+        // size of at most 8; the element count saturates). A view that fails it is
+        // looked at again by `validate_slow`, which names the first broken rule in
+        // their order of precedence.
+        let n = self.ndims as usize;
+        if n == 0 || n > MAX_DIMS {
+            return Err(TensorError::Rank(n));
+        }
+        let (mut zero, mut extent, mut numel) = (false, 1u128, 1u128);
+        for i in 0..n {
+            let (d, st) = (self.shape[i], self.strides[i]);
+            zero |= (d == 0) | (st == 0);
+            extent += (d.wrapping_sub(1) as u128) * st as u128;
+            numel = numel.saturating_mul(d as u128);
+        }
+        let size = self.dtype.size_bytes() as u64;
+        let end_bytes = (self.offset as u128 + extent) * size as u128;
+        if zero
+            || end_bytes > self.buf_bytes as u128
+            || numel > u64::MAX as u128
+            || self.addr & (size - 1) != 0
+        {
+            return self.validate_slow();
+        }
+        Ok(())
+    }
+
+    /// [`Tensor::validate`] rule by rule, for a view that failed its fast test.
+    #[cold]
+    #[inline(never)]
+    fn validate_slow(&self) -> Result<(), TensorError> {
         let n = self.ndims as usize;
         if n == 0 || n > MAX_DIMS {
             return Err(TensorError::Rank(n));
@@ -522,5 +556,34 @@ mod tests {
         assert_eq!(strided.as_rows(), None);
         let t3 = Tensor::from_raw(0, &[2, 3, 4], DType::F32);
         assert_eq!(t3.as_rows(), Some((6, 4, 4)));
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The fast test of `validate` and the rule-by-rule one agree on every view,
+        /// valid or not, near every boundary (sizes and strides of 0, 1 and near 2^32,
+        /// offsets and buffers near 2^64, misaligned addresses).
+        #[test]
+        fn validate_agrees_with_its_rule_by_rule_form(
+            nd in 0usize..=MAX_DIMS + 1,
+            dims in proptest::collection::vec(
+                prop_oneof![0u32..4, Just(u32::MAX), (u32::MAX - 3)..=u32::MAX, any::<u32>()], MAX_DIMS),
+            strides in proptest::collection::vec(
+                prop_oneof![0u32..4, Just(u32::MAX), any::<u32>()], MAX_DIMS),
+            offset in prop_oneof![0u64..64, (u64::MAX - 64)..=u64::MAX, any::<u64>()],
+            buf in prop_oneof![0u64..4096, (u64::MAX - 4096)..=u64::MAX, any::<u64>()],
+            addr in prop_oneof![0u64..64, any::<u64>()],
+            dt in 0usize..7,
+        ) {
+            let dtype = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::I8, DType::U8][dt];
+            let mut t = Tensor::from_raw(addr, &[1], dtype);
+            t.ndims = nd as u8;
+            t.shape.copy_from_slice(&dims);
+            t.strides.copy_from_slice(&strides);
+            t.offset = offset;
+            t.buf_bytes = buf;
+            prop_assert_eq!(t.validate(), t.validate_slow());
+        }
     }
 }

@@ -654,7 +654,10 @@ impl<'r> Orchestrator<'r> {
             for (dst, src) in (&mut (*p).tensors)[..n].iter_mut().zip(tensors.iter()) {
                 *dst = *src;
             }
-            (&mut (*p).scalars)[..scalars.len()].copy_from_slice(scalars);
+            // (No `memcpy` call when there are none.)
+            if !scalars.is_empty() {
+                (&mut (*p).scalars)[..scalars.len()].copy_from_slice(scalars);
+            }
             shared::write_fanin_record(self.sh, id, p, &self.st.fanin, spill_start);
         }
     }
