@@ -637,6 +637,9 @@ mod with_mpi {
             &'a self,
             py: Python<'_>,
         ) -> PyResult<parking_lot::MutexGuard<'a, Option<Cluster>>> {
+            if let Some(g) = self.inner.try_lock() {
+                return Ok(g);
+            }
             let mut since_check = std::time::Instant::now();
             loop {
                 if let Some(g) = self.inner.try_lock() {

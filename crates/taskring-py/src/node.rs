@@ -591,6 +591,9 @@ impl PyNode {
 
     /// The node, locked (waiting without the GIL while a run holds it; Ctrl-C raises).
     fn lock<'a>(&'a self, py: Python<'_>) -> PyResult<parking_lot::MutexGuard<'a, Option<Node>>> {
+        if let Some(g) = self.node.try_lock() {
+            return Ok(g);
+        }
         let mut since_check = std::time::Instant::now();
         loop {
             if let Some(g) = self.node.try_lock() {
