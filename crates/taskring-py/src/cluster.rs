@@ -465,21 +465,13 @@ mod with_mpi {
                 continue;
             }
             let (_, orch, chips) = &programs[task.callable as usize];
-            let cfg = Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?;
-            let rest = PyTuple::new(
-                py,
-                [
-                    chips.bind(py).clone(),
-                    request_args(py, &task)?.into_any(),
-                    cfg.into_bound(py).into_any(),
-                ],
-            )?
-            .unbind();
-            let (seq, tag) = (task.seq, task.data_tag);
-            match node.run_rust(py, orch.clone_ref(py), Some(rest), &task.config) {
-                Ok(rep) => py.detach(|| host::reply(seq, tag, Some(&rep), None, &[])),
+            let cfg = Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?.into_bound(py);
+            let args = request_args(py, &task)?.into_any();
+            match run_and_reply(py, node, orch, chips, args, cfg.into_any(), &task, &[], &[]) {
+                Ok(()) => {}
                 Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
                     let text = exception_text(py, &e);
+                    let (seq, tag) = (task.seq, task.data_tag);
                     py.detach(|| host::reply(seq, tag, None, Some(&text), &[]));
                 }
                 Err(e) => return Err(e),
@@ -578,22 +570,40 @@ mod with_mpi {
     ) -> PyResult<()> {
         let sizes = host::output_sizes(&req.task);
         buffers_match("outputs", &sizes, &addrs)?;
-        let rest = PyTuple::new(
+        let cfg = req.config.bind(py).clone().into_any();
+        run_and_reply(
             py,
-            [
-                chips.bind(py).clone(),
-                args.into_any().into_bound(py),
-                req.config.clone_ref(py).into_any().into_bound(py),
-            ],
-        )?
-        .unbind();
-        let (seq, tag) = (req.task.seq, req.task.data_tag);
-        let rep = node.run_rust(py, orch, Some(rest), &req.task.config)?;
+            node,
+            &orch,
+            &chips,
+            args.into_bound(py).into_any(),
+            cfg,
+            &req.task,
+            &addrs,
+            &sizes,
+        )
+    }
+
+    /// `orch(o, chips, args, cfg)` on the host's node (`task`'s CallConfig sizing its
+    /// rings), then the reply: the host's report and the outputs at `addrs` (of `sizes`).
+    /// An exception of the run is returned, unanswered.
+    #[allow(clippy::too_many_arguments)]
+    fn run_and_reply(
+        py: Python<'_>,
+        node: &crate::node::PyNode,
+        orch: &Py<PyAny>,
+        chips: &Py<PyAny>,
+        args: Bound<'_, PyAny>,
+        cfg: Bound<'_, PyAny>,
+        task: &cluster::wire::L4Task,
+        addrs: &[u64],
+        sizes: &[usize],
+    ) -> PyResult<()> {
+        let rest = PyTuple::new(py, [chips.bind(py).clone(), args, cfg])?.unbind();
+        let rep = node.run_rust(py, orch.clone_ref(py), Some(rest), &task.config)?;
+        let (seq, tag) = (task.seq, task.data_tag);
         py.detach(|| {
-            let outs: Vec<&[u8]> = slices_mut(&addrs, &sizes)
-                .into_iter()
-                .map(|s| &*s)
-                .collect();
+            let outs: Vec<&[u8]> = slices_mut(addrs, sizes).into_iter().map(|s| &*s).collect();
             host::reply(seq, tag, Some(&rep), None, &outs);
         });
         Ok(())
