@@ -3,7 +3,7 @@
 # instrumented `_native` module from HEAD in a scratch worktree (the product is not
 # changed), runs `prof.py` under `taskring launch --hosts 2` with it first on the
 # Python path, prints the median of each hop, removes the worktree. The patch is against
-# commit e23dd28 (re-cut it if HEAD moved under it). Needs `make py-dev` (the venv, MPI).
+# commit c2cb4af (re-cut it if HEAD moved under it). Needs `make py-dev` (the venv, MPI).
 # Usage: benches/l4_hops/run.sh [N]
 set -eu
 N=${1:-2000}
