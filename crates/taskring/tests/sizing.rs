@@ -279,3 +279,47 @@ fn env_precedence_in_a_subprocess() {
         "no warning for the bad variable: {stderr}"
     );
 }
+
+/// `EnvSnapshot::from_process` (one pass over `environ`) reads what three `getenv`s
+/// would, in a child with names that share the prefix but are not the variables, an
+/// empty value, a value that is not UTF-8, and one variable unset.
+#[test]
+fn the_one_pass_environment_read_agrees_with_getenv() {
+    use std::os::unix::ffi::OsStrExt;
+    let by_name = || {
+        config::EnvSnapshot::from_lookup(|n| {
+            std::env::var_os(n).map(|v| v.to_string_lossy().into_owned())
+        })
+    };
+    if std::env::var_os("TASKRING_ENV_SCAN_CHILD").is_some() {
+        let snap = config::EnvSnapshot::from_process();
+        assert_eq!(snap, by_name());
+        assert_eq!(snap.task_window.as_deref(), Some(""));
+        assert_eq!(snap.heap.as_deref(), Some("1\u{fffd}2"));
+        assert_eq!(snap.dep_pool, None);
+        println!("CHILD AGREES");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_one_pass_environment_read_agrees_with_getenv",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TASKRING_ENV_SCAN_CHILD", "1")
+        .env("PTO2_RING_", "7")
+        .env("PTO2_RING_HEAPS", "8")
+        .env("PTO2_RING_TASK", "9")
+        .env("PTO2_RING_DEP_POOLX", "3")
+        .env("PTO2_RING_TASK_WINDOW", "")
+        .env("PTO2_RING_HEAP", std::ffi::OsStr::from_bytes(b"1\xff2"))
+        .env("PTO2", "x")
+        .env_remove("PTO2_RING_DEP_POOL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("CHILD AGREES"), "{stdout}");
+}
