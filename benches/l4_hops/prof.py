@@ -41,6 +41,13 @@ if RANK == 0:
             dw(0)
             ts.append(mono() - t0)
         res["l3_us"] = st.median(ts) / 1e3
+# TR_PIN="0:0,1:1,2:1" pins rank r to the CPUs after its colon ("+" between several)
+# from here on (rank 0's L3 baseline above stays unpinned; a host's chips, forked by
+# init(), inherit its mask).
+for item in filter(None, os.environ.get("TR_PIN", "").split(",")):
+    r, cpus = item.split(":")
+    if int(r) == RANK:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split("+")})
 w = taskring.Worker(level=4)
 H = w.register(prog)
 if w.init():

@@ -4,7 +4,7 @@
 # changed), runs `prof.py` under `taskring launch --hosts 2` with it first on the
 # Python path, prints the median of each hop, removes the worktree. The patch is against
 # commit c2cb4af (re-cut it if HEAD moved under it). Needs `make py-dev` (the venv, MPI).
-# Usage: benches/l4_hops/run.sh [N]
+# Usage: benches/l4_hops/run.sh [N]   (TR_PIN="0:0,1:1,2:1" pins ranks to CPUs, see prof.py)
 set -eu
 N=${1:-2000}
 ROOT=$(git rev-parse --show-toplevel)
