@@ -257,7 +257,7 @@ impl HostDispatch {
         let tag = FIRST_DATA_TAG + (seq % comm::DATA_TAGS) as i32;
         let rank = rec.worker as i32 + 1;
         let (task, sent, back) = self.frame(rec, seq, tag, call);
-        let mut buf = vec![0u8; 256 + rec.config.output_prefix.len() + 64 * task.args.len()];
+        let mut buf = vec![0u8; wire::task_len(&task)];
         let n = wire::encode_task(&task, &mut buf)
             .map_err(|e| format!("cannot encode the task: {e}"))?;
         let turn = &self.sh.turns[rec.worker];

@@ -27,7 +27,7 @@
 use crate::config::CallConfig;
 use crate::node::frame::{
     dtype_of, finish, get_config, get_report, header, open, put_config, put_report, FrameError,
-    MAX_ERROR_BYTES, R, W,
+    Ints, MAX_ERROR_BYTES, MAX_PREFIX_BYTES, R, VAR_MAX_BYTES, W,
 };
 use crate::node::{ChipTaskReport, NodeRunReport};
 use crate::tensor::DType;
@@ -158,7 +158,7 @@ fn put_tensor(w: &mut W<'_>, t: &L4Tensor) -> Result<(), FrameError> {
     w.u8(t.dtype as u8)?;
     w.u8(t.shape.len() as u8)?;
     for d in &t.shape {
-        w.u64(*d)?;
+        w.var(*d)?;
     }
     Ok(())
 }
@@ -177,7 +177,7 @@ fn get_tensor(r: &mut R<'_>) -> Result<L4Tensor, FrameError> {
     }
     let mut shape = Vec::with_capacity(ndims);
     for _ in 0..ndims {
-        shape.push(r.u64()?);
+        shape.push(r.var()?);
     }
     let t = L4Tensor { dir, dtype, shape };
     // A tensor's bytes must be addressable here (the host allocates them).
@@ -206,7 +206,7 @@ pub fn encode_task(t: &L4Task, buf: &mut [u8]) -> Result<usize, FrameError> {
     }
     w.u16(name.len() as u16)?;
     w.put(name)?;
-    put_config(&mut w, &t.config)?;
+    put_config(&mut w, &t.config, Ints::Var)?;
     if t.args.len() > MAX_L4_ARGS {
         return Err(FrameError::Field(format!("{} arguments", t.args.len())));
     }
@@ -220,7 +220,7 @@ pub fn encode_task(t: &L4Task, buf: &mut [u8]) -> Result<usize, FrameError> {
             L4Arg::Resident(ten, id) => {
                 w.u8(4)?;
                 put_tensor(&mut w, ten)?;
-                w.u64(*id)?;
+                w.var(*id)?;
             }
             L4Arg::Int(v) => {
                 w.u8(2)?;
@@ -265,7 +265,7 @@ pub fn decode_request(buf: &[u8]) -> Result<HostRequest, FrameError> {
     }
     let name = String::from_utf8(r.take(nlen)?.to_vec())
         .map_err(|_| FrameError::Field("program name is not UTF-8".into()))?;
-    let config = get_config(&mut r)?;
+    let config = get_config(&mut r, Ints::Var)?;
     let n = r.u32()? as usize;
     if n > MAX_L4_ARGS {
         return Err(FrameError::Field(format!("{n} arguments")));
@@ -276,7 +276,7 @@ pub fn decode_request(buf: &[u8]) -> Result<HostRequest, FrameError> {
             1 => L4Arg::Shipped(get_tensor(&mut r)?),
             4 => {
                 let t = get_tensor(&mut r)?;
-                L4Arg::Resident(t, r.u64()?)
+                L4Arg::Resident(t, r.var()?)
             }
             2 => L4Arg::Int(r.u64()? as i64),
             3 => L4Arg::Float(f64::from_bits(r.u64()?)),
@@ -293,14 +293,14 @@ pub fn decode_request(buf: &[u8]) -> Result<HostRequest, FrameError> {
     }))
 }
 
-/// The reply frame's size for `r` (to size the buffer exactly).
+/// A bound on the reply frame's size for `r` (every LEB128 integer at its longest), to
+/// size its buffer.
 pub fn reply_len(r: &L4Reply) -> usize {
     let chip = |c: &ChipTaskReport| {
         4 + 4
             + 1
-            + 12 * 8 * 2
+            + (12 * 2 + 1) * VAR_MAX_BYTES
             + 12
-            + 8
             + 1
             + 16
             + 1
@@ -317,6 +317,27 @@ pub fn reply_len(r: &L4Reply) -> usize {
         + 4
 }
 
+/// A bound on the task frame's size for `t` (every LEB128 integer at its longest, the
+/// name and prefix at most their limits), to size its buffer.
+pub fn task_len(t: &L4Task) -> usize {
+    let arg = |a: &L4Arg| match a {
+        L4Arg::Shipped(x) => 1 + 3 + x.shape.len() * VAR_MAX_BYTES,
+        L4Arg::Resident(x, _) => 1 + 3 + (x.shape.len() + 1) * VAR_MAX_BYTES,
+        L4Arg::Int(_) | L4Arg::Float(_) => 1 + 8,
+    };
+    12 + 8
+        + 4
+        + 4
+        + 2
+        + t.name.len().min(MAX_NAME_BYTES)
+        + 12
+        + 12 * VAR_MAX_BYTES
+        + 4
+        + t.config.output_prefix.len().min(MAX_PREFIX_BYTES)
+        + 4
+        + t.args.iter().map(arg).sum::<usize>()
+}
+
 /// Encode a host's reply into `buf` (error texts are cut to [`MAX_ERROR_BYTES`]).
 pub fn encode_reply(r: &L4Reply, buf: &mut [u8]) -> Result<usize, FrameError> {
     let mut w = W { buf, at: 0 };
@@ -330,7 +351,7 @@ pub fn encode_reply(r: &L4Reply, buf: &mut [u8]) -> Result<usize, FrameError> {
         w.u32(c.worker as u32)?;
         w.u32(c.callable)?;
         w.u8(c.run.is_some() as u8)?;
-        put_report(&mut w, &crate::node::wire_report(c.run.as_ref()))?;
+        put_report(&mut w, &crate::node::wire_report(c.run.as_ref()), Ints::Var)?;
         w.u8(c.error.is_some() as u8)?;
         put_str(&mut w, c.error.as_deref().unwrap_or(""), MAX_ERROR_BYTES)?;
     }
@@ -354,7 +375,7 @@ pub fn decode_reply(buf: &[u8]) -> Result<L4Reply, FrameError> {
         let worker = r.u32()? as usize;
         let callable = r.u32()?;
         let has_report = r.u8()? != 0;
-        let wire = get_report(&mut r)?;
+        let wire = get_report(&mut r, Ints::Var)?;
         let has_error = r.u8()? != 0;
         let err = get_str(&mut r, MAX_ERROR_BYTES, "error")?;
         chip_tasks.push(crate::node::report_of(
@@ -481,7 +502,7 @@ mod tests {
         };
         let mut buf = vec![0u8; reply_len(&r)];
         let n = encode_reply(&r, &mut buf).unwrap();
-        assert_eq!(n, buf.len());
+        assert!(n <= buf.len());
         let back = decode_reply(&buf[..n]).unwrap();
         assert_eq!(back, r);
     }
@@ -510,6 +531,120 @@ mod tests {
             assert!(decode_request(&buf[..cut]).is_err());
         }
         assert!(decode_reply(&buf[..n]).is_err());
+    }
+
+    #[test]
+    fn integers_go_as_leb128_and_bad_ones_are_errors() {
+        for (v, len) in [
+            (0u64, 1usize),
+            (127, 1),
+            (128, 2),
+            (16383, 2),
+            (16384, 3),
+            (1 << 28, 5),
+            (u64::MAX >> 1, 9),
+            (1 << 63, 10),
+            (u64::MAX, 10),
+        ] {
+            let mut buf = [0u8; 16];
+            let mut w = W { buf: &mut buf, at: 0 };
+            w.var(v).unwrap();
+            assert_eq!(w.at, len, "{v}");
+            let mut r = R { buf: &buf[..len], at: 0 };
+            assert_eq!(r.var().unwrap(), v);
+            assert_eq!(r.at, len);
+            let mut short = R { buf: &buf[..len - 1], at: 0 };
+            assert!(short.var().is_err(), "{v} cut short");
+        }
+        // Bits beyond 64 in the tenth byte, and an eleventh byte.
+        let over = [0xffu8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+        assert!(R { buf: &over, at: 0 }.var().is_err());
+        let long = [0x80u8; 11];
+        assert!(R { buf: &long, at: 0 }.var().is_err());
+    }
+
+    /// The point of LEB128 here: a one-chip-task reply and a task with a few
+    /// arguments stay under Open MPI's ~250-byte shared-memory fast path (see `Ints`).
+    #[test]
+    fn a_common_reply_and_task_fit_the_fast_path() {
+        let sizing = RingSizing::default();
+        let report = crate::chip::RunReport {
+            ring_sizing: sizing,
+            peak: Default::default(),
+            tasks: 1,
+            arena_hit: true,
+            arena_build_s: 0.0,
+            elapsed_s: 2.5e-6,
+            replayed: false,
+        };
+        let r = L4Reply {
+            seq: 1 << 20,
+            status: 0,
+            error: String::new(),
+            elapsed_s: 1e-5,
+            chip_tasks: vec![crate::node::ChipTaskReport {
+                worker: 1,
+                callable: 0,
+                run: Some(report),
+                error: None,
+            }],
+            n_outputs: 1,
+        };
+        let mut buf = vec![0u8; reply_len(&r)];
+        let n = encode_reply(&r, &mut buf).unwrap();
+        assert!(n <= 200, "a one-chip-task reply takes {n} bytes");
+        let t = L4Task {
+            seq: 1 << 20,
+            data_tag: 2,
+            callable: 0,
+            name: "host_orchestration".into(),
+            config: CallConfig::default(),
+            args: vec![
+                L4Arg::Shipped(L4Tensor {
+                    dir: L4Dir::In,
+                    dtype: DType::F32,
+                    shape: vec![1024, 1024],
+                });
+                3
+            ]
+            .into_iter()
+            .chain([L4Arg::Int(7), L4Arg::Float(0.5)])
+            .collect(),
+        };
+        let mut buf = vec![0u8; task_len(&t)];
+        let n = encode_task(&t, &mut buf).unwrap();
+        assert!(n <= 160, "a 5-argument task takes {n} bytes");
+    }
+
+    /// `task_len` bounds the largest frame the limits allow.
+    #[test]
+    fn the_task_bound_holds_at_the_limits() {
+        let shape = vec![u64::MAX; MAX_L4_DIMS];
+        let t = L4Task {
+            seq: u64::MAX,
+            data_tag: i32::MAX,
+            callable: u32::MAX,
+            name: "n".repeat(MAX_NAME_BYTES),
+            config: full_config(),
+            args: (0..64)
+                .map(|i| {
+                    let x = L4Tensor {
+                        dir: L4Dir::InOut,
+                        dtype: DType::I64,
+                        shape: shape.clone(),
+                    };
+                    match i % 4 {
+                        0 => L4Arg::Shipped(x),
+                        1 => L4Arg::Resident(x, u64::MAX),
+                        2 => L4Arg::Int(i64::MIN),
+                        _ => L4Arg::Float(f64::MIN),
+                    }
+                })
+                .collect(),
+        };
+        let mut buf = vec![0u8; task_len(&t)];
+        let n = encode_task(&t, &mut buf).expect("fits its bound");
+        assert!(n <= buf.len());
     }
 
     #[test]
