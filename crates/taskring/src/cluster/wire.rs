@@ -16,6 +16,10 @@
 //!          has_error u8, error_len u32, error; n_outputs u32
 //! ```
 //!
+//! Ring values, shapes, resident ids, report sizes, peaks and task counts are LEB128
+//! integers here (`Ints::Var`: a frame of more than ~250 bytes leaves Open MPI's
+//! shared-memory fast path); the chip mailbox's frames keep them 8 bytes wide.
+//!
 //! After a task frame rank 0 sends the data of each shipped IN/INOUT tensor, in argument
 //! order, with the frame's `data_tag`; after a reply the host sends the data of each
 //! shipped OUT/INOUT tensor (`n_outputs` of them; none when the task failed) with the
