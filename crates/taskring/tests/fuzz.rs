@@ -1896,7 +1896,11 @@ mod l4 {
                 let mut rb = vec![0u8; l4w::reply_len(&r)];
                 let n = l4w::encode_reply(&r, &mut rb)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert!(n <= rb.len(), "the reply is {n} bytes, its bound {}", rb.len());
+                prop_assert!(
+                    n <= rb.len(),
+                    "the reply is {n} bytes, its bound {}",
+                    rb.len()
+                );
                 // A host never announces more outputs than a task has arguments; the decoder
                 // refuses such a count (the encoder does not check it).
                 match l4w::decode_reply(&rb) {

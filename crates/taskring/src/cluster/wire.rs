@@ -551,13 +551,22 @@ mod tests {
             (u64::MAX, 10),
         ] {
             let mut buf = [0u8; 16];
-            let mut w = W { buf: &mut buf, at: 0 };
+            let mut w = W {
+                buf: &mut buf,
+                at: 0,
+            };
             w.var(v).unwrap();
             assert_eq!(w.at, len, "{v}");
-            let mut r = R { buf: &buf[..len], at: 0 };
+            let mut r = R {
+                buf: &buf[..len],
+                at: 0,
+            };
             assert_eq!(r.var().unwrap(), v);
             assert_eq!(r.at, len);
-            let mut short = R { buf: &buf[..len - 1], at: 0 };
+            let mut short = R {
+                buf: &buf[..len - 1],
+                at: 0,
+            };
             assert!(short.var().is_err(), "{v} cut short");
         }
         // Bits beyond 64 in the tenth byte, and an eleventh byte.

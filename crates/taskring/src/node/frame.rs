@@ -241,14 +241,18 @@ impl<'a> R<'a> {
             let b = self.u8()?;
             let bits = u64::from(b & 0x7f);
             if i == VAR_MAX_BYTES - 1 && bits > 1 {
-                return Err(FrameError::Field(format!("integer at byte {at} exceeds 64 bits")));
+                return Err(FrameError::Field(format!(
+                    "integer at byte {at} exceeds 64 bits"
+                )));
             }
             v |= bits << (7 * i);
             if b & 0x80 == 0 {
                 return Ok(v);
             }
         }
-        Err(FrameError::Field(format!("integer at byte {at} exceeds 64 bits")))
+        Err(FrameError::Field(format!(
+            "integer at byte {at} exceeds 64 bits"
+        )))
     }
     /// A wide integer in the frame's encoding.
     pub(crate) fn int(&mut self, ints: Ints) -> Result<u64, FrameError> {
