@@ -231,7 +231,7 @@ if w.init():
     from taskring import _native
 
     body = struct.pack("<QIIH", 77, 29_999, 0, 1) + b"x" + b"\x01\x02"
-    frame = b"TRNG" + struct.pack("<HHI", 1, 16, len(body)) + body
+    frame = b"TRNG" + struct.pack("<HHI", 2, 16, len(body)) + body  # frame version 2
     _native.mpi_send_bytes(1, 1, frame)
     seq, status, error, n_out = _native.l4_decode_reply(_native.mpi_recv_bytes(1, 29_999))
     res["malformed"] = [seq, status, error, n_out]

@@ -28,7 +28,8 @@ use crate::config::CallConfig;
 use crate::tensor::{DType, MAX_DIMS};
 
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"TRNG");
-pub const FRAME_VERSION: u16 = 1;
+/// Version 2: L4 frames write their wide integers as LEB128 (`Ints::Var`).
+pub const FRAME_VERSION: u16 = 2;
 pub const KIND_TASK: u16 = 1;
 pub const KIND_REPLY: u16 = 2;
 /// A request for the chip's arena statistics (empty body).
