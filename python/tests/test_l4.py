@@ -102,6 +102,11 @@ def test_an_orchestration_raising_on_a_host_fails_its_task_with_the_text(scenari
 
 
 @needs_mpi
+def test_a_program_named_near_the_frame_limit_runs_on_a_host(scenarios):
+    assert scenarios["long_name"] == [[6, None]]
+
+
+@needs_mpi
 def test_host_resident_tensors_stay_on_their_host(scenarios):
     assert scenarios["kv"] == [1, [64], "float32", 256]
     assert scenarios["kv_ok"]

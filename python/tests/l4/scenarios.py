@@ -78,6 +78,14 @@ def raise_orch(o, chips, args, cfg):
     raise LookupError()
 
 
+def named_orch(o, chips, args, cfg):
+    """Nothing to forward: the task only has to reach the host and come back."""
+
+
+# A program name at the frame's limit (256 bytes): rank 0 once sized the task frame
+# without it, and such a task failed with "cannot encode the task".
+named_orch.__name__ = "n" * 256
+
 dc = taskring.DistributedConfig(device_ids=[0, 1])
 two_chips = taskring.DistributedProgram(add_orch, chips={"vadd": vadd}, config=dc, signature=[IN, IN, OUT, OUT])
 echo = taskring.DistributedProgram(echo_orch, chips={"vadd": vadd}, config=dc, signature=[OUT, OUT])
@@ -85,9 +93,10 @@ chain = taskring.DistributedProgram(chain_orch, chips={"vadd": vadd}, config=dc,
 copier = taskring.DistributedProgram(copy_orch, chips={"copy": copy}, config=dc, signature=[IN, OUT])
 fails = taskring.DistributedProgram(fail_orch, chips={"failing": failing}, config=dc, signature=[IN, OUT])
 raises = taskring.DistributedProgram(raise_orch, chips={"vadd": vadd}, config=dc, signature=[SCALAR])
+long_named = taskring.DistributedProgram(named_orch, chips={"vadd": vadd}, config=dc, signature=[SCALAR])
 
 w = taskring.Worker(level=4)
-H = [w.register(p) for p in (two_chips, echo, chain, copier, fails, raises)]
+H = [w.register(p) for p in (two_chips, echo, chain, copier, fails, raises, long_named)]
 if w.init():
     res = {"num_hosts": w.num_hosts}
 
@@ -190,6 +199,12 @@ if w.init():
         except RuntimeError as e:
             raised.append(str(e))
     res["raised"] = raised
+
+    try:
+        rep = w.run(lambda o, x, cfg: o.submit_next_level(H[6], [1], None, worker=0))
+        res["long_name"] = [[t.callable, t.error] for t in rep.tasks]
+    except Exception as e:  # noqa: BLE001 - the test shows what went wrong
+        res["long_name"] = str(e)
 
     # 5. Host-resident tensors: written by one run, read by a later one, on host 1.
     kv = w.alloc_tensor((64,), np.float32, worker=1)
