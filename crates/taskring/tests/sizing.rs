@@ -229,6 +229,14 @@ fn invalid_config_is_rejected_before_anything_runs() {
     assert_eq!(w.arena_stats().builds, 0);
 }
 
+/// This test binary, to run only test `name` in a child process (whose environment the
+/// caller sets).
+fn child_running(name: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    c
+}
+
 /// Real process environment: the child (this same test binary) resolves its dispatch
 /// sizing with `PTO2_RING_*` set; per-task entries win where non-zero.
 #[test]
@@ -248,13 +256,7 @@ fn env_precedence_in_a_subprocess() {
         );
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "env_precedence_in_a_subprocess",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let out = child_running("env_precedence_in_a_subprocess")
         .env("TASKRING_ENV_CHILD", "1")
         .env("PTO2_RING_TASK_WINDOW", "64,256,0,32")
         .env("PTO2_RING_HEAP", "banana")
@@ -300,13 +302,7 @@ fn the_one_pass_environment_read_agrees_with_getenv() {
         println!("CHILD AGREES");
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "the_one_pass_environment_read_agrees_with_getenv",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let out = child_running("the_one_pass_environment_read_agrees_with_getenv")
         .env("TASKRING_ENV_SCAN_CHILD", "1")
         .env("PTO2_RING_", "7")
         .env("PTO2_RING_HEAPS", "8")
