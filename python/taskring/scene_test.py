@@ -87,7 +87,10 @@ pytest: ``@scene_test`` adds one method ``test_<case name>`` per case (non-ident
 characters become ``_``), so each case is its own test id
 (``test_x.py::TestVectorAdd::test_small_rings``). Name the class ``Test...``. The class's
 worker is created on its first case and closed by ``teardown_class`` (if you define
-your own ``teardown_class``, call ``super().teardown_class()``).
+your own ``teardown_class``, call ``super().teardown_class()``). After a case fails, the
+worker is asked for every chip's arena statistics; when one does not answer (a chip
+died or stopped), the worker is closed and the next case gets a new one, so such a case
+fails alone (pytest and standalone alike).
 
 Standalone: ``main()`` runs the decorated classes of ``__main__``::
 
@@ -296,26 +299,57 @@ def _build_call_config(config: Mapping[str, Any]) -> "_tr.CallConfig":
 
 
 class _ClassResources:
-    """The one worker of a scene class (a ChipWorker at level 2, a Worker(level=3))."""
+    """The one worker of a scene class (a ChipWorker at level 2, a Worker(level=3)),
+    sized over ``cases``. ``close()`` ends it; ``start()`` makes a new one."""
 
     def __init__(self, cls: "Type[SceneTestCase]", cases: Sequence[Mapping[str, Any]]):
         self.cls = cls
+        self.cases = tuple(cases)
         self.level = cls._scene_level
         self.chip: Optional[_tr.ChipWorker] = None
         self.worker: Optional[_tr.Worker] = None
         self.chips: Optional[types.SimpleNamespace] = None
+        self.start()
+
+    @property
+    def closed(self) -> bool:
+        return self.chip is None and self.worker is None
+
+    def start(self) -> None:
+        """Create the worker (when there is none)."""
+        if not self.closed:
+            return
         if self.level == 2:
             self.chip = _tr.ChipWorker(prewarm=False)
         else:
-            cfgs = [c.get("config") or {} for c in cases]
+            cfgs = [c.get("config") or {} for c in self.cases]
             n = max([c.get("device_count", 1) for c in cfgs] or [1])
             subs = max([c.get("num_sub_workers", 0) for c in cfgs] or [0])
             w = _tr.Worker(level=3, device_ids=list(range(n)), num_sub_workers=subs)
             ns = types.SimpleNamespace()
-            for name, prog in cls.CHIPS.items():
+            for name, prog in self.cls.CHIPS.items():
                 setattr(ns, name, w.register(prog))
-            w.init()
+            try:
+                w.init()
+            except BaseException:
+                w.close()
+                raise
             self.worker, self.chips = w, ns
+
+    def usable(self) -> bool:
+        """Whether the worker still answers: every chip gives its arena statistics (a
+        chip that died or stopped answering raises instead)."""
+        try:
+            if self.chip is not None:
+                self.chip.arena_stats
+                return True
+            if self.worker is not None:
+                for i in range(len(self.worker.device_ids)):
+                    self.worker.arena_stats(i)
+                return True
+        except Exception:
+            pass
+        return False
 
     def close(self) -> None:
         if self.chip is not None:
@@ -334,6 +368,8 @@ def _resources(cls: "Type[SceneTestCase]", cases: Optional[Sequence[Mapping[str,
     if res is None:
         res = _ClassResources(cls, cls._scene_cases if cases is None else cases)
         _RESOURCES[cls] = res
+    else:
+        res.start()  # a new worker after one a failed case left unusable
     return res
 
 
@@ -422,7 +458,6 @@ class SceneTestCase:
             raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
         res = _resources(cls)
         params = case_map.get("params") or {}
-        config = case_map.get("config") or {}
 
         gen = self.generate_args(params)
         if not isinstance(gen, Mapping):
@@ -448,6 +483,31 @@ class SceneTestCase:
                 else:
                     shared[k] = v
 
+        try:
+            self._run_rounds(res, case_map, host, initial, shared, expected, outputs, skip, rounds, report)
+        except Exception:
+            # A case that leaves the worker unusable (a chip died) fails alone: the
+            # worker is closed here and the next case gets a new one.
+            if not res.usable():
+                res.close()
+            raise
+
+    def _run_rounds(
+        self,
+        res: _ClassResources,
+        case_map: Mapping[str, Any],
+        host: SceneArgs,
+        initial: Mapping[str, Any],
+        shared: Optional[SceneArgs],
+        expected: Mapping[str, Any],
+        outputs: Sequence[str],
+        skip: bool,
+        rounds: int,
+        report: Optional[Callable[[int, float], None]],
+    ) -> None:
+        cls = type(self)
+        params = case_map.get("params") or {}
+        config = case_map.get("config") or {}
         for r in range(rounds):
             if r > 0:
                 for k, v in initial.items():

@@ -365,6 +365,93 @@ def test_rounds_reset_inout_l2_and_l3():
     l3.teardown_class()
 
 
+# ----- a case that kills a chip fails alone ----------------------------------------
+
+
+@taskring.kernel
+def _exit_chip(a, out):
+    os._exit(3)  # the chip process ends in the middle of its task
+
+
+@taskring.program(signature=[IN, OUT])
+def exit_chip(rt, a, out):
+    rt.submit(_exit_chip, inputs=[a], outputs=[out])
+
+
+def _dying_orch(o, chips, args, cfg):
+    if args.die:
+        o.submit_next_level(chips.exit, [args.a, args.out], cfg, worker=0)
+    else:
+        o.submit_next_level(chips.vadd, [args.a, args.b, args.out], cfg, worker=0)
+
+
+class _DyingChip(SceneTestCase):
+    CHIPS = {"vadd": vadd, "exit": exit_chip}
+    ORCHESTRATION = staticmethod(_dying_orch)
+    OUTPUTS = ["out"]
+
+    def generate_args(self, params):
+        return dict(_args(16), die=bool(params.get("die")))
+
+    def compute_golden(self, args, params):
+        args["out"][...] = args["a"] + args["b"] + params.get("bias", 0)
+
+
+DYING_CASES = [
+    {"name": "before", "params": {}},
+    {"name": "wrong", "params": {"bias": 1}},  # fails, the worker stays
+    {"name": "dies", "params": {"die": True}},  # fails, the worker is replaced
+    {"name": "after", "params": {}},
+    {"name": "after_again", "params": {}},
+]
+
+
+def test_a_case_that_kills_a_chip_fails_alone():
+    cls = scene_test(level=3)(type("DyingScene", (_DyingChip,), {"CASES": DYING_CASES}))
+    from taskring.scene_test import _RESOURCES
+
+    inst = cls()
+    try:
+        inst.test_before()
+        pids = _RESOURCES[cls].worker.pids
+        with pytest.raises(AssertionError, match=r"^Golden mismatch on 'out'"):
+            inst.test_wrong()
+        assert _RESOURCES[cls].worker.pids == pids  # a golden mismatch keeps the worker
+        with pytest.raises(RuntimeError, match=rf"^chip 0 \(pid {pids[0]}\): the chip process exited with status 3$"):
+            inst.test_dies()
+        inst.test_after()
+        inst.test_after_again()
+        assert _RESOURCES[cls].worker.pids != pids  # a new worker
+    finally:
+        cls.teardown_class()
+    assert cls not in _RESOURCES
+
+
+def test_standalone_a_case_that_kills_a_chip_fails_alone(capsys):
+    import io
+
+    from taskring.scene_test import _RESOURCES, run_scene_classes
+
+    cls = scene_test(level=3)(type("DyingStandalone", (_DyingChip,), {"CASES": DYING_CASES}))
+    out = io.StringIO()
+    assert run_scene_classes([cls], rounds=2, out=out) == 1
+    lines = [l.split(" ms")[0].rsplit(" ", 1)[0] if l.startswith("PASS") else l for l in out.getvalue().splitlines()]
+    assert [l for l in lines if not l.startswith("FAIL")] == [
+        "PASS DyingStandalone::before [round 1/2]",
+        "PASS DyingStandalone::before [round 2/2]",
+        "PASS DyingStandalone::after [round 1/2]",
+        "PASS DyingStandalone::after [round 2/2]",
+        "PASS DyingStandalone::after_again [round 1/2]",
+        "PASS DyingStandalone::after_again [round 2/2]",
+        "3 passed, 2 failed",
+    ], out.getvalue()
+    fails = [l for l in lines if l.startswith("FAIL")]
+    assert fails[0].startswith("FAIL DyingStandalone::wrong [round 1/2]: AssertionError: Golden mismatch on 'out'")
+    assert fails[1].startswith("FAIL DyingStandalone::dies [round 1/2]: RuntimeError: chip 0 (pid ")
+    assert fails[1].endswith("): the chip process exited with status 3")
+    assert cls not in _RESOURCES
+
+
 SCENE_FILE = '''
 import numpy as np
 import taskring
