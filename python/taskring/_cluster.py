@@ -70,6 +70,7 @@ class L4Worker:
             raise ValueError(f"DistributedProgram {program.name!r} needs signature=[...] to run at L4 (its arguments travel to a host)")
         if self._rank is not None:
             raise RuntimeError("register() must be called on every rank before init()")
+        _check_name(program)
         self._programs.append(program)
         return len(self._programs) - 1
 
@@ -77,6 +78,8 @@ class L4Worker:
     def init(self, prewarm_config: Any = None) -> bool:
         if self._rank is not None:
             return self._rank == 0 and not self._closed
+        for p in self._programs:  # a name may have been changed since register()
+            _check_name(p)
         if not _native.mpi_built():
             raise RuntimeError(_native.MPI_MISSING)
         env = _native.mpi_launch_env()
@@ -136,6 +139,25 @@ class L4Worker:
         if isinstance(shape, int):
             shape = (shape,)
         return _native.HostTensor(worker, [int(d) for d in shape], np.dtype(dtype).name)
+
+
+# The longest program name an L4 task frame carries (cluster::wire::MAX_NAME_BYTES).
+MAX_NAME_BYTES = 256
+
+
+def _check_name(program: Any) -> None:
+    """An L4 program's name travels with each of its tasks (the host checks it): at most
+    ``MAX_NAME_BYTES`` bytes of UTF-8."""
+    name = program.name
+    if not isinstance(name, str):
+        raise TypeError(f"DistributedProgram name must be a str, got {type(name).__name__}")
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise ValueError(f"DistributedProgram name {name[:40]!r} cannot be encoded as UTF-8 ({e.reason}); an L4 program name travels as UTF-8") from None
+    if n > MAX_NAME_BYTES:
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise ValueError(f"DistributedProgram name {shown!r} is {n} bytes in UTF-8; an L4 program name is at most {MAX_NAME_BYTES} bytes (UTF-8)")
 
 
 _mpi_started = False

@@ -200,6 +200,32 @@ def test_level4_arguments_are_checked():
         w.run(lambda o, a, c: None)
 
 
+def test_an_l4_program_name_over_256_utf8_bytes_is_rejected_at_register():
+    def named(name):
+        def orch(o, chips, args, cfg):
+            pass
+
+        orch.__name__ = name
+        return taskring.DistributedProgram(orch, chips={}, signature=[taskring.SCALAR])
+
+    w = taskring.Worker(level=4)
+    assert w.register(named("n" * 256)) == 0
+    assert w.register(named("é" * 128)) == 1  # 256 bytes of UTF-8
+    with pytest.raises(ValueError, match=r"is 257 bytes in UTF-8; an L4 program name is at most 256 bytes \(UTF-8\)"):
+        w.register(named("n" * 257))
+    with pytest.raises(ValueError, match=r"is 258 bytes in UTF-8; .*at most 256 bytes"):
+        w.register(named("é" * 129))  # 129 characters, 258 bytes
+    with pytest.raises(ValueError, match="UTF-8"):
+        w.register(named("\udc80"))
+    # A name changed after register() is checked again at init().
+    p = named("ok")
+    w2 = taskring.Worker(level=4)
+    w2.register(p)
+    p.name = "x" * 300
+    with pytest.raises(ValueError, match="is 300 bytes in UTF-8"):
+        w2.init()
+
+
 def test_launch_command_line(tmp_path):
     from taskring._launch import isolated
 
