@@ -18,16 +18,30 @@ For a real cluster, run ``mpirun`` yourself with a hostfile, e.g. ``mpirun -np 5
 --hostfile hosts --map-by node --bind-to none python app.py`` (one rank per node: rank
 0 on the first, and a host per node after it; ``--mca btl_tcp_if_include <iface>`` to
 choose the network).
+
+Stopping: mpirun runs in a session of its own, so that a terminal's Ctrl-C (or a hang-up)
+reaches only the launcher, which hands SIGINT, SIGTERM or SIGHUP to mpirun once and waits
+for it: mpirun stops the ranks and removes the job's files (its shared-memory segments
+``/dev/shm/vader_segment.*`` and its PMIx directory), about 1 s. Past the grace period
+(``TASKRING_LAUNCH_GRACE_S``, 5 s) or at a second signal, the launcher SIGKILLs mpirun and
+every process of the job, and removes what the job left of those files itself — only
+the segments named with the job's own id that appeared during the launch, and the PMIx
+directory of its own mpirun. Then the launcher dies of the signal it received. mpirun
+also gets SIGTERM when the launcher dies of anything else (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
-from typing import List, Optional
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Set
 
 LOCAL_MCA = ["--mca", "btl", "self,vader", "--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"]
 
@@ -88,7 +102,235 @@ def main(argv: List[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    return run(cmd, environment())
+
+
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+SHM = "/dev/shm"
+
+
+def grace_s() -> float:
     try:
-        return subprocess.call(cmd, env=environment())
-    except KeyboardInterrupt:
-        return 130
+        g = float(os.environ.get("TASKRING_LAUNCH_GRACE_S", "5"))
+    except ValueError:
+        g = 5.0
+    return g if g >= 0 else 5.0
+
+
+def run(cmd: List[str], env: Dict[str, str]) -> int:
+    """Run the job; on SIGINT, SIGTERM or SIGHUP end it (see the module's text) and die
+    of that signal. Returns mpirun's exit status otherwise."""
+    if threading.current_thread() is not threading.main_thread():
+        return subprocess.call(cmd, env=env)  # signals are the main thread's business
+    got: List[int] = []
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in STOP_SIGNALS}
+    old_wakeup = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+    try:
+        if got:
+            return _die_of(got[0])
+        job = _Job(cmd, env)
+        job.wait(got, rfd)
+        if not got:
+            return job.returncode
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        for s, h in previous.items():
+            signal.signal(s, h)
+        os.close(rfd)
+        os.close(wfd)
+    job.remove_leftovers()
+    return _die_of(got[0])
+
+
+def _die_of(signum: int) -> int:
+    """End this process by `signum` (its default action), so that whoever started the
+    launcher sees what stopped it (a shell loop stops at Ctrl-C). 128 + signum if that
+    signal cannot end it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return 128 + signum
+
+
+def _end_with_parent() -> Optional[Callable[[], None]]:
+    """What mpirun's process runs before its exec so that it gets SIGTERM when the
+    launcher dies (Linux's PR_SET_PDEATHSIG); None elsewhere. Looked up here, in the
+    launcher, so that the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    term = int(signal.SIGTERM)
+    return lambda: prctl(1, term, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+
+class _Job:
+    """mpirun (in a new session) and what it takes to end it and clean up after it."""
+
+    def __init__(self, cmd: List[str], env: Dict[str, str]) -> None:
+        self.shm_before = _vader_segments()
+        self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_end_with_parent())
+        # The job's ids, learnt from its ranks while they live: Open MPI job ids
+        # (vader_segment.<node>.<jobid hex>.<local rank>) and PMIx directories.
+        self.jobids: Set[int] = set()
+        self.pmix_dirs: Set[str] = set()
+        self.returncode = 0
+
+    def wait(self, got: List[int], wakeup_fd: int) -> None:
+        """Until mpirun exits. The first signal is handed to mpirun; at the second, or
+        when the grace period is over, the job is killed."""
+        proc = self.proc
+        try:
+            pidfd: Optional[int] = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            pidfd = None  # then look every 0.2 s
+        deadline: Optional[float] = None
+        handed = 0
+        try:
+            while proc.poll() is None:
+                if len(got) > handed:
+                    if handed == 0:
+                        self.learn_ids()
+                        proc.send_signal(got[0])
+                        deadline = time.monotonic() + grace_s()
+                    handed = len(got)
+                    if handed > 1:
+                        break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                timeout = None if pidfd is not None else 0.2
+                if deadline is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    timeout = left if timeout is None else min(timeout, left)
+                fds = [wakeup_fd] + ([pidfd] if pidfd is not None else [])
+                ready, _, _ = select.select(fds, [], [], timeout)
+                if wakeup_fd in ready:
+                    os.read(wakeup_fd, 512)
+            if proc.poll() is None:
+                self.kill()
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        self.returncode = proc.returncode if proc.returncode is not None else 1
+
+    def kill(self) -> None:
+        """SIGKILL mpirun and every process of the job: mpirun's descendants and the
+        process groups they lead (a rank leads its own; its chips are in it), then wait
+        for mpirun (bounded)."""
+        self.learn_ids()
+        tree = _descendants(self.proc.pid)
+        groups = {g for g in (_pgid(p) for p in tree) if g in tree and g != os.getpgrp()}
+        for g in groups:
+            _signal(g, signal.SIGKILL, group=True)
+        for p in tree:
+            _signal(p, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            print(f"taskring launch: mpirun (pid {self.proc.pid}) did not end after SIGKILL", file=sys.stderr)
+
+    def learn_ids(self) -> None:
+        for p in _descendants(self.proc.pid):
+            env = _environ(p)
+            jobid = env.get("OMPI_MCA_ess_base_jobid", "")
+            if jobid.isdigit():
+                self.jobids.add(int(jobid))
+            d = env.get("PMIX_SERVER_TMPDIR")
+            # Only the directory of this launch's own mpirun.
+            if d and os.path.basename(d.rstrip("/")) == f"pid.{self.proc.pid}":
+                self.pmix_dirs.add(d)
+
+    def remove_leftovers(self) -> None:
+        """What a killed job leaves: its shared-memory segments (new since the launch
+        and named with its job id) and its mpirun's PMIx directory."""
+        tags = {f"{j:x}" for j in self.jobids}
+        for name in sorted(_vader_segments() - self.shm_before):
+            if name.rsplit(".", 2)[-2] in tags:
+                try:
+                    os.unlink(os.path.join(SHM, name))
+                except OSError:
+                    pass
+        for d in self.pmix_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _vader_segments() -> Set[str]:
+    """This user's Open MPI shared-memory segment files (vader_segment.<node>.<jobid
+    hex>.<local rank>)."""
+    try:
+        names = os.listdir(SHM)
+    except OSError:
+        return set()
+    found = set()
+    for n in names:
+        parts = n.rsplit(".", 2)
+        if n.startswith("vader_segment.") and len(parts) == 3 and parts[2].isdigit():
+            try:
+                if os.stat(os.path.join(SHM, n)).st_uid == os.getuid():
+                    found.add(n)
+            except OSError:
+                pass
+    return found
+
+
+def _descendants(root: int) -> Set[int]:
+    """`root` and its live descendants (Linux /proc; just `root` elsewhere)."""
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return {root}
+    for d in entries:
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out = {root}
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
+
+
+def _environ(pid: int) -> Dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def _signal(pid: int, sig: int, group: bool = False) -> None:
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except OSError:
+        pass

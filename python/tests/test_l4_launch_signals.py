@@ -1,7 +1,8 @@
-"""`taskring launch` stopped by a signal while its L4 job runs (SIGTERM, SIGHUP, Ctrl-C):
-the launcher hands the signal to mpirun, waits for the job to end (escalating to SIGKILL
-after its grace period), and itself dies of that signal; no process of the job and none
-of its shared-memory files (`/dev/shm/vader_segment.*`) or its PMIx directory is left."""
+"""`taskring launch` stopped by a signal while its L4 job runs (SIGTERM, SIGHUP, Ctrl-C,
+SIGKILL): the launcher hands the signal to mpirun, waits for the job to end (escalating to
+SIGKILL after its grace period), and itself dies of that signal; no process of the job and
+none of its shared-memory files (`/dev/shm/vader_segment.*`) or its PMIx directory is
+left."""
 
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ def _stop_and_check(tmp_path, p, info, sig, to_group, bound_s):
         log = (tmp_path / "launch.log").read_text()
         # The launcher returns once mpirun is gone; the chips leave as their host's pipe
         # closes (~10 ms).
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + 3.0
         while _job_processes(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _job_processes(marker) == [], log[-3000:]
@@ -121,7 +122,8 @@ def _stop_and_check(tmp_path, p, info, sig, to_group, bound_s):
         _kill_leftovers(marker, info)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+# SIGKILL cannot be handed on: mpirun gets SIGTERM from the kernel as the launcher dies.
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_a_signal_to_the_launcher_ends_the_whole_job_and_its_files(tmp_path, sig):
     p, info = _start(tmp_path, 2, "plain")
     _stop_and_check(tmp_path, p, info, sig, to_group=False, bound_s=5.0)
