@@ -184,3 +184,18 @@ int32_t tr_crash(const tr_tensor *t, int32_t nt, const tr_scalar *s, int32_t ns,
     volatile int *p = NULL;
     return *p;
 }
+
+/* Sleeps s[0] milliseconds, then fills its last tensor (f32) with s[1]: for the tests of
+ * a kernel that outlives its SCHEDULER_TIMEOUT and writes afterwards. */
+int32_t tr_sleep_fill(const tr_tensor *t, int32_t nt, const tr_scalar *s, int32_t ns, char *err, size_t errlen) {
+    if (nt < 1 || ns != 2) return fail(err, errlen, "sleep_fill takes tensors and two scalars (ms, value)");
+    double ms = s[0].kind == TR_SCALAR_FLOAT64 ? s[0].v.f : (double)s[0].v.i;
+    double v = s[1].kind == TR_SCALAR_FLOAT64 ? s[1].v.f : (double)s[1].v.i;
+    struct timespec d = {(time_t)(ms / 1000), (long)((ms - 1000.0 * (long)(ms / 1000)) * 1e6)};
+    while (nanosleep(&d, &d) != 0) {
+    }
+    const tr_tensor *o = &t[nt - 1];
+    long n = nd_count(o);
+    for (long i = 0; i < n; i++) *nd_at(o, i) = (float)v;
+    return 0;
+}

@@ -189,7 +189,18 @@ impl ArenaCache {
             self.arenas.pop();
             self.stats.evictions += 1;
         }
-        let a = Arena::build_with(sizing, self.shared_heaps)?;
+        // A reservation that fails (address space or shared memory exhausted) first
+        // returns the idle cached arenas' memory, least recently used first.
+        let a = loop {
+            match Arena::build_with(sizing, self.shared_heaps) {
+                Ok(a) => break a,
+                Err(_) if !self.arenas.is_empty() => {
+                    self.arenas.pop();
+                    self.stats.evictions += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let s = a.build_s;
         self.stats.builds += 1;
         self.stats.build_s += s;
@@ -230,6 +241,15 @@ impl ArenaCache {
             .iter_mut()
             .find(|a| a.sizing.key() == k)
             .map(|a| (&mut **a, ()))
+    }
+
+    /// Remove `sizing`'s arena from the cache and hand it over (it stays mapped while
+    /// the caller keeps it). Counted as an eviction.
+    pub(crate) fn take(&mut self, sizing: &RingSizing) -> Option<Box<Arena>> {
+        let k = sizing.key();
+        let i = self.arenas.iter().position(|a| a.sizing.key() == k)?;
+        self.stats.evictions += 1;
+        Some(self.arenas.remove(i))
     }
 
     pub fn stats(&self) -> ArenaStats {
@@ -281,6 +301,24 @@ mod tests {
         assert_eq!((s.builds, s.hits, s.misses, s.evictions), (3, 1, 2, 1));
         assert_eq!(s.resident, vec![sz(16).key(), sz(8).key()]);
         assert!(!c.contains(&sz(4)));
+    }
+
+    #[test]
+    fn a_failed_reservation_evicts_idle_arenas_and_retries() {
+        // Two sizings of 4 x 2^44-byte heaps do not fit a 47-bit address space together.
+        let big = |w: u64| RingSizing::uniform(w, 1 << 44, 64).unwrap();
+        if Arena::build(&big(4)).is_err() {
+            return; // this machine cannot reserve even one (e.g. an address-space limit)
+        }
+        let mut c = ArenaCache::new(4);
+        c.prewarm(&sz(4)).unwrap();
+        c.prewarm(&big(8)).unwrap();
+        let (_, h) = c.acquire(&big(16)).unwrap();
+        assert!(!h.hit);
+        let s = c.stats();
+        assert_eq!(s.resident[0], big(16).key());
+        assert!(!s.resident.contains(&big(8).key()), "{:?}", s.resident);
+        assert!(s.evictions >= 1);
     }
 
     #[test]

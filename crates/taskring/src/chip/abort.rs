@@ -140,11 +140,18 @@ pub fn holds_task(state: &AtomicU64) -> bool {
 /// succeeded is first in the word's order, so the core's `begin_completion` fails.
 #[inline]
 pub fn give_up_if_stuck(state: &AtomicU64) -> bool {
+    give_up_task(state).is_some()
+}
+
+/// [`give_up_if_stuck`], returning the task the core was given up on.
+#[inline]
+pub fn give_up_task(state: &AtomicU64) -> Option<TaskId> {
     let s = state.load(SeqCst);
-    s < CORE_COMPLETING
+    (s < CORE_COMPLETING
         && state
             .compare_exchange(s, CORE_ABANDONED, SeqCst, SeqCst)
-            .is_ok()
+            .is_ok())
+    .then_some(TaskId(s))
 }
 
 /// Step 5, caller side (after the drain, the wait for IDLE and the arena's publication):

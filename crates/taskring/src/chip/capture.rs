@@ -316,6 +316,7 @@ impl Captured {
             });
         }
         self.check_args(args)?;
+        chip.check_stuck(args, hook).map_err(RunError::from)?;
         let (sizing, mut diag) = match config {
             Some(c) => {
                 c.validate().map_err(RunError::from)?;

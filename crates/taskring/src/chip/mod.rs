@@ -27,6 +27,7 @@ pub mod abort;
 mod capture;
 mod core;
 mod options;
+mod quarantine;
 mod report;
 mod run;
 pub(crate) mod spin;
@@ -43,7 +44,7 @@ use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode};
 use crate::kernel::CoreKind;
 use crate::sync::{AtomicBool, AtomicU64, Ordering::*};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, TaskId, Tensor};
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
 // Not in the `sync` facade (it has no pointer atomic): the run's arena and direct job
@@ -229,6 +230,8 @@ pub struct ChipWorker {
     id: u64,
     /// The orchestrator thread's own ready tasks while it helps a direct replay.
     direct_local: core::DirectLocal,
+    /// Kernels given up on that may still write memory (`chip/quarantine.rs`).
+    stuck: Vec<quarantine::Stuck>,
 }
 
 impl ChipWorker {
@@ -314,6 +317,7 @@ impl ChipWorker {
             node_engine: opts.shared_heaps,
             id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
             direct_local,
+            stuck: Vec::new(),
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;
@@ -369,21 +373,32 @@ impl ChipWorker {
 
     /// Give up on cores whose kernel never returned (step 4 of the abort handshake, see
     /// `chip/core.rs`: a core that won the race to its completion is not given up on),
-    /// and start replacements.
-    fn replace_stuck_cores(&mut self) {
-        let stuck: Vec<(usize, CoreKind)> = self
+    /// and start replacements. Returns the cores given up on, with their tasks.
+    fn replace_stuck_cores(&mut self) -> Vec<quarantine::GivenUp> {
+        let stuck: Vec<(usize, TaskId, Arc<Core>)> = self
             .shared
             .cores
             .read()
             .iter()
             .enumerate()
-            .filter(|(_, c)| abort::give_up_if_stuck(&c.state))
-            .map(|(i, c)| (i, c.kind))
+            .filter_map(|(i, c)| abort::give_up_task(&c.state).map(|t| (i, t, c.clone())))
             .collect();
-        for (i, kind) in stuck {
+        let mut given_up = Vec::with_capacity(stuck.len());
+        for (i, task, core) in stuck {
+            let thread = self
+                .threads
+                .iter()
+                .find(|(c, _)| Arc::ptr_eq(c, &core))
+                .map(|(_, h)| h.thread().id());
+            given_up.push(quarantine::GivenUp {
+                core: i,
+                task,
+                thread,
+            });
             // A core that cannot be restarted stays abandoned; the chip runs with fewer.
-            let _ = self.start_core(i, kind);
+            let _ = self.start_core(i, core.kind);
         }
+        given_up
     }
 
     /// Threads of cores given up on (a kernel that never returned) that still run.

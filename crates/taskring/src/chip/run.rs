@@ -3,6 +3,7 @@
 //! settle the cores, report. A direct replay runs the same way without orchestration.
 
 use super::core::{can_run, direct_step, help_kind, help_one, wait_cores_idle, DirectLocal};
+use super::quarantine::Stuck;
 use super::report::classify_stall;
 use super::spin::SpinThenPark;
 use super::{Arg, ChipShared, ChipWorker, Diagnostics, OrchBody, Program, RunError, RunReport};
@@ -74,12 +75,23 @@ impl ChipWorker {
     /// core can push any more: drop what an aborted run left queued, so no stale task
     /// meets the next run. A core that won the race to its completion (step 4 in
     /// `chip/core.rs`) is never given up on: the wait goes on until it is done.
-    fn settle(&mut self, failure: Option<&RuntimeFailure>, blocking_hook: Option<&dyn Fn(bool)>) {
+    ///
+    /// A core given up on keeps running its kernel: its task's memory is set aside
+    /// (`chip/quarantine.rs`) — `sizing`'s arena, and the tensors of its task, read from
+    /// the ring payload or, in a direct replay, from `job`.
+    fn settle(
+        &mut self,
+        failure: Option<&RuntimeFailure>,
+        blocking_hook: Option<&dyn Fn(bool)>,
+        sizing: &RingSizing,
+        job: Option<&DirectJob<'_>>,
+    ) {
         if failure.is_some() {
             self.shared.eng.drain_queues();
         }
+        let mut given_up = Vec::new();
         if failure.is_some_and(|e| e.code == StatusCode::SchedulerTimeout) {
-            self.replace_stuck_cores();
+            given_up = self.replace_stuck_cores();
         }
         if let Some(h) = blocking_hook {
             h(true);
@@ -89,13 +101,41 @@ impl ChipWorker {
             // A kernel of the failed run never returned: give up on its core. A core
             // that is completing its task instead (it won the race) is not given up on
             // (the arena is not handed on under it): look again until it is done.
-            self.replace_stuck_cores();
+            given_up.extend(self.replace_stuck_cores());
             idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
         }
         if let Some(h) = blocking_hook {
             h(false);
         }
         self.shared.eng.drain_queues();
+        for g in &given_up {
+            let stuck = match job {
+                Some(job) => {
+                    let (_, k) = job.head(g.task.0 as u32);
+                    Stuck::new(
+                        g,
+                        k.as_ref().map(|k| k.name()),
+                        &job.tensors(g.task.0 as u32),
+                        sizing,
+                    )
+                }
+                None => {
+                    let Some((arena, ())) = self.cache.acquire_resident(sizing) else {
+                        continue;
+                    };
+                    // safety: the task was running on the core given up on: it was
+                    // published and has not completed, so its slot is not reused.
+                    let p = unsafe { arena.shared.rings[g.task.ring()].payload(g.task.local()) };
+                    Stuck::new(
+                        g,
+                        p.kernel.as_ref().map(|k| k.name()),
+                        &p.tensors[..p.n_tensors as usize],
+                        sizing,
+                    )
+                }
+            };
+            self.stuck.push(stuck);
+        }
     }
 
     /// The heap addresses of `sizing`'s arena (built if it is not resident).
@@ -135,9 +175,10 @@ impl ChipWorker {
         } else {
             Ok(())
         };
-        self.settle(result.as_ref().err(), blocking_hook);
+        self.settle(result.as_ref().err(), blocking_hook, sizing, Some(job));
         self.shared.direct.store(std::ptr::null_mut(), Release);
         self.shared.direct_quiet.store(0, Relaxed);
+        self.set_aside_arenas();
         result?;
         Ok(RunReport {
             ring_sizing: *sizing,
@@ -300,6 +341,7 @@ impl ChipWorker {
         replayed: bool,
     ) -> Result<RunReport, RuntimeFailure> {
         let t0 = Instant::now();
+        self.check_stuck(args, blocking_hook)?;
         let (arena, acq) = acquire_arena(&mut self.cache, sizing)?;
         arm_arena(arena, diag, capture.as_deref_mut());
         let sh = &*self.shared;
@@ -397,9 +439,10 @@ impl ChipWorker {
             )
         });
         let result = latch(sh, result);
-        self.settle(result.as_ref().err(), blocking_hook);
+        self.settle(result.as_ref().err(), blocking_hook, sizing, None);
         close_run(&self.shared);
         self.write_diagnostics(diag, sizing, result.as_ref().err());
+        self.set_aside_arenas();
         result?;
         Ok(RunReport {
             ring_sizing: *sizing,

@@ -614,6 +614,22 @@ impl<'a> DirectJob<'a> {
         (h.id, h.kernel)
     }
 
+    /// Task `i`'s tensors at this replay's addresses (checked reads: not the hot path).
+    pub(crate) fn tensors(&self, i: u32) -> Vec<Tensor> {
+        let d = &self.g.direct;
+        let t = &d.tasks[i as usize];
+        (0..t.n_tensors as usize)
+            .map(|j| {
+                let x = &d.tensors[t.tensors as usize + j];
+                let mut v = d.views[x.view as usize];
+                v.addr = self.addrs[x.base as usize].wrapping_add(x.rel);
+                v.offset = x.offset;
+                v.owner = x.owner;
+                v
+            })
+            .collect()
+    }
+
     /// Run task `i`'s kernel (nothing for alloc and dummy tasks): `Err(message)` if it
     /// returned an error or panicked.
     #[inline]

@@ -397,6 +397,10 @@ impl Chip {
                         "the chip process was killed by signal {}",
                         libc::WTERMSIG(status)
                     )
+                } else if libc::WEXITSTATUS(status) == STUCK_KERNEL_EXIT {
+                    "the chip process exited after a kernel it gave up on (SCHEDULER_TIMEOUT) \
+                     had not returned"
+                        .to_string()
                 } else {
                     format!(
                         "the chip process exited with status {}",
@@ -1621,7 +1625,16 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
         // and does not touch it until we reply.
         let req = unsafe { &mb.req_buf()[..len] };
         let served_ns = trace::mono_ns();
-        let (reply, trace_t0_ns) = serve(&ctx, &mut chip, &mut regions, req);
+        let (mut reply, trace_t0_ns) = serve(&ctx, &mut chip, &mut regions, req);
+        // A kernel this chip gave up on can still write the host's shared memory,
+        // which the host hands to other chips and tasks: the chip process ends after
+        // this reply, and its kernel with it.
+        let stuck = !ctx.in_process && reply.status != 0 && !chip.stuck_kernels().is_empty();
+        if stuck {
+            reply.error.push_str(
+                "; the chip process exits: a kernel it gave up on could still write shared memory",
+            );
+        }
         // safety: we own the reply buffer until we publish resp_seq.
         let n = match frame::encode_reply(&reply, unsafe { mb.resp_buf() }) {
             Ok(n) => n,
@@ -1642,8 +1655,16 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
         h.trace_t0_ns.store(trace_t0_ns, Relaxed);
         h.replied_ns.store(trace::mono_ns(), Relaxed);
         mailbox::publish(&h.resp_seq, served, &h.resp_sleeping);
+        if stuck {
+            // safety: ends this process at once; the host sees it gone.
+            unsafe { libc::_exit(STUCK_KERNEL_EXIT) };
+        }
     }
 }
+
+/// The exit status of a chip process that ended because a kernel it gave up on could
+/// still write shared memory.
+const STUCK_KERNEL_EXIT: i32 = 3;
 
 /// Where chip `worker` writes a task's DFX files (scope stats, `deps.json`, its
 /// swimlane): `{prefix}/chip{worker}`, so that the chips of a node do not overwrite each

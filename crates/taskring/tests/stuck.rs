@@ -1,0 +1,153 @@
+//! A kernel given up on (SCHEDULER_TIMEOUT) that returns later must not write into any
+//! later run: its arena is set aside and runs over its tensors are refused until it
+//! returns (`chip/quarantine.rs`).
+
+mod common;
+
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use taskring::builtin::*;
+use taskring::*;
+
+/// Write `v` into every f32 of the call's first writable tensor.
+fn write_all(call: &KernelCall<'_>, v: f32) {
+    let t = &call.tensors[call.n_inputs];
+    let p = t.data_ptr() as *mut f32;
+    for i in 0..t.numel() as usize {
+        // safety: the kernel's own output view (contiguous, f32) of `numel` elements.
+        unsafe { p.add(i).write(v) };
+    }
+}
+
+/// A kernel that waits until `release`, then writes 42 into its output.
+fn late(name: &str, release: &'static AtomicBool) -> KernelRef {
+    kernel::fn_kernel(name, CoreKind::Any, move |call| {
+        while !release.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        write_all(call, 42.0);
+    })
+}
+
+fn chip_with_timeout() -> ChipWorker {
+    ChipWorker::new(ChipOptions {
+        cores: 2,
+        scheduler_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Run 1's kernel is given up on; run 2 (same sizing, so the same heap offsets) fills a
+/// runtime output with 7, lets the stale kernel go and waits, then copies it out: it
+/// must see 7, not the stale kernel's 42.
+#[test]
+fn a_stale_kernel_never_writes_into_a_later_runs_outputs() {
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    let late = late("late", &RELEASE);
+    let let_go = kernel::fn_kernel("let_go", CoreKind::Any, |call| {
+        RELEASE.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(100));
+        // copy input 0 to output 0
+        let (a, b) = (&call.tensors[0], &call.tensors[1]);
+        // safety: both views are contiguous f32 of the same shape.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                a.data_ptr() as *const f32,
+                b.data_ptr() as *mut f32,
+                a.numel() as usize,
+            )
+        };
+    });
+    let mut w = chip_with_timeout();
+    let s = sizing(16, 64 << 10, 64);
+    let first = Program::new("first", move |o, _| {
+        submit(o, late, |t| {
+            t.output(spec(&[256]));
+        })
+        .map(|_| ())
+    });
+    let e = w.run_with_sizing(&first, &[], &s).unwrap_err();
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    assert_eq!(w.stuck_kernels().len(), 1);
+    let second = Program::new("second", move |o, args| {
+        let out = args[0].tensor()?;
+        let tmp = submit(o, FILL, |t| {
+            t.output(spec(&[256])).scalar(Scalar::F64(7.0));
+        })?
+        .output(0);
+        submit(o, let_go, |t| {
+            t.input(tmp).output_existing(out);
+        })
+        .map(|_| ())
+    });
+    let mut out = vec![0f32; 256];
+    let r = w
+        .run_with_sizing(&second, &[host(&mut out, &[256])], &s)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.iter().all(|&x| x == 7.0), "{:?}", &out[..8]);
+    assert!(!r.arena_hit, "the stuck kernel's arena was handed on");
+    // The kernel returned: its entry is lifted.
+    let t0 = Instant::now();
+    while !w.stuck_kernels().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A run over the buffer a stuck kernel still holds is refused, naming the kernel;
+/// other buffers run; once the kernel returned the buffer runs again.
+#[test]
+fn a_run_over_a_stuck_kernels_buffer_is_refused_until_it_returns() {
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    let late = late("late_user", &RELEASE);
+    let mut w = chip_with_timeout();
+    let first = Program::new("first", move |o, args| {
+        let x = args[0].tensor()?;
+        submit(o, late, |t| {
+            t.output_existing(x);
+        })
+        .map(|_| ())
+    });
+    let fill = Program::new("fill", |o, args| {
+        let x = args[0].tensor()?;
+        submit(o, FILL, |t| {
+            t.output_existing(x).scalar(Scalar::F64(1.0));
+        })
+        .map(|_| ())
+    });
+    let mut x = vec![0f32; 64];
+    let xp = x.as_mut_ptr() as u64;
+    let e = w
+        .run_with_sizing(&first, &[host(&mut x, &[64])], &RingSizing::default())
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    // A view of the middle of x overlaps it too.
+    let view = Tensor::from_raw(xp + 64, &[8], DType::F32);
+    // safety: x lives to the end of the test; nothing else uses it meanwhile.
+    let arg = Arg::Tensor(unsafe { HostTensor::from_raw(view) });
+    let e = w
+        .run_with_sizing(&fill, &[arg], &RingSizing::default())
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
+    assert!(
+        e.detail
+            .contains("argument 0 overlaps memory that kernel 'late_user'")
+            && e.detail.contains("has not returned"),
+        "{e}"
+    );
+    let mut y = vec![0f32; 64];
+    w.run_with_sizing(&fill, &[host(&mut y, &[64])], &RingSizing::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(y.iter().all(|&v| v == 1.0));
+    RELEASE.store(true, Ordering::SeqCst);
+    let t0 = Instant::now();
+    while !w.stuck_kernels().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    w.run_with_sizing(&fill, &[host(&mut x, &[64])], &RingSizing::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(x.iter().all(|&v| v == 1.0));
+}

@@ -1,0 +1,141 @@
+"""A native kernel that outlives its SCHEDULER_TIMEOUT and writes afterwards: no later
+run may succeed over memory it can still write (docs/faults.md). At L2 its arena is set
+aside and runs over its buffers are refused until it returns; at L3 its chip process
+ends. Also: a numba kernel that raises fails its task."""
+
+import importlib.util
+import os
+import time
+
+import numpy as np
+import pytest
+
+import taskring
+from taskring import IN, OUT, SCALAR, ChipWorker, RuntimeFailure
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+EXAMPLE = os.path.join(ROOT, "examples", "native", "paged_decode.py")
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("paged_decode_example_stuck", EXAMPLE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build(str(tmp_path_factory.mktemp("native") / "libtrkernels.so"))
+
+
+def test_a_stale_native_kernel_never_writes_into_a_later_run(lib, monkeypatch):
+    monkeypatch.setenv("PTO2_SCHEDULER_TIMEOUT_MS", "1000")
+    sleep_fill = taskring.load_kernel(lib, "tr_sleep_fill")
+    fill = taskring.load_kernel(lib, "tr_fill")
+    spin = taskring.load_kernel(lib, "tr_spin_ms")
+    copy = taskring.load_kernel(lib, "tr_copy")
+
+    @taskring.program(signature=[OUT])
+    def first(rt, out):
+        # a runtime output the kernel writes 1.3 s later, after the run gave up on it
+        tmp = rt.submit(sleep_fill, outputs=[rt.spec((256,), "float32")], scalars=[1300.0, 42.0]).outputs[0]
+        rt.submit(copy, inputs=[tmp], outputs=[out])
+
+    @taskring.program(signature=[OUT])
+    def second(rt, out):
+        # another program on the same sizing: a runtime output at the same heap offset,
+        # alive across the moment the stale kernel writes
+        tmp = rt.submit(fill, outputs=[rt.spec((256,), "float32")], scalars=[7.0]).outputs[0]
+        rt.submit(spin, inouts=[tmp], scalars=[700.0])
+        rt.submit(copy, inputs=[tmp], outputs=[out])
+
+    with ChipWorker(cores=2) as w:
+        out1, out2 = np.zeros(256, np.float32), np.zeros(256, np.float32)
+        with pytest.raises(RuntimeFailure) as ei:
+            w.run(first, out1)
+        assert ei.value.name == "SCHEDULER_TIMEOUT" and "tr_sleep_fill" in str(ei.value)
+        rep = w.run(second, out2)
+        assert (out2 == 7.0).all(), out2[:4]
+        assert not rep.arena_hit  # the stuck kernel's arena was set aside
+        time.sleep(0.3)
+        assert (out1 == 0).all()  # the kernel wrote into its own set-aside output only
+
+
+def test_a_run_over_a_stuck_native_kernels_array_is_refused(lib, monkeypatch):
+    monkeypatch.setenv("PTO2_SCHEDULER_TIMEOUT_MS", "1000")
+    sleep_fill = taskring.load_kernel(lib, "tr_sleep_fill")
+    fill = taskring.load_kernel(lib, "tr_fill")
+
+    @taskring.program(signature=[OUT])
+    def late(rt, out):
+        rt.submit(sleep_fill, outputs=[out], scalars=[2600.0, 42.0])
+
+    @taskring.program(signature=[OUT, SCALAR])
+    def fill_with(rt, out, v):
+        rt.submit(fill, outputs=[out], scalars=[v])
+
+    with ChipWorker(cores=2) as w:
+        x, y = np.zeros(64, np.float32), np.zeros(64, np.float32)
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeFailure, match="SCHEDULER_TIMEOUT"):
+            w.run(late, x)
+        with pytest.raises(RuntimeFailure) as ei:
+            w.run(fill_with, x[8:16], 1.0)
+        assert ei.value.name == "SCHEDULER_TIMEOUT"
+        assert "argument 0 overlaps memory that kernel 'tr_sleep_fill'" in str(ei.value)
+        assert "has not returned" in str(ei.value)
+        w.run(fill_with, y, 2.0)  # other memory runs
+        assert (y == 2.0).all()
+        time.sleep(max(0.0, 2.9 - (time.monotonic() - t0)))
+        w.run(fill_with, x, 3.0)  # the kernel returned: x is free again
+        assert (x == 3.0).all()
+
+
+def test_a_stuck_native_kernel_at_l3_ends_its_chip(lib, monkeypatch):
+    monkeypatch.setenv("PTO2_SCHEDULER_TIMEOUT_MS", "1000")
+    sleep_fill = taskring.load_kernel(lib, "tr_sleep_fill")
+
+    @taskring.program(signature=[OUT, SCALAR])
+    def late(rt, out, ms):
+        rt.submit(sleep_fill, outputs=[out], scalars=[ms, 42.0])
+
+    with taskring.Worker(level=3, device_ids=[0, 1]) as w:
+        h = w.register(late)
+        w.init()
+        o = taskring.shared_array(64)
+        with pytest.raises(RuntimeError, match=r"^chip 0 \(pid \d+\): SCHEDULER_TIMEOUT.*the chip process exits"):
+            w.run(lambda orch, args, cfg: orch.submit_next_level(h, [o, 2500.0], worker=0))
+        with pytest.raises(RuntimeError, match=r"^chip 0 \(pid \d+\): .*gave up on"):
+            w.run(lambda orch, args, cfg: orch.submit_next_level(h, [o, 1.0], worker=0))
+        w.run(lambda orch, args, cfg: orch.submit_next_level(h, [o, 1.0], worker=1))
+        assert (o == 42.0).all()
+        o[:] = 5.0
+        time.sleep(1.8)  # past the moment the stale kernel would have written
+        assert (o == 5.0).all()
+
+
+def test_a_numba_kernel_that_raises_fails_its_task():
+    nb = pytest.importorskip("numba")
+    from taskring.numba_abi import KERNEL_SIG, tensor_array
+
+    @nb.cfunc(KERNEL_SIG)
+    def picky(tensors, ntensors, scalars, nscalars, err, errlen):
+        a = tensor_array(tensors, 0, nb.float32)
+        out = tensor_array(tensors, 1, nb.float32)
+        if a[0] < 0:
+            raise ValueError("negative input")
+        for i in range(a.shape[0]):
+            out[i] = a[i] * 2
+        return 0
+
+    k = taskring.kernel(picky)
+
+    @taskring.program(signature=[IN, OUT])
+    def prog(rt, a, out):
+        rt.submit(k, inputs=[a], outputs=[out])
+
+    with ChipWorker(cores=1) as w:
+        out = np.zeros(4, np.float32)
+        with pytest.raises(RuntimeFailure) as ei:
+            w.run(prog, -np.ones(4, np.float32), out)
+        assert ei.value.name == "TASK_FAILED" and "picky" in str(ei.value)
+        assert "raised ValueError: negative input" in str(ei.value)
+        w.run(prog, np.ones(4, np.float32), out)  # usable, and a clean call is not blamed
+        assert (out == 2.0).all()
