@@ -17,6 +17,7 @@ import dataclasses
 import enum
 import numbers
 import os
+import sys
 from typing import Any, Callable, List, Optional, Sequence, Union, overload
 
 from . import _native
@@ -227,7 +228,27 @@ def _numba_kernel(f: Any, core: str, name: Optional[str]) -> Kernel:
             "a numba cfunc kernel must have the taskring ABI signature "
             "int32(tensors, ntensors, scalars, nscalars, err, errlen); use taskring.numba_abi.KERNEL_SIG"
         )
+    _catch_numba_exceptions()
     return _native.native_kernel_from_address(f.address, name or f.__name__, core, f)
+
+
+def _catch_numba_exceptions() -> None:
+    """A numba cfunc that raises does not return non-zero: its wrapper hands the
+    exception to ``sys.unraisablehook`` (on the kernel's own thread) and returns 0. This
+    hook, installed once in front of the one in place, gives an exception raised inside
+    a running numba kernel to the runtime, which fails the kernel's task with its text;
+    any other goes on to the previous hook."""
+    if getattr(sys.unraisablehook, "_taskring", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(u: Any) -> None:
+        if u.exc_type is not None and _native.report_kernel_raised(f"{u.exc_type.__name__}: {u.exc_value}"):
+            return
+        previous(u)
+
+    hook._taskring = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 class Program:

@@ -33,6 +33,7 @@ __all__ = [
     "make_python_kernel",
     "load_native_kernel",
     "native_kernel_from_address",
+    "report_kernel_raised",
     "builtin_kernels",
     "Scope",
     "SharedMem",
@@ -321,6 +322,9 @@ def native_kernel_from_address(
     tensors: list[tuple[str | None, int | None]] | None = None,
     scalars: int | None = None,
 ) -> Kernel: ...
+def report_kernel_raised(text: str) -> bool:
+    """An exception raised inside the numba kernel this thread runs: its task fails with it."""
+
 def make_python_kernel(func: Callable[..., object], name: str, core: str = "aiv") -> Kernel:
     """Make a kernel from a Python function (used by `@taskring.kernel`); `core` is "aiv", "aic" or "any"."""
 

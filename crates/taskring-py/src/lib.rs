@@ -36,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::builtin_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(native::load_native_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(native::native_kernel_from_address, m)?)?;
+    m.add_function(wrap_pyfunction!(native::report_kernel_raised, m)?)?;
     m.add_class::<runtime::PyScope>()?;
     m.add_class::<node::PySharedMem>()?;
     m.add_class::<node::PyNode>()?;

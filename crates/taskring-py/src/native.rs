@@ -79,6 +79,14 @@ pub fn load_native_kernel(
     })
 }
 
+/// An exception raised inside the numba kernel the calling thread runs now (`text`):
+/// its task fails with it. False when the thread runs no such kernel (the caller then
+/// passes the exception on to Python's usual unraisable hook).
+#[pyfunction]
+pub fn report_kernel_raised(text: &str) -> bool {
+    taskring::kernel::native::report_raised(text)
+}
+
 /// A kernel calling the C function at `address` (a numba cfunc's). `keep` (the cfunc
 /// object) is kept alive for the rest of the process, as the kernel is.
 #[pyfunction]

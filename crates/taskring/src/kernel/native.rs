@@ -11,9 +11,49 @@
 
 use super::{CoreKind, Kernel, KernelCall};
 use crate::tensor::{DType, Tensor, MAX_DIMS};
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// An error's text followed by its sources' (the loader's own reason, `dlerror()`'s, is
+/// the source of libloading's "dlopen failed").
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        src = s.source();
+    }
+    text
+}
+
+thread_local! {
+    /// Set while this thread runs a kernel given by its address (a numba cfunc). Such a
+    /// function's wrapper hands an exception to the host's interpreter as "unraisable"
+    /// and returns 0; the host passes it on with [`report_raised`].
+    static WATCHING: Cell<bool> = const { Cell::new(false) };
+    static RAISED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// An exception raised inside the address kernel this thread runs now (`text`, e.g.
+/// `"ValueError: bad"`): the kernel's task fails with it. Returns false (and records
+/// nothing) when the thread runs no such kernel.
+pub fn report_raised(text: &str) -> bool {
+    if !WATCHING.get() {
+        return false;
+    }
+    RAISED.with_borrow_mut(|r| {
+        if r.is_none() {
+            *r = Some(text.to_string());
+        }
+    });
+    true
+}
 
 /// `tr_tensor` of the C header.
 #[repr(C)]
@@ -155,7 +195,7 @@ impl NativeKernel {
         let lib =
             unsafe { libloading::Library::new(&path) }.map_err(|e| NativeKernelError::Library {
                 path: shown.clone(),
-                reason: e.to_string(),
+                reason: with_sources(&e),
             })?;
         // safety: the symbol is declared by the ABI to have the tr_kernel_fn type.
         let func: TrKernelFn = unsafe { lib.get::<TrKernelFn>(symbol.as_bytes()) }
@@ -163,7 +203,7 @@ impl NativeKernel {
             .map_err(|e| NativeKernelError::Symbol {
                 path: shown,
                 symbol: symbol.to_string(),
-                reason: e.to_string(),
+                reason: with_sources(&e),
             })?;
         Ok(NativeKernel {
             name: symbol.to_string(),
@@ -269,6 +309,10 @@ impl Kernel for NativeKernel {
         // Zeroed (one small memset): whatever the kernel writes, the message is read
         // from initialised bytes.
         let mut err = [0u8; ERR_LEN];
+        let watch = matches!(self.source, NativeSource::Address(_));
+        if watch {
+            WATCHING.set(true);
+        }
         // safety: the ABI's contract; the kernel reads only the first nt / ns entries,
         // which are initialised; err holds ERR_LEN bytes.
         let rc = unsafe {
@@ -281,6 +325,12 @@ impl Kernel for NativeKernel {
                 ERR_LEN,
             )
         };
+        if watch {
+            WATCHING.set(false);
+            if let Some(text) = RAISED.with_borrow_mut(Option::take) {
+                return Err(format!("raised {text}"));
+            }
+        }
         if rc == 0 {
             return Ok(());
         }
