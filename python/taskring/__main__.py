@@ -1,7 +1,8 @@
 """`taskring` / `python -m taskring`: command-line tools.
 
 - ``taskring sizing <scope_stats.jsonl> [--headroom 1.25]`` — suggested ring sizes
-  from a run's scope stats (``CallConfig.enable_scope_stats``).
+  from a run's scope stats (``CallConfig.enable_scope_stats``); a final line cut short
+  (no newline at its end, not JSON) is left out with a warning, as by ``report``.
 - ``taskring report <output_prefix> [-o FILE.html]`` — one self-contained HTML page of a
   run's diagnostics (ring use against capacity, occupancy, suggested sizes, busy time).
 - ``taskring launch --hosts N script.py [args]`` — an L4 job on this machine (mpirun
@@ -24,8 +25,9 @@ from typing import List, Optional
 
 def _sizing(argv: List[str]) -> int:
     # The one implementation is Rust's taskring::dfx::sizing_command: its output byte for
-    # byte and its exit status.
-    from ._native import sizing_command
+    # byte and its exit status. A final line cut short is left out of the file it reads,
+    # with a warning on stderr, as `taskring report` does (taskring._report.sizing_command).
+    from ._report import sizing_command
 
     status, out, err = sizing_command(list(argv))
     sys.stdout.write(out)

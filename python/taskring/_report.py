@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import html
 import io
 import json
@@ -33,7 +34,8 @@ import math
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -62,6 +64,7 @@ class ScopeStats:
     path: str
     header: Dict[str, Any]
     samples: List[Dict[str, Any]]
+    notes: List[str] = dataclasses.field(default_factory=list)  # what was left out of the file
     _cols: Optional[Dict[str, Any]] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -142,16 +145,101 @@ def _num(s: Dict[str, Any], key: str) -> int:
     return min(v, _I64) if type(v) is int and v > 0 else 0
 
 
-def load_scope_stats(path: str) -> ScopeStats:
+def _json(text: Union[str, bytes]) -> Any:
+    """``json.loads``, with nesting too deep for the parser as a ``ValueError`` too."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = [l for l in f.read().splitlines() if l.strip()]
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _is_cut_short(offset: int, tail: bytes) -> bool:
+    """Whether the final line ``tail`` (from ``offset``, after the last newline) is cut
+    short: not empty and not JSON, in a file that has a line before it (a cut header
+    leaves nothing to read: that is the reader's error)."""
+    if offset == 0 or not tail.strip():
+        return False
+    try:
+        _json(tail)
+    except ValueError:  # (also not UTF-8: a multi-byte character cut in two)
+        return True
+    return False
+
+
+def cut_short_line(data: bytes) -> Optional[Tuple[int, int]]:
+    """``(offset, line number)`` of the final line of a scope-stats file's bytes when it is
+    cut short: no newline at its end and not JSON, as a writer stopped mid-line leaves it.
+    None when the file ends with a newline, its last line parses, or it has one line only."""
+    offset = data.rfind(b"\n") + 1
+    if _is_cut_short(offset, data[offset:]):
+        return offset, data.count(b"\n") + 1
+    return None
+
+
+_CHUNK = 1 << 16
+
+
+def _cut_short_line_of_file(path: str) -> Optional[Tuple[int, int]]:
+    """``cut_short_line`` of a file, reading its end only (and, when cut, counting lines)."""
+    chunk = _CHUNK
+    with open(path, "rb") as f:
+        pos = f.seek(0, os.SEEK_END)
+        parts: List[bytes] = []
+        while pos > 0:
+            step = min(pos, chunk)
+            pos -= step
+            f.seek(pos)
+            part = f.read(step)
+            nl = part.rfind(b"\n")
+            if nl >= 0:
+                parts.append(part[nl + 1 :])
+                pos += nl + 1
+                break
+            parts.append(part)
+        if not _is_cut_short(pos, b"".join(reversed(parts))):
+            return None
+        f.seek(0)
+        lines, left = 1, pos
+        while left > 0:
+            part = f.read(min(left, chunk))
+            if not part:
+                break
+            lines += part.count(b"\n")
+            left -= len(part)
+        return pos, lines
+
+
+def _cut_short_warning(path: str, line: int) -> str:
+    return f"{path}: line {line} is cut short (no newline at its end and not JSON); it is left out"
+
+
+def read_scope_stats_text(path: str) -> Tuple[str, Optional[str]]:
+    """The text of a scope-stats file and a warning when a final line cut short is left
+    out of it (``cut_short_line``; ``taskring sizing`` leaves it out too). ``ReportError``
+    when the file cannot be read or is not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise ReportError(f"cannot read {path}: {e.strerror or e}") from None
+    warning = None
+    cut = cut_short_line(data)
+    if cut is not None:
+        data, warning = data[: cut[0]], _cut_short_warning(path, cut[1])
+    try:
+        return data.decode("utf-8"), warning
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ReportError(f"{path}: not UTF-8 text (line {line}: {e.reason} at byte {e.start})") from None
+
+
+def load_scope_stats(path: str) -> ScopeStats:
+    text, warning = read_scope_stats_text(path)
+    lines = [l for l in text.splitlines() if l.strip()]
     if not lines:
         raise ReportError(f"{path}: empty scope-stats file")
     try:
-        header = json.loads(lines[0])
+        header = _json(lines[0])
     except ValueError as e:
         raise ReportError(f"{path}: line 1 is not scope-stats metadata: {e}") from None
     if not isinstance(header, dict) or "task_window_max" not in header:
@@ -159,12 +247,12 @@ def load_scope_stats(path: str) -> ScopeStats:
     samples = []
     for i, l in enumerate(lines[1:], start=2):
         try:
-            s = json.loads(l)
+            s = _json(l)
         except ValueError as e:
             raise ReportError(f"{path}: line {i}: {e}") from None
         if isinstance(s, dict):
             samples.append(s)
-    return ScopeStats(path, header, samples)
+    return ScopeStats(path, header, samples, notes=[warning] if warning else [])
 
 
 def peak_sites(stats: ScopeStats) -> Dict[Tuple[str, int], Optional[str]]:
@@ -215,10 +303,61 @@ class Sizing:
     env_lines: List[str]
 
 
-def run_sizing(path: str, headroom: Optional[str] = None) -> Sizing:
-    """``taskring sizing <path>`` through the native module, its output parsed."""
-    from ._native import sizing_command
+def _sizing_file_arg(args: Sequence[str]) -> Optional[int]:
+    """The index of the file among ``taskring sizing`` arguments (None: help, or not
+    exactly one file; the native command then says what is wrong)."""
+    found: List[int] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-h", "--help"):
+            return None
+        if a == "--headroom":
+            i += 1
+        elif not (a.startswith("-") and len(a) > 1):
+            found.append(i)
+        i += 1
+    return found[0] if len(found) == 1 else None
 
+
+def sizing_command(args: Sequence[str]) -> Tuple[int, str, str]:
+    """``taskring sizing <args>``: ``(exit status, stdout, stderr)`` of the native
+    ``sizing_command`` (the one implementation), given the file without a final line cut
+    short (``cut_short_line``: left out, as ``taskring report`` does, and said on stderr)."""
+    from ._native import sizing_command as native
+
+    args = [str(a) for a in args]
+    k = _sizing_file_arg(args)
+    if k is None:
+        return native(args)
+    path = args[k]
+    try:
+        cut = _cut_short_line_of_file(path) if os.path.isfile(path) else None
+    except OSError:
+        cut = None  # the native command says why it cannot read the file
+    if cut is None:
+        return native(args)
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="scope_stats.", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
+            left = cut[0]
+            while left > 0:
+                part = src.read(min(left, 1 << 20))
+                if not part:
+                    break
+                dst.write(part)
+                left -= len(part)
+        status, out, err = native(args[:k] + [tmp] + args[k + 1 :])
+    finally:
+        os.unlink(tmp)
+    warning = f"taskring sizing: warning: {_cut_short_warning(path, cut[1])}\n"
+    return status, out.replace(tmp, path), warning + err.replace(tmp, path)
+
+
+def run_sizing(path: str, headroom: Optional[str] = None) -> Sizing:
+    """``taskring sizing <path>`` (``sizing_command``), its output parsed."""
     args = [str(path)] + ([f"--headroom={headroom}"] if headroom is not None else [])
     status, out, err = sizing_command(args)
     comments, env_lines = [], []
@@ -235,6 +374,19 @@ def run_sizing(path: str, headroom: Optional[str] = None) -> Sizing:
         elif line.startswith("PTO2_RING_"):
             env_lines.append(line)
     return Sizing(status, out, err, comments, renv, renv_line, env_lines)
+
+
+_SIZING_WARNING = "taskring sizing: warning: "
+
+
+def _sizing_warnings(s: Sizing) -> List[str]:
+    return [l[len(_SIZING_WARNING):] for l in s.stderr.splitlines() if l.startswith(_SIZING_WARNING)]
+
+
+def _sizing_error(s: Sizing) -> str:
+    """The first line of the sizing command's error, without its prefix and warnings."""
+    lines = [l for l in s.stderr.splitlines() if l.strip() and not l.startswith(_SIZING_WARNING)]
+    return lines[0].replace("taskring sizing: ", "", 1) if lines else ""
 
 
 def _stats_path(path_or_prefix: Union[str, "os.PathLike[str]"]) -> str:
@@ -262,7 +414,9 @@ def suggest_sizing(path_or_report: Any, headroom: Optional[float] = None):
         raise FileNotFoundError(f"no scope stats at {path} (run with enable_scope_stats=True and an output_prefix)")
     s = run_sizing(path, None if headroom is None else repr(float(headroom)))
     if s.status != 0 or s.runtime_env is None:
-        raise ValueError((s.stderr or s.stdout).strip() or f"taskring sizing gave no suggestion for {path}")
+        raise ValueError(_sizing_error(s) or s.stdout.strip() or f"taskring sizing gave no suggestion for {path}")
+    for w in _sizing_warnings(s):
+        warnings.warn(w, stacklevel=3)  # the caller of taskring.suggest_sizing
     return RunConfig(**{k: s.runtime_env[k] for k in ("ring_task_window", "ring_heap", "ring_dep_pool")})
 
 
@@ -300,8 +454,8 @@ def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str =
     ``process_label`` names every lane's process; else a ``process_name`` metadata event,
     else ``unnamed`` (with the pid when the file has several unnamed ones)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            data = _json(f.read())  # (bytes: UTF-8, -16 or -32, as JSON allows)
     except (OSError, ValueError) as e:
         raise ReportError(f"{path}: not a Chrome trace: {e}") from None
     events = data.get("traceEvents", []) if isinstance(data, dict) else data
@@ -323,20 +477,17 @@ def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str =
             elif ev.get("name") == "thread_name" and name is not None:
                 tnames[key] = str(name)
             continue
-        try:
-            ts = float(ev.get("ts", 0.0))
-        except (TypeError, ValueError):
+        ts = _finite(ev.get("ts", 0.0))
+        if ts is None:
             continue
         if ph == "X":
-            try:
-                dur = max(0.0, float(ev.get("dur", 0.0)))
-            except (TypeError, ValueError):
-                dur = 0.0
-            spans.setdefault(key, []).append((ts, ts + dur))
+            end = ts + max(0.0, _finite(ev.get("dur", 0.0)) or 0.0)
+            spans.setdefault(key, []).append((ts, end if math.isfinite(end) else ts))
         elif ph == "B":
             open_b.setdefault(key, []).append(ts)
         elif ph == "E" and open_b.get(key):
-            spans.setdefault(key, []).append((open_b[key].pop(), ts))
+            b = open_b[key].pop()
+            spans.setdefault(key, []).append((b, max(b, ts)))
     lanes = []
     keys = set(spans) | set(tnames)
     unnamed_pids = {k[0] for k in keys if k[0] not in pnames}
@@ -355,6 +506,15 @@ def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str =
             )
         )
     return lanes
+
+
+def _finite(v: Any) -> Optional[float]:
+    """``v`` as a finite float, else None (a trace's numbers may be anything)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _natural(s: str):
@@ -391,13 +551,12 @@ def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional
     stats = load_scope_stats(sp)
     sizing = run_sizing(sp, headroom)
     if sizing.status != 0:
-        msg = (sizing.stderr.strip().splitlines() or ["taskring sizing failed"])[0]
-        raise ReportError(msg.replace("taskring sizing: ", "", 1))
+        raise ReportError(_sizing_error(sizing) or "taskring sizing failed")
     sw = os.path.join(prefix, "merged_swimlane.json")
     subs = sorted((d for d in os.listdir(prefix) if re.fullmatch(r"chip\d+", d) and os.path.isdir(os.path.join(prefix, d))), key=_natural) if _chips else []
     # L2: the file's lanes are the chip's cores; L3 (chip subdirectories): the host's lanes.
     chips: List[Report] = []
-    notes: List[str] = []
+    notes: List[str] = list(stats.notes)
     lanes: List[Lane] = []
     if os.path.isfile(sw) and _chips:
         try:
@@ -423,6 +582,7 @@ def load_report(prefix: str, headroom: Optional[str] = None, *, _title: Optional
                     notes.append(f"{d}/: {err}")
                     continue
                 chips.append(c)
+                notes.extend(f"{d}/: {n}" for n in c.notes)
     return Report(prefix, stats, sizing, peak_sites(stats), lanes, sw if os.path.isfile(sw) else None, chips, _title or "run", notes)
 
 
@@ -478,6 +638,28 @@ def _short_site(site: Optional[str]) -> str:
     return site
 
 
+def _plain(text: Any) -> str:
+    """``text`` for a matplotlib label, shown as it is: every ``$`` escaped (file, scope
+    and lane names are the user's; mathtext would parse ``$...$`` in them)."""
+    return str(text).replace("$", r"\$")
+
+
+def _plain_text(plot: Callable[..., Optional[str]]) -> Callable[..., Optional[str]]:
+    """Draw ``plot``'s figure with ``text.usetex`` off (a matplotlibrc that turns it on
+    would send every label through LaTeX), so only ``_plain``'s escapes apply."""
+
+    @functools.wraps(plot)
+    def draw(*args: Any, **kw: Any) -> Optional[str]:
+        try:
+            import matplotlib
+        except ImportError:
+            return plot(*args, **kw)  # no plots (``_figure`` returns None)
+        with matplotlib.rc_context({"text.usetex": False}):
+            return plot(*args, **kw)
+
+    return draw
+
+
 def _figure(**kw):
     """A matplotlib figure drawn by the Agg canvas (no pyplot: the caller's backend and
     figures are left alone), or None without matplotlib (the page then has no plots)."""
@@ -517,6 +699,7 @@ def _downsample(xs, ys, limit: int = 4000):
     return xs[idx], ys[idx]
 
 
+@_plain_text
 def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]]) -> Optional[str]:
     """Per resource, each ring's use at every scope boundary of the run, in % of its capacity."""
     if not stats.samples:
@@ -543,7 +726,7 @@ def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]
             pk = 100.0 * peaks[r] / caps[r]
             site = _short_site(sites.get((res, r)))
             ax.plot(xs, ys, color=colors[r], marker="o" if len(xs) <= 200 else None, ms=3, lw=1.2,
-                    label=f"ring {r}: peak {peaks[r]:,} of {caps[r]:,} {unit} ({_pct_text(pk)})" + (f" @ {site}" if site else ""))
+                    label=_plain(f"ring {r}: peak {peaks[r]:,} of {caps[r]:,} {unit} ({_pct_text(pk)})" + (f" @ {site}" if site else "")))
             ax.axhline(pk, color=colors[r], lw=0.8, ls=":")
             top = max(top, pk, float(ys.max()))
         ax.axhspan(WARN, DANGER, color="#f6d860", alpha=0.15, lw=0)
@@ -562,6 +745,7 @@ def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]
     return _png(fig)
 
 
+@_plain_text
 def busy_plot(lanes: List[Lane]) -> Optional[str]:
     if not lanes:
         return None
@@ -571,7 +755,7 @@ def busy_plot(lanes: List[Lane]) -> Optional[str]:
     import matplotlib
     procs = list(dict.fromkeys(l.process for l in lanes))  # in file order: the host first at L3
     cmap = matplotlib.colormaps["tab10"]
-    labels = [f"{l.process} · {l.name}" if len(procs) > 1 else l.name for l in lanes]
+    labels = [_plain(f"{l.process} · {l.name}" if len(procs) > 1 else l.name) for l in lanes]
     vals = [l.busy_us for l in lanes]
     unit, div = ("ms", 1e3) if max(vals, default=0) >= 1e3 else ("µs", 1.0)
     ax = fig.subplots()
@@ -586,6 +770,7 @@ def busy_plot(lanes: List[Lane]) -> Optional[str]:
     return _png(fig)
 
 
+@_plain_text
 def timeline_plot(lanes: List[Lane], max_bars: int = 20000) -> Optional[str]:
     """The swimlane itself: every lane's busy intervals on the run's one clock (a static
     picture of what Perfetto shows; at L3 the host's lanes above each chip's)."""
@@ -608,7 +793,7 @@ def timeline_plot(lanes: List[Lane], max_bars: int = 20000) -> Optional[str]:
         bars = [((s - t0) / div, max((e - s) / div, (t1 - t0) / div * 1e-3)) for s, e in l.intervals[::step]]
         ax.broken_barh(bars, (y - 0.35, 0.7), color=cmap(procs.index(l.process) % 10))
     ax.set_yticks(ys)
-    ax.set_yticklabels([f"{l.process} · {l.name}" if len(procs) > 1 else l.name for l in lanes], fontsize=8)
+    ax.set_yticklabels([_plain(f"{l.process} · {l.name}" if len(procs) > 1 else l.name) for l in lanes], fontsize=8)
     ax.set_xlabel(f"time since the first event ({unit})")
     ax.set_title("Swimlane: busy intervals per lane" + (f" (every {step}th shown)" if step > 1 else ""))
     ax.grid(True, axis="x", alpha=0.3)
@@ -779,9 +964,14 @@ def render_html(rep: Report) -> str:
             f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def write_report(prefix: str, output: Optional[str] = None, headroom: Optional[str] = None) -> str:
-    """Write the page for ``prefix`` (default ``{prefix}/report.html``); returns its path."""
+def write_report(prefix: str, output: Optional[str] = None, headroom: Optional[str] = None,
+                 warn: Optional[Callable[[str], None]] = None) -> str:
+    """Write the page for ``prefix`` (default ``{prefix}/report.html``); returns its path.
+    ``warn`` gets each note of the page (what it leaves out, and why)."""
     rep = load_report(prefix, headroom)
+    if warn is not None:
+        for n in rep.notes:
+            warn(n)
     out = output or os.path.join(prefix, "report.html")
     page = render_html(rep)
     try:
@@ -832,7 +1022,7 @@ def main(argv: Sequence[str]) -> int:
             i += 1
         if prefix is None:
             raise ReportError("the output prefix is missing (usage: taskring report <output_prefix> [-o FILE.html])")
-        path = write_report(prefix, output, headroom)
+        path = write_report(prefix, output, headroom, warn=lambda n: print(f"taskring report: warning: {n}", file=sys.stderr))
     except ReportError as e:
         print(f"taskring report: {e}", file=sys.stderr)
         return 2
