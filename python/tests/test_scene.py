@@ -370,7 +370,7 @@ def test_rounds_reset_inout_l2_and_l3():
 
 @taskring.kernel
 def _exit_chip(a, out):
-    os._exit(3)  # the chip process ends in the middle of its task
+    os._exit(41)  # the chip process ends in the middle of its task
 
 
 @taskring.program(signature=[IN, OUT])
@@ -417,7 +417,7 @@ def test_a_case_that_kills_a_chip_fails_alone():
         with pytest.raises(AssertionError, match=r"^Golden mismatch on 'out'"):
             inst.test_wrong()
         assert _RESOURCES[cls].worker.pids == pids  # a golden mismatch keeps the worker
-        with pytest.raises(RuntimeError, match=rf"^chip 0 \(pid {pids[0]}\): the chip process exited with status 3$"):
+        with pytest.raises(RuntimeError, match=rf"^chip 0 \(pid {pids[0]}\): the chip process exited with status 41$"):
             inst.test_dies()
         inst.test_after()
         inst.test_after_again()
@@ -448,7 +448,7 @@ def test_standalone_a_case_that_kills_a_chip_fails_alone(capsys):
     fails = [l for l in lines if l.startswith("FAIL")]
     assert fails[0].startswith("FAIL DyingStandalone::wrong [round 1/2]: AssertionError: Golden mismatch on 'out'")
     assert fails[1].startswith("FAIL DyingStandalone::dies [round 1/2]: RuntimeError: chip 0 (pid ")
-    assert fails[1].endswith("): the chip process exited with status 3")
+    assert fails[1].endswith("): the chip process exited with status 41")
     assert cls not in _RESOURCES
 
 
