@@ -39,6 +39,45 @@ def _launch_hint() -> str:
     )
 
 
+# What Open MPI's mpirun sets for every rank besides OMPI_COMM_WORLD_RANK/SIZE (4.x:
+# PMIx and ORTE; 5.x: PMIx).
+_LAUNCH_COMPANIONS = ("PMIX_NAMESPACE", "PMIX_RANK", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_ess_base_jobid")
+
+
+def _stale_launch_env() -> Optional[str]:
+    """Why the MPI rank variables of this environment cannot be a running launch's, or
+    None. Read before MPI is initialised (which, with such variables, makes the process a
+    job of its own, or aborts it)."""
+    env = os.environ
+    if "OMPI_COMM_WORLD_RANK" in env and not any(k in env for k in _LAUNCH_COMPANIONS):
+        return f"none of the variables mpirun sets with OMPI_COMM_WORLD_RANK ({', '.join(_LAUNCH_COMPANIONS)}) is set"
+    tmp = env.get("PMIX_SERVER_TMPDIR")
+    if tmp and not os.path.isdir(tmp):
+        return f"the directory of the PMIx server that launched it (PMIX_SERVER_TMPDIR={tmp}) no longer exists"
+    return None
+
+
+def _not_a_launch(rank: int, size: int, why: str) -> RuntimeError:
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
+    names = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE")
+    found = " ".join(f"{k}={os.environ[k]}" for k in names if k in os.environ)
+    return RuntimeError(
+        f"Worker(level=4): this process is MPI rank {rank} of {size} by its environment ({found}), "
+        f"but it is not part of a running MPI job: {why}. The variables were set by hand or are left "
+        f"from a launch that has ended (e.g. in a shell started under mpirun): unset them and start "
+        f"the job with `taskring launch --hosts N {script}`"
+    )
+
+
+def _mpi_init_as(rank: int, size: int) -> None:
+    """Initialises MPI and checks that it agrees with the launcher's environment: a rank
+    that counts on ranks MPI does not have would wait for them forever."""
+    _mpi_init()
+    got = _native.mpi_init()  # MPI is up: the world's (rank, size)
+    if tuple(got) != (rank, size):
+        raise _not_a_launch(rank, size, f"MPI_Init made it rank {got[0]} of {got[1]}")
+
+
 class L4Worker:
     """The state of ``Worker(level=4)``; ``Worker`` delegates to it."""
 
@@ -86,18 +125,21 @@ class L4Worker:
         if env is None or env[1] < 2:
             raise RuntimeError(_launch_hint())
         rank, size = env
+        why = _stale_launch_env()
+        if why is not None:
+            raise _not_a_launch(rank, size, why)
         if rank == 0:
-            _mpi_init()
+            _mpi_init_as(rank, size)
             self._rank = 0
             progs = [(p.name, [int(s) for s in p.signature]) for p in self._programs]
             self._cluster = _native.Cluster(size - 1, progs, arena_cache_slots=self.arena_cache_slots)
             atexit.register(_close_at_exit, weakref.ref(self))
             return True
         self._rank = rank
-        self._serve_until_closed(prewarm_config)
+        self._serve_until_closed(prewarm_config, size)
         return False
 
-    def _serve_until_closed(self, prewarm_config: Any) -> None:
+    def _serve_until_closed(self, prewarm_config: Any, size: int) -> None:
         from ._node import DistributedWorker
 
         if not self._programs:
@@ -105,7 +147,7 @@ class L4Worker:
         # Chips first, while this process has no MPI threads.
         dw = DistributedWorker(self._programs, prewarm=prewarm_config, chip_processes=self.chip_processes)
         try:
-            _mpi_init()
+            _mpi_init_as(self._rank or 0, size)
             _Host(self._programs, dw).serve()
         finally:
             dw.close()
