@@ -75,6 +75,17 @@ impl PyCaptured {
         let chip = self.chip.get();
         chip.check_process()?;
         let cfg = config.map(|c| call_config_of(py, Some(c))).transpose()?;
+        for (i, a) in args.iter().enumerate() {
+            let number = a.is_instance_of::<pyo3::types::PyInt>()
+                || a.is_instance_of::<pyo3::types::PyFloat>();
+            if self.g.scalar_at(i) == Some(true) && !number {
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "argument {i}: program '{}' was captured with a scalar here (a replay runs with the captured value); pass an int or float, got {}",
+                    self.g.name(),
+                    a.get_type().name()?
+                )));
+            }
+        }
         let host = host_args(args.iter())?;
         let mut guard = lock_detached(py, &chip.chip);
         let Some(w) = guard.as_mut() else {

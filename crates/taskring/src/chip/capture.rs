@@ -15,6 +15,38 @@ use crate::engine::{Orchestrator, PeakUse};
 use crate::tensor::DType;
 use std::fmt;
 
+/// How two program arguments share memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sharing {
+    /// Disjoint buffers (or a scalar).
+    Distinct,
+    /// The same buffer (same address and size).
+    Same,
+    /// Buffers that overlap without being the same.
+    Overlap,
+}
+
+impl Sharing {
+    fn says(self) -> &'static str {
+        match self {
+            Sharing::Distinct => "are distinct buffers",
+            Sharing::Same => "are the same buffer",
+            Sharing::Overlap => "overlap",
+        }
+    }
+}
+
+fn sharing(a: &Arg<'_>, b: &Arg<'_>) -> Sharing {
+    let ((pa, na), (pb, nb)) = (arg_buffer(a), arg_buffer(b));
+    if na == 0 || nb == 0 || pa.saturating_add(na) <= pb || pb.saturating_add(nb) <= pa {
+        Sharing::Distinct
+    } else if pa == pb && na == nb {
+        Sharing::Same
+    } else {
+        Sharing::Overlap
+    }
+}
+
 /// What one program argument looked like at capture.
 #[derive(Clone, Debug, PartialEq)]
 enum ArgSig {
@@ -50,6 +82,9 @@ pub struct Captured {
     worker: u64,
     graph: Graph,
     sigs: Vec<ArgSig>,
+    /// How each pair of the capture's arguments shared memory ([`aliasing`]), row-major
+    /// over `(i, j)` with `i < j`: the graph's edges and address table rely on it.
+    aliasing: Vec<Sharing>,
     sizing: RingSizing,
     report: RunReport,
     /// Per-replay state, kept to avoid allocating per replay.
@@ -121,7 +156,15 @@ impl ChipWorker {
             })
             .collect();
         let needs = Needs::of(&graph);
+        let n = args.len();
+        let mut pairs = Vec::with_capacity(n * n.saturating_sub(1) / 2);
+        for i in 0..n {
+            for j in i + 1..n {
+                pairs.push(sharing(&args[i], &args[j]));
+            }
+        }
         Ok(Captured {
+            aliasing: pairs,
             name: program.name().to_string(),
             worker: self.worker_id(),
             scratch: parking_lot::Mutex::new(Scratch {
@@ -250,7 +293,34 @@ impl Captured {
                 }
             }
         }
+        // The arguments must share memory as the capture's did: its graph has the
+        // edges (and its address table the bases) of that aliasing only.
+        let n = args.len();
+        if n >= 2 {
+            let mut k = 0;
+            for i in 0..n {
+                for j in i + 1..n {
+                    let (now, then) = (sharing(&args[i], &args[j]), self.aliasing[k]);
+                    k += 1;
+                    if now != then {
+                        return Err(ReplayError::Args {
+                            index: Some(j),
+                            message: format!(
+                                "arguments {i} and {j} {} but {} at capture: a replay needs the aliasing of its capture (capture again with these arguments)",
+                                now.says(),
+                                then.says().replacen("are", "were", 1).replace("overlap", "overlapped")
+                            ),
+                        });
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Was program argument `i` a scalar at capture? (None: no such argument.)
+    pub fn scalar_at(&self, i: usize) -> Option<bool> {
+        self.sigs.get(i).map(|s| matches!(s, ArgSig::Scalar))
     }
 
     /// Replay the graph on `chip` (the worker that captured it) with `args` (same count,
@@ -392,5 +462,34 @@ fn arg_buffer(a: &Arg<'_>) -> (u64, u64) {
     match a {
         Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
         Arg::Scalar(_) => (0, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sharing, Sharing};
+    use crate::chip::{Arg, HostTensor};
+    use crate::engine::Scalar;
+    use crate::tensor::{DType, Tensor};
+
+    fn arg(addr: u64, n: u32) -> Arg<'static> {
+        // safety: never run; only its address range is compared.
+        Arg::Tensor(unsafe { HostTensor::from_raw(Tensor::from_raw(addr, &[n], DType::F32)) })
+    }
+
+    #[test]
+    fn sharing_of_two_arguments() {
+        assert_eq!(
+            sharing(&arg(0x1000, 16), &arg(0x1040, 16)),
+            Sharing::Distinct
+        );
+        assert_eq!(sharing(&arg(0x1000, 16), &arg(0x1000, 16)), Sharing::Same);
+        assert_eq!(
+            sharing(&arg(0x1000, 16), &arg(0x1020, 16)),
+            Sharing::Overlap
+        );
+        assert_eq!(sharing(&arg(0x1000, 16), &arg(0x1000, 8)), Sharing::Overlap);
+        let s = Arg::Scalar(Scalar::I64(0x1000));
+        assert_eq!(sharing(&arg(0x1000, 16), &s), Sharing::Distinct);
     }
 }
