@@ -88,7 +88,7 @@ pub(super) struct Core {
     /// node's dispatch thread: see `EngineShared::with_lanes`).
     pub(super) queue: usize,
     /// Kernel executions of the current run (only while the swimlane is recorded).
-    pub(super) lane: parking_lot::Mutex<Vec<crate::dfx::SwimlaneEvent>>,
+    pub(super) lane: parking_lot::Mutex<crate::dfx::Lane>,
     /// `CORE_IDLE`, `CORE_SEARCHING`, the id of the task it runs (with
     /// `CORE_COMPLETING` once its kernel returned and it completes the task), or
     /// `CORE_ABANDONED` once the run gave up on it (its kernel did not return in time:
@@ -758,11 +758,12 @@ fn record_lane(sh: &ChipShared, core: &Core, task: TaskId, k: KernelRef, start: 
         .iter()
         .position(|c| std::ptr::eq(&**c, core))
         .unwrap_or(0) as u32;
+    let (start_ns, end_ns) = (ns(start), ns(Instant::now()));
     core.lane.lock().push(crate::dfx::SwimlaneEvent {
         task: task.0,
-        core: idx,
+        start_ns,
         kernel: k.name_static(),
-        start_ns: ns(start),
-        end_ns: ns(Instant::now()),
+        dur_ns: end_ns.saturating_sub(start_ns).min(u32::MAX as u64) as u32,
+        core: idx,
     });
 }

@@ -340,7 +340,7 @@ impl ChipWorker {
             } else {
                 crate::engine::shared::queue_index(kind)
             },
-            lane: parking_lot::Mutex::new(Vec::new()),
+            lane: parking_lot::Mutex::new(crate::dfx::Lane::default()),
             state: CachePadded::new(AtomicU64::new(CORE_IDLE)),
             progress: CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
         });

@@ -115,7 +115,7 @@ impl ChipWorker {
     /// core (`core {i} (AIC)`, `(AIV)` or `(any)`).
     fn write_swimlane(&self, prefix: &std::path::Path) {
         let cores = self.shared.cores.read();
-        let mut events = vec![];
+        let mut lanes = Vec::with_capacity(cores.len());
         let mut names = vec![];
         for (i, c) in cores.iter().enumerate() {
             let kind = match c.kind {
@@ -123,9 +123,11 @@ impl ChipWorker {
                 k => k.name().to_uppercase(),
             };
             names.push(format!("core {i} ({kind})"));
-            events.extend(c.lane.lock().drain(..));
+            lanes.push(std::mem::take(&mut *c.lane.lock()));
         }
-        if let Err(e) = crate::dfx::write_swimlane(prefix, &events, &names) {
+        if let Err(e) =
+            crate::dfx::write_swimlane(prefix, lanes.iter_mut().flat_map(|l| l.take()), &names)
+        {
             eprintln!(
                 "taskring: could not write merged_swimlane.json under {}: {e}",
                 prefix.display()
