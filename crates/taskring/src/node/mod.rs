@@ -398,9 +398,11 @@ impl Chip {
                         libc::WTERMSIG(status)
                     )
                 } else if libc::WEXITSTATUS(status) == STUCK_KERNEL_EXIT {
-                    "the chip process exited after a kernel it gave up on (SCHEDULER_TIMEOUT) \
-                     had not returned"
-                        .to_string()
+                    format!(
+                        "the chip process exited with status {STUCK_KERNEL_EXIT} (the status it \
+                         ends with when a kernel it gave up on after SCHEDULER_TIMEOUT has not \
+                         returned)"
+                    )
                 } else {
                     format!(
                         "the chip process exited with status {}",
@@ -1663,8 +1665,9 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
 }
 
 /// The exit status of a chip process that ended because a kernel it gave up on could
-/// still write shared memory.
-const STUCK_KERNEL_EXIT: i32 = 3;
+/// still write shared memory (a status kernels are unlikely to choose; the message
+/// still gives the number).
+const STUCK_KERNEL_EXIT: i32 = 117;
 
 /// Where chip `worker` writes a task's DFX files (scope stats, `deps.json`, its
 /// swimlane): `{prefix}/chip{worker}`, so that the chips of a node do not overwrite each
