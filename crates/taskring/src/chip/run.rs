@@ -179,7 +179,7 @@ impl ChipWorker {
         self.shared.direct.store(std::ptr::null_mut(), Release);
         self.shared.direct_quiet.store(0, Relaxed);
         self.set_aside_arenas();
-        result?;
+        result.map_err(partly_written)?;
         Ok(RunReport {
             ring_sizing: *sizing,
             peak,
@@ -443,7 +443,7 @@ impl ChipWorker {
         close_run(&self.shared);
         self.write_diagnostics(diag, sizing, result.as_ref().err());
         self.set_aside_arenas();
-        result?;
+        result.map_err(partly_written)?;
         Ok(RunReport {
             ring_sizing: *sizing,
             peak,
@@ -454,6 +454,22 @@ impl ChipWorker {
             replayed,
         })
     }
+}
+
+/// What a failed run's text says of its outputs: tasks that ran before the failure
+/// wrote theirs (the caller's arrays included); nothing is rolled back.
+pub(crate) const PARTLY_WRITTEN: &str = "the run's outputs may be partly written";
+
+/// A failed run's error, saying that its outputs may be partly written (once: an L3
+/// node's failure may carry a chip's that says it already).
+fn partly_written(mut e: RuntimeFailure) -> RuntimeFailure {
+    if !e.detail.contains(PARTLY_WRITTEN) {
+        if !e.detail.is_empty() {
+            e.detail.push_str("; ");
+        }
+        e.detail.push_str(PARTLY_WRITTEN);
+    }
+    e
 }
 
 /// Open a direct replay: wait until no core holds a task of the previous run, clear
