@@ -212,7 +212,18 @@ def _mpi_init() -> None:
     _native.mpi_init()
     if not _mpi_started:
         _mpi_started = True
-        atexit.register(_native.mpi_finalize)
+        atexit.register(_mpi_finalize)
+
+
+def _mpi_finalize() -> None:
+    # With a host lost, the native finalize ends the job with MPI_Abort: what this
+    # process printed is flushed first.
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001 - a closed stream has nothing to flush
+            pass
+    _native.mpi_finalize()
 
 
 def _close_at_exit(ref: "weakref.ref[L4Worker]") -> None:
@@ -318,6 +329,8 @@ class _Host:
             _native.host_run(node, req, entry[1], entry[2], args, out_addrs)
         except Exception as e:  # the task's failure, reported to rank 0
             _native.host_reply(req, None, _text(e), [])
+        # Any other exception (SystemExit, KeyboardInterrupt), here or in _buffers,
+        # propagates to host_serve, which answers the task and stops serving.
 
 
 def _text(e: BaseException) -> str:

@@ -161,6 +161,48 @@ def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path):
 
 
 @needs_mpi
+def test_a_stopped_host_is_not_responding_within_the_timeout_and_the_job_ends(tmp_path):
+    out = tmp_path / "res.json"
+    p = launch(2, os.path.join(L4, "stopped_host.py"), str(out), "1000", timeout=90)
+    assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    # A host busy for 2.5 timeouts (half of it holding the GIL) answers its pings.
+    assert res["busy_ok"] and res["busy_s"] >= 2.4, res
+    err = res["stopped_error"]
+    assert err is not None and err.startswith("host 1 (rank 2): not responding: no answer to pings for "), res
+    assert "TASKRING_HOST_TIMEOUT_MS=1000" in err
+    assert res["detected_after_s"] < 2.0, res
+    assert res["other_ok"] and res["after_ok"], res
+    assert res["later_error"] == err and res["later_s"] < 0.5, res
+    assert res["close_s"] < 2.0, res
+    # A stopped rank cannot finalize: rank 0 ends the job with MPI_Abort.
+    assert p.returncode != 0
+    assert "ending the job with MPI_Abort" in p.stderr, p.stderr[-2000:]
+    time.sleep(0.3)
+    assert _leftovers(str(out)) == []
+
+
+@needs_mpi
+def test_a_host_ended_by_systemexit_or_keyboardinterrupt_fails_its_tasks_and_the_job_ends(tmp_path):
+    out = tmp_path / "res.json"
+    p = launch(3, os.path.join(L4, "leaving_host.py"), str(out), timeout=90)
+    assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["exit"][0] == "host 0 (rank 1): SystemExit: 3; the host stopped serving", res
+    assert res["exit_others_ok"]
+    assert res["exit_later"][0] == "host 0 (rank 1): stopped serving (SystemExit: 3)" and res["exit_later"][1] < 0.5, res
+    # SIGINT while the host waits for requests: rank 0 learns it at its next task there
+    # (after a fifth of the host timeout, 5 s by default).
+    assert res["sigint"][0] == "host 1 (rank 2): stopped serving (KeyboardInterrupt)" and res["sigint"][1] < 2.5, res
+    assert res["sigint_other"][0] is None and res["sigint_other_ok"], res
+    assert res["interrupt"][0] == "host 2 (rank 3): KeyboardInterrupt; the host stopped serving", res
+    assert res["interrupt_later"][0] == "host 2 (rank 3): stopped serving (KeyboardInterrupt)", res
+    assert res["close_s"] < 1.0, res
+    time.sleep(0.3)
+    assert _leftovers(str(out)) == []
+
+
+@needs_mpi
 @pytest.mark.skipif(not NETNS, reason="needs root, unshare and ip for a network namespace")
 def test_a_job_under_netns_sees_only_the_loopback_interface(tmp_path):
     out = tmp_path / "net.txt"

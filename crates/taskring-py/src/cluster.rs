@@ -439,15 +439,44 @@ mod with_mpi {
         }
     }
 
+    /// `Type: text` of an exception (`Type` alone when the text is empty).
+    fn typed_text(py: Python<'_>, e: &PyErr) -> String {
+        let name = e
+            .get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        match e.value(py).str().map(|s| s.to_string()) {
+            Ok(t) if !t.is_empty() => format!("{name}: {t}"),
+            _ => name,
+        }
+    }
+
+    /// Stops the host's watchdog thread when the serving loop ends, however it ends.
+    struct WatchdogGuard;
+
+    impl Drop for WatchdogGuard {
+        fn drop(&mut self) {
+            host::stop_watchdog();
+        }
+    }
+
     /// A host's serving loop, until rank 0 closes. `programs[i]` is `(name,
     /// orchestration, chips)` of the DistributedProgram registered i-th. A request whose
     /// arguments are all scalars, for a program registered under its name, is served
     /// here: the orchestration runs on `node` as `orch(o, chips, args, cfg)` with the
     /// request's CallConfig (which also sizes the node's rings), and the reply carries
-    /// the host's report, or the text of the exception the run raised (an exception that
-    /// is not an `Exception` — KeyboardInterrupt, SystemExit — propagates, unanswered).
-    /// Every other request goes to `other(HostRequest)` (the Python side: buffers,
-    /// inputs, checks, then `host_run`), whose exceptions propagate.
+    /// the host's report, or the text of the exception the run raised. Every other
+    /// request goes to `other(HostRequest)` (the Python side: buffers, inputs, checks,
+    /// then `host_run`, answering the exceptions of the run).
+    ///
+    /// No exception leaves a task unanswered: one that `other` did not answer is
+    /// answered here. An exception that is not an `Exception` (`SystemExit`,
+    /// `KeyboardInterrupt`, also a SIGINT while the host waits for requests) ends the
+    /// serving: rank 0 is told that the host stops serving and why (its task fails with
+    /// `SystemExit: 3; the host stopped serving`, its later tasks at once), then the
+    /// exception propagates. The host's watchdog thread answers rank 0's pings while
+    /// this loop runs.
     #[pyfunction]
     pub fn host_serve(
         py: Python<'_>,
@@ -455,29 +484,61 @@ mod with_mpi {
         programs: Vec<(String, Py<PyAny>, Py<PyAny>)>,
         other: Py<PyAny>,
     ) -> PyResult<()> {
-        while let Some(task) = next_task(py)? {
-            let served_here = scalars_only(&task)
-                && programs
-                    .get(task.callable as usize)
-                    .is_some_and(|p| p.0 == task.name);
-            if !served_here {
-                other.call1(py, (request_py(py, task)?,))?;
-                continue;
-            }
-            let (_, orch, chips) = &programs[task.callable as usize];
-            let cfg = Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?.into_bound(py);
-            let args = request_args(py, &task)?.into_any();
-            match run_and_reply(py, node, orch, chips, args, cfg.into_any(), &task, &[], &[]) {
-                Ok(()) => {}
-                Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
-                    let text = exception_text(py, &e);
-                    let (seq, tag) = (task.seq, task.data_tag);
-                    py.detach(|| host::reply(seq, tag, None, Some(&text), &[]));
+        host::start_watchdog();
+        let _guard = WatchdogGuard;
+        let leaves = |e: &PyErr| !e.is_instance_of::<pyo3::exceptions::PyException>(py);
+        loop {
+            let task = match next_task(py) {
+                Ok(Some(task)) => task,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    if leaves(&e) {
+                        let why = typed_text(py, &e);
+                        py.detach(|| host::leave(&why));
+                    }
+                    return Err(e);
                 }
-                Err(e) => return Err(e),
+            };
+            let (seq, tag) = (task.seq, task.data_tag);
+            let r = serve_one(py, node, &programs, &other, task);
+            let Err(e) = r else { continue };
+            let leaving = leaves(&e);
+            let text = if leaving {
+                let why = typed_text(py, &e);
+                py.detach(|| host::leave(&why));
+                format!("{why}; the host stopped serving")
+            } else {
+                exception_text(py, &e)
+            };
+            if !host::replied(seq) {
+                py.detach(|| host::reply(seq, tag, None, Some(&text), &[]));
+            }
+            if leaving {
+                return Err(e);
             }
         }
-        Ok(())
+    }
+
+    /// One request of [`host_serve`]: served here (all scalars), or by `other`.
+    fn serve_one(
+        py: Python<'_>,
+        node: &crate::node::PyNode,
+        programs: &[(String, Py<PyAny>, Py<PyAny>)],
+        other: &Py<PyAny>,
+        task: cluster::wire::L4Task,
+    ) -> PyResult<()> {
+        let served_here = scalars_only(&task)
+            && programs
+                .get(task.callable as usize)
+                .is_some_and(|p| p.0 == task.name);
+        if !served_here {
+            other.call1(py, (request_py(py, task)?,))?;
+            return Ok(());
+        }
+        let (_, orch, chips) = &programs[task.callable as usize];
+        let cfg = Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?.into_bound(py);
+        let args = request_args(py, &task)?.into_any();
+        run_and_reply(py, node, orch, chips, args, cfg.into_any(), &task, &[], &[])
     }
 
     /// One buffer address per shipped tensor of the kind (`what`: "inputs", "outputs").

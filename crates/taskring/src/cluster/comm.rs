@@ -22,6 +22,20 @@ pub const TAG_REQUEST: i32 = 1;
 /// (well under the 32767 every MPI supports).
 pub const FIRST_DATA_TAG: i32 = 2;
 pub const DATA_TAGS: u64 = 30_000;
+/// The tag of liveness messages (one byte, then text for [`LIVE_LEAVING`]): rank 0's
+/// [`LIVE_PING`]s to a host it waits on, and a host's [`LIVE_PONG`] answers, its
+/// [`LIVE_CLOSED`] acknowledgement of the close frame and its [`LIVE_LEAVING`] notice.
+/// (`FIRST_DATA_TAG + DATA_TAGS` is B8's bare exchange.)
+pub const TAG_LIVE: i32 = FIRST_DATA_TAG + DATA_TAGS as i32 + 1;
+/// Rank 0 to a host: are you there?
+pub const LIVE_PING: u8 = b'?';
+/// A host's answer to a ping (sent by its watchdog thread, whatever its task does).
+pub const LIVE_PONG: u8 = b'!';
+/// A host's answer to the close frame: it stops serving, as asked.
+pub const LIVE_CLOSED: u8 = b'C';
+/// A host stops serving on its own (an exception such as `SystemExit` or
+/// `KeyboardInterrupt` ended its serving loop); the reason follows as UTF-8.
+pub const LIVE_LEAVING: u8 = b'L';
 
 static UNIVERSE: Mutex<Option<mpi::environment::Universe>> = Mutex::new(None);
 
@@ -68,9 +82,25 @@ pub fn world() -> World {
     }
 }
 
-/// `MPI_Finalize` (idempotent).
+/// Why this process must not call `MPI_Finalize` (set once a host was found not
+/// responding: `MPI_Finalize` waits for every rank, so [`finalize`] aborts the job).
+static NO_FINALIZE: Mutex<Option<String>> = Mutex::new(None);
+
+/// The job cannot end with `MPI_Finalize` (a rank is lost): [`finalize`] ends it with
+/// `MPI_Abort`, saying `why`.
+pub fn forbid_finalize(why: String) {
+    NO_FINALIZE.lock().get_or_insert(why);
+}
+
+/// `MPI_Finalize` (idempotent); or, when a rank was lost ([`forbid_finalize`]), a line
+/// on stderr and `MPI_Abort` of the job, which `MPI_Finalize` would wait for forever.
 pub fn finalize() {
     if initialized() {
+        super::host::stop_watchdog();
+        if let Some(why) = NO_FINALIZE.lock().clone() {
+            eprintln!("taskring: {why}; ending the job with MPI_Abort (MPI_Finalize would wait for that rank)");
+            abort(1);
+        }
         complete_posted();
     }
     drop(UNIVERSE.lock().take());
@@ -87,6 +117,54 @@ pub fn send(dest: i32, tag: i32, bytes: &[u8]) {
     SimpleCommunicator::world()
         .process_at_rank(dest)
         .send_with_tag(bytes, tag);
+}
+
+/// Send `bytes` to `dest` with `tag`, waiting until the send completed or `give_up()`
+/// says to stop (checked between tests of the send; false: the send is abandoned —
+/// `MPI_Request_free`, so MPI may still read `bytes` later: the caller leaks an owned
+/// buffer, and gives up only on a rank that is lost). A blocking `MPI_Send` would wait
+/// forever for a rank that is stopped: beyond Open MPI's shared-memory fast path a send
+/// completes only when the receiver takes the message. A small message completes at
+/// once (`MPI_Isend` sends it inline).
+pub fn send_until(dest: i32, tag: i32, bytes: &[u8], mut give_up: impl FnMut() -> bool) -> bool {
+    debug_assert!(bytes.len() <= i32::MAX as usize);
+    // safety: the request is completed below, or freed only when the caller gives up
+    // (see the doc: the buffer then stays the caller's concern).
+    let data: &'static [u8] = unsafe { std::mem::transmute::<&[u8], &'static [u8]>(bytes) };
+    let mut request = SimpleCommunicator::world()
+        .process_at_rank(dest)
+        .immediate_send_with_tag(mpi::request::StaticScope, data, tag);
+    let mut b = Backoff::new(Duration::from_millis(1), Backoff::EXPECTED);
+    loop {
+        match request.test() {
+            Ok(_) => return true,
+            Err(r) => request = r,
+        }
+        if give_up() {
+            free_request(request);
+            return false;
+        }
+        b.snooze();
+    }
+}
+
+/// Send a short message and never wait for it (liveness messages: `bytes` stay valid).
+pub fn send_detached(dest: i32, tag: i32, bytes: &'static [u8]) {
+    let request = SimpleCommunicator::world()
+        .process_at_rank(dest)
+        .immediate_send_with_tag(mpi::request::StaticScope, bytes, tag);
+    free_request(request);
+}
+
+/// `MPI_Request_free` of a send that may still be under way (MPI completes it on its
+/// own; its buffer must stay valid).
+fn free_request(request: mpi::request::Request<'static, [u8], mpi::request::StaticScope>) {
+    // safety: the request is live and freed once; its buffer is 'static (or the
+    // caller's concern, see `send_until`).
+    unsafe {
+        let (mut raw, _, _) = request.into_raw();
+        mpi::ffi::MPI_Request_free(&mut raw);
+    }
 }
 
 /// A message sent by [`send_posted`] whose send may not have completed: its request and
@@ -135,6 +213,24 @@ pub fn send_data(dest: i32, tag: i32, bytes: &[u8]) {
     for c in super::wire::chunks(bytes.len()) {
         send(dest, tag, &bytes[c]);
     }
+}
+
+/// [`send_data`] with [`send_until`]'s give-up (false: given up).
+pub fn send_data_until(
+    dest: i32,
+    tag: i32,
+    bytes: &[u8],
+    give_up: &mut dyn FnMut() -> bool,
+) -> bool {
+    super::wire::chunks(bytes.len()).all(|c| send_until(dest, tag, &bytes[c], &mut *give_up))
+}
+
+/// The next message from `source` with `tag`, if one is there (no wait).
+pub fn try_receive(source: i32, tag: i32) -> Option<Vec<u8>> {
+    let (msg, status) = SimpleCommunicator::world()
+        .process_at_rank(source)
+        .immediate_matched_probe_with_tag(tag)?;
+    Some(receive_vec(msg, &status))
 }
 
 /// Spin briefly, then yield the core for up to [`Backoff::YIELD_FOR`], then sleep: 50 µs

@@ -1,12 +1,21 @@
 //! A host rank's side of L4: take the next request from rank 0, receive a task's inputs
 //! straight into the buffers its L3 run uses (shared memory the chips see: no second
 //! copy on the host), and answer with the report and the outputs.
+//!
+//! Liveness: while a host serves, a watchdog thread ([`Watchdog`]) answers rank 0's
+//! pings whatever the serving thread does (a long task, Python holding the GIL), so rank
+//! 0 tells a busy host from a stopped one. It looks for pings every
+//! [`WATCHDOG_PERIOD`] while the host has a request in hand, and only reads a flag
+//! otherwise (rank 0 pings only a host it waits on, which takes its request within
+//! [`REQUEST_MAX_SLEEP`]). A host that stops serving on its own says so
+//! ([`leave`]); the close frame is acknowledged.
 
-use super::comm::{self, TAG_REQUEST};
+use super::comm::{self, TAG_LIVE, TAG_REQUEST};
 use super::wire::{self, HostRequest, L4Arg, L4Reply, L4Task};
 use crate::node::frame::{FrameError, FRAME_MAGIC};
 use crate::node::NodeRunReport;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -53,18 +62,103 @@ fn short_sleeps_for(last_ns: u64, now_ns: u64) -> Duration {
     }
 }
 
-/// The next request from rank 0; `None` when `give_up()` said to stop waiting.
+/// The next request from rank 0; `None` when `give_up()` said to stop waiting. The close
+/// frame is acknowledged ([`comm::LIVE_CLOSED`]).
 pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest, Malformed>> {
+    BUSY.store(false, Relaxed);
     let short_for = short_sleeps_for(LAST_REQUEST_NS.load(Relaxed), now_ns());
     let (msg, status) =
         comm::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, short_for, give_up)?;
+    BUSY.store(true, Relaxed);
     LAST_REQUEST_NS.store(now_ns(), Relaxed);
     let buf = comm::receive_vec(msg, &status);
-    Some(wire::decode_request(&buf).map_err(|error| Malformed {
+    let req = wire::decode_request(&buf).map_err(|error| Malformed {
         ids: peek_ids(&buf),
         error,
+    });
+    Some(req.map(|r| match r {
+        HostRequest::Task(t) => HostRequest::Task(t),
+        HostRequest::Close => {
+            comm::send_detached(0, TAG_LIVE, &[comm::LIVE_CLOSED]);
+            HostRequest::Close
+        }
     }))
 }
+
+/// How often the watchdog looks for pings while the host has a request in hand.
+pub const WATCHDOG_PERIOD: Duration = Duration::from_millis(20);
+
+/// The host has a request in hand (from its receipt to the next wait for one).
+static BUSY: AtomicBool = AtomicBool::new(false);
+/// The host stopped serving ([`leave`], or the watchdog was stopped).
+static LEFT: AtomicBool = AtomicBool::new(false);
+static WATCHDOG: Mutex<Option<Watchdog>> = Mutex::new(None);
+
+/// The thread that answers rank 0's pings (see the module doc).
+pub struct Watchdog {
+    stop: std::sync::Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Start the watchdog (once; after MPI was initialised).
+pub fn start_watchdog() {
+    let mut w = WATCHDOG.lock();
+    if w.is_some() {
+        return;
+    }
+    LEFT.store(false, Relaxed);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("taskring-l4-watchdog".into())
+        .spawn(move || {
+            while !stop2.load(Relaxed) {
+                std::thread::sleep(WATCHDOG_PERIOD);
+                if BUSY.load(Relaxed) && !LEFT.load(Relaxed) && !stop2.load(Relaxed) {
+                    answer_pings();
+                }
+            }
+        })
+        .expect("spawn the L4 watchdog thread");
+    *w = Some(Watchdog { stop, thread });
+}
+
+/// Answer every ping that is there.
+fn answer_pings() {
+    while let Some(m) = comm::try_receive(0, TAG_LIVE) {
+        if m.first() == Some(&comm::LIVE_PING) {
+            comm::send_detached(0, TAG_LIVE, &[comm::LIVE_PONG]);
+        }
+    }
+}
+
+/// Stop the watchdog and wait for its thread (before `MPI_Finalize`; idempotent).
+pub fn stop_watchdog() {
+    let w = WATCHDOG.lock().take();
+    if let Some(w) = w {
+        w.stop.store(true, Relaxed);
+        let _ = w.thread.join();
+    }
+}
+
+/// This host stops serving on its own (`why`: e.g. `SystemExit: 3`): rank 0 is told
+/// (before the failed task's reply, if any, so that it knows when it reads that reply),
+/// and pings are no longer answered.
+pub fn leave(why: &str) {
+    LEFT.store(true, Relaxed);
+    let mut m = Vec::with_capacity(1 + why.len());
+    m.push(comm::LIVE_LEAVING);
+    m.extend_from_slice(why.as_bytes());
+    comm::send_detached(0, TAG_LIVE, Box::leak(m.into_boxed_slice()));
+}
+
+/// Whether the task `seq` was answered (a reply went out for it).
+pub fn replied(seq: u64) -> bool {
+    LAST_REPLY.load(Relaxed) == seq.wrapping_add(1)
+}
+
+/// The sequence number + 1 of the last task answered (0: none).
+static LAST_REPLY: AtomicU64 = AtomicU64::new(0);
 
 /// The sequence number and data tag of a task frame whose body is damaged.
 fn peek_ids(buf: &[u8]) -> Option<(u64, i32)> {
@@ -137,6 +231,7 @@ pub fn reply(
     let mut buf = vec![0u8; wire::reply_len(&r)];
     let n = wire::encode_reply(&r, &mut buf).expect("a reply fits its computed length");
     buf.truncate(n);
+    LAST_REPLY.store(seq.wrapping_add(1), Relaxed);
     comm::send_posted(0, data_tag, buf);
     for o in outputs {
         comm::send_data(0, data_tag, o);

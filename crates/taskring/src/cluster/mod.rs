@@ -15,7 +15,9 @@
 //!   the embedding's (Python's `Worker(level=4).init()` on a host).
 //!
 //! Traffic is MPI point to point in `MPI_COMM_WORLD` only: requests with tag
-//! `TAG_REQUEST`, each task's data and reply with a tag of its own. Chips are forked by
+//! `TAG_REQUEST`, each task's data and reply with a tag of its own, liveness (rank 0's
+//! pings, a host's answers, its close acknowledgement and leaving notice) with
+//! `TAG_LIVE`. Chips are forked by
 //! a host *before* it initialises MPI (Open MPI's progress and PMIx threads then do not
 //! exist in the fork's child, and a chip never touches MPI).
 

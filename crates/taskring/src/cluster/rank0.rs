@@ -11,6 +11,17 @@
 //! is its sequence number modulo [`comm::DATA_TAGS`]; the reply carries the sequence
 //! number back, and a reply of an earlier, abandoned dispatch that happens to share the
 //! tag (an interrupted run) is received and dropped.
+//!
+//! Liveness ([`HostLive`]): a wait on a host (a send, its turn, its reply, its outputs)
+//! that lasts longer than a fifth of the host timeout (`TASKRING_HOST_TIMEOUT_MS`,
+//! default 5 s) pings the host, and again at that interval; the host's watchdog thread
+//! answers whatever its task does. A host with no answer for the timeout is lost: the
+//! task fails with `host {h} (rank {r}): not responding: ...`, as does every later
+//! task for it, and the job ends with `MPI_Abort` when rank 0 finalizes (MPI cannot
+//! finalize with a rank missing). A host that stopped serving on its own (its
+//! orchestration raised `SystemExit`, a SIGINT) said so: its tasks fail with that
+//! reason. A wait shorter than the ping interval costs nothing (no message, a clock
+//! read per poll after the first spins).
 
 use super::comm::{self, FIRST_DATA_TAG, TAG_REQUEST};
 use super::wire::{self, L4Arg, L4Dir, L4Reply, L4Task, L4Tensor};
@@ -36,6 +47,151 @@ const WAIT_SPIN: crate::chip::spin::SpinThenPark = crate::chip::spin::SpinThenPa
 };
 /// Longest sleep of a dispatch thread waiting for its reply.
 const REPLY_MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// How long a host may leave rank 0's pings unanswered: `TASKRING_HOST_TIMEOUT_MS`, else
+/// 5 s.
+pub fn host_timeout() -> Duration {
+    std::env::var("TASKRING_HOST_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&v| v > 0)
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(5))
+}
+
+/// Nanoseconds on a process-local monotonic clock (never 0).
+fn now_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
+/// What rank 0 knows of one host's liveness (see the module doc).
+#[derive(Default)]
+struct HostLive {
+    /// Why the host is lost, once it is (its tasks fail with this).
+    lost: std::sync::OnceLock<String>,
+    /// When a pong last came ([`now_ns`]; 0: never).
+    heard: AtomicU64,
+    /// When the last ping went out (0: never).
+    pinged: AtomicU64,
+    /// One thread at a time reads the host's liveness messages and pings it.
+    busy: Mutex<()>,
+    /// The host acknowledged the close frame.
+    closed: AtomicBool,
+}
+
+impl HostLive {
+    fn lost(&self) -> Option<&String> {
+        self.lost.get()
+    }
+
+    /// The host is lost for `why`; not responding (`dead`) also means the job cannot
+    /// finalize.
+    fn set_lost(&self, worker: usize, why: String, dead: bool) {
+        if self.lost.set(why.clone()).is_ok() && dead {
+            comm::forbid_finalize(format!("{}: {why}", host_prefix(worker)));
+        }
+    }
+
+    /// Take the host's liveness messages off the queue: pongs, a leaving notice, the
+    /// close acknowledgement.
+    fn drain(&self, worker: usize) {
+        while let Some(m) = comm::try_receive(worker as i32 + 1, comm::TAG_LIVE) {
+            match m.first() {
+                Some(&comm::LIVE_PONG) => self.heard.store(now_ns(), Relaxed),
+                Some(&comm::LIVE_CLOSED) => self.closed.store(true, Relaxed),
+                Some(&comm::LIVE_LEAVING) => {
+                    let why = String::from_utf8_lossy(&m[1..]);
+                    self.set_lost(worker, format!("stopped serving ({why})"), false);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A wait on the host that began at `since` is at `now`: ping the host when nothing
+    /// was heard of it for the ping interval, and find it lost when nothing was heard for
+    /// the timeout. True when the host is lost.
+    fn check(&self, worker: usize, since: u64, now: u64, timeout: Duration) -> bool {
+        if self.lost().is_some() {
+            return true;
+        }
+        let t = timeout.as_nanos() as u64;
+        let every = (t / 5).max(1_000_000);
+        if now.saturating_sub(since.max(self.heard.load(Relaxed))) < every {
+            return false;
+        }
+        let Some(_one) = self.busy.try_lock() else {
+            return false;
+        };
+        self.drain(worker);
+        if self.lost().is_some() {
+            return true;
+        }
+        let silent = now.saturating_sub(since.max(self.heard.load(Relaxed)));
+        if silent >= t {
+            self.set_lost(
+                worker,
+                format!(
+                    "not responding: no answer to pings for {} ms (TASKRING_HOST_TIMEOUT_MS={})",
+                    silent / 1_000_000,
+                    timeout.as_millis()
+                ),
+                true,
+            );
+            return true;
+        }
+        if now.saturating_sub(self.pinged.load(Relaxed)) >= every {
+            comm::send_detached(worker as i32 + 1, comm::TAG_LIVE, &[comm::LIVE_PING]);
+            self.pinged.store(now, Relaxed);
+        }
+        false
+    }
+}
+
+/// One wait (or several in a row) on a host: its start, and the check of the host's
+/// liveness between polls.
+struct Watch<'a> {
+    live: &'a HostLive,
+    worker: usize,
+    timeout: Duration,
+    polls: u32,
+    since: u64,
+}
+
+impl<'a> Watch<'a> {
+    fn new(sh: &'a Shared, worker: usize) -> Self {
+        Watch {
+            live: &sh.live[worker],
+            worker,
+            timeout: sh.timeout,
+            polls: 0,
+            since: 0,
+        }
+    }
+
+    /// Should the wait end because the host is lost? The first polls of a wait (a
+    /// reply on its way) only look at the flag.
+    fn lost(&mut self) -> bool {
+        if self.live.lost().is_some() {
+            return true;
+        }
+        self.polls = self.polls.saturating_add(1);
+        if self.polls <= 64 {
+            return false;
+        }
+        let now = now_ns();
+        if self.since == 0 {
+            self.since = now;
+        }
+        self.live.check(self.worker, self.since, now, self.timeout)
+    }
+
+    /// Why the host is lost ("lost" when it is not: the caller asked too early).
+    fn why(&self) -> String {
+        self.live.lost().cloned().unwrap_or_else(|| "lost".into())
+    }
+}
 
 /// A registered L4 program (a `DistributedProgram`): its name and signature.
 #[derive(Clone, Debug)]
@@ -84,6 +240,10 @@ struct Shared {
     seq: AtomicU64,
     /// Per host, the order of its requests (see [`HostTurn`]).
     turns: Vec<HostTurn>,
+    /// Per host, its liveness.
+    live: Vec<HostLive>,
+    /// See [`host_timeout`].
+    timeout: Duration,
 }
 
 /// A host serves its requests one at a time, in the order they arrive; so of the
@@ -114,25 +274,26 @@ struct HostTurn {
 impl HostTurn {
     /// Send a request message (`send` runs under the lock; nothing else should); its
     /// number.
-    fn send(&self, send: impl FnOnce()) -> u64 {
+    fn send<T>(&self, send: impl FnOnce() -> T) -> (u64, T) {
         let mut n = self.sent.lock();
-        send();
+        let r = send();
         *n += 1;
-        *n - 1
+        (*n - 1, r)
     }
 
-    /// Block until every request before `n` was answered, or `cancel`. On the run's own
+    /// Block until every request before `n` was answered, or `cancel`, or the host is
+    /// `lost` (its earlier request's thread found so). On the run's own
     /// thread (a lone dispatch run inline) the run's hook sees a Ctrl-C between slices
     /// (outside the lock).
-    fn wait_turn(&self, n: u64, cancel: &AtomicBool) {
+    fn wait_turn(&self, n: u64, cancel: &AtomicBool, lost: &dyn Fn() -> bool) {
         loop {
             {
                 let mut a = self.answered.lock();
-                if *a >= n || cancel.load(Relaxed) {
+                if *a >= n || cancel.load(Relaxed) || lost() {
                     return;
                 }
                 self.turn.wait_for(&mut a, Duration::from_millis(10));
-                if *a >= n || cancel.load(Relaxed) {
+                if *a >= n || cancel.load(Relaxed) || lost() {
                     return;
                 }
             }
@@ -222,16 +383,22 @@ impl HostDispatch {
 
     /// Wait for this dispatch's reply; earlier dispatches' late replies on the same tag
     /// are taken off the queue (with their data) and dropped.
-    fn await_reply(&self, rank: i32, tag: i32, seq: u64) -> Result<L4Reply, String> {
+    fn await_reply(
+        &self,
+        rank: i32,
+        tag: i32,
+        seq: u64,
+        watch: &mut Watch<'_>,
+    ) -> Result<L4Reply, String> {
         loop {
             let (msg, status) = comm::wait_message(
                 rank,
                 Some(tag),
                 REPLY_MAX_SLEEP,
                 comm::Backoff::EXPECTED,
-                || self.given_up(),
+                || self.given_up() || watch.lost(),
             )
-            .ok_or_else(|| "interrupted".to_string())?;
+            .ok_or_else(|| self.why_given_up(watch))?;
             let buf = comm::receive_vec(msg, &status);
             let reply = wire::decode_reply(&buf).map_err(|e| format!("malformed reply: {e}"))?;
             if reply.seq == seq {
@@ -243,7 +410,7 @@ impl HostDispatch {
                     Some(tag),
                     REPLY_MAX_SLEEP,
                     comm::Backoff::EXPECTED,
-                    || self.given_up(),
+                    || self.given_up() || watch.lost(),
                 ) {
                     drop(comm::receive_vec(m, &s));
                 }
@@ -251,8 +418,20 @@ impl HostDispatch {
         }
     }
 
+    /// Why a wait gave up: the host is lost, else the run was interrupted.
+    fn why_given_up(&self, watch: &Watch<'_>) -> String {
+        match watch.live.lost() {
+            Some(why) => why.clone(),
+            None => "interrupted".into(),
+        }
+    }
+
     /// The round trip; Ok(reply) when the host answered (its task may have failed).
     fn round_trip(&self, rec: &L4Rec, call: &KernelCall<'_>) -> Result<L4Reply, String> {
+        let mut watch = Watch::new(&self.sh, rec.worker);
+        if let Some(why) = watch.live.lost() {
+            return Err(why.clone());
+        }
         let seq = self.sh.seq.fetch_add(1, Relaxed);
         let tag = FIRST_DATA_TAG + (seq % comm::DATA_TAGS) as i32;
         let rank = rec.worker as i32 + 1;
@@ -261,12 +440,23 @@ impl HostDispatch {
         let n = wire::encode_task(&task, &mut buf)
             .map_err(|e| format!("cannot encode the task: {e}"))?;
         let turn = &self.sh.turns[rec.worker];
-        let k = turn.send(|| comm::send(rank, TAG_REQUEST, &buf[..n]));
-        for t in &sent {
-            comm::send_data(rank, tag, bytes_of(t));
+        // The sends give up only on a lost host (never on Ctrl-C: MPI would go on
+        // reading the caller's arrays); the frame's buffer is then left to MPI.
+        let (k, sent_frame) =
+            turn.send(|| comm::send_until(rank, TAG_REQUEST, &buf[..n], || watch.lost()));
+        if !sent_frame {
+            std::mem::forget(buf);
         }
-        turn.wait_turn(k, &self.sh.cancel);
-        let reply = self.await_reply(rank, tag, seq);
+        let reply = if sent_frame
+            && sent
+                .iter()
+                .all(|t| comm::send_data_until(rank, tag, bytes_of(t), &mut || watch.lost()))
+        {
+            turn.wait_turn(k, &self.sh.cancel, &|| watch.live.lost().is_some());
+            self.await_reply(rank, tag, seq, &mut watch)
+        } else {
+            Err(watch.why())
+        };
         turn.done(k);
         let reply = reply?;
         if reply.status == 0 {
@@ -278,8 +468,18 @@ impl HostDispatch {
                 ));
             }
             for t in &back {
-                comm::receive_data(rank, tag, bytes_of(t), &mut || self.given_up())?;
+                comm::receive_data(rank, tag, bytes_of(t), &mut || {
+                    self.given_up() || watch.lost()
+                })
+                .map_err(|e| match watch.live.lost() {
+                    Some(why) => why.clone(),
+                    None => e,
+                })?;
             }
+        } else {
+            // A host that stops serving says so before this reply: its later tasks fail
+            // at once.
+            watch.live.drain(rec.worker);
         }
         Ok(reply)
     }
@@ -488,6 +688,8 @@ impl Cluster {
             cancel: AtomicBool::new(false),
             seq: AtomicU64::new(0),
             turns: (0..hosts).map(|_| HostTurn::default()).collect(),
+            live: (0..hosts).map(|_| HostLive::default()).collect(),
+            timeout: host_timeout(),
         });
         let engine = ChipWorker::new(ChipOptions {
             cores: (2 * hosts).min(crate::chip::MAX_CORES),
@@ -609,8 +811,11 @@ impl Cluster {
         }
     }
 
-    /// Tell every host to stop serving, then free the engine (idempotent). MPI itself is
-    /// finalized by the embedding (`comm::finalize`).
+    /// Tell every host to stop serving and wait for each to acknowledge, then free the
+    /// engine (idempotent). A host that does not answer within the host timeout is
+    /// lost (the job then ends with `MPI_Abort` when rank 0 finalizes); one that answers
+    /// pings but is still busy (a task of an interrupted run) is not waited for longer.
+    /// MPI itself is finalized by the embedding (`comm::finalize`).
     pub fn close(&mut self) {
         if self.closed {
             return;
@@ -618,8 +823,28 @@ impl Cluster {
         self.closed = true;
         let mut buf = [0u8; 64];
         let n = wire::encode_close(&mut buf).expect("the close frame fits");
-        for h in 0..self.sh.hosts {
-            comm::send(h as i32 + 1, TAG_REQUEST, &buf[..n]);
+        let frame: &'static [u8] = Box::leak(buf[..n].to_vec().into_boxed_slice());
+        let sh = &self.sh;
+        let mut watches: Vec<Watch<'_>> = (0..sh.hosts).map(|h| Watch::new(sh, h)).collect();
+        let mut waiting: Vec<usize> = (0..sh.hosts)
+            .filter(|&h| sh.live[h].lost().is_none())
+            .collect();
+        // The close frame is small: it goes out at once, even to a stopped host.
+        waiting.retain(|&h| {
+            let w = &mut watches[h];
+            comm::send_until(h as i32 + 1, TAG_REQUEST, frame, || w.lost())
+        });
+        let t0 = Instant::now();
+        let mut b = comm::Backoff::new(Duration::from_millis(1), comm::Backoff::EXPECTED);
+        while !waiting.is_empty() {
+            waiting.retain(|&h| {
+                sh.live[h].drain(h);
+                !sh.live[h].closed.load(Relaxed) && !watches[h].lost()
+            });
+            if t0.elapsed() >= sh.timeout {
+                break;
+            }
+            b.snooze();
         }
         self.engine = None;
         if let Some(ks) = self.dispatch.take() {
@@ -656,13 +881,13 @@ mod tests {
         let turn = Arc::new(HostTurn::default());
         let cancel = Arc::new(AtomicBool::new(false));
         let order = Arc::new(Mutex::new(Vec::new()));
-        let (a, b) = (turn.send(|| ()), turn.send(|| ()));
+        let (a, b) = (turn.send(|| ()).0, turn.send(|| ()).0);
         assert_eq!((a, b), (0, 1));
-        turn.wait_turn(a, &cancel); // nothing before request 0
+        turn.wait_turn(a, &cancel, &|| false); // nothing before request 0
         let t = {
             let (turn, cancel, order) = (turn.clone(), cancel.clone(), order.clone());
             std::thread::spawn(move || {
-                turn.wait_turn(b, &cancel);
+                turn.wait_turn(b, &cancel, &|| false);
                 order.lock().push("b polls");
             })
         };
@@ -677,9 +902,9 @@ mod tests {
     fn a_cancelled_run_does_not_wait_for_its_turn() {
         let turn = HostTurn::default();
         let cancel = AtomicBool::new(true);
-        let (_, b) = (turn.send(|| ()), turn.send(|| ()));
+        let (_, b) = (turn.send(|| ()), turn.send(|| ()).0);
         let t0 = Instant::now();
-        turn.wait_turn(b, &cancel);
+        turn.wait_turn(b, &cancel, &|| false);
         assert!(t0.elapsed() < Duration::from_secs(1));
     }
 }
