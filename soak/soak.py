@@ -24,7 +24,10 @@ For `--minutes` (default 5, at most 10) it runs, in random order:
   within 1 s, the other chips keep working, close() is quick, then a fresh worker), a
   kernel that ends its chip process (`... exited with status 3`), Ctrl-C
   while an L3 run waits (KeyboardInterrupt within 1 s, the worker keeps working) and,
-  with `--sigstop`, SIGSTOP of a chip (`not responding`; the other chip's task is done).
+  with `--sigstop`, SIGSTOP of a chip (`not responding`; the other chip's task is done);
+  a native kernel that outlives its SCHEDULER_TIMEOUT and writes afterwards (the
+  worker's next runs are right or refused, never see its values), and a replay whose
+  arguments alias differently from its capture's (refused, nothing written).
 
 Every result is checked against a sequential numpy oracle (outputs downstream of a failed
 task must stay untouched). Each run has a timeout (a watchdog thread interrupts it; a run
@@ -502,6 +505,7 @@ class Soak:
             rt.submit(soak_exit_kernel, inputs=[a], outputs=[out])
 
         self.exit_prog = soak_exit
+        self.stuck_prog = None
         self.wd = Watchdog(self.fatal)
 
     # -- bookkeeping --
@@ -745,6 +749,92 @@ class Soak:
         want, _ = oracle(spec, ins, outs)
         self.l2_run(ex, self.progs[spec.name], ins + outs, fitting_config(self.rng, spec, shape))
         self.compare(spec.name + " (after a fault)", outs, want)
+
+    def l2_stuck_native(self):
+        """A native kernel outlives its SCHEDULER_TIMEOUT (300 ms) and writes 42 into its
+        runtime output 0.6 s in; the worker's next runs, with the same sizing and with the
+        failed run's own output array, must be right or refused, never see the 42."""
+        if self.stuck_prog is None:
+            import importlib.util
+            import tempfile
+
+            here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "native", "paged_decode.py")
+            spec_ = importlib.util.spec_from_file_location("soak_native", here)
+            mod = importlib.util.module_from_spec(spec_)
+            spec_.loader.exec_module(mod)
+            lib = mod.build(os.path.join(tempfile.mkdtemp(prefix="soak-native-"), "libtrkernels.so"))
+            sleep_fill = taskring.load_kernel(lib, "tr_sleep_fill")
+            copy = taskring.load_kernel(lib, "tr_copy")
+
+            @taskring.program(signature=[OUT])
+            def soak_stuck(rt, out):
+                tmp = rt.submit(sleep_fill, outputs=[rt.spec(out.shape, "float32")], scalars=[600.0, 42.0]).outputs[0]
+                rt.submit(copy, inputs=[tmp], outputs=[out])
+
+            self.stuck_prog = soak_stuck
+        before = os.environ.get("PTO2_SCHEDULER_TIMEOUT_MS")
+        os.environ["PTO2_SCHEDULER_TIMEOUT_MS"] = "300"
+        try:
+            w = ChipWorker(cores=2)
+        finally:
+            if before is None:
+                del os.environ["PTO2_SCHEDULER_TIMEOUT_MS"]
+            else:
+                os.environ["PTO2_SCHEDULER_TIMEOUT_MS"] = before
+        try:
+            shape = self.shape()
+            out = np.full(shape, -7.0, np.float32)
+            t0 = time.monotonic()
+            try:
+                w.run(self.stuck_prog, out)
+            except RuntimeFailure as e:
+                if e.name != "SCHEDULER_TIMEOUT" or "tr_sleep_fill" not in str(e):
+                    raise Lost(f"stuck native kernel reported as {e!r}")
+            else:
+                raise Lost("a native kernel past its timeout did not fail the run")
+            while time.monotonic() - t0 < 0.9:  # runs while the stale kernel wakes and writes
+                spec = self.rng.choice(self.specs)
+                ins, outs = self.arrays(spec, shape)
+                want, _ = oracle(spec, ins, outs)
+                w.run(self.progs[spec.name], *(ins + outs))
+                self.compare(spec.name + " (beside a stuck kernel)", outs, want)
+            try:
+                w.run(self.progs[self.specs[0].name], *self.arrays(self.specs[0], shape)[0], *([out] * self.specs[0].n_out))
+            except RuntimeFailure as e:
+                if "can still write" not in str(e):
+                    raise Lost(f"a run over a stuck kernel's array failed with {e!r}")
+            if (out == 42.0).any():
+                raise Lost("the stuck kernel wrote into the failed run's output array")
+        finally:
+            close_with_timeout(w)
+
+    def l2_aliased_replay(self):
+        """Replaying a capture with two of its distinct arrays passed as one is refused;
+        a replay with the capture's aliasing equals numpy."""
+        specs = [s for s in self.specs if s.n_in >= 2]
+        if not specs:
+            return
+        spec = self.rng.choice(specs)
+        shape = self.shape()
+        if self.chip is None:
+            self.l2_executor()
+        w = self.chip or ChipWorker()
+        ins, outs = self.arrays(spec, shape)
+        g = w.capture(self.progs[spec.name], *(ins + outs))
+        ins2, outs2 = self.arrays(spec, shape)
+        aliased = [ins2[0], ins2[0]] + ins2[2:]
+        try:
+            g.replay(*(aliased + outs2))
+        except ValueError as e:
+            if "the same buffer but were distinct buffers at capture" not in str(e):
+                raise Lost(f"{spec.name}: aliased replay refused with {e!r}")
+        else:
+            raise Lost(f"{spec.name}: a replay with aliased arguments ran")
+        if not all((o == -7.0).all() for o in outs2):
+            raise Lost(f"{spec.name}: a refused replay wrote an output")
+        want, _ = oracle(spec, ins2, outs2)
+        g.replay(*(ins2 + outs2))
+        self.compare(spec.name + " (replay)", outs2, want)
 
     # -- L3 --
     def l3_worker(self, fresh=False, processes=False):
@@ -1073,6 +1163,8 @@ class Soak:
             (2, "l3_chip_exit", True, self.l3_exit),
             (4, "l2_threads", False, self.l2_threads),
             (4, "l2_env", True, self.l2_env),
+            (2, "l2_stuck_native", True, self.l2_stuck_native),
+            (3, "l2_aliased_replay", True, self.l2_aliased_replay),
         ]
         if self.args.sigstop:
             s.append((3, "l3_sigstop", True, self.l3_sigstop))

@@ -18,7 +18,8 @@
 //! `core` (a core thread: run, complete, idle; the orchestrator's help; a direct
 //! replay's step), `run` (a dispatch from arena to report, and the waits), `spin` (the spin phase
 //! every wait of `chip` and `node` shares), `report`
-//! (what a run says: its report, diagnostics files, a stall's sub-class). This file:
+//! (what a run says: its report, diagnostics files, a stall's sub-class), `quarantine`
+//! (the memory a kernel given up on can still write, set aside). This file:
 //! the user's types (`HostTensor`, `Arg`, `Program`) and the `ChipWorker` itself
 //! (start, stuck-core replacement, shutdown).
 
