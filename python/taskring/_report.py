@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import heapq
 import html
 import io
 import json
@@ -432,21 +433,19 @@ class Lane:
     first_us: float
     last_us: float
     intervals: List[Tuple[float, float]] = dataclasses.field(default_factory=list)
+    count: int = 1  # the lanes this row stands for (``aggregate_lanes``: more than one)
 
 
-def _union(intervals: List[Tuple[float, float]]) -> float:
-    total = 0.0
-    cur: Optional[Tuple[float, float]] = None
-    for s, e in sorted(intervals):
-        if cur is None or s > cur[1]:
-            if cur is not None:
-                total += cur[1] - cur[0]
-            cur = (s, e)
+def _merge_sorted(intervals: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """The union of intervals sorted by start, as disjoint intervals (touching ones joined)."""
+    out: List[Tuple[float, float]] = []
+    for s, e in intervals:
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
         else:
-            cur = (cur[0], max(cur[1], e))
-    if cur is not None:
-        total += cur[1] - cur[0]
-    return total
+            out.append((s, e))
+    return out
 
 
 def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str = "process") -> List[Lane]:
@@ -492,20 +491,51 @@ def load_swimlane(path: str, process_label: Optional[str] = None, unnamed: str =
     keys = set(spans) | set(tnames)
     unnamed_pids = {k[0] for k in keys if k[0] not in pnames}
     for key in sorted(keys, key=lambda k: (_natural(k[0]), _natural(k[1]))):
-        iv = spans.get(key, [])
+        iv = sorted(spans.get(key, []))  # each lane's events sorted once: the work is linear in the events
         proc = process_label or pnames.get(key[0]) or (unnamed if len(unnamed_pids) == 1 else f"{unnamed} {key[0]}")
         lanes.append(
             Lane(
                 proc,
                 tnames.get(key, f"lane {key[1]}"),
-                _union(iv),
+                sum(e - s for s, e in _merge_sorted(iv)),
                 len(iv),
-                min((s for s, _ in iv), default=math.nan),
+                iv[0][0] if iv else math.nan,
                 max((e for _, e in iv), default=math.nan),
-                sorted(iv),
+                iv,
             )
         )
     return lanes
+
+
+MAX_LANES = 32
+"""Lanes (and processes) the page shows one by one; the rest are summed into one row."""
+
+
+def aggregate_lanes(lanes: Sequence[Lane], limit: int = MAX_LANES) -> Tuple[List[Lane], List[Lane]]:
+    """``(rows, rest)``: at most ``limit + 1`` rows for a table or plot. With more lanes than
+    that, the ``limit`` busiest (in their order in ``lanes``) and, last, one row
+    ``other N lanes`` for the ``rest``: busy time and tasks summed, first start and last end
+    of them all, intervals their union (when any of them was busy). Else every lane and no
+    rest."""
+    if len(lanes) <= limit + 1:
+        return list(lanes), []
+    keep = set(heapq.nsmallest(limit, range(len(lanes)), key=lambda i: (-lanes[i].busy_us, i)))
+    rows = [l for i, l in enumerate(lanes) if i in keep]
+    rest = [l for i, l in enumerate(lanes) if i not in keep]
+    procs = dict.fromkeys(l.process for l in rest)
+    firsts = [l.first_us for l in rest if not math.isnan(l.first_us)]
+    lasts = [l.last_us for l in rest if not math.isnan(l.last_us)]
+    rows.append(Lane(
+        next(iter(procs)) if len(procs) == 1 else f"{len(procs)} processes",
+        f"other {len(rest)} lanes",
+        sum(l.busy_us for l in rest),
+        sum(l.tasks for l in rest),
+        min(firsts, default=math.nan),
+        max(lasts, default=math.nan),
+        _merge_sorted(sorted(iv for l in rest for iv in l.intervals)),
+        count=len(rest),
+    ))
+    return rows, rest
 
 
 def _finite(v: Any) -> Optional[float]:
@@ -745,26 +775,47 @@ def occupancy_plot(stats: ScopeStats, sites: Dict[Tuple[str, int], Optional[str]
     return _png(fig)
 
 
+_OTHER_COLOR = "#c8c8c8"
+
+
+def _lane_rows(lanes: Sequence[Lane]) -> Tuple[List[Lane], Callable[[Lane], Any], Callable[[Lane], str], str]:
+    """A plot's rows (``aggregate_lanes``: the figure's height is bounded), each row's colour
+    (one per process, grey for the summed rest), its label and a note for the title."""
+    import matplotlib
+
+    rows, rest = aggregate_lanes(lanes)
+    procs = {p: i for i, p in enumerate(dict.fromkeys(l.process for l in rows if l.count == 1))}  # file order
+    cmap = matplotlib.colormaps["tab10"]
+
+    def color(l: Lane) -> Any:
+        return cmap(procs[l.process] % 10) if l.count == 1 else _OTHER_COLOR
+
+    def label(l: Lane) -> str:
+        return _plain(f"{l.process} · {l.name}" if len(procs) > 1 and l.count == 1 else l.name)
+
+    note = f" ({len(rows) - 1} busiest of {len(lanes)}; one row for the other {len(rest)})" if rest else ""
+    return rows, color, label, note
+
+
 @_plain_text
 def busy_plot(lanes: List[Lane]) -> Optional[str]:
+    """Busy time per lane as bars; with more than ``MAX_LANES + 1`` lanes, the busiest
+    ``MAX_LANES`` and one bar for the rest (their mean busy time per lane)."""
     if not lanes:
         return None
-    fig = _figure(figsize=(10, 0.32 * len(lanes) + 1.4))
+    fig = _figure(figsize=(10, 0.32 * min(len(lanes), MAX_LANES + 1) + 1.4))
     if fig is None:
         return None
-    import matplotlib
-    procs = list(dict.fromkeys(l.process for l in lanes))  # in file order: the host first at L3
-    cmap = matplotlib.colormaps["tab10"]
-    labels = [_plain(f"{l.process} · {l.name}" if len(procs) > 1 else l.name) for l in lanes]
-    vals = [l.busy_us for l in lanes]
+    rows, color, label, note = _lane_rows(lanes)
+    vals = [l.busy_us / l.count for l in rows]  # the summed rest: its mean per lane, comparable with one lane
     unit, div = ("ms", 1e3) if max(vals, default=0) >= 1e3 else ("µs", 1.0)
     ax = fig.subplots()
-    ys = list(range(len(lanes)))[::-1]
-    ax.barh(ys, [v / div for v in vals], color=[cmap(procs.index(l.process) % 10) for l in lanes])
+    ys = list(range(len(rows)))[::-1]
+    ax.barh(ys, [v / div for v in vals], color=[color(l) for l in rows])
     ax.set_yticks(ys)
-    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_yticklabels([label(l) + (" (mean per lane)" if l.count > 1 else "") for l in rows], fontsize=8)
     ax.set_xlabel(f"busy time ({unit})")
-    ax.set_title("Busy time per core")
+    ax.set_title("Busy time per core" + note)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return _png(fig)
@@ -773,29 +824,29 @@ def busy_plot(lanes: List[Lane]) -> Optional[str]:
 @_plain_text
 def timeline_plot(lanes: List[Lane], max_bars: int = 20000) -> Optional[str]:
     """The swimlane itself: every lane's busy intervals on the run's one clock (a static
-    picture of what Perfetto shows; at L3 the host's lanes above each chip's)."""
+    picture of what Perfetto shows; at L3 the host's lanes above each chip's). With more
+    than ``MAX_LANES + 1`` lanes, the busiest ``MAX_LANES`` and one row for the rest (when
+    any of them was busy)."""
     lanes = [l for l in lanes if l.intervals]
     if not lanes:
         return None
-    fig = _figure(figsize=(10, 0.34 * len(lanes) + 1.5))
+    fig = _figure(figsize=(10, 0.34 * min(len(lanes), MAX_LANES + 1) + 1.5))
     if fig is None:
         return None
-    import matplotlib
-    t0 = min(l.first_us for l in lanes)
-    t1 = max(l.last_us for l in lanes)
+    rows, color, label, note = _lane_rows(lanes)
+    t0 = min(l.first_us for l in rows)
+    t1 = max(l.last_us for l in rows)
     unit, div = ("ms", 1e3) if t1 - t0 >= 2e3 else ("µs", 1.0)
-    procs = list(dict.fromkeys(l.process for l in lanes))
-    cmap = matplotlib.colormaps["tab10"]
     ax = fig.subplots()
-    ys = list(range(len(lanes)))[::-1]
-    step = max(1, sum(len(l.intervals) for l in lanes) // max_bars)  # thin huge traces
-    for y, l in zip(ys, lanes):
+    ys = list(range(len(rows)))[::-1]
+    step = max(1, sum(len(l.intervals) for l in rows) // max_bars)  # thin huge traces
+    for y, l in zip(ys, rows):
         bars = [((s - t0) / div, max((e - s) / div, (t1 - t0) / div * 1e-3)) for s, e in l.intervals[::step]]
-        ax.broken_barh(bars, (y - 0.35, 0.7), color=cmap(procs.index(l.process) % 10))
+        ax.broken_barh(bars, (y - 0.35, 0.7), color=color(l))
     ax.set_yticks(ys)
-    ax.set_yticklabels([_plain(f"{l.process} · {l.name}" if len(procs) > 1 else l.name) for l in lanes], fontsize=8)
+    ax.set_yticklabels([label(l) for l in rows], fontsize=8)
     ax.set_xlabel(f"time since the first event ({unit})")
-    ax.set_title("Swimlane: busy intervals per lane" + (f" (every {step}th shown)" if step > 1 else ""))
+    ax.set_title("Swimlane: busy intervals per lane" + note + (f" (every {step}th shown)" if step > 1 else ""))
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return _png(fig)
@@ -886,34 +937,63 @@ def _sizing_block(rep: Report) -> List[str]:
     return out
 
 
-def _swimlane_block(lanes: List[Lane], path: Optional[str]) -> List[str]:
+def _swimlane_block(lanes: List[Lane], path: Optional[str], limit: int = MAX_LANES) -> List[str]:
     if not lanes:
         return []
     out = ['<h2 id="swimlane">Busy time per core</h2>']
     if path:
         out.append(f'<p class="meta">From <code>{_e(path)}</code> (open it in Perfetto for the timeline).</p>')
-    procs = list(dict.fromkeys(l.process for l in lanes))  # in file order: the host first at L3
-    span: Dict[str, float] = {}
-    for p in procs:
-        starts = [l.first_us for l in lanes if l.process == p and not math.isnan(l.first_us)]
-        ends = [l.last_us for l in lanes if l.process == p and not math.isnan(l.last_us)]
-        span[p] = (max(ends) - min(starts)) if starts and ends else 0.0
+    # One pass over the lanes: per process (in file order: the host first at L3) its lanes,
+    # tasks, busy time, first start and last end.
+    per: Dict[str, List[float]] = {}
+    for l in lanes:
+        a = per.setdefault(l.process, [0, 0, 0.0, math.inf, -math.inf])
+        a[0] += 1
+        a[1] += l.tasks
+        a[2] += l.busy_us
+        if not math.isnan(l.first_us):
+            a[3] = min(a[3], l.first_us)
+        if not math.isnan(l.last_us):
+            a[4] = max(a[4], l.last_us)
+    span = {p: (a[4] - a[3]) if a[3] <= a[4] else 0.0 for p, a in per.items()}
+    procs = list(per)
+    if len(procs) > limit + 1:
+        keep = set(heapq.nsmallest(limit, procs, key=lambda p: -per[p][2]))
+        shown, rest_p = [p for p in procs if p in keep], [p for p in procs if p not in keep]
+    else:
+        shown, rest_p = procs, []
+    rows, rest = aggregate_lanes(lanes, limit)
+    if rest or rest_p:
+        out.append(f'<p class="meta aggregated"><b>{len(lanes)} lanes in {len(procs)} processes:</b> '
+                   + (f"the {len(rows) - 1} busiest lanes are shown one by one and the other {len(rest)} are summed "
+                      f"in one row (<i>other {len(rest)} lanes</i>) in the lane table and the plots"
+                      if rest else "every lane is shown")
+                   + (f"; the {len(shown)} busiest processes are shown one by one and the other {len(rest_p)} are "
+                      f"summed in one row (<i>other {len(rest_p)} processes</i>)" if rest_p else "; every process is shown")
+                   + ". The totals cover every lane.</p>")
     out.append('<p class="meta">Span = first event start to last event end of the process (a chip\'s own file '
                'has its own clock). Busy = time inside events on the lane.</p>')
     out.append('<table class="chips"><thead><tr><th class="l">process</th><th>lanes</th><th>tasks</th><th>busy</th>'
                '<th>span</th><th>busy / (lanes × span)</th></tr></thead><tbody>')
-    for p in procs:
-        ls = [l for l in lanes if l.process == p]
-        busy = sum(l.busy_us for l in ls)
-        util = f"{100 * busy / (len(ls) * span[p]):.1f} %" if span[p] > 0 else "-"
-        out.append(f'<tr><td class="l">{_e(p)}</td><td>{len(ls)}</td><td>{sum(l.tasks for l in ls)}</td><td>{_e(_fmt_us(busy))}</td>'
-                   f'<td>{_e(_fmt_us(span[p]))}</td><td>{util}</td></tr>')
+
+    def util(busy: float, lane_span: float) -> str:
+        return f"{100 * busy / lane_span:.1f} %" if lane_span > 0 else "-"
+
+    for p in shown:
+        n, tasks, busy = per[p][:3]
+        out.append(f'<tr><td class="l">{_e(p)}</td><td>{int(n)}</td><td>{int(tasks)}</td><td>{_e(_fmt_us(busy))}</td>'
+                   f'<td>{_e(_fmt_us(span[p]))}</td><td>{util(busy, n * span[p])}</td></tr>')
+    if rest_p:
+        n, tasks, busy = (sum(per[p][k] for p in rest_p) for k in range(3))
+        out.append(f'<tr class="other"><td class="l">other {len(rest_p)} processes</td><td>{int(n)}</td><td>{int(tasks)}</td>'
+                   f'<td>{_e(_fmt_us(busy))}</td><td>-</td><td>{util(busy, sum(per[p][0] * span[p] for p in rest_p))}</td></tr>')
     out.append("</tbody></table>")
     out.append('<table class="cores"><thead><tr><th class="l">process</th><th class="l">core</th><th>tasks</th><th>busy</th><th>busy / span</th></tr></thead><tbody>')
-    for l in lanes:
-        sp = span[l.process]
-        util = f"{100 * l.busy_us / sp:.1f} %" if sp > 0 else "-"
-        out.append(f'<tr><td class="l">{_e(l.process)}</td><td class="l">{_e(l.name)}</td><td>{l.tasks}</td><td>{_e(_fmt_us(l.busy_us))}</td><td>{util}</td></tr>')
+    for l in rows:
+        sp = span[l.process] if l.count == 1 else sum(span[x.process] for x in rest)
+        cls = ' class="other"' if l.count > 1 else ""
+        out.append(f'<tr{cls}><td class="l">{_e(l.process)}</td><td class="l">{_e(l.name)}</td><td>{l.tasks}</td>'
+                   f'<td>{_e(_fmt_us(l.busy_us))}</td><td>{util(l.busy_us, sp)}</td></tr>')
     out.append("</tbody></table>")
     tl = timeline_plot(lanes)
     if tl:
