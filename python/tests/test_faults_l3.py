@@ -151,9 +151,13 @@ def test_a_chip_stuck_in_a_kernel_fails_with_its_own_scheduler_timeout(monkeypat
         text = str(e.value)
         assert text.startswith(f"chip 0 (pid {p0}): SCHEDULER_TIMEOUT (code 100)"), text
         assert "_mark_then_nap" in text, text
-        # The chip gave up on that core and works on.
+        # The kernel given up on could still write shared memory: the chip process ends
+        # after its reply; the other chip works on.
+        assert "the chip process exits" in text, text
+        with pytest.raises(RuntimeError, match=rf"^chip 0 \(pid {p0}\): the chip process exited with status 117"):
+            w.run(_naps(h, [(shared_array(2), 0, 0)]))
         o1 = shared_array(2)
-        w.run(_naps(h, [(o1, 0, 0)]))
+        w.run(_naps(h, [(o1, 0, 1)]))
         assert list(o1) == [1.0, 2.0]
     finally:
         w.close()
