@@ -51,9 +51,10 @@ def scenarios(tmp_path_factory):
 def test_every_config_field_survives_the_hop_to_each_host(scenarios):
     assert scenarios["num_hosts"] == 2
     assert len(scenarios["echo"]) == 4
-    for e in scenarios["echo"]:
+    for i, e in enumerate(scenarios["echo"]):
         assert e["got"] == e["sent"]
-        assert e["prefix_got"] == e["prefix_sent"]
+        # A host's DFX files go to its own directory of the prefix.
+        assert e["prefix_got"] == e["prefix_sent"] + f"/host{i % 2}"
     assert len(scenarios["echo"][2]["prefix_sent"].encode()) == 4096
 
 
@@ -76,6 +77,29 @@ def test_both_hops_carry_per_host_sizes_with_a_per_chip_tweak_and_env_fallback(s
             assert (c["dep_pool0"], c["src"][2]) == ((512, "env") if host == 1 else (16384, "default"))
     assert scenarios["hops_ok"]
     assert scenarios["report_type"] == ["NodeRunReport", "HostTaskReport"]
+
+
+@needs_mpi
+def test_hosts_given_one_output_prefix_write_their_own_directories_and_one_timeline(scenarios):
+    files = scenarios["dfx_files"]
+    bad = [f for f, ok in files.items() if not ok]
+    assert bad == [], bad
+    for h in (0, 1):
+        for f in ("scope_stats/scope_stats.jsonl", "deps.json", "merged_swimlane.json"):
+            assert f"host{h}/{f}" in files, sorted(files)
+            for c in (0, 1):
+                assert f"host{h}/chip{c}/{f}" in files, sorted(files)
+    # Rank 0's own files stay at the prefix; nothing else is there.
+    top = sorted(f for f in files if not f.startswith(("host0/", "host1/")))
+    assert top == ["deps.json", "merged_swimlane.json", "scope_stats/scope_stats.jsonl"], top
+    procs = scenarios["dfx_processes"]
+    assert len(procs) == 1 + 2 * 3 and procs[-1].startswith("rank 0 (pid "), procs
+    for h in (0, 1):
+        assert sum(p.startswith(f"host {h} (rank {h + 1}): host (pid ") for p in procs) == 1, procs
+        for c in (0, 1):
+            assert sum(p.startswith(f"host {h} (rank {h + 1}): chip {c} (pid ") for p in procs) == 1, procs
+    assert len(scenarios["dfx_lanes_with_slices"]) == 7, scenarios["dfx_lanes_with_slices"]
+    assert scenarios["dfx_ok"]
 
 
 @needs_mpi

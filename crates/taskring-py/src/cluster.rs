@@ -646,8 +646,9 @@ mod with_mpi {
     }
 
     /// `orch(o, chips, args, cfg)` on the host's node (`task`'s CallConfig sizing its
-    /// rings), then the reply: the host's report and the outputs at `addrs` (of `sizes`).
-    /// An exception of the run is returned, unanswered.
+    /// rings), then the reply: the host's report and the outputs at `addrs` (of `sizes`),
+    /// and the host's timeline when the config records one. An exception of the run is
+    /// returned, unanswered.
     #[allow(clippy::too_many_arguments)]
     fn run_and_reply(
         py: Python<'_>,
@@ -666,6 +667,9 @@ mod with_mpi {
         py.detach(|| {
             let outs: Vec<&[u8]> = slices_mut(addrs, sizes).into_iter().map(|s| &*s).collect();
             host::reply(seq, tag, Some(&rep), None, &outs);
+            if host::ships_timeline(&task.config) {
+                host::send_timeline(tag, &task.config);
+            }
         });
         Ok(())
     }

@@ -125,7 +125,7 @@ if w.init():
         sent += list(c.runtime_env.ring_task_window) + list(c.runtime_env.ring_heap) + list(c.runtime_env.ring_dep_pool)
         for host in range(w.num_hosts):
             ints = np.zeros(17, np.int64)
-            prefix = np.zeros(4096, np.uint8)
+            prefix = np.zeros(4160, np.uint8)  # the host's prefix: this one + /host{h}
             w.run(lambda o, a, cfg, host=host, ints=ints, prefix=prefix, c=c: o.submit_next_level(H[1], [ints, prefix], c, worker=host))
             got = [int(v) for v in ints[:16].view(np.uint64)]
             echoes.append({"sent": sent, "got": got, "prefix_sent": c.output_prefix, "prefix_got": bytes(prefix[: int(ints[16])]).decode()})
@@ -253,6 +253,37 @@ if w.init():
     after = np.zeros(64, np.float32)
     w.run(lambda o, x, cfg: o.submit_next_level(H[2], [a[0], b[0], after], None, worker=0))
     res["after_malformed_ok"] = bool(np.array_equal(after, a[0] + b[0]))
+
+    # 8. Both hosts and rank 0's own run given one output_prefix, every DFX output on:
+    # each host writes under its host{h}/ directory (its chips under host{h}/chip{w}/),
+    # and rank 0's L4 timeline has every host.
+    dfx = os.path.join(sys.argv[2], "dfx-same")
+    dcfg = taskring.CallConfig()
+    dcfg.enable_scope_stats = True
+    dcfg.enable_chip_swimlane = 1
+    dcfg.enable_dep_gen = True
+    dcfg.output_prefix = dfx
+    douts = [[np.zeros(64, np.float32), np.zeros(64, np.float32)] for h in range(2)]
+    w.run(lambda o, x, cfg: [o.submit_next_level(H[0], [a[h], b[h], douts[h][0], douts[h][1]], cfg, worker=h) for h in range(2)], config=dcfg)
+    files = {}
+    for root, _, names in os.walk(dfx):
+        for n in names:
+            path = os.path.join(root, n)
+            try:
+                with open(path) as f:
+                    if n.endswith(".jsonl"):
+                        [json.loads(line) for line in f if line.strip()]
+                    else:
+                        json.load(f)
+                files[os.path.relpath(path, dfx)] = True
+            except ValueError:
+                files[os.path.relpath(path, dfx)] = False
+    res["dfx_files"] = files
+    with open(os.path.join(dfx, "merged_swimlane.json")) as f:
+        tl = json.load(f)
+    res["dfx_processes"] = sorted(e["args"]["name"] for e in tl["traceEvents"] if e.get("name") == "process_name")
+    res["dfx_lanes_with_slices"] = sorted({p["args"]["name"].split(" (pid")[0] for p in tl["traceEvents"] if p.get("name") == "process_name" for e in tl["traceEvents"] if e.get("ph") == "X" and e["pid"] == p["pid"]})
+    res["dfx_ok"] = all(np.array_equal(douts[h][k], a[h] + b[h]) for h in range(2) for k in range(2))
 
     w.close()
     with open(sys.argv[1], "w") as f:

@@ -62,7 +62,8 @@ fn short_sleeps_for(last_ns: u64, now_ns: u64) -> Duration {
     }
 }
 
-/// The next request from rank 0; `None` when `give_up()` said to stop waiting. The close
+/// The next request from rank 0; `None` when `give_up()` said to stop waiting. A task's
+/// `output_prefix` comes back as this host's directory in it ([`host_dir`]); the close
 /// frame is acknowledged ([`comm::LIVE_CLOSED`]).
 pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest, Malformed>> {
     BUSY.store(false, Relaxed);
@@ -77,12 +78,52 @@ pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest,
         error,
     });
     Some(req.map(|r| match r {
-        HostRequest::Task(t) => HostRequest::Task(t),
+        HostRequest::Task(mut t) => {
+            if !t.config.output_prefix.is_empty() {
+                let worker = comm::world().rank.max(1) as usize - 1;
+                t.config.output_prefix = host_dir(&t.config.output_prefix, worker);
+            }
+            HostRequest::Task(t)
+        }
         HostRequest::Close => {
             comm::send_detached(0, TAG_LIVE, &[comm::LIVE_CLOSED]);
             HostRequest::Close
         }
     }))
+}
+
+/// Where host `worker` writes a task's DFX files (its node's scope stats, `deps.json`
+/// and timeline, and its chips' `chip{w}/` directories): `{prefix}/host{worker}`, so
+/// that hosts given one prefix (on one machine, or one shared file system) do not
+/// overwrite each other's. A prefix that already ends in that directory is used as it
+/// is.
+pub fn host_dir(prefix: &str, worker: usize) -> String {
+    let p = std::path::Path::new(prefix);
+    let name = format!("host{worker}");
+    if p.file_name().is_some_and(|n| n == name.as_str()) {
+        prefix.to_string()
+    } else {
+        p.join(name).to_string_lossy().into_owned()
+    }
+}
+
+/// Whether a task run with `config` ends with the host's timeline: after a successful
+/// reply and its outputs, the host sends its `merged_swimlane.json` (empty when it has
+/// none) as one more message with the task's tag, for rank 0's L4 timeline. Rank 0 and
+/// the host decide it from the same config (the host's prefix is only longer).
+pub fn ships_timeline(config: &crate::config::CallConfig) -> bool {
+    config.enable_chip_swimlane > 0 && !config.output_prefix.is_empty()
+}
+
+/// Send the host's timeline of the task just answered (see [`ships_timeline`]; the task
+/// ran with `config`, its prefix this host's directory).
+pub fn send_timeline(data_tag: i32, config: &crate::config::CallConfig) {
+    let path = std::path::Path::new(&config.output_prefix).join("merged_swimlane.json");
+    let bytes = std::fs::read(path)
+        .ok()
+        .filter(|b| b.len() <= wire::CHUNK_BYTES)
+        .unwrap_or_default();
+    comm::send(0, data_tag, &bytes);
 }
 
 /// How often the watchdog looks for pings while the host has a request in hand.

@@ -13,6 +13,8 @@
 //!   and its inputs straight into the caller's (shared) buffers, answer with the report
 //!   and the outputs. The serving loop itself (running the host's L3 orchestration) is
 //!   the embedding's (Python's `Worker(level=4).init()` on a host).
+//! - `trace`: the L4 timeline of a traced run (rank 0's dispatches and every host's L3
+//!   timeline in one `merged_swimlane.json`).
 //!
 //! Traffic is MPI point to point in `MPI_COMM_WORLD` only: requests with tag
 //! `TAG_REQUEST`, each task's data and reply with a tag of its own, liveness (rank 0's
@@ -29,6 +31,8 @@ pub mod comm;
 pub mod host;
 #[cfg(feature = "mpi")]
 mod rank0;
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+mod trace;
 #[cfg(feature = "mpi")]
 pub use rank0::{Cluster, ClusterOrchestrator, ClusterProgram};
 

@@ -24,6 +24,7 @@
 //! read per poll after the first spins).
 
 use super::comm::{self, FIRST_DATA_TAG, TAG_REQUEST};
+use super::trace::{self, TaskSpan};
 use super::wire::{self, L4Arg, L4Dir, L4Reply, L4Task, L4Tensor};
 use super::{host_prefix, ClusterError, ClusterRunReport, HostTaskReport};
 use crate::chip::{ChipOptions, ChipWorker, Program, RunError};
@@ -224,6 +225,17 @@ struct RunState {
     finished: usize,
     in_flight: usize,
     first_error: Option<String>,
+    /// A traced run's timeline (see [`super::trace`]).
+    trace: Option<RunTrace>,
+}
+
+/// What a traced run records for its L4 timeline.
+struct RunTrace {
+    /// The run's `output_prefix` (where the timeline goes; tasks without one use it).
+    prefix: String,
+    t0_ns: u64,
+    /// Per L4 task (by index).
+    spans: Vec<Option<TaskSpan>>,
 }
 
 impl RunState {
@@ -426,8 +438,13 @@ impl HostDispatch {
         }
     }
 
-    /// The round trip; Ok(reply) when the host answered (its task may have failed).
-    fn round_trip(&self, rec: &L4Rec, call: &KernelCall<'_>) -> Result<L4Reply, String> {
+    /// The round trip; Ok(reply) when the host answered (its task may have failed), with
+    /// the host's timeline when its config records one (`host::ships_timeline`).
+    fn round_trip(
+        &self,
+        rec: &L4Rec,
+        call: &KernelCall<'_>,
+    ) -> Result<(L4Reply, Option<Vec<u8>>), String> {
         let mut watch = Watch::new(&self.sh, rec.worker);
         if let Some(why) = watch.live.lost() {
             return Err(why.clone());
@@ -459,6 +476,7 @@ impl HostDispatch {
         };
         turn.done(k);
         let reply = reply?;
+        let mut timeline = None;
         if reply.status == 0 {
             if reply.n_outputs as usize != back.len() {
                 return Err(format!(
@@ -476,12 +494,23 @@ impl HostDispatch {
                     None => e,
                 })?;
             }
+            if super::host::ships_timeline(&rec.config) {
+                let (m, st) = comm::wait_message(
+                    rank,
+                    Some(tag),
+                    REPLY_MAX_SLEEP,
+                    comm::Backoff::EXPECTED,
+                    || self.given_up() || watch.lost(),
+                )
+                .ok_or_else(|| self.why_given_up(&watch))?;
+                timeline = Some(comm::receive_vec(m, &st));
+            }
         } else {
             // A host that stops serving says so before this reply: its later tasks fail
             // at once.
             watch.live.drain(rec.worker);
         }
-        Ok(reply)
+        Ok((reply, timeline))
     }
 }
 
@@ -494,22 +523,36 @@ impl Kernel for HostDispatch {
     }
     fn try_run(&self, call: &KernelCall<'_>) -> Result<(), String> {
         let idx = call.scalar_i64(0) as usize;
-        let rec = {
+        let (rec, traced) = {
             let mut st = self.sh.run.lock();
             st.in_flight += 1;
-            st.tasks[idx].clone()
+            (st.tasks[idx].clone(), st.trace.is_some())
         };
         let t0 = Instant::now();
+        let start_ns = traced.then(crate::node::trace::mono_ns);
         let result = self.round_trip(&rec, call);
         let prefix = host_prefix(rec.worker);
+        let mut timeline = None;
         let (report, error) = match result {
-            Ok(r) => {
+            Ok((r, t)) => {
+                timeline = t;
                 let err = (r.status != 0).then(|| format!("{prefix}: {}", r.error));
                 (Some(r.report()), err)
             }
             Err(e) => (None, Some(format!("{prefix}: {e}"))),
         };
         let mut st = self.sh.run.lock();
+        if let (Some(start_ns), Some(tr)) = (start_ns, st.trace.as_mut()) {
+            tr.spans[idx] = Some(TaskSpan {
+                worker: rec.worker,
+                name: rec.name.clone(),
+                tid: crate::node::trace::gettid(),
+                start_ns,
+                end_ns: crate::node::trace::mono_ns(),
+                error: error.clone(),
+                timeline,
+            });
+        }
         st.finished += 1;
         st.in_flight -= 1;
         st.reports[idx] = Some(HostTaskReport {
@@ -583,11 +626,21 @@ impl<'r> ClusterOrchestrator<'_, 'r> {
         let (slots, ta) = task_args(&prog.signature, args, worker).map_err(bad)?;
         let idx = {
             let mut st = self.sh.run.lock();
+            let mut config = config.clone();
+            // In a traced run every task records its host's timeline (under its own
+            // prefix, else the run's), as every chip task does in a traced L3 run.
+            if let Some(tr) = st.trace.as_mut() {
+                config.enable_chip_swimlane = config.enable_chip_swimlane.max(1);
+                if config.output_prefix.is_empty() {
+                    config.output_prefix = tr.prefix.clone();
+                }
+                tr.spans.push(None);
+            }
             st.tasks.push(L4Rec {
                 worker,
                 callable,
                 name: prog.name.clone(),
-                config: config.clone(),
+                config,
                 slots,
             });
             st.reports.push(None);
@@ -601,6 +654,9 @@ impl<'r> ClusterOrchestrator<'_, 'r> {
             let mut st = self.sh.run.lock();
             st.tasks.truncate(idx);
             st.reports.truncate(idx);
+            if let Some(tr) = st.trace.as_mut() {
+                tr.spans.truncate(idx);
+            }
         }
         r
     }
@@ -759,7 +815,22 @@ impl Cluster {
         let engine = self.engine.as_mut().ok_or(ClusterError::Closed)?;
         let sh = self.sh.clone();
         sh.cancel.store(false, SeqCst);
-        *sh.run.lock() = RunState::default();
+        // A traced run's own swimlane is the L4 timeline (written below); rank 0's engine
+        // records none of its own.
+        let traced = config.enable_chip_swimlane > 0 && !config.output_prefix.is_empty();
+        let mut engine_config = config.clone();
+        if traced {
+            engine_config.enable_chip_swimlane = 0;
+        }
+        let config = &engine_config;
+        *sh.run.lock() = RunState {
+            trace: traced.then(|| RunTrace {
+                prefix: config.output_prefix.clone(),
+                t0_ns: crate::node::trace::mono_ns(),
+                spans: vec![],
+            }),
+            ..RunState::default()
+        };
         let programs = self.programs.clone();
         let dispatch = self
             .dispatch
@@ -787,6 +858,9 @@ impl Cluster {
         });
         let r = engine.run_hooked(&program, &[], config, hook);
         let mut st = sh.run.lock();
+        if let Some(tr) = st.trace.take() {
+            write_timeline(tr);
+        }
         if sh.cancel.load(Acquire) {
             return Err(ClusterError::Interrupted(
                 st.first_error
@@ -860,6 +934,18 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// Write a traced run's L4 timeline (a failed write is a line on stderr, as at L3).
+fn write_timeline(tr: RunTrace) {
+    let spans: Vec<TaskSpan> = tr.spans.into_iter().flatten().collect();
+    let v = trace::merge(tr.t0_ns, std::process::id(), &spans);
+    if let Err(e) = trace::write(std::path::Path::new(&tr.prefix), &v) {
+        eprintln!(
+            "taskring: could not write merged_swimlane.json under {}: {e}",
+            tr.prefix
+        );
     }
 }
 
