@@ -249,12 +249,6 @@ impl Lane {
     }
 }
 
-impl SwimlaneEvent {
-    pub fn end_ns(&self) -> u64 {
-        self.start_ns + self.dur_ns as u64
-    }
-}
-
 /// Write `<prefix>/merged_swimlane.json` (Chrome trace events; opens in Perfetto),
 /// streamed event by event: the file costs no memory beyond the events themselves.
 pub(crate) fn write_swimlane(
