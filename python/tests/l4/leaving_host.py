@@ -23,6 +23,7 @@ def copy(rt, a, out):
 
 
 def exit_orch(o, chips, args, cfg):
+    time.sleep(0.3)  # the other hosts' tasks of the run are under way by then
     raise SystemExit(3)
 
 
@@ -69,7 +70,9 @@ if w.init():
     pids = [np.zeros(1, np.int64) for _ in range(3)]
     w.run(lambda o, x, cfg: [o.submit_next_level(PID, [pids[i]], None, worker=i) for i in range(3)])
 
-    # 1. SystemExit in host 0's orchestration; hosts 1 and 2 work in the same run.
+    # 1. SystemExit in host 0's orchestration; hosts 1 and 2 work in the same run (a
+    # failed run waits for the tasks under way, as at L3; one not yet dispatched when the
+    # failure comes does not run).
     sub, pairs = copies([1, 2])
     res["exit"] = attempt(lambda o: (o.submit_next_level(EXIT, [1], None, worker=0), sub(o)))
     res["exit_others_ok"] = ok(pairs)

@@ -101,7 +101,13 @@ pub fn finalize() {
             eprintln!("taskring: {why}; ending the job with MPI_Abort (MPI_Finalize would wait for that rank)");
             abort(1);
         }
-        complete_posted();
+        // Rank 0 has taken every reply of a host it closed; a host that left on its own
+        // may have sent one that rank 0 no longer waits for.
+        if !complete_posted_within(Duration::from_secs(2)) {
+            eprintln!(
+                "taskring: a reply to rank 0 was not taken within 2 s; finalizing without it"
+            );
+        }
     }
     drop(UNIVERSE.lock().take());
 }
@@ -205,6 +211,32 @@ pub fn complete_posted() {
         p.request.wait_without_status();
         // safety: leaked by `send_posted`; the send completed, MPI no longer reads it.
         drop(unsafe { Box::from_raw(p.buf) });
+    }
+}
+
+/// [`complete_posted`] waiting at most `limit`; false: the send was abandoned (its
+/// buffer leaked: MPI may still read it).
+fn complete_posted_within(limit: Duration) -> bool {
+    let Some(p) = POSTED.lock().take() else {
+        return true;
+    };
+    let t0 = std::time::Instant::now();
+    let mut request = p.request;
+    let mut b = Backoff::new(Duration::from_millis(1), Duration::ZERO);
+    loop {
+        match request.test() {
+            Ok(_) => {
+                // safety: leaked by `send_posted`; the send completed.
+                drop(unsafe { Box::from_raw(p.buf) });
+                return true;
+            }
+            Err(r) => request = r,
+        }
+        if t0.elapsed() >= limit {
+            free_request(request);
+            return false;
+        }
+        b.snooze();
     }
 }
 
