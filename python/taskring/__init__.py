@@ -117,7 +117,7 @@ IN, OUT, INOUT, SCALAR = ArgDirection.IN, ArgDirection.OUT, ArgDirection.INOUT, 
 
 
 class TensorArgType(enum.IntEnum):
-    """Tags of ``TaskArgs.add`` (reference §5.1)."""
+    """Tags of ``TaskArgs.add``: how a task uses a tensor argument (docs/api.md §3.1)."""
 
     INPUT = 0
     OUTPUT = 1
@@ -196,7 +196,7 @@ def load_kernel(
     scalars: Optional[int] = None,
 ) -> Kernel:
     """Load the C function ``symbol`` of the shared library at ``path`` as a kernel
-    (the ABI of ``include/taskring_kernel.h``; API.md §11). It runs on core threads
+    (the ABI of ``include/taskring_kernel.h``; docs/api.md §11). It runs on core threads
     without the GIL. ``tensors`` (e.g. ``["float32[2]", "float32[2]", "*"]``, one rule
     per tensor argument: dtype or ``*``, optional ``[ndim]``) and ``scalars`` (a count)
     make a signature checked at every submit, so a mismatch is INVALID_ARGS at submit
@@ -397,7 +397,7 @@ class ChipWorker:
         """Run ``prog`` once, as ``run`` does, and record its task graph: kernels, scalars,
         views relative to each argument, scopes and dependencies. ``g.replay(*args,
         config=None)`` runs the graph again on this worker without the orchestration
-        (arguments of the same shapes and dtypes; API.md §10). The run's report is
+        (arguments of the same shapes and dtypes; docs/api.md §10). The run's report is
         ``g.report``."""
         if self._chip is None:
             raise RuntimeError("this ChipWorker is closed")
@@ -422,4 +422,4 @@ class ChipWorker:
         return self._chip.cores if self._chip is not None else 0
 
 
-from . import scene_test  # noqa: E402  (API.md §5; imported last: it builds on the names above)
+from . import scene_test  # noqa: E402  (docs/api.md §5; imported last: it builds on the names above)

@@ -1,4 +1,4 @@
-"""L4: several hosts over MPI (API.md §9) — the part of ``Worker(level=4)`` written in
+"""L4: several hosts over MPI (docs/api.md §9) — the part of ``Worker(level=4)`` written in
 Python: which rank does what at ``init()``, and a host's serving loop.
 
 Every rank runs the same script. MPI is finalized when the process exits (atexit), not

@@ -13,7 +13,7 @@ _RING_FIELDS = ("ring_task_window", "ring_heap", "ring_dep_pool")
 
 # The rules and messages of the ring fields, aicpu_thread_num and enable_chip_swimlane
 # live in Rust (taskring::config::run_config): _check_field(field, value) raises
-# ValueError with the API.md §1.1 text. (A private native helper, so not in _native.pyi.)
+# ValueError with the docs/api.md §1.1 text. (A private native helper, so not in _native.pyi.)
 _check_field = getattr(CallConfig, "_check_run_config_field")
 
 RingValue = Optional[Union[int, List[int]]]

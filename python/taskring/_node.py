@@ -1,4 +1,4 @@
-"""L3: a host with several chips (API.md §4) — `Worker` (low level), `shared_array`,
+"""L3: a host with several chips (docs/api.md §4) — `Worker` (low level), `shared_array`,
 `RunHandle`, and the PyPTO-style `DistributedConfig` / `DistributedProgram` /
 `DistributedWorker`."""
 
@@ -125,7 +125,7 @@ class Worker:
         self._node: Optional[_native.Node] = None
         self._chip: Optional[_native.Chip] = None
         if level == 4:
-            # L4 (API.md §9): hosts are the other MPI ranks; see taskring._cluster.
+            # L4 (docs/api.md §9): hosts are the other MPI ranks; see taskring._cluster.
             from ._cluster import L4Worker
 
             allowed = {"level", "arena_cache_slots", "chip_processes", "platform"}
@@ -405,7 +405,7 @@ class DistributedWorker:
                 value = getattr(config, field)
                 if value is not None:
                     setattr(cfg.runtime_env, field, value)
-            # And its diagnostics (API.md §7): the run writes its outputs under
+            # And its diagnostics (docs/api.md §7): the run writes its outputs under
             # ``output_dir`` (one merged swimlane for the host and every chip), and each
             # chip task given this config its own under ``output_dir/chip{worker}/``.
             diag = config.to_call_config()

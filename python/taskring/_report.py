@@ -1,7 +1,7 @@
 """`taskring report <output_prefix> [-o FILE.html] [--headroom H]`: one self-contained
 HTML page about a run, from what the run wrote under its ``output_prefix``.
 
-Inputs (API.md §7):
+Inputs (docs/api.md §7):
 
 * ``scope_stats/scope_stats.jsonl`` (required; ``enable_scope_stats``): line 1 is the
   metadata (capacities ``task_window_max`` / ``heap_max`` / ``dep_pool_max`` per ring,

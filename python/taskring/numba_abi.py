@@ -1,4 +1,4 @@
-"""Writing taskring kernels with numba (API.md §11): ``@numba.cfunc(KERNEL_SIG)`` compiles
+"""Writing taskring kernels with numba (docs/api.md §11): ``@numba.cfunc(KERNEL_SIG)`` compiles
 a function to the C ABI of ``include/taskring_kernel.h``; ``taskring.kernel(f)`` turns
 it into a kernel that runs on core threads at native speed, without the GIL.
 

@@ -1,4 +1,4 @@
-"""Scene tests: one test class, several cases, each with its own ring sizing (API.md §5).
+"""Scene tests: one test class, several cases, each with its own ring sizing (docs/api.md §5).
 
 Declaring a test::
 
@@ -61,7 +61,7 @@ it is a ``str`` and ``repr()`` otherwise, sorted by that rendering, joined by ``
 (checked in that order per case, cases in order, first failure wins). Ring and thread
 *values* are not checked here: the case's ``CallConfig`` is built and
 ``CallConfig.validate()``-ed when the case runs, so a bad value fails that case only,
-with the ``RuntimeEnv`` / ``CallConfig`` messages of API.md §1.2.
+with the ``RuntimeEnv`` / ``CallConfig`` messages of docs/api.md §1.2.
 
 Each run (every case, every round) gets a fresh ``CallConfig`` built from its
 ``config`` only. The harness never reads or writes ``os.environ``: ring entries a case
