@@ -49,7 +49,7 @@ def test_sizing_bad_file(tmp_path):
     assert r.returncode == 2 and "line 1" in r.stderr
 
 
-# ----- one sizing implementation, crafted files, bad headroom (API.md §6.1) ----------------------------
+# ----- one sizing implementation, crafted files, bad headroom (docs/api.md §6.1) -----------------------
 
 # A crafted fatal header: invalid sizes the run "had" (5, 3000), a heap peak of 2^64 - 1 and a
 # scope deadlock that needed a window of 64. `taskring sizing` has one implementation, Rust's

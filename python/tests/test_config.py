@@ -1,4 +1,4 @@
-"""Ring sizing configuration: RunConfig (API.md §1.1), RuntimeEnv / CallConfig (§1.2)
+"""Ring sizing configuration: RunConfig (docs/api.md §1.1), RuntimeEnv / CallConfig (§1.2)
 and resolve_ring_sizing / RingSizing (§1). Messages are checked verbatim."""
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""deps.json (API.md §7) through taskring.run with RunConfig(enable_dep_gen=True,
+"""deps.json (docs/api.md §7) through taskring.run with RunConfig(enable_dep_gen=True,
 output_dir=...): tasks, tensors and the edges the program implies."""
 
 import json

@@ -1,4 +1,4 @@
-"""Faults an L3 worker survives (API.md §6.1): a stopped chip, Ctrl-C, close() with a run
+"""Faults an L3 worker survives (docs/api.md §6.1): a stopped chip, Ctrl-C, close() with a run
 in flight, the host's death (no orphan chips), fork() of the host, init/close cycles
 (no leaks), and several threads on one worker.
 

@@ -1,4 +1,4 @@
-"""Faults a user meets sooner or later (API.md §2 last item, §6.1), at L2 and through the
+"""Faults a user meets sooner or later (docs/api.md §2 misaligned arrays, §6.1), at L2 and through the
 Python face: misaligned views, one worker shared by threads, fork after init, and the
 small validation holes (each pinned so it cannot come back)."""
 
@@ -32,7 +32,7 @@ def py_copy_prog(rt, src, out):
     rt.submit(_py_copy, inputs=[src], outputs=[out])
 
 
-# ----- misaligned views (API.md §2) -------------------------------------------------------------
+# ----- misaligned views (docs/api.md §2) --------------------------------------------------------
 
 
 @pytest.mark.parametrize("prog", [copy_prog, py_copy_prog], ids=["builtin", "python_kernel"])
@@ -86,7 +86,7 @@ def test_l3_misaligned_shared_array_view_is_rejected():
         assert (buf == 0xAA).all()
 
 
-# ----- one worker, several threads (API.md §6.1) ------------------------------------------------
+# ----- one worker, several threads (docs/api.md §6.1) -------------------------------------------
 
 
 def test_one_chip_worker_many_threads_are_serialised():
@@ -139,7 +139,7 @@ def test_close_from_another_thread_waits_for_the_run_in_flight():
         w.run(copy_prog, src, out)
 
 
-# ----- fork after init (API.md §6.1) ------------------------------------------------------------
+# ----- fork after init (docs/api.md §6.1) -------------------------------------------------------
 
 
 def _in_child(fn):
@@ -311,7 +311,7 @@ def test_abandoned_spinning_python_kernel_is_stopped(monkeypatch):
     assert burnt < 0.2, f"{burnt:.2f} of a core still burnt after close()"
 
 
-# ----- scope sites are the user's lines (API.md §7) ---------------------------------------------
+# ----- scope sites are the user's lines (docs/api.md §7) ----------------------------------------
 
 
 def test_scope_site_is_the_users_line(tmp_path):

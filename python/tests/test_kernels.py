@@ -1,4 +1,4 @@
-"""taskring.kernels: the builtins come from the Rust builtin table, once (API.md §2)."""
+"""taskring.kernels: the builtins come from the Rust builtin table, once (docs/api.md §2)."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""Simpler-style task arguments at L3 (API.md §4.1.1): `TaskArgs` with `add_tensor` /
+"""Simpler-style task arguments at L3 (docs/api.md §4.1.1): `TaskArgs` with `add_tensor` /
 `add_scalar` passed to `submit_next_level`, ordered by the program's signature, tags
 checked against it."""
 

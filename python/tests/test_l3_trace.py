@@ -1,4 +1,4 @@
-"""L3 outputs through the Python face (API.md §7): one ``merged_swimlane.json`` under the
+"""L3 outputs through the Python face (docs/api.md §7): one ``merged_swimlane.json`` under the
 run's ``output_prefix`` with the host's lanes and every chip's lanes (a Perfetto process
 per chip named ``chip {worker} (pid {pid})``, flows from each dispatch to the chip task
 it started, one clock), each chip task's DFX files under ``{prefix}/chip{worker}/``, and

@@ -1,4 +1,4 @@
-"""L4 over MPI (API.md §9), through `taskring launch` (mpirun on shared memory and
+"""L4 over MPI (docs/api.md §9), through `taskring launch` (mpirun on shared memory and
 loopback): the config surviving both hops at its limits, env fallback on a host, dependent
 tasks across hosts, a failing kernel on one host, host-resident tensors, big transfers,
 a killed host rank, and the errors outside a launch. Skipped only when this build has no

@@ -1,4 +1,4 @@
-"""Native kernels written by users (API.md §11): a C library built here with the system
+"""Native kernels written by users (docs/api.md §11): a C library built here with the system
 compiler, loaded with taskring.load_kernel, run at L2 and L3 without the GIL; their
 results against the builtins, their failures, signatures and load errors; numba cfuncs
 when numba is installed."""

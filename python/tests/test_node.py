@@ -1,4 +1,4 @@
-"""L3: a host with several chips (API.md §4, §2 `shared_array`, §6 errors at L3).
+"""L3: a host with several chips (docs/api.md §4, §2 `shared_array`, §6 errors at L3).
 
 Low level (`Worker(level=3)`, the L3 orchestrator `o`, `RunHandle`) with chips as child
 processes and as threads (`chip_processes=True/False`, same protocol), then the

@@ -1,4 +1,4 @@
-"""Capture and replay from Python (API.md §10): a replay computes what a normal run
+"""Capture and replay from Python (docs/api.md §10): a replay computes what a normal run
 computes (builtin and Python kernels), argument checks, exact_config, failures."""
 
 import numpy as np

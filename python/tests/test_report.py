@@ -339,7 +339,7 @@ def test_report_in_headless_chromium(runs, tmp_path):
 
 def test_report_crafted_header_without_peaks_and_merged_chip_trace(tmp_path):
     """Peaks derived from the samples as the advisor does, the site of each; a merged trace
-    (API.md §7: one Perfetto process per chip) grouped per chip, B/E events counted, and
+    (docs/api.md §7: one Perfetto process per chip) grouped per chip, B/E events counted, and
     overlapping events of one lane counted once."""
     head = {"version": 6, "fatal": False, "dropped": 0, "total": 6, "task_window_max": [16, 8, 8, 8],
             "heap_max": [4096] * 4, "dep_pool_max": [100] * 4, "tensormap_max": 0}

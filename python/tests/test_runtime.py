@@ -1,4 +1,4 @@
-"""Running real programs on the simulated chip (API.md §2, §3, §6): results against
+"""Running real programs on the simulated chip (docs/api.md §2, §3, §6): results against
 numpy, per-call ring sizing in the reports, the arena cache, Python kernels, capacity
 failures, misuse, and the GIL being released while the runtime waits."""
 
@@ -828,7 +828,7 @@ def test_gil_released_other_python_threads_progress():
 
 
 def test_inferred_dependencies_through_overlapping_views():
-    """RAW and WAW through overlap of row slices of one host tensor (reference §5):
+    """RAW and WAW through overlap of row slices of one host tensor (docs/api.md §3.1):
     INOUT and OUTPUT_EXISTING writers are recorded, INPUT readers and INOUT writers
     look them up."""
     log = []

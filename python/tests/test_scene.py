@@ -1,4 +1,4 @@
-"""taskring.scene_test (API.md §5): case-config validation at decoration, per-case
+"""taskring.scene_test (docs/api.md §5): case-config validation at decoration, per-case
 CallConfigs, no environment mutation, golden comparison, pytest ids, standalone
 `--case` / `--rounds`."""
 
