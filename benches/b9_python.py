@@ -1,5 +1,5 @@
 """B9 python: a 67-task decode step replayed (``ChipWorker.capture`` / ``g.replay``,
-API.md §10) against the same program run normally (``w.run``), from Python.
+docs/api.md §10) against the same program run normally (``w.run``), from Python.
 
 The decode step mirrors ``crates/taskring-bench/src/bench/b9.rs`` (``decode_step``):
 the paged-attention decode with 32 KV blocks, q [H=4, D=16], K^T [32·16, 8],
@@ -28,7 +28,7 @@ Where the time goes (in each round, not part of the bar): the builtin step's Pyt
 orchestration alone (timed inside it) against those runs' wall time, and a run and a
 replay of a program with no task (the fixed cost around the graph).
 
-Bar (issue 17, BENCHMARKS.md B9): the builtin decode step replayed >= 3x faster than run.
+Bar (docs/benchmarks.md, B9): the builtin decode step replayed >= 3x faster than run.
 
 Usage: .venv/bin/python benches/b9_python.py [--reps 7] [--batch 200] [--out-dir bench-results]
 Writes bench-results/b9_python.json and prints a one-line summary.

@@ -37,7 +37,7 @@ until other processes use less than --quiet of the CPUs, and records how busy th
 was. Results go to bench-results/b1_<pattern>.json, plus a PNG plot when matplotlib is
 installed. The script prints a one-line summary per pattern.
 
-Bars (BENCHMARKS.md, B1): stencil_1d METG <= 1.0x the OpenMP baseline; trivial METG <= 1 us.
+Bars (docs/benchmarks.md, B1): stencil_1d METG <= 1.0x the OpenMP baseline; trivial METG <= 1 us.
 
 usage: python3 benches/taskbench/metg.py [PATTERN ...] [--steps 1000] [--width CORES]
        [--ngraphs 1] [--iter-max 65536] [--iter-min 1] [--fine-below 8192] [--factor 1.4142]
