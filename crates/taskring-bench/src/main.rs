@@ -1,4 +1,4 @@
-//! `taskring-bench`: the benchmarks of BENCHMARKS.md, kept out of the user-facing
+//! `taskring-bench`: the benchmarks of `docs/benchmarks.md`, kept out of the user-facing
 //! `taskring` command (the Python entry point, which forwards `taskring bench ...` and
 //! `taskring taskbench ...` here).
 //!

@@ -1,5 +1,5 @@
 //! `taskring-bench taskbench` never aborts: impossible sizes are a one-line message and
-//! exit status 2 (API.md §6.1); small runs still print Task Bench's result lines. (The
+//! exit status 2 (`docs/api.md` §6.1); small runs still print Task Bench's result lines. (The
 //! `taskring sizing` command is the Python entry point's: python/tests/test_cli.py.)
 
 use std::process::{Command, Output};

@@ -295,7 +295,7 @@ fn judge_round_trips(
     );
 }
 
-/// BENCHMARKS.md's round-trip bar: at most 8 µs and at most 10 times the ping-pong.
+/// `docs/benchmarks.md`'s round-trip bar: at most 8 µs and at most 10 times the ping-pong.
 fn rt_bar_met(rt_us: f64, ping_pong_us: f64) -> bool {
     rt_us <= 8.0 && rt_us <= 10.0 * ping_pong_us
 }

@@ -1,4 +1,4 @@
-//! B9 replay: captured graphs replayed (API.md §10) against the executors they compete
+//! B9 replay: captured graphs replayed (`docs/api.md` §10) against the executors they compete
 //! with, in the same run (samples interleaved).
 //!
 //! - every B3 pattern ([`super::b3::patterns`]), captured once with the default sizing,

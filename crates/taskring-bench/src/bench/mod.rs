@@ -1,4 +1,4 @@
-//! `taskring-bench <name>`: the benchmarks B2–B6 and B10 of BENCHMARKS.md (B7 is
+//! `taskring-bench <name>`: the benchmarks B2–B6 and B10 of `docs/benchmarks.md` (B7 is
 //! `benches/b7_python.py`, B1 is `taskring-bench taskbench`).
 //!
 //! Every benchmark pins its thread counts, takes the median of at least 5 repetitions
@@ -91,7 +91,7 @@ pub fn loadavg() -> String {
         .join(" ")
 }
 
-/// A bar of BENCHMARKS.md and whether this run met it.
+/// A bar of `docs/benchmarks.md` and whether this run met it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Bar {
     pub text: String,
