@@ -1,5 +1,5 @@
 //! Native (C ABI) kernels from Python: `taskring.load_kernel` and numba cfuncs
-//! (API.md §11). The kernels themselves live in `taskring::kernel::native`.
+//! (`docs/api.md` §11). The kernels themselves live in `taskring::kernel::native`.
 
 use crate::runtime::{dtype_from_name, PyKernel};
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};

@@ -341,7 +341,7 @@ impl PyNodeOrchestrator {
         cfg.validate()
             .map_err(|e| PyValueError::new_err(e.message))?;
         let owners = self.owners.bind(py);
-        // Simpler-style `TaskArgs` (API.md §4.1.1): put in the program's signature order.
+        // Simpler-style `TaskArgs` (`docs/api.md` §4.1.1): put in the program's signature order.
         let ordered = match args.extract::<PyRef<'_, crate::runtime::PyTaskArgs>>() {
             Ok(ta) => {
                 let dirs: Vec<u32> = self

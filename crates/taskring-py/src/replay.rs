@@ -1,5 +1,5 @@
 //! `CapturedProgram`: a program's task graph recorded by `ChipWorker.capture`, replayed
-//! on the worker that captured it (API.md §10; the engine side is
+//! on the worker that captured it (`docs/api.md` §10; the engine side is
 //! `taskring::engine::replay`).
 
 use crate::config::{call_config_of, PyCallConfig};
