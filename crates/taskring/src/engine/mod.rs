@@ -1,6 +1,6 @@
 //! The task engine: rings, tensormap, scopes, submission and completion.
 //!
-//! One engine serves both levels (ARCHITECTURE.md §1): what differs between an L2 chip
+//! One engine serves both levels (`docs/architecture.md`): what differs between an L2 chip
 //! and an L3 node is only what runs a ready task, which is a [`Kernel`](crate::kernel::Kernel)
 //! either way (a compute kernel on a core thread, or a chip dispatch on an endpoint).
 //!
@@ -14,7 +14,7 @@
 //!
 //! What is not tracked: write-after-read. A task that overwrites a buffer an earlier task
 //! only reads (INPUT) does not wait for that reader. Make the reader INOUT, or add an
-//! explicit dependency on it (reference §5.5).
+//! explicit dependency on it (`docs/api.md` §3.1; upstream does not track it either).
 
 pub(crate) mod depgraph;
 pub(crate) mod error;
@@ -44,7 +44,7 @@ pub(crate) const FANIN_INLINE: usize = 16;
 /// Deepest scope nesting.
 pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
 
-/// How a task uses a tensor argument (reference §5.1).
+/// How a task uses a tensor argument (upstream's `TensorArgType`; `docs/api.md` §3.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ArgTag {
     /// Read; depends on the creator and on overlapping writers.

@@ -1,7 +1,7 @@
 //! The orchestrator: submission, scopes and output-only allocations, on the caller's
 //! thread; and [`OrchState`], its private per-arena state.
 //!
-//! Submit, in order (reference §6.2), each step able to fail the run with a precise
+//! Submit, in order (upstream's steps), each step able to fail the run with a precise
 //! [`RuntimeFailure`]:
 //! 1. validate the arguments (counts, views, the kernel's own check, explicit deps, and
 //!    that no tensor outlives the scope of the task that produced it) — INVALID_ARGS;

@@ -1,4 +1,4 @@
-//! Capture and replay (API.md §10): record the task graph of one run, then feed the
+//! Capture and replay (`docs/api.md` §10): record the task graph of one run, then feed the
 //! recorded tasks to the engine again without running the orchestration, without the
 //! tensormap and without inferring dependencies.
 //!

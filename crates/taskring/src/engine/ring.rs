@@ -7,10 +7,10 @@
 //! between threads; the shared side (slot states, the watermark itself) lives in
 //! `engine::shared`.
 //!
-//! Rules (reference §3):
+//! Rules (upstream's, per ring):
 //! - window: local ids `[last_alive, next)` are live; admission needs
 //!   `next - last_alive + 1 < window`, so at most `window - 1` tasks are live;
-//! - heap (§3.2): each task's outputs are packed (each output rounded up to 1 KiB); a
+//! - heap: each task's outputs are packed (each output rounded up to 1 KiB); a
 //!   request never straddles the end: if it does not fit before the end it wraps to 0
 //!   when `tail > size` (strictly), abandoning the end gap; an empty ring parked at a
 //!   non-zero offset rebases to 0; the tail is derived from the `heap_end` of the last

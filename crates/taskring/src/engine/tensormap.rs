@@ -9,7 +9,7 @@
 //! Reset for a new run is O(1): buckets carry an epoch stamp; a stale stamp reads as an
 //! empty bucket.
 //!
-//! Overlap (reference §5.3): a newer probe version is conservatively overlapping; disjoint
+//! Overlap (upstream's test): a newer probe version is conservatively overlapping; disjoint
 //! element ranges do not overlap; views of identical stride structure are compared per
 //! dimension (disjoint / covered / partial); anything else is conservatively overlapping.
 

@@ -2,7 +2,7 @@
 //! references: the orchestrator's claims and links, reference release, and the
 //! completion protocol that runs on the core threads.
 //!
-//! Reference accounting of a task T (reference §6.4):
+//! Reference accounting of a task T (as in upstream's completion path):
 //! - `fanout_count` = `SCOPE_BIT` (the owning scope's reference, set when T's slot is
 //!   prepared) + one per consumer claim (orchestrator, under T's lock) + one for T's own
 //!   completion (taken in completion step 1, under T's lock);
