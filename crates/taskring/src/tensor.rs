@@ -9,7 +9,7 @@
 //! - `1 <= ndims <= MAX_DIMS`, every shape entry `>= 1`, every stride `>= 1`;
 //! - the view stays inside its buffer: `(offset + extent) * elem_size <= buf_bytes`.
 //!
-//! Who uses it: the orchestrator (dependency inference, §5 of the reference), the
+//! Who uses it: the orchestrator (dependency inference, `docs/api.md` §3.1), the
 //! tensormap (overlap test), kernels (element access through [`Tensor::data_ptr`] and [`Tensor::as_rows`]).
 
 use std::fmt;

@@ -141,7 +141,7 @@ pub(crate) fn write_scope_stats(
 ///   edge per `(pred, succ, source)`, flags merged; a dependency both declared and
 ///   inferred is two edges.
 ///
-/// Edges are what the program implies under the runtime's rules (reference §5: RAW
+/// Edges are what the program implies under the runtime's rules (`docs/api.md` §3.1: RAW
 /// and WAW through view overlap, WAR not tracked, nothing inferred in manual scopes),
 /// independent of timing: a producer that had already completed or retired when its
 /// consumer was submitted is still an edge, though the engine does not wait on it. So

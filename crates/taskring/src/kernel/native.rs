@@ -1,4 +1,4 @@
-//! Native kernels: C functions with the ABI of `include/taskring_kernel.h` (API.md §11),
+//! Native kernels: C functions with the ABI of `include/taskring_kernel.h` (`docs/api.md` §11),
 //! loaded from a shared library (`dlopen` through `libloading`) or given by address (a
 //! `numba.cfunc`). They run on core threads like the builtins: no interpreter lock, so a
 //! chip runs as many at once as it has cores.

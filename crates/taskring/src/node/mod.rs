@@ -1,7 +1,7 @@
 //! L3: a host running one engine whose tasks are whole L2 dispatches, each shipped with
 //! its own `CallConfig` to a chip — a child process (default) or a thread.
 //!
-//! One engine, two executors (ARCHITECTURE.md §1): the node is a [`ChipWorker`] whose
+//! One engine, two executors (`docs/architecture.md`): the node is a [`ChipWorker`] whose
 //! "kernel" is the chip dispatch: a core thread of the node that picks a ready L3 task
 //! encodes it into its chip's mailbox ([`frame`], [`mailbox`]), waits for the reply and
 //! completes the task. Dependencies between L2 tasks are inferred by the node's
@@ -26,7 +26,7 @@
 //!    whole node (mailboxes, pipes, engine threads and arenas) is freed: init/close
 //!    cycles leak nothing.
 //!
-//! # Outputs for tools (API.md §7)
+//! # Outputs for tools (`docs/api.md` §7)
 //!
 //! - **A chip task's DFX files** (its `CallConfig`'s scope stats, `deps.json`,
 //!   swimlane) go to `{its output_prefix}/chip{worker}/` ([`chip_dir`]; a prefix that
