@@ -1,4 +1,4 @@
-//! `deps.json` (`CallConfig.enable_dep_gen`, API.md §7): every field of a program with a
+//! `deps.json` (`CallConfig.enable_dep_gen`, `docs/api.md` §7): every field of a program with a
 //! chain through a runtime output, tensormap edges through views of host arrays, an
 //! explicit dependency across rings, a manual scope and an output-only allocation.
 

@@ -218,7 +218,7 @@ fn hanging(name: &str, release: &'static AtomicBool) -> KernelRef {
 }
 
 /// A chip with a short backstop: a kernel that runs longer than it must not be taken for
-/// a deadlock (API.md §6.1).
+/// a deadlock (`docs/api.md` §6.1).
 fn short_backstop_chip() -> ChipWorker {
     ChipWorker::new(ChipOptions {
         cores: 2,

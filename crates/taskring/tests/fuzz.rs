@@ -696,7 +696,7 @@ fn frame_encoder_decoder_asymmetries() {
 // (b) PTO2_RING_* parsing
 // ------------------------------------------------------------------------------------------
 
-/// An independent model of the rule (API.md §1): one value or exactly four, comma
+/// An independent model of the rule (`docs/api.md` §1): one value or exactly four, comma
 /// separated, whitespace around each trimmed; each a base-10 u64 with an optional `+`;
 /// `0` = fall through; non-zero values must pass the field's rule.
 fn model(field: RingField, s: &str) -> Option<[u64; 4]> {

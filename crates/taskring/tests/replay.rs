@@ -1,4 +1,4 @@
-//! Capture and replay (API.md §10): a replay computes what a normal run computes, on
+//! Capture and replay (`docs/api.md` §10): a replay computes what a normal run computes, on
 //! random programs; argument checks; `exact_config`; failures during a replay.
 //!
 //! Random programs: K = 3 host buffers [8, 8] f32 and the runtime outputs the program
