@@ -12,16 +12,86 @@
 //! [`ArenaCache`] keeps up to `slots` arenas keyed by [`RingSizing::key`] in LRU order;
 //! evicting one unmaps its memory. `slots = 1` is upstream's single slot: every change
 //! of sizing rebuilds.
+//!
+//! # Device memory
+//!
+//! Host memory is committed lazily, but a device allocates an arena whole. Each arena is
+//! charged at its device footprint ([`device_footprint`]) against the chip's device
+//! memory (`ChipOptions::device_memory`): per ring, task-window slots ×
+//! [`SLOT_RECORD_BYTES`] + heap bytes + dep-pool entries × [`DEP_ENTRY_BYTES`], plus one
+//! tensormap ([`TENSORMAP_BYTES`]). An arena that does not fit beside the cached ones
+//! evicts idle cached arenas, least recently used first; one that cannot fit even
+//! then is refused ([`AcquireError::OutOfMemory`]) before anything is evicted.
 
 use crate::config::RingSizing;
-use crate::engine::shared::{ArenaShared, RingShared};
+use crate::engine::shared::{ArenaShared, DepNode, PayloadCell, RingShared, SlotState};
 use crate::engine::OrchState;
 use crate::mem::{ReserveError, ZeroedArray};
 use std::time::Instant;
 
+/// Device bytes of one task-window slot: its state, its payload and the orchestrator's
+/// record of it.
+pub const SLOT_RECORD_BYTES: u64 = (std::mem::size_of::<SlotState>()
+    + std::mem::size_of::<PayloadCell>()
+    + crate::engine::orch::ORCH_SLOT_BYTES) as u64;
+
+/// Device bytes of one dependency-pool entry: a fanout node and a fanin spill word.
+pub const DEP_ENTRY_BYTES: u64 =
+    (std::mem::size_of::<DepNode>() + std::mem::size_of::<u64>()) as u64;
+
+/// Device bytes of an arena's tensormap (its entry pool and buckets).
+pub const TENSORMAP_BYTES: u64 = crate::engine::tensormap::TENSORMAP_BYTES as u64;
+
+/// The device footprint of an arena of `sizing` (see the module doc), saturating.
+pub fn device_footprint(sizing: &RingSizing) -> u64 {
+    (0..4).fold(TENSORMAP_BYTES, |b, r| {
+        b.saturating_add(sizing.task_window[r].saturating_mul(SLOT_RECORD_BYTES))
+            .saturating_add(sizing.heap[r])
+            .saturating_add(sizing.dep_pool[r].saturating_mul(DEP_ENTRY_BYTES))
+    })
+}
+
+/// [`device_footprint`] of a sizing given by its [`RingSizing::key`] (windows, heaps,
+/// dep pools).
+pub fn key_footprint(key: &[u64; 12]) -> u64 {
+    (0..4).fold(TENSORMAP_BYTES, |b, r| {
+        b.saturating_add(key[r].saturating_mul(SLOT_RECORD_BYTES))
+            .saturating_add(key[4 + r])
+            .saturating_add(key[8 + r].saturating_mul(DEP_ENTRY_BYTES))
+    })
+}
+
+/// A sizing in a few words (for messages that list several).
+pub(crate) fn sizing_words(s: &RingSizing) -> String {
+    format!(
+        "window={:?} heap={:?} dep_pool={:?}",
+        s.task_window, s.heap, s.dep_pool
+    )
+}
+
+/// Why [`ArenaCache::acquire`] gave no arena.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum AcquireError {
+    /// The host could not reserve the memory.
+    #[error("{0}")]
+    Reserve(#[from] ReserveError),
+    /// The arena does not fit the chip's device memory, even with every idle cached
+    /// arena evicted.
+    #[error("the arena for this sizing ({sizing}) needs {needed} bytes, {free} of {capacity} are free (held: {held})")]
+    OutOfMemory {
+        sizing: String,
+        needed: u64,
+        free: u64,
+        capacity: u64,
+        /// What holds the rest, e.g. `arena window=[..] ...: N bytes, ...` or `nothing`.
+        held: String,
+    },
+}
 /// All memory one ring sizing needs. See the module doc.
 pub struct Arena {
     sizing: RingSizing,
+    /// [`device_footprint`] of the sizing.
+    device_bytes: u64,
     pub(crate) shared: ArenaShared,
     pub(crate) orch: OrchState,
     heaps: Vec<HeapMemory>,
@@ -82,6 +152,7 @@ impl Arena {
         let orch = OrchState::new(sizing, bases)?;
         Ok(Arena {
             sizing: *sizing,
+            device_bytes: device_footprint(sizing),
             shared,
             orch,
             heaps,
@@ -106,6 +177,11 @@ impl Arena {
         self.orch.reset();
     }
 
+    /// The arena's device footprint ([`device_footprint`]).
+    pub fn device_bytes(&self) -> u64 {
+        self.device_bytes
+    }
+
     /// Bytes of address space reserved by the heaps.
     pub fn heap_reserved_bytes(&self) -> u64 {
         self.heaps.iter().map(|h| h.reserved()).sum()
@@ -123,6 +199,12 @@ pub struct ArenaStats {
     pub resident: Vec<[u64; 12]>,
     /// Total seconds spent building.
     pub build_s: f64,
+    /// Device bytes of the resident arenas.
+    pub resident_bytes: u64,
+    /// Device bytes held outside the cache (arenas set aside for a stuck kernel).
+    pub held_bytes: u64,
+    /// The chip's device memory.
+    pub capacity_bytes: u64,
 }
 
 /// LRU cache of arenas. See the module doc.
@@ -134,6 +216,10 @@ pub struct ArenaCache {
     #[allow(clippy::vec_box)]
     arenas: Vec<Box<Arena>>,
     stats: ArenaStats,
+    /// Device memory the arenas are charged against.
+    capacity: u64,
+    /// Device memory held outside the cache, with what holds it.
+    outside: Vec<(String, u64)>,
 }
 
 /// What [`ArenaCache::acquire`] did.
@@ -151,7 +237,83 @@ impl ArenaCache {
             shared_heaps: false,
             arenas: Vec::new(),
             stats: ArenaStats::default(),
+            capacity: u64::MAX,
+            outside: Vec::new(),
         }
+    }
+
+    /// Charge the arenas against `bytes` of device memory (default: unlimited).
+    pub fn with_device_memory(mut self, bytes: u64) -> ArenaCache {
+        self.capacity = bytes;
+        self
+    }
+
+    /// Device memory held outside the cache now (what, bytes); counted as used.
+    pub(crate) fn set_outside(&mut self, held: Vec<(String, u64)>) {
+        self.outside = held;
+    }
+
+    /// Device bytes of the resident arenas.
+    pub fn resident_bytes(&self) -> u64 {
+        self.arenas
+            .iter()
+            .map(|a| a.device_bytes)
+            .fold(0, u64::saturating_add)
+    }
+
+    fn outside_bytes(&self) -> u64 {
+        self.outside
+            .iter()
+            .map(|h| h.1)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Device bytes in use: resident arenas and what is held outside.
+    pub fn used_bytes(&self) -> u64 {
+        self.resident_bytes().saturating_add(self.outside_bytes())
+    }
+
+    /// The device memory the arenas are charged against.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Make room for an arena of `sizing`: refuse it if it cannot fit even with every
+    /// cached arena gone (nothing is evicted then), else evict the least recently used
+    /// until it fits.
+    fn make_room(&mut self, sizing: &RingSizing) -> Result<(), AcquireError> {
+        let needed = device_footprint(sizing);
+        let outside = self.outside_bytes();
+        if needed > self.capacity.saturating_sub(outside) {
+            let mut held: Vec<String> = self
+                .arenas
+                .iter()
+                .map(|a| {
+                    format!(
+                        "arena {}: {} bytes (idle)",
+                        sizing_words(&a.sizing),
+                        a.device_bytes
+                    )
+                })
+                .collect();
+            held.extend(self.outside.iter().map(|(w, b)| format!("{w}: {b} bytes")));
+            return Err(AcquireError::OutOfMemory {
+                sizing: sizing_words(sizing),
+                needed,
+                free: self.capacity.saturating_sub(self.used_bytes()),
+                capacity: self.capacity,
+                held: if held.is_empty() {
+                    "nothing".into()
+                } else {
+                    held.join(", ")
+                },
+            });
+        }
+        while self.used_bytes().saturating_add(needed) > self.capacity && !self.arenas.is_empty() {
+            self.arenas.pop();
+            self.stats.evictions += 1;
+        }
+        Ok(())
     }
 
     /// A cache whose arenas keep their heaps in shared memory (L3 nodes).
@@ -174,7 +336,7 @@ impl ArenaCache {
 
     /// Build `sizing`'s arena into the cache unless resident (prewarm). Counts as a
     /// build, not as a hit or miss.
-    pub fn prewarm(&mut self, sizing: &RingSizing) -> Result<(), ReserveError> {
+    pub fn prewarm(&mut self, sizing: &RingSizing) -> Result<(), AcquireError> {
         if self.contains(sizing) {
             return Ok(());
         }
@@ -182,7 +344,8 @@ impl ArenaCache {
         Ok(())
     }
 
-    fn insert_new(&mut self, sizing: &RingSizing) -> Result<f64, ReserveError> {
+    fn insert_new(&mut self, sizing: &RingSizing) -> Result<f64, AcquireError> {
+        self.make_room(sizing)?;
         if self.arenas.len() >= self.slots {
             // Drop the least recently used first so its memory is returned before the
             // new reservation.
@@ -198,7 +361,7 @@ impl ArenaCache {
                     self.arenas.pop();
                     self.stats.evictions += 1;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         };
         let s = a.build_s;
@@ -209,7 +372,7 @@ impl ArenaCache {
     }
 
     /// The arena for `sizing`, most recently used now; built if absent.
-    pub fn acquire(&mut self, sizing: &RingSizing) -> Result<(&mut Arena, Acquired), ReserveError> {
+    pub fn acquire(&mut self, sizing: &RingSizing) -> Result<(&mut Arena, Acquired), AcquireError> {
         let k = sizing.key();
         if let Some(i) = self.arenas.iter().position(|a| a.sizing.key() == k) {
             self.stats.hits += 1;
@@ -255,6 +418,9 @@ impl ArenaCache {
     pub fn stats(&self) -> ArenaStats {
         let mut s = self.stats.clone();
         s.resident = self.arenas.iter().map(|a| a.sizing.key()).collect();
+        s.resident_bytes = self.resident_bytes();
+        s.held_bytes = self.outside_bytes();
+        s.capacity_bytes = self.capacity;
         s
     }
 
@@ -319,6 +485,84 @@ mod tests {
         assert_eq!(s.resident[0], big(16).key());
         assert!(!s.resident.contains(&big(8).key()), "{:?}", s.resident);
         assert!(s.evictions >= 1);
+    }
+
+    /// A slot's state, its payload and the orchestrator's record of it.
+    const SLOT_BYTES_PINNED: u64 = 1696;
+    /// A fanout node and a spill word.
+    const DEP_BYTES_PINNED: u64 = 24;
+    /// 65536 entries of 96 bytes + 4096 buckets of 8.
+    const TMAP_BYTES_PINNED: u64 = 65536 * 96 + 4096 * 8;
+
+    #[test]
+    fn device_footprint_by_hand() {
+        // The records the formula counts, pinned: a change of layout shows here.
+        assert_eq!(
+            (SLOT_RECORD_BYTES, DEP_ENTRY_BYTES, TENSORMAP_BYTES),
+            (SLOT_BYTES_PINNED, DEP_BYTES_PINNED, TMAP_BYTES_PINNED)
+        );
+        let s =
+            RingSizing::from_values([16, 32, 64, 128], [1024, 2048, 4096, 8192], [64, 4, 8, 16])
+                .unwrap();
+        let want = TMAP_BYTES_PINNED
+            + (16 + 32 + 64 + 128) * SLOT_BYTES_PINNED
+            + (1024 + 2048 + 4096 + 8192)
+            + (64 + 4 + 8 + 16) * DEP_BYTES_PINNED;
+        assert_eq!(device_footprint(&s), want);
+        assert_eq!(key_footprint(&s.key()), want);
+        // Saturates instead of wrapping.
+        let huge = RingSizing::uniform(1 << 30, 1 << 62, 64).unwrap();
+        assert_eq!(device_footprint(&huge), u64::MAX);
+    }
+
+    #[test]
+    fn an_arena_that_does_not_fit_evicts_idle_ones_lru_first() {
+        let (a, b, c) = (sz(4), sz(8), sz(16));
+        let per = device_footprint(&c);
+        // Room for two arenas of these sizes, not three.
+        let mut cache = ArenaCache::new(8).with_device_memory(2 * per + per / 2);
+        cache.acquire(&a).unwrap();
+        cache.acquire(&b).unwrap();
+        cache.acquire(&a).unwrap(); // a is now the most recently used
+        assert_eq!(cache.stats().evictions, 0);
+        cache.acquire(&c).unwrap(); // evicts b, the least recently used
+        let s = cache.stats();
+        assert_eq!(s.resident, vec![c.key(), a.key()]);
+        assert_eq!(s.evictions, 1);
+        assert_eq!(
+            s.resident_bytes,
+            device_footprint(&a) + device_footprint(&c)
+        );
+        assert!(s.resident_bytes <= s.capacity_bytes);
+    }
+
+    #[test]
+    fn an_arena_larger_than_the_device_is_refused_and_nothing_is_evicted() {
+        let small = sz(4);
+        let mut cache = ArenaCache::new(4).with_device_memory(device_footprint(&small) + (4 << 20));
+        cache.acquire(&small).unwrap();
+        let big = RingSizing::uniform(16, 16 << 20, 64).unwrap();
+        match cache.acquire(&big) {
+            Err(AcquireError::OutOfMemory {
+                needed,
+                free,
+                capacity,
+                held,
+                ..
+            }) => {
+                assert_eq!(needed, device_footprint(&big));
+                assert_eq!(capacity, cache.capacity());
+                assert_eq!(free, capacity - device_footprint(&small));
+                assert!(
+                    held.contains("arena window=[4, 4, 4, 4]") && held.contains("(idle)"),
+                    "{held}"
+                );
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("an arena larger than the device was built"),
+        }
+        assert_eq!(cache.stats().resident, vec![small.key()]);
+        assert_eq!(cache.stats().evictions, 0);
     }
 
     #[test]

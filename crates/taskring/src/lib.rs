@@ -120,9 +120,10 @@ pub mod node;
 pub mod sync;
 pub mod tensor;
 
-pub use arena::{Arena, ArenaCache, ArenaStats};
+pub use arena::{device_footprint, AcquireError, Arena, ArenaCache, ArenaStats};
 pub use chip::{
-    Arg, Captured, ChipOptions, ChipWorker, HostTensor, Program, ReplayError, RunError, RunReport,
+    Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program, ReplayError,
+    RunError, RunReport,
 };
 pub use config::{CallConfig, ConfigError, RingField, RingSizing, RuntimeEnv, SizeSource};
 pub use engine::{

@@ -1780,6 +1780,9 @@ mod l4 {
                                     arena_build_s: 0.5,
                                     elapsed_s: 0.25,
                                     replayed: false,
+                                    device_memory: taskring::DeviceMemory::of_sizing(
+                                        &taskring::RingSizing::default(),
+                                    ),
                                 };
                                 r.peak.heap[w % 4] = c as u64;
                                 r

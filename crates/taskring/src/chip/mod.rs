@@ -34,8 +34,11 @@ mod run;
 pub(crate) mod spin;
 
 pub use capture::{Captured, ReplayError};
-pub use options::{ChipOptions, Diagnostics, MAX_CORES};
-pub use report::{RunError, RunReport};
+pub use options::{
+    default_device_memory, ChipOptions, Diagnostics, DEFAULT_DEVICE_MEMORY, MAX_CORES,
+    MIN_DEVICE_MEMORY,
+};
+pub use report::{DeviceMemory, RunError, RunReport};
 
 use self::core::{core_loop, Core, CORE_IDLE};
 use crate::arena::{ArenaCache, ArenaStats};
@@ -277,19 +280,26 @@ impl ChipWorker {
                 }
             })
             .collect();
+        if opts.device_memory < MIN_DEVICE_MEMORY {
+            return Err(RuntimeFailure::new(
+                StatusCode::RuntimeSetup,
+                None,
+                format!(
+                    "device_memory must be an int >= {MIN_DEVICE_MEMORY} (bytes), got {}",
+                    opts.device_memory
+                ),
+            ));
+        }
         let mut cache = if opts.shared_heaps {
             ArenaCache::new_shared(opts.arena_cache_slots)
         } else {
             ArenaCache::new(opts.arena_cache_slots)
-        };
+        }
+        .with_device_memory(opts.device_memory);
         for s in opts.prewarm.iter().take(cache.slots()) {
-            cache.prewarm(s).map_err(|e| {
-                RuntimeFailure::new(
-                    StatusCode::RuntimeSetup,
-                    None,
-                    format!("prewarm of {s}: {e}"),
-                )
-            })?;
+            cache
+                .prewarm(s)
+                .map_err(|e| acquire_failure(&e, "prewarm"))?;
         }
         let shared = Arc::new(ChipShared {
             eng: EngineShared::with_lanes(opts.lanes),
@@ -429,13 +439,31 @@ impl ChipWorker {
 
     /// Build `sizing`'s arena now if it is not resident.
     pub fn prewarm(&mut self, sizing: &RingSizing) -> Result<(), RuntimeFailure> {
-        self.cache.prewarm(sizing).map_err(|e| {
-            RuntimeFailure::new(
-                StatusCode::RuntimeSetup,
-                None,
-                format!("prewarm of {sizing}: {e}"),
-            )
-        })
+        self.cache
+            .prewarm(sizing)
+            .map_err(|e| acquire_failure(&e, "prewarm"))
+    }
+
+    /// The chip's device memory now, with `sizing`'s arena footprint.
+    pub fn device_memory(&self, sizing: &RingSizing) -> DeviceMemory {
+        DeviceMemory {
+            arena_bytes: crate::arena::device_footprint(sizing),
+            used_bytes: self.cache.used_bytes(),
+            capacity_bytes: self.cache.capacity(),
+        }
+    }
+}
+
+/// A failure to get an arena as the run's error: DEVICE_OUT_OF_MEMORY when it does not
+/// fit the device memory, else RUNTIME_SETUP (`what`: "prewarm" or "arena").
+pub(crate) fn acquire_failure(e: &crate::arena::AcquireError, what: &str) -> RuntimeFailure {
+    match e {
+        crate::arena::AcquireError::OutOfMemory { .. } => {
+            RuntimeFailure::new(StatusCode::DeviceOutOfMemory, None, e.to_string())
+        }
+        crate::arena::AcquireError::Reserve(_) => {
+            RuntimeFailure::new(StatusCode::RuntimeSetup, None, format!("{what}: {e}"))
+        }
     }
 }
 

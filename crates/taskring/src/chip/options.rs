@@ -38,6 +38,39 @@ pub struct ChipOptions {
     /// none (cores take tasks by core kind).
     #[doc(hidden)]
     pub lanes: usize,
+    /// Device memory in bytes: every cached arena is charged at its device footprint
+    /// against it (`arena` module doc). Default 64 GiB, or `TASKRING_DEVICE_MEMORY`.
+    pub device_memory: u64,
+}
+
+/// The default device memory of a chip: 64 GiB (an a2a3-class device).
+pub const DEFAULT_DEVICE_MEMORY: u64 = 64 << 30;
+
+/// The smallest device memory a chip may be given.
+pub const MIN_DEVICE_MEMORY: u64 = 1 << 20;
+
+/// The process default of `ChipOptions::device_memory`: `TASKRING_DEVICE_MEMORY` when it
+/// holds an integer >= [`MIN_DEVICE_MEMORY`] (else a warning on stderr, once per value,
+/// and the built-in 64 GiB).
+pub fn default_device_memory() -> u64 {
+    let Some(v) = std::env::var_os("TASKRING_DEVICE_MEMORY") else {
+        return DEFAULT_DEVICE_MEMORY;
+    };
+    let text = v.to_string_lossy().trim().to_string();
+    match text.parse::<u64>() {
+        Ok(b) if b >= MIN_DEVICE_MEMORY => b,
+        _ => {
+            static WARNED: parking_lot::Mutex<Vec<String>> = parking_lot::Mutex::new(Vec::new());
+            let mut w = WARNED.lock();
+            if !w.contains(&text) {
+                eprintln!(
+                    "taskring: ignoring TASKRING_DEVICE_MEMORY={text:?}: must be an integer >= {MIN_DEVICE_MEMORY} (bytes)"
+                );
+                w.push(text);
+            }
+            DEFAULT_DEVICE_MEMORY
+        }
+    }
 }
 
 fn env_ms(var: &str) -> Option<Duration> {
@@ -61,6 +94,7 @@ impl Default for ChipOptions {
             shared_heaps: false,
             orchestrator_helps: false,
             lanes: 0,
+            device_memory: default_device_memory(),
         }
     }
 }

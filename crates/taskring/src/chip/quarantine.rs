@@ -107,6 +107,28 @@ impl ChipWorker {
             .into_iter()
             .filter(|s| !self.thread_ended(s.thread))
             .collect();
+        self.charge_stuck();
+    }
+
+    /// Charge the set-aside arenas to the chip's device memory.
+    fn charge_stuck(&mut self) {
+        let held = self
+            .stuck
+            .iter()
+            .filter_map(|s| {
+                s.arena.as_ref().map(|a| {
+                    (
+                        format!(
+                            "arena {} set aside for kernel '{}' given up on",
+                            crate::arena::sizing_words(a.sizing()),
+                            s.kernel
+                        ),
+                        a.device_bytes(),
+                    )
+                })
+            })
+            .collect();
+        self.cache.set_outside(held);
     }
 
     /// Move the arenas of new entries out of the cache (after the failed run wrote its
@@ -121,6 +143,7 @@ impl ChipWorker {
                 }
             }
         }
+        self.charge_stuck();
     }
 
     /// Kernels given up on that may still write memory, as `(kernel, task, core)`.

@@ -27,6 +27,30 @@ pub struct RunReport {
     pub elapsed_s: f64,
     /// A replay of a captured graph ([`crate::chip::Captured::replay`]).
     pub replayed: bool,
+    /// Device memory: this sizing's arena, and the chip's use and capacity after the run.
+    pub device_memory: DeviceMemory,
+}
+
+/// Device memory as a run report gives it (bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// The device footprint of this dispatch's sizing (`arena::device_footprint`).
+    pub arena_bytes: u64,
+    /// The chip's device memory in use after the run (0 where not reported: a report
+    /// that crossed a process boundary carries only `arena_bytes`).
+    pub used_bytes: u64,
+    /// The chip's device memory (0 where not reported).
+    pub capacity_bytes: u64,
+}
+
+impl DeviceMemory {
+    /// Only the arena's footprint of `sizing` (use and capacity not known here).
+    pub fn of_sizing(sizing: &crate::config::RingSizing) -> DeviceMemory {
+        DeviceMemory {
+            arena_bytes: crate::arena::device_footprint(sizing),
+            ..DeviceMemory::default()
+        }
+    }
 }
 
 /// Why a dispatch did not run or failed.

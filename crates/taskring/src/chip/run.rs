@@ -188,6 +188,7 @@ impl ChipWorker {
             arena_build_s: acq.build_s,
             elapsed_s: t0.elapsed().as_secs_f64(),
             replayed: true,
+            device_memory: self.device_memory(sizing),
         })
     }
 
@@ -452,6 +453,7 @@ impl ChipWorker {
             arena_build_s: acq.build_s,
             elapsed_s: t0.elapsed().as_secs_f64(),
             replayed,
+            device_memory: self.device_memory(sizing),
         })
     }
 }
@@ -549,13 +551,9 @@ fn acquire_arena<'c>(
     cache: &'c mut ArenaCache,
     sizing: &RingSizing,
 ) -> Result<(&'c mut Arena, Acquired), RuntimeFailure> {
-    cache.acquire(sizing).map_err(|e| {
-        RuntimeFailure::new(
-            StatusCode::RuntimeSetup,
-            None,
-            format!("arena for {sizing}: {e}"),
-        )
-    })
+    cache
+        .acquire(sizing)
+        .map_err(|e| super::acquire_failure(&e, "arena"))
 }
 
 /// Step 1 of a run: reset the arena and switch on what the dispatch records (scope

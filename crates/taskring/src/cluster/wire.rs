@@ -493,6 +493,7 @@ mod tests {
                 arena_build_s: 0.125,
                 elapsed_s: 0.25,
                 replayed: false,
+                device_memory: crate::chip::DeviceMemory::of_sizing(&sizing),
             }),
             error: Some("chip 1 (pid 9): boom".into()),
         };
@@ -589,6 +590,7 @@ mod tests {
             arena_build_s: 0.0,
             elapsed_s: 2.5e-6,
             replayed: false,
+            device_memory: crate::chip::DeviceMemory::of_sizing(&sizing),
         };
         let r = L4Reply {
             seq: 1 << 20,

@@ -1,9 +1,10 @@
 //! Runtime failures: status codes, names, descriptions and hints.
 //!
 //! Codes, names, descriptions and hints follow upstream's `error_names.h` (reference
-//! §12.1) so users can triage with upstream's documentation. Two codes are ours:
-//! 200 TASK_FAILED (a kernel raised or panicked) and 201 RUNTIME_SETUP (an arena could
-//! not be reserved, or the chip is not usable). A failure's `description` is the fixed
+//! §12.1) so users can triage with upstream's documentation. Three codes are ours:
+//! 200 TASK_FAILED (a kernel raised or panicked), 201 RUNTIME_SETUP (an arena could
+//! not be reserved, or the chip is not usable) and 202 DEVICE_OUT_OF_MEMORY (an arena
+//! does not fit the chip's device memory). A failure's `description` is the fixed
 //! description of its code followed by the specifics of this failure (`; ...`).
 
 use std::fmt;
@@ -23,6 +24,7 @@ pub enum StatusCode {
     SchedulerTimeout = 100,
     TaskFailed = 200,
     RuntimeSetup = 201,
+    DeviceOutOfMemory = 202,
 }
 
 impl StatusCode {
@@ -43,6 +45,7 @@ impl StatusCode {
             StatusCode::SchedulerTimeout => "SCHEDULER_TIMEOUT",
             StatusCode::TaskFailed => "TASK_FAILED",
             StatusCode::RuntimeSetup => "RUNTIME_SETUP",
+            StatusCode::DeviceOutOfMemory => "DEVICE_OUT_OF_MEMORY",
         }
     }
 
@@ -59,6 +62,7 @@ impl StatusCode {
             StatusCode::SchedulerTimeout => "the scheduler saw no forward progress within its timeout; the sub_class= line below carries the device-classified reason and locators",
             StatusCode::TaskFailed => "a task's kernel raised an error or panicked; its dependants were not run",
             StatusCode::RuntimeSetup => "the runtime could not set up the chip or the arena for this dispatch",
+            StatusCode::DeviceOutOfMemory => "the arena for this dispatch's ring sizing does not fit the chip's device memory, even with every idle cached arena evicted",
         }
     }
 
@@ -75,6 +79,7 @@ impl StatusCode {
             StatusCode::SchedulerTimeout => "read the sub_class= line below first, then follow the S1-S5 table in the doc; raise PTO2_SCHEDULER_TIMEOUT_MS to tell a true deadlock apart from a merely slow kernel",
             StatusCode::TaskFailed => "fix the kernel named above; the chip is intact and the next run proceeds normally",
             StatusCode::RuntimeSetup => "check the sizing (address space for the heaps) and the chip's state",
+            StatusCode::DeviceOutOfMemory => "give this task a smaller runtime_env (taskring sizing / suggest_sizing derive one from its scope stats), or raise device_memory",
         }
     }
 }

@@ -43,6 +43,9 @@ use std::time::{Duration, Instant};
 /// publishing atomic of the current submit).
 const PREFETCH_AHEAD: u32 = 4;
 
+/// Bytes of the orchestrator's own record per task-window slot.
+pub(crate) const ORCH_SLOT_BYTES: usize = std::mem::size_of::<OrchSlot>();
+
 /// Orchestrator-private record per slot.
 #[derive(Clone, Copy)]
 struct OrchSlot {

@@ -20,6 +20,10 @@ use crate::tensor::{TaskId, Tensor};
 pub(crate) const TENSORMAP_POOL_ENTRIES: usize = 65536;
 /// Hash buckets (power of two).
 pub(crate) const TENSORMAP_BUCKETS: usize = 4096;
+
+/// Bytes of a tensormap: its entry pool and its buckets.
+pub(crate) const TENSORMAP_BYTES: usize = TENSORMAP_POOL_ENTRIES * std::mem::size_of::<Entry>()
+    + TENSORMAP_BUCKETS * std::mem::size_of::<Bucket>();
 const NIL: u32 = u32::MAX;
 
 /// Result of the overlap test between a probe and an entry of the same buffer.

@@ -200,6 +200,9 @@ pub struct NodeOptions {
     /// A chip process whose heartbeat stands still this long is `not responding` (the
     /// task waiting on it fails). Default 2 s, or `TASKRING_CHIP_TIMEOUT_MS`.
     pub chip_timeout: Duration,
+    /// Every chip's device memory (`ChipOptions::device_memory`). Default 64 GiB, or
+    /// `TASKRING_DEVICE_MEMORY`.
+    pub device_memory: u64,
 }
 
 impl Default for NodeOptions {
@@ -219,6 +222,7 @@ impl Default for NodeOptions {
                 .filter(|&v| v > 0)
                 .map(Duration::from_millis)
                 .unwrap_or(Duration::from_secs(2)),
+            device_memory: crate::chip::default_device_memory(),
         }
     }
 }
@@ -846,6 +850,8 @@ struct NodeShared {
     /// Notified when a dispatch ends.
     done: Condvar,
     ctl: Ctl,
+    /// Every chip's device memory (`NodeOptions::device_memory`).
+    device_memory: u64,
 }
 
 /// The node's executor: ships a ready L3 task to its chip and waits for the reply.
@@ -1065,14 +1071,16 @@ pub(crate) fn report_of(
 /// The L2 report a chip's wire report stands for; `None` when its sizing is not a
 /// valid one (a failed run's report carries zeros there).
 fn run_report_of(r: &WireReport) -> Option<RunReport> {
+    let ring_sizing = RingSizing::from_key_and_sources(r.sizing, r.sources).ok()?;
     Some(RunReport {
-        ring_sizing: RingSizing::from_key_and_sources(r.sizing, r.sources).ok()?,
+        ring_sizing,
         peak: PeakUse::from_array(r.peak),
         tasks: r.tasks,
         arena_hit: r.arena_hit,
         arena_build_s: r.arena_build_s,
         elapsed_s: r.elapsed_s,
         replayed: false,
+        device_memory: crate::chip::DeviceMemory::of_sizing(&ring_sizing),
     })
 }
 
@@ -1308,8 +1316,15 @@ impl NodeHandle {
             hits: st.hits,
             misses: st.misses,
             evictions: st.evictions,
+            resident_bytes: st
+                .resident
+                .iter()
+                .map(crate::arena::key_footprint)
+                .fold(0, u64::saturating_add),
             resident: st.resident,
             build_s: st.build_s,
+            held_bytes: 0,
+            capacity_bytes: self.shared.device_memory,
         })
     }
 
@@ -1415,6 +1430,8 @@ fn node_engine_options(opts: &NodeOptions) -> ChipOptions {
         // chip is caught by waitpid; a chip's own hangs by the chip's timeouts).
         backstop: Duration::from_secs(365 * 24 * 3600),
         scheduler_timeout: Duration::from_secs(365 * 24 * 3600),
+        // The host's own memory, not a device's.
+        device_memory: u64::MAX,
         ..ChipOptions::default()
     }
 }
@@ -1592,6 +1609,7 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
         cores: ctx.opts.chip_cores,
         arena_cache_slots: ctx.opts.arena_cache_slots,
         prewarm: sizings,
+        device_memory: ctx.opts.device_memory,
         ..ChipOptions::default()
     };
     let mut chip = match ChipWorker::new(copts) {
@@ -1894,6 +1912,7 @@ impl Node {
             run: Mutex::new(RunState::default()),
             done: Condvar::new(),
             ctl,
+            device_memory: opts.device_memory,
         });
         let engine = match ChipWorker::new(node_engine_options(&opts)) {
             Ok(e) => e,

@@ -1,0 +1,108 @@
+//! Device memory through the public API: arenas charged at their footprint, evicted
+//! when a new one does not fit, DEVICE_OUT_OF_MEMORY (the worker stays usable) when
+//! one cannot fit at all, and the run report's figures.
+
+mod common;
+
+use common::*;
+use taskring::builtin::*;
+use taskring::*;
+
+fn fill(o: &mut Orchestrator<'_>, args: &[Arg<'_>]) -> Result<(), RuntimeFailure> {
+    let x = args[0].tensor()?;
+    submit(o, FILL, |t| {
+        t.output_existing(x).scalar(Scalar::F64(3.0));
+    })
+    .map(|_| ())
+}
+
+fn chip_with(device_memory: u64) -> ChipWorker {
+    ChipWorker::new(ChipOptions {
+        cores: 2,
+        device_memory,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn an_oversized_sizing_is_device_out_of_memory_and_the_worker_stays_usable() {
+    let small = sizing(16, 64 << 10, 64);
+    let big = sizing(16, 256 << 20, 64);
+    let mut w = chip_with(device_footprint(&small) + (64 << 20));
+    let prog = Program::new("fill", fill);
+    let mut x = vec![0f32; 16];
+    let rep = w
+        .run_with_sizing(&prog, &[host(&mut x, &[16])], &small)
+        .unwrap();
+    assert_eq!(rep.device_memory.arena_bytes, device_footprint(&small));
+    assert_eq!(rep.device_memory.used_bytes, device_footprint(&small));
+    assert_eq!(
+        rep.device_memory.capacity_bytes,
+        device_footprint(&small) + (64 << 20)
+    );
+    let mut y = vec![0f32; 16];
+    let e = w
+        .run_with_sizing(&prog, &[host(&mut y, &[16])], &big)
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::DeviceOutOfMemory, "{e}");
+    assert_eq!(e.name(), "DEVICE_OUT_OF_MEMORY");
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("needs {} bytes", device_footprint(&big))),
+        "{text}"
+    );
+    assert!(text.contains("heap=[16384") || text.contains("heap=[65536"), "{text}");
+    assert!(text.contains("smaller runtime_env"), "{text}");
+    assert!(y.iter().all(|&v| v == 0.0), "nothing ran");
+    // Nothing was evicted, and the next run reuses the resident arena.
+    let rep = w
+        .run_with_sizing(&prog, &[host(&mut y, &[16])], &small)
+        .unwrap();
+    assert!(rep.arena_hit);
+    assert!(y.iter().all(|&v| v == 3.0));
+}
+
+#[test]
+fn arenas_that_do_not_fit_together_take_turns() {
+    let (a, b) = (sizing(16, 32 << 20, 64), sizing(32, 32 << 20, 64));
+    let mut w = chip_with(device_footprint(&a) + device_footprint(&b) / 2);
+    let prog = Program::new("fill", fill);
+    let mut x = vec![0f32; 16];
+    for s in [&a, &b, &a] {
+        let rep = w
+            .run_with_sizing(&prog, &[host(&mut x, &[16])], s)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!rep.arena_hit);
+        assert!(rep.device_memory.used_bytes <= rep.device_memory.capacity_bytes);
+    }
+    let st = w.arena_stats();
+    assert_eq!((st.builds, st.evictions), (3, 2));
+    assert_eq!(st.resident, vec![a.key()]);
+    assert_eq!(st.resident_bytes, device_footprint(&a));
+}
+
+#[test]
+fn a_prewarm_that_cannot_fit_fails_the_chip_at_setup() {
+    let big = sizing(16, 256 << 20, 64);
+    let e = ChipWorker::new(ChipOptions {
+        cores: 1,
+        prewarm: vec![big],
+        device_memory: 64 << 20,
+        ..Default::default()
+    })
+    .err()
+    .expect("a prewarm larger than the device");
+    assert_eq!(e.code, StatusCode::DeviceOutOfMemory, "{e}");
+    let e = ChipWorker::new(ChipOptions {
+        device_memory: 1000,
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(
+        e.detail
+            .contains("device_memory must be an int >= 1048576 (bytes), got 1000"),
+        "{e}"
+    );
+}
