@@ -164,12 +164,14 @@ pub fn futex_wake(word: &AtomicU32) {
 /// How a mailbox waiter (and the node's wait for its dispatches) spins before it sleeps:
 /// 20 yields, no spin hints. The other side is a process that, on a machine with fewer
 /// CPUs than runnable threads, needs this CPU to answer: a spin hint keeps the CPU
-/// (measured: the L3 round trip's mailbox crossings cost 6–7 µs each after 100 hints);
-/// a yield hands it over. A/B on the 2-core box (issue 16): B6 round trip 22–33 →
-/// 15–21 µs, throughput 1.2–1.6×, B3 and B2 within the noise. 200 yields → 20 (ninth
-/// session): with chip work that is not empty (a 20 000-iteration `busy_wait` per L2
-/// task, `examples/rtloop`), the waiters' yields took the CPU from the other chip's
-/// kernel — 2 chips 30.0–33.5 → 22.5–28.0 µs per task (1 chip 33–38 µs); B6 unchanged.
+/// (measured: with 100 hints first, each mailbox crossing of an L3 round trip costs
+/// 6–7 µs); a yield hands it over. On the 2-core box, yielding from the first look
+/// gives B6 a round trip of 15–21 µs against 22–33 µs with spin hints first, 1.2–1.6×
+/// the throughput, and leaves B3 and B2 within the noise. Only 20 yields: with chip
+/// work that is not empty (a 20 000-iteration `busy_wait` per L2 task,
+/// `examples/rtloop`), the waiters' yields take the CPU from the other chip's kernel;
+/// 2 chips take 22.5–28.0 µs per task with 20 yields against 30.0–33.5 µs with 200
+/// (1 chip: 33–38 µs), and B6 is the same with either.
 pub(crate) const MAILBOX_SPIN: SpinThenPark = SpinThenPark {
     checks: 20,
     spin_checks: 0,
