@@ -23,13 +23,12 @@
 //! budget (200000 cases per property, about 2.5 minutes on 2 cores) in the same build. Each property prints `fuzz <name>: N cases in T s (seed S)` on
 //! stderr (visible with `--nocapture`); a failure prints the shrunk input and the seed.
 //! `TASKRING_FUZZ_SEED=<u64>` replays a seed. `make test` uses a fixed seed per property
-//! (repeatable); `make fuzz` a random one per run. A random seed found the view whose
-//! element count overflowed (`TooManyElements`, now refused by `Tensor::validate`).
+//! (repeatable); `make fuzz` a random one per run. A view whose element count overflows
+//! is refused by `Tensor::validate` (`TooManyElements`).
 //!
-//! The advisor properties (`dfx_advise_*`) were written as KNOWN FAILING against the
-//! advisor before commit 6c233e1 (overflow on huge peaks: a panic in debug, advice below
-//! the peak in release; a failed run's invalid recorded sizes copied into the advice);
-//! `dfx_advise_known_cases` keeps those inputs as fixed cases.
+//! `dfx_advise_known_cases` holds, as fixed inputs, the classes of advisor input that
+//! need care: huge peaks whose scaling overflows (a panic in debug, advice below the peak
+//! in release) and a failed run's invalid recorded sizes, which must not reach the advice.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
@@ -1406,8 +1405,8 @@ fn dfx_advise_realistic_peaks() {
     );
 }
 
-/// The failure classes the fuzzer found in `advise` before commit 6c233e1, as fixed
-/// inputs: each must give valid advice at or above the peak without panicking.
+/// Fixed inputs of the advisor's hard cases (overflowing peaks, a failed run's invalid
+/// recorded sizes): each must give valid advice at or above the peak without panicking.
 #[test]
 fn dfx_advise_known_cases() {
     let none = Hdr::peaks([0; 4], [0; 4], [0; 4]);
