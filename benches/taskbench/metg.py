@@ -372,7 +372,7 @@ def main():
     # "taskring": as many threads as the OpenMP team: cores-1 core threads plus the
     # orchestrator thread, which runs ready tasks whenever it would wait (-helper 1).
     # "taskring_cores_plus_orch": one core thread per CPU plus the orchestrator (one
-    # thread more than CPUs), the configuration used before the helper existed.
+    # thread more than CPUs), without the helper.
     tr_cores = max(1, cores - 1)
     drivers = {"taskring": ([a.taskring, "taskbench", "-worker", str(tr_cores), "-helper", "1", "-warmup", "1"], dict(tr_env))}
     if not a.no_cores_plus_orch:
