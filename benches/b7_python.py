@@ -8,9 +8,7 @@ two numpy-backed inputs (program arguments) and one runtime output spec, then op
 gates. Nothing completes while the loop runs.
 
 One difference: B2's chip has one core; here the chip has two (one AIC, one AIV) and
-each gets a gate (``@taskring.kernel(core="aic")`` and ``core="aiv"``), because a
-one-core chip's single core is of kind "any" and does not take AIC/AIV-kind tasks
-(a Python kernel is always one of them): the run would hang until SCHEDULER_TIMEOUT.
+each gets a gate (``@taskring.kernel(core="aic")`` and ``core="aiv"``).
 With every core held, the orchestrator's work per submit is the same.
 
 Cases (ns per submit, the median over ``--reps`` runs):
