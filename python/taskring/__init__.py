@@ -29,6 +29,7 @@ from ._native import (
     RUNTIME_ENV_RING_COUNT,
     ArenaStats,
     CallConfig,
+    DeviceMemory,
     Kernel,
     Orchestrator,
     PeakUse,
@@ -41,7 +42,7 @@ from ._native import (
     TensorSpec,
     resolve_ring_sizing,
 )
-from ._config import RunConfig, as_call_config, platform_check
+from ._config import RunConfig, as_call_config, check_device_memory, platform_check
 from ._node import (
     DistributedConfig,
     DistributedProgram,
@@ -69,6 +70,7 @@ __all__ = [
     "shared_array",
     "ArenaStats",
     "ArgDirection",
+    "DeviceMemory",
     "CallConfig",
     "ChipWorker",
     "DataType",
@@ -337,11 +339,16 @@ class ChipWorker:
     without one. ``prewarm=True`` builds the arena of that config's sizing (the default
     sizing when ``config`` is None) before the worker is ready; ``prewarm=<RunConfig or
     CallConfig, or a list of them>`` builds those instead (up to the cache's slots);
-    ``prewarm=False`` builds nothing ahead."""
+    ``prewarm=False`` builds nothing ahead. ``device_memory`` (bytes) is the chip's
+    device memory, against which every cached arena is charged at its device footprint
+    (default ``TASKRING_DEVICE_MEMORY`` or 64 GiB)."""
 
-    def __init__(self, config: Any = None, *, prewarm: Any = True, arena_cache_slots: int = 4, cores: int = 0) -> None:
+    def __init__(
+        self, config: Any = None, *, prewarm: Any = True, arena_cache_slots: int = 4, cores: int = 0, device_memory: Optional[int] = None
+    ) -> None:
         if isinstance(arena_cache_slots, bool) or not isinstance(arena_cache_slots, int) or arena_cache_slots < 1:
             raise ValueError(f"arena_cache_slots must be an int >= 1, got {arena_cache_slots!r}")
+        self._device_memory = check_device_memory(device_memory)
         _platform_check(config)
         self._config = _call_config(config)
         self._config.validate()
@@ -366,7 +373,9 @@ class ChipWorker:
     def init(self) -> "ChipWorker":
         """Start the chip (idempotent)."""
         if self._chip is None:
-            self._chip = _native.Chip(cores=self._cores, arena_cache_slots=self._slots, prewarm=self._prewarm)
+            self._chip = _native.Chip(
+                cores=self._cores, arena_cache_slots=self._slots, prewarm=self._prewarm, device_memory=self._device_memory
+            )
         return self
 
     def close(self) -> None:

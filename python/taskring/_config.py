@@ -93,6 +93,19 @@ class RunConfig:
 _REAL_PLATFORMS = ("a2a3", "a5")
 
 
+MIN_DEVICE_MEMORY = 1 << 20
+
+
+def check_device_memory(v: object) -> Optional[int]:
+    """A chip's device memory in bytes (None: the process default, ``TASKRING_DEVICE_MEMORY``
+    or 64 GiB)."""
+    if v is None:
+        return None
+    if not _is_int(v) or v < MIN_DEVICE_MEMORY or v >= 1 << 64:  # type: ignore[operator]
+        raise ValueError(f"device_memory must be an int >= {MIN_DEVICE_MEMORY} (bytes), got {v!r}")
+    return int(v)  # type: ignore[call-overload]
+
+
 def platform_check(config: object) -> None:
     """Dispatches on a real Ascend platform are not possible in this build."""
     if isinstance(config, RunConfig) and config.platform in _REAL_PLATFORMS:

@@ -459,6 +459,34 @@ class ArenaStats:
     def build_s(self) -> float:
         """Total seconds spent building."""
 
+    @property
+    def resident_bytes(self) -> int:
+        """Device bytes of the resident arenas."""
+
+    @property
+    def held_bytes(self) -> int:
+        """Device bytes held outside the cache (arenas set aside for a stuck kernel)."""
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The chip's device memory."""
+
+@final
+class DeviceMemory:
+    """Device memory as a run report gives it (bytes)."""
+
+    @property
+    def arena_bytes(self) -> int:
+        """The device footprint of the run's sizing."""
+
+    @property
+    def used_bytes(self) -> int:
+        """The chip's device memory in use after the run (0 where not reported)."""
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The chip's device memory (0 where not reported)."""
+
 @final
 class PeakUse:
     """Highest simultaneous use per ring."""
@@ -507,6 +535,10 @@ class RunReport:
     def replayed(self) -> bool:
         """A replay of a captured program (False for normal runs)."""
 
+    @property
+    def device_memory(self) -> DeviceMemory:
+        """This sizing's arena footprint and the chip's device memory use after the run."""
+
 @final
 class CapturedProgram:
     """A program's task graph recorded by `ChipWorker.capture`; replays on that worker only."""
@@ -547,6 +579,7 @@ class Chip:
         arena_cache_slots: int = 4,
         prewarm: Iterable[CallConfig | _ToCallConfig] | None = None,
         aic_cores: int | None = None,
+        device_memory: int | None = None,
     ) -> Self:
         """`prewarm`: CallConfigs (or RunConfigs) whose sizings are built now."""
 
@@ -639,6 +672,10 @@ class ChipTaskReport:
     def error(self) -> str | None:
         """The failure text, or None if the task succeeded."""
 
+    @property
+    def arena_bytes(self) -> int:
+        """The device footprint of the task's sizing on its chip (0 if it failed before)."""
+
 @final
 class NodeRunReport:
     """What one L3 run did: one `ChipTaskReport` per L2 task, in submission order."""
@@ -719,6 +756,7 @@ class Node:
         arena_cache_slots: int = 4,
         chip_cores: int = 0,
         prewarm: _ConfigLike = None,
+        device_memory: int | None = None,
     ) -> Self:
         """`callables`: `(orchestration, name, signature)` triples (handles 0, 1, ...); `owners`: a dict address -> worker of device tensors."""
 

@@ -13,14 +13,24 @@ import numpy as np
 
 from . import _native
 from ._native import ArenaStats, CallConfig, NodeRunReport
-from ._config import RunConfig, platform_check
+from ._config import RunConfig, check_device_memory, platform_check
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
     from . import Program
 
-_WORKER_KWARGS = ("level", "device_id", "device_ids", "platform", "num_sub_workers", "arena_cache_slots", "chip_processes", "chip_cores")
+_WORKER_KWARGS = (
+    "level",
+    "device_id",
+    "device_ids",
+    "platform",
+    "num_sub_workers",
+    "arena_cache_slots",
+    "chip_processes",
+    "chip_cores",
+    "device_memory",
+)
 
 
 class _SharedHolder:
@@ -158,6 +168,7 @@ class Worker:
         self.arena_cache_slots = kwargs.get("arena_cache_slots", 4)
         self.chip_processes = bool(kwargs.get("chip_processes", True))
         self.chip_cores = kwargs.get("chip_cores", 0)
+        self.device_memory = check_device_memory(kwargs.get("device_memory"))
         self._programs: List[Any] = []
         self._node = None
         self._chip = None
@@ -194,7 +205,9 @@ class Worker:
         cfg = _call_config(prewarm_config)
         cfg.validate()
         if self.level == 2:
-            self._chip = _native.Chip(cores=self.chip_cores, arena_cache_slots=self.arena_cache_slots, prewarm=[cfg])
+            self._chip = _native.Chip(
+                cores=self.chip_cores, arena_cache_slots=self.arena_cache_slots, prewarm=[cfg], device_memory=self.device_memory
+            )
             return self
         callables: List[Tuple[Callable[..., object], str, Sequence[int]]] = [
             (p.orchestration, p.name, [int(s) for s in p.signature]) for p in self._programs
@@ -207,6 +220,7 @@ class Worker:
             arena_cache_slots=self.arena_cache_slots,
             chip_cores=self.chip_cores,
             prewarm=cfg,
+            device_memory=self.device_memory,
         )
         return self
 
@@ -304,6 +318,8 @@ class DistributedConfig:
     device_ids: List[int] = dataclasses.field(default_factory=lambda: [0])
     num_sub_workers: int = 0
     aicpu_thread_num: int = 0
+    #: Every chip's device memory in bytes (None: ``TASKRING_DEVICE_MEMORY`` or 64 GiB).
+    device_memory: Optional[int] = None
 
     def __post_init__(self) -> None:
         ids = self.device_ids
@@ -322,6 +338,10 @@ class DistributedConfig:
         t = self.aicpu_thread_num
         if isinstance(t, bool) or not isinstance(t, int) or t == 1 or t < 0:
             raise ValueError(f"DistributedConfig.aicpu_thread_num must be 0 (architecture default) or at least 2, got {t}")
+        try:
+            check_device_memory(self.device_memory)
+        except ValueError as e:
+            raise ValueError(f"DistributedConfig.{e}") from None
 
 
 class DistributedProgram:
@@ -381,7 +401,13 @@ class DistributedWorker:
         self.programs = list(programs)
         base = self.programs[0].config
         self._baseline = base
-        self._worker = Worker(level=3, device_ids=list(base.device_ids), num_sub_workers=base.num_sub_workers, chip_processes=chip_processes)
+        self._worker = Worker(
+            level=3,
+            device_ids=list(base.device_ids),
+            num_sub_workers=base.num_sub_workers,
+            chip_processes=chip_processes,
+            device_memory=base.device_memory,
+        )
         self._handles: Dict[int, types.SimpleNamespace] = {}
         for p in self.programs:
             ns = types.SimpleNamespace()

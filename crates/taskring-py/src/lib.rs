@@ -30,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyChip>()?;
     m.add_class::<runtime::PyRunReport>()?;
     m.add_class::<runtime::PyArenaStats>()?;
+    m.add_class::<runtime::PyDeviceMemory>()?;
     m.add_class::<runtime::PyPeak>()?;
     m.add_class::<replay::PyCaptured>()?;
     m.add_function(wrap_pyfunction!(runtime::make_python_kernel, m)?)?;

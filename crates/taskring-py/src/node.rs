@@ -115,6 +115,8 @@ pub struct PyChipTaskReport {
     arena_build_s: f64,
     elapsed_s: f64,
     error: Option<String>,
+    /// The device footprint of the task's sizing on its chip (0 if it failed before).
+    arena_bytes: u64,
 }
 
 #[pymethods]
@@ -175,6 +177,7 @@ impl PyNodeRunReport {
                 arena_build_s: run.map_or(0.0, |r| r.arena_build_s),
                 elapsed_s: run.map_or(0.0, |r| r.elapsed_s),
                 error: t.error.clone(),
+                arena_bytes: run.map_or(0, |r| r.device_memory.arena_bytes),
             });
         }
         Ok(PyNodeRunReport {
@@ -627,7 +630,7 @@ impl PyNode {
     /// `callables`: `(orchestration, name, signature)` triples, registered in order
     /// (handles 0, 1, ...). `owners`: a dict address -> worker of device tensors.
     #[new]
-    #[pyo3(signature = (device_ids, callables, owners, chip_processes=true, arena_cache_slots=4, chip_cores=0, prewarm=None))]
+    #[pyo3(signature = (device_ids, callables, owners, chip_processes=true, arena_cache_slots=4, chip_cores=0, prewarm=None, device_memory=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -638,6 +641,7 @@ impl PyNode {
         arena_cache_slots: usize,
         chip_cores: usize,
         prewarm: Option<&Bound<'_, PyAny>>,
+        device_memory: Option<u64>,
     ) -> PyResult<Self> {
         let reg = Arc::new(RwLock::new(Vec::new()));
         for c in callables.iter() {
@@ -664,6 +668,10 @@ impl PyNode {
             prewarm,
             blocking_hook: Some(Arc::new(gil_hook)),
             ..NodeOptions::default()
+        };
+        let opts = NodeOptions {
+            device_memory: device_memory.unwrap_or(opts.device_memory),
+            ..opts
         };
         let node = Node::new(opts, reg.clone(), &PythonForkHooks).map_err(|e| node_err(py, e))?;
         let pids = node.chip_pids();

@@ -1162,6 +1162,12 @@ pub struct PyArenaStats {
     /// Keys (12-tuples, as `RingSizing.key()`), most recently used first.
     resident: Py<PyList>,
     build_s: f64,
+    /// Device bytes of the resident arenas.
+    resident_bytes: u64,
+    /// Device bytes held outside the cache (arenas set aside for a stuck kernel).
+    held_bytes: u64,
+    /// The chip's device memory.
+    capacity_bytes: u64,
 }
 
 #[pymethods]
@@ -1192,7 +1198,31 @@ pub fn arena_stats_py(py: Python<'_>, s: taskring::ArenaStats) -> PyResult<PyAre
         evictions: s.evictions,
         resident: PyList::new(py, keys)?.unbind(),
         build_s: s.build_s,
+        resident_bytes: s.resident_bytes,
+        held_bytes: s.held_bytes,
+        capacity_bytes: s.capacity_bytes,
     })
+}
+
+/// Device memory as a run report gives it (bytes).
+#[pyclass(module = "taskring", name = "DeviceMemory", frozen, get_all)]
+pub struct PyDeviceMemory {
+    /// The device footprint of the run's sizing.
+    arena_bytes: u64,
+    /// The chip's device memory in use after the run (0 where not reported).
+    used_bytes: u64,
+    /// The chip's device memory (0 where not reported).
+    capacity_bytes: u64,
+}
+
+#[pymethods]
+impl PyDeviceMemory {
+    fn __repr__(&self) -> String {
+        format!(
+            "DeviceMemory(arena_bytes={}, used_bytes={}, capacity_bytes={})",
+            self.arena_bytes, self.used_bytes, self.capacity_bytes
+        )
+    }
 }
 
 /// Highest simultaneous use per ring.
@@ -1228,6 +1258,7 @@ pub struct PyRunReport {
     elapsed_s: f64,
     /// A replay of a captured program.
     replayed: bool,
+    device_memory: Py<PyDeviceMemory>,
 }
 
 #[pymethods]
@@ -1272,6 +1303,14 @@ pub fn report_py(py: Python<'_>, r: &taskring::RunReport) -> PyResult<PyRunRepor
         arena_hit: r.arena_hit,
         arena_build_s: r.arena_build_s,
         elapsed_s: r.elapsed_s,
+        device_memory: Py::new(
+            py,
+            PyDeviceMemory {
+                arena_bytes: r.device_memory.arena_bytes,
+                used_bytes: r.device_memory.used_bytes,
+                capacity_bytes: r.device_memory.capacity_bytes,
+            },
+        )?,
     })
 }
 
@@ -1530,13 +1569,14 @@ impl Drop for PyChip {
 impl PyChip {
     /// `prewarm`: CallConfigs (or RunConfigs) whose sizings are built now.
     #[new]
-    #[pyo3(signature = (cores=0, arena_cache_slots=4, prewarm=None, aic_cores=None))]
+    #[pyo3(signature = (cores=0, arena_cache_slots=4, prewarm=None, aic_cores=None, device_memory=None))]
     fn new(
         py: Python<'_>,
         cores: usize,
         arena_cache_slots: usize,
         prewarm: Option<&Bound<'_, PyAny>>,
         aic_cores: Option<usize>,
+        device_memory: Option<u64>,
     ) -> PyResult<Self> {
         let mut sizings: Vec<RingSizing> = vec![];
         if let Some(p) = prewarm {
@@ -1552,13 +1592,16 @@ impl PyChip {
         if arena_cache_slots == 0 {
             return Err(PyValueError::new_err("arena_cache_slots must be >= 1"));
         }
-        let opts = ChipOptions {
+        let mut opts = ChipOptions {
             cores,
             aic_cores,
             arena_cache_slots,
             prewarm: sizings,
             ..ChipOptions::default()
         };
+        if let Some(b) = device_memory {
+            opts.device_memory = b;
+        }
         let chip = py
             .detach(|| ChipWorker::new(opts))
             .map_err(|f| failure_err(py, &f))?;
