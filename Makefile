@@ -35,7 +35,7 @@ venv: $(VENV)/.ready
 py-dev: venv mpi
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q $$($(MPI_FEATURES))
 
-# L4 (API.md §9) runs on Open MPI through the `mpi` crate, whose build needs libclang
+# L4 (docs/api.md §9) runs on Open MPI through the `mpi` crate, whose build needs libclang
 # (bindgen). Installed from Debian's packages when missing and running as root; otherwise
 # this says what to install, and everything but L4 builds and runs without them.
 MPI_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev
@@ -95,7 +95,7 @@ SOAK_ARGS ?=
 soak: py-dev
 	$(VPY) soak/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
-# Benchmarks B2-B7 of BENCHMARKS.md (docs/performance.md): JSON results under
+# Benchmarks B2-B7 (docs/benchmarks.md, docs/performance.md): JSON results under
 # bench-results/, one summary line each. B7 (Python) also re-measures B2 for its ratio.
 $(VENV)/.bench-ready: benches/requirements.txt $(VENV)/.ready
 	$(VPY) -m pip install -q -r benches/requirements.txt

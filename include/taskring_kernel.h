@@ -1,5 +1,5 @@
 /*
- * taskring_kernel.h -- the C ABI of taskring's native kernels (API.md section 11).
+ * taskring_kernel.h -- the C ABI of taskring's native kernels (docs/api.md section 11).
  *
  * A native kernel is a function in a shared library with the signature tr_kernel_fn.
  * taskring calls it on a core thread, without the Python GIL, once every producer of its

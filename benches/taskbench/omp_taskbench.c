@@ -1,5 +1,5 @@
 /*
- * omp_taskbench.c: the in-run baseline of benchmark B1 (BENCHMARKS.md). A Task
+ * omp_taskbench.c: the in-run baseline of benchmark B1 (docs/benchmarks.md). A Task
  * Bench-compatible driver on OpenMP tasks with `depend` clauses (libgomp).
  *
  * It takes the same flags and implements the same patterns, kernels, validation and

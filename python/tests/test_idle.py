@@ -1,4 +1,4 @@
-"""Nothing burns a core while idle (issue 16 item 4, measured here as a guard): an idle
+"""Nothing burns a core while idle (measured here as a guard): an idle
 ChipWorker, an idle L3 host and its idle chip processes each use well under 1 % of a core.
 CPU time is read from /proc (utime + stime), over a 5 s window after a short settle."""
 

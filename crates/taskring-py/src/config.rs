@@ -1,5 +1,5 @@
 //! Python classes over `taskring::config`: `RuntimeEnv`, `CallConfig`, `RingSizing`, and
-//! `resolve_ring_sizing`. Rules and message texts are the Rust core's (API.md §1): this file
+//! `resolve_ring_sizing`. Rules and message texts are the Rust core's (docs/api.md §1): this file
 //! only turns Python values into [`IntArg`]s and [`ConfigError`]s into Python exceptions,
 //! for `CallConfig`/`RuntimeEnv` and for the dataclass `RunConfig`
 //! (`CallConfig._check_run_config_field`).
@@ -332,7 +332,7 @@ impl PyCallConfig {
         self.to_rust(py).validate().map_err(value_error)
     }
 
-    /// `RunConfig`'s rule for one field (API.md §1.1): raises `ValueError` with the
+    /// `RunConfig`'s rule for one field (docs/api.md §1.1): raises `ValueError` with the
     /// contract's message when `value` breaks it. `field` is a ring field,
     /// `aicpu_thread_num` or `enable_chip_swimlane`; `None` passes for all but the last.
     /// (Called by `taskring.RunConfig.__post_init__`, so the rules live in Rust only.)

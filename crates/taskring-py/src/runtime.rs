@@ -370,7 +370,7 @@ const MAX_ITEM: u64 = 8;
 
 /// A host array's data must sit on a multiple of its element size: the runtime
 /// addresses tensors in whole elements, so a misaligned view would be read and written
-/// at the wrong bytes (API.md §2). Checked before anything runs.
+/// at the wrong bytes (docs/api.md §2). Checked before anything runs.
 pub fn check_aligned(i: usize, data: u64, dtype: DType) -> PyResult<()> {
     let item = dtype.size_bytes() as u64;
     if !data.is_multiple_of(item) {
@@ -648,7 +648,7 @@ impl PyTaskArgs {
     /// Add a tensor with a `TensorArgType` tag (0 INPUT, 1 OUTPUT, 2 INOUT,
     /// 3 OUTPUT_EXISTING, 4 NO_DEP). At L2 a tensor is a `Tensor` handle and OUTPUT
     /// takes a `TensorSpec`; at L3 (`submit_next_level`) a tensor is an array a chip
-    /// can see (API.md §4.1.1).
+    /// can see (docs/api.md §4.1.1).
     fn add(&mut self, value: &Bound<'_, PyAny>, tag: u32) -> PyResult<()> {
         let tag = tag_of(tag)?;
         let item = if let Ok(s) = value.extract::<PyRef<'_, PySpec>>() {

@@ -1,4 +1,4 @@
-//! Capture and replay on a chip (API.md §10): [`ChipWorker::capture`] runs a program
+//! Capture and replay on a chip (docs/api.md §10): [`ChipWorker::capture`] runs a program
 //! once while the engine records its task graph (`engine::replay`), and
 //! [`Captured::replay`] feeds that graph to the worker's cores again — directly when the
 //! sizing holds the whole graph, else through the rings. The graph, its recording and

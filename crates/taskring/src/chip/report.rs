@@ -1,6 +1,6 @@
 //! What a run reports: its [`RunReport`] or [`RunError`], the diagnostics files it was
 //! asked for (scope stats, `deps.json`, the swimlane), and — when no task completes for
-//! the scheduler timeout — the stall's sub-class (reference §12.3).
+//! the scheduler timeout — the stall's sub-class (as upstream classifies stalls).
 
 use super::abort;
 use super::{ChipShared, ChipWorker, Diagnostics};
@@ -160,7 +160,7 @@ impl ChipWorker {
     }
 }
 
-/// SCHEDULER_TIMEOUT with the stall sub-class (reference §12.3): a task on a core
+/// SCHEDULER_TIMEOUT with the stall sub-class (upstream's classes): a task on a core
 /// (S1) > a ready task nobody runs (S3) > only waiting tasks (S4).
 pub(super) fn classify_stall(
     sh: &ChipShared,

@@ -646,10 +646,10 @@ fn close_run(sh: &ChipShared) {
 /// How a run waits for its last tasks to retire before it parks on the engine's
 /// progress signal: 32 spin hints (the tail of a run is usually a microsecond away on
 /// another CPU), then yields (on a busy machine the core that must finish the tail may
-/// need this CPU: a 1-task L2 run's tail took 8–9 µs of pure spinning there). A/B
-/// (issue 16): B3's warm 1-task run unchanged (0.9–1.1 µs); all yields cost it 0.4 µs.
-/// 8 yields, then park (was 168 yields): a chip whose task runs a long kernel on its
-/// core must not take the CPU from another chip's (see `MAILBOX_SPIN`).
+/// need this CPU: a 1-task L2 run's tail takes 8–9 µs of pure spinning there). With
+/// these spins B3's warm 1-task run is 0.9–1.1 µs; yielding from the first look costs
+/// it 0.4 µs. Then 8 yields and park: a chip whose task runs a long kernel on its core
+/// must not take the CPU from another chip's (see `MAILBOX_SPIN`).
 const RETIRE_SPIN: SpinThenPark = SpinThenPark {
     checks: 40,
     spin_checks: 32,

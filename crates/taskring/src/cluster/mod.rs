@@ -1,4 +1,4 @@
-//! L4: several hosts over MPI (API.md §9). Rank 0 runs the same engine as L2 and L3 with
+//! L4: several hosts over MPI (docs/api.md §9). Rank 0 runs the same engine as L2 and L3 with
 //! a *host-endpoint* executor; ranks 1..N are hosts 0..N-1, each an L3 node with its
 //! own chip processes.
 //!

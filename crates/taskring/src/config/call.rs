@@ -1,6 +1,6 @@
 //! The low-level per-call configuration: [`RuntimeEnv`] (3 resources × 4
 //! rings, `0` = unset) and [`CallConfig`], with their validation in the
-//! contract's order and texts (`API.md` §1.2).
+//! contract's order and texts (`docs/api.md` §1.2).
 
 use super::{ConfigError, ConfigErrorKind, RingField, RUNTIME_ENV_RING_COUNT};
 

@@ -1,4 +1,4 @@
-//! [`ConfigError`]: a configuration that breaks a rule of `API.md` §1, with the
+//! [`ConfigError`]: a configuration that breaks a rule of `docs/api.md` §1, with the
 //! broken rule as data ([`ConfigErrorKind`]) and the contract's exact text as
 //! its `Display`.
 //!
@@ -10,7 +10,7 @@ use super::RingField;
 
 /// Which rule a configuration broke, with the values a user needs to act.
 ///
-/// `Display` is the contract's message text (`API.md` §1.1, §1.2). Where a
+/// `Display` is the contract's message text (`docs/api.md` §1.1, §1.2). Where a
 /// variant carries `got: String`, it is the offending value as the caller's
 /// language prints it (Python's `repr`, or a Rust integer's `Display`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

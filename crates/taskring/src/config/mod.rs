@@ -1,5 +1,5 @@
 //! Ring sizing configuration: per-call configuration, environment overrides and
-//! the resolved, validated ring sizes (contract: `API.md` §1 and §1.2).
+//! the resolved, validated ring sizes (contract: `docs/api.md` §1 and §1.2).
 //!
 //! # What this module owns
 //!

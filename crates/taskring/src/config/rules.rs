@@ -1,6 +1,6 @@
 //! The per-entry rules of the three ring resources: [`RingField`] (names, env
 //! variables, defaults, the rule and its phrase) and the size constants of
-//! `API.md` §1.
+//! `docs/api.md` §1.
 //!
 //! Every other part of `config` (and the Python bindings) asks [`RingField`]
 //! whether a value is a valid size and how to name the rule it breaks; no
@@ -90,7 +90,7 @@ impl RingField {
         }
     }
 
-    /// The per-entry rule of `API.md` §1 for a non-zero value:
+    /// The per-entry rule of `docs/api.md` §1 for a non-zero value:
     /// window a power of 2 in `[4, 2^30]`, heap a power of 2 `>= 1024`,
     /// dep pool in `[4, 2^31 - 1]`.
     ///
@@ -123,7 +123,7 @@ impl RingField {
         RingField::ALL.into_iter().find(|f| f.name() == name)
     }
 
-    /// The rule of the high-level `RunConfig` (`API.md` §1.1) as the phrase
+    /// The rule of the high-level `RunConfig` (`docs/api.md` §1.1) as the phrase
     /// that follows "must": `"be a power of 2 >= 4"`,
     /// `"be a power of 2 >= 1024 (bytes per ring)"` or `"be in [4, INT32_MAX]"`.
     pub fn run_config_rule(self) -> &'static str {

@@ -1,4 +1,4 @@
-//! The field rules of the high-level `RunConfig` (`API.md` §1.1): ring values
+//! The field rules of the high-level `RunConfig` (`docs/api.md` §1.1): ring values
 //! (an int, or a list of exactly 4 ints with `0` = keep the default),
 //! `aicpu_thread_num` and `enable_chip_swimlane`.
 //!

@@ -126,7 +126,7 @@ impl Default for RingSizing {
 }
 
 impl RingSizing {
-    /// Applies the precedence of `API.md` §1, independently for every resource
+    /// Applies the precedence of `docs/api.md` §1, independently for every resource
     /// and every ring: non-zero `env_cfg` entry > non-zero entry of the env var
     /// in `env` > built-in default.
     ///

@@ -1,7 +1,7 @@
 //! Runtime failures: status codes, names, descriptions and hints.
 //!
-//! Codes, names, descriptions and hints follow upstream's `error_names.h` (reference
-//! §12.1) so users can triage with upstream's documentation. Three codes are ours:
+//! Codes, names, descriptions and hints follow upstream's `error_names.h` so users can
+//! triage with upstream's documentation. Three codes are ours:
 //! 200 TASK_FAILED (a kernel raised or panicked), 201 RUNTIME_SETUP (an arena could
 //! not be reserved, or the chip is not usable) and 202 DEVICE_OUT_OF_MEMORY (an arena
 //! does not fit the chip's device memory). A failure's `description` is the fixed
@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-/// Status codes (reference §12.1 plus ours).
+/// Status codes (upstream's plus ours).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum StatusCode {
