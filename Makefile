@@ -92,8 +92,10 @@ fuzz:
 # `--sigstop` (chip SIGSTOP fault) or `--seed 7`.
 SOAK_MINUTES ?= 5
 SOAK_ARGS ?=
+SOAK_L4_MINUTES ?= 1
 soak: py-dev
 	$(VPY) soak/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+	@if [ -n "$$($(MPI_FEATURES))" ]; then set -x; timeout 900 $(VPY) soak/l4_soak.py --minutes $(SOAK_L4_MINUTES); else echo "make soak: no Open MPI: the L4 part (soak/l4_soak.py) is skipped; see make mpi"; fi
 
 # Benchmarks B2-B7 (docs/benchmarks.md, docs/performance.md): JSON results under
 # bench-results/, one summary line each. B7 (Python) also re-measures B2 for its ratio.
