@@ -16,7 +16,7 @@ _RING_FIELDS = ("ring_task_window", "ring_heap", "ring_dep_pool")
 # ValueError with the docs/api.md §1.1 text. (A private native helper, so not in _native.pyi.)
 _check_field = getattr(CallConfig, "_check_run_config_field")
 
-RingValue = Optional[Union[int, List[int]]]
+RingValue = Optional[Union[int, str, List[Union[int, str]]]]
 
 
 def _is_int(v) -> bool:
@@ -27,7 +27,8 @@ def _is_int(v) -> bool:
 class RunConfig:
     """Configuration of one dispatch (high level). Ring fields: ``None`` (unset), an
     int (all four rings) or a list of exactly 4 ints (``0`` = keep the default for
-    that ring). Validated on construction and by ``dataclasses.replace``; the first
+    that ring); ``"auto"``, alone or as a list entry, lets the chip size that resource
+    to the program's measured need (docs/api.md §12). Validated on construction and by ``dataclasses.replace``; the first
     failure wins (platform, then ring_task_window, ring_heap, ring_dep_pool, then the
     rest)."""
 

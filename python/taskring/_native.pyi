@@ -77,7 +77,7 @@ class _ToCallConfig(Protocol):
 _ConfigLike: TypeAlias = CallConfig | _ToCallConfig | None
 """A CallConfig, anything with `to_call_config()` (RunConfig), or None (defaults)."""
 
-_RingValue: TypeAlias = int | list[int] | tuple[int, ...]
+_RingValue: TypeAlias = int | str | list[int | str] | tuple[int | str, ...]
 """An int (broadcast to the 4 rings) or a list/tuple of exactly 4 ints; 0 = unset."""
 
 _Shape: TypeAlias = int | Sequence[int]
@@ -110,6 +110,8 @@ class RuntimeEnv:
     """Per-ring ring sizes of one dispatch (0 = unset for that ring)."""
 
     __hash__: ClassVar[None]  # type: ignore[assignment]
+    AUTO: ClassVar[int]
+    """The entry meaning "size this resource to the program's measured need" (``"auto"`` is accepted too)."""
 
     def __new__(
         cls,
@@ -228,8 +230,8 @@ class RingSizing:
     def dep_pool(self) -> _Ring4:
         """Resolved dependency-pool entries per ring."""
 
-    def source(self, field: str, ring: int) -> Literal["call_config", "env", "default"]:
-        """Where a value came from: "call_config", "env" or "default" (`field`: ring_task_window, ring_heap or ring_dep_pool; `ring` in [0, 3])."""
+    def source(self, field: str, ring: int) -> Literal["call_config", "env", "default", "auto"]:
+        """Where a value came from: "call_config", "env", "default" or "auto" (`field`: ring_task_window, ring_heap or ring_dep_pool; `ring` in [0, 3])."""
 
     def key(self) -> tuple[int, ...]:
         """The 12-value tuple the arena cache is keyed on."""

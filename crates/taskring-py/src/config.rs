@@ -51,6 +51,12 @@ fn run_config_int(v: &Bound<'_, PyAny>) -> PyResult<IntArg> {
     Ok(IntArg::Huge { power_of_two })
 }
 
+/// Is `v` the string `"auto"` (any case)?
+fn is_auto(v: &Bound<'_, PyAny>) -> bool {
+    v.extract::<String>()
+        .is_ok_and(|s| s.eq_ignore_ascii_case("auto"))
+}
+
 fn repr(v: &Bound<'_, PyAny>) -> String {
     v.repr().map(|r| r.to_string()).unwrap_or_default()
 }
@@ -64,12 +70,19 @@ fn check_run_config_field(field: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
         "aicpu_thread_num" => check_run_config_thread_num(run_config_int(v)?, || repr(v)),
         "enable_chip_swimlane" if v.is_instance_of::<PyBool>() => Ok(()),
         "enable_chip_swimlane" => check_run_config_swimlane(run_config_int(v)?, || repr(v)),
-        _ if v.is_none() => ring_field(field).map(|_| Ok(()))?,
+        _ if v.is_none() || is_auto(v) => ring_field(field).map(|_| Ok(()))?,
         _ if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() => {
             let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
+            // An "auto" entry passes (as 0 does: the rules are for sizes).
             let ints = items
                 .iter()
-                .map(run_config_int)
+                .map(|x| {
+                    if is_auto(x) {
+                        Ok(IntArg::U64(0))
+                    } else {
+                        run_config_int(x)
+                    }
+                })
                 .collect::<PyResult<Vec<_>>>()?;
             check_run_config_ring_list(ring_field(field)?, &ints, |i| repr(&items[i]))
         }
@@ -81,7 +94,14 @@ fn check_run_config_field(field: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
 /// Parse an int (broadcast) or a sequence of exactly 4 ints, with the API's messages.
 fn ring_values(field: RingField, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
     let generic = || value_error(ConfigErrorKind::RuntimeEnvValue { field });
-    if let Some(x) = plain_u64(v) {
+    let entry = |x: &Bound<'_, PyAny>| {
+        if is_auto(x) {
+            Some(RuntimeEnv::AUTO)
+        } else {
+            plain_u64(x)
+        }
+    };
+    if let Some(x) = entry(v) {
         return Ok([x; 4]);
     }
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
@@ -91,7 +111,7 @@ fn ring_values(field: RingField, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
         }
         let mut out = [0u64; 4];
         for (i, it) in items.iter().enumerate() {
-            out[i] = plain_u64(it).ok_or_else(generic)?;
+            out[i] = entry(it).ok_or_else(generic)?;
         }
         return Ok(out);
     }
@@ -110,6 +130,11 @@ pub struct PyRuntimeEnv {
 
 #[pymethods]
 impl PyRuntimeEnv {
+    /// The entry meaning "size this resource to the program's measured need"
+    /// (`"auto"` is accepted wherever it is).
+    #[classattr]
+    const AUTO: u64 = RuntimeEnv::AUTO;
+
     /// `RuntimeEnv(ring_task_window=0, ring_heap=0, ring_dep_pool=0)`: each an int
     /// (broadcast) or 4 ints; `0` = unset. (Parsed by hand so that an explicit `None`
     /// is rejected like any other non-int.)

@@ -41,6 +41,29 @@ pub fn failure_err(py: Python<'_>, f: &RuntimeFailure) -> PyErr {
     build().unwrap_or_else(|e| e)
 }
 
+/// The error of a run whose orchestration let a failure raised by `submit` escape
+/// (`pending`): when the run ended with a failure of the same code, the run's own
+/// error, which says what the run adds (its outputs may be partly written; an "auto"
+/// entry grows); else `pending` as it is.
+fn same_failure_said_fully(py: Python<'_>, pending: PyErr, run: Option<&RunError>) -> PyErr {
+    let Some(RunError::Failure(f)) = run else {
+        return pending;
+    };
+    let code = pending
+        .value(py)
+        .getattr("code")
+        .and_then(|c| c.extract::<u32>());
+    let is_ours = py
+        .import("taskring._errors")
+        .and_then(|m| m.getattr("RuntimeFailure"))
+        .is_ok_and(|cls| pending.is_instance(py, &cls));
+    if is_ours && code.is_ok_and(|c| c == f.code.code()) {
+        failure_err(py, f)
+    } else {
+        pending
+    }
+}
+
 pub fn run_err(py: Python<'_>, e: RunError) -> PyErr {
     match e {
         RunError::Config(c) => PyValueError::new_err(c.message),
@@ -1638,7 +1661,7 @@ impl PyChip {
         drop(guard);
         drop(host);
         if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            return Err(e);
+            return Err(same_failure_said_fully(py, e, r.as_ref().err()));
         }
         match r {
             Ok(rep) => report_py(py, &rep),
@@ -1673,7 +1696,7 @@ impl PyChip {
         drop(guard);
         drop(host);
         if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            return Err(e);
+            return Err(same_failure_said_fully(py, e, r.as_ref().err()));
         }
         match r {
             Ok(g) => Ok(crate::replay::PyCaptured::new(g, slf.clone().unbind())),

@@ -261,7 +261,7 @@ impl ArenaCache {
             .fold(0, u64::saturating_add)
     }
 
-    fn outside_bytes(&self) -> u64 {
+    pub(crate) fn outside_bytes(&self) -> u64 {
         self.outside
             .iter()
             .map(|h| h.1)

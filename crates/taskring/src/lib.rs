@@ -122,8 +122,8 @@ pub mod tensor;
 
 pub use arena::{device_footprint, AcquireError, Arena, ArenaCache, ArenaStats};
 pub use chip::{
-    Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program, ReplayError,
-    RunError, RunReport,
+    auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
+    ReplayError, RunError, RunReport, AUTO_HEADROOM,
 };
 pub use config::{CallConfig, ConfigError, RingField, RingSizing, RuntimeEnv, SizeSource};
 pub use engine::{

@@ -52,7 +52,10 @@ fn an_oversized_sizing_is_device_out_of_memory_and_the_worker_stays_usable() {
         text.contains(&format!("needs {} bytes", device_footprint(&big))),
         "{text}"
     );
-    assert!(text.contains("heap=[16384") || text.contains("heap=[65536"), "{text}");
+    assert!(
+        text.contains("heap=[16384") || text.contains("heap=[65536"),
+        "{text}"
+    );
     assert!(text.contains("smaller runtime_env"), "{text}");
     assert!(y.iter().all(|&v| v == 0.0), "nothing ran");
     // Nothing was evicted, and the next run reuses the resident arena.

@@ -210,7 +210,11 @@ fn generate(words: &[u32]) -> Prog {
 }
 
 fn program(p: Arc<Prog>) -> Program {
-    Program::new("random", move |o, args| {
+    named_program("random", p)
+}
+
+fn named_program(name: &str, p: Arc<Prog>) -> Program {
+    Program::new(name, move |o, args| {
         let mut ids: Vec<TaskId> = vec![];
         let mut outs: Vec<Option<Tensor>> = vec![];
         for op in &p.ops {
@@ -349,6 +353,90 @@ fn replay_equals_a_normal_run_on_random_programs() {
         "{cases} random programs in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// `"auto"` on a random program: the first dispatch (which learns) and the second
+/// (under the learned sizing) both equal a normal run; every auto entry holds the run's
+/// peak and its structural need, and is within 2× that need before the headroom.
+fn check_auto(w: &mut ChipWorker, words: &[u32], case: usize) -> Result<(), String> {
+    let p = Arc::new(generate(words));
+    let prog = named_program(&format!("auto{case}"), p.clone());
+    let mut normal = start_data(1);
+    w.run(&prog, &args_of(&mut normal), &CallConfig::default())
+        .map_err(|e| format!("normal run: {e}\n{p:?}"))?;
+    let mut auto = CallConfig::default();
+    for f in RingField::ALL {
+        auto.runtime_env.set_all(f, RuntimeEnv::AUTO);
+    }
+    let mut sizes = vec![];
+    for pass in 0..2 {
+        let mut got = start_data(1);
+        let rep = w
+            .run(&prog, &args_of(&mut got), &auto)
+            .map_err(|e| format!("auto pass {pass}: {e}\n{p:?}"))?;
+        if got != normal {
+            return Err(format!("auto pass {pass} differs from a normal run\n{p:?}"));
+        }
+        for f in RingField::ALL {
+            for r in 0..4 {
+                if rep.ring_sizing.source(f, r) != SizeSource::Auto {
+                    return Err(format!("source of {f:?}[{r}] is not auto"));
+                }
+            }
+        }
+        let (s, pk) = (rep.ring_sizing, rep.peak);
+        for r in 0..4 {
+            if s.task_window[r] <= pk.task_window[r]
+                || s.heap[r] < pk.heap[r]
+                || s.dep_pool[r] < pk.dep_pool[r]
+            {
+                return Err(format!("pass {pass}: a size below its peak: {s} {pk:?}"));
+            }
+        }
+        sizes.push(s);
+    }
+    // The exact need, as a capture gives it.
+    let mut cap = start_data(1);
+    let g = w
+        .capture(&prog, &args_of(&mut cap), &CallConfig::default())
+        .map_err(|e| format!("capture: {e}"))?;
+    let n = g.structural_needs();
+    let learned = sizes[1];
+    for r in 0..4 {
+        let need = [n.task_window[r] + 1, n.heap[r], n.dep_pool[r]];
+        let got = [learned.task_window[r], learned.heap[r], learned.dep_pool[r]];
+        for (k, f) in RingField::ALL.into_iter().enumerate() {
+            let smallest = [4, 1024, 4][k];
+            let within =
+                got[k] <= smallest || got[k] as f64 / AUTO_HEADROOM <= 2.0 * need[k] as f64;
+            if got[k] < need[k] || !within {
+                return Err(format!(
+                    "{f:?}[{r}] = {} for a need of {} (below it, or > 2x before headroom)",
+                    got[k], need[k]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn auto_sizing_equals_a_normal_run_on_random_programs() {
+    let w = std::cell::RefCell::new(chip());
+    let cases = 120;
+    let case = std::cell::Cell::new(0usize);
+    let mut runner = TestRunner::new(PtConfig {
+        cases: cases as u32,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    runner
+        .run(&prop::collection::vec(any::<u32>(), 8..160), |words| {
+            case.set(case.get() + 1);
+            check_auto(&mut w.borrow_mut(), &words, case.get())
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
 }
 
 /// A chain of `n` INOUT updates of one buffer inside one scope, plus a fan-out of

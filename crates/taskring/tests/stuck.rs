@@ -71,7 +71,8 @@ fn a_stale_kernel_never_writes_into_a_later_runs_outputs() {
     let e = w.run_with_sizing(&first, &[], &s).unwrap_err();
     assert_eq!(e.code, StatusCode::SchedulerTimeout, "{e}");
     assert!(
-        e.detail.ends_with("; the run's outputs may be partly written"),
+        e.detail
+            .ends_with("; the run's outputs may be partly written"),
         "{e}"
     );
     assert_eq!(w.stuck_kernels().len(), 1);

@@ -198,6 +198,16 @@ impl Captured {
     pub fn ring_needs(&self) -> PeakUse {
         self.report.peak
     }
+    /// The graph's structural demand per ring, whatever the timing: live task-window
+    /// slots, heap bytes and dep-pool entries that must be held at once (a sizing needs
+    /// a window above the slots). What `"auto"` sizes to.
+    pub fn structural_needs(&self) -> PeakUse {
+        PeakUse {
+            task_window: self.needs.slots,
+            heap: self.needs.heap,
+            dep_pool: self.needs.deps,
+        }
+    }
     /// The report of the capture run.
     pub fn report(&self) -> &RunReport {
         &self.report
@@ -458,7 +468,7 @@ struct Scratch {
 }
 
 /// A program argument's buffer (address, bytes; `(0, 0)` for a scalar).
-fn arg_buffer(a: &Arg<'_>) -> (u64, u64) {
+pub(super) fn arg_buffer(a: &Arg<'_>) -> (u64, u64) {
     match a {
         Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
         Arg::Scalar(_) => (0, 0),

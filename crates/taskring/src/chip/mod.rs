@@ -25,6 +25,7 @@
 
 #[doc(hidden)]
 pub mod abort;
+mod auto;
 mod capture;
 mod core;
 mod options;
@@ -33,6 +34,7 @@ mod report;
 mod run;
 pub(crate) mod spin;
 
+pub use auto::{auto_size, AUTO_HEADROOM};
 pub use capture::{Captured, ReplayError};
 pub use options::{
     default_device_memory, ChipOptions, Diagnostics, DEFAULT_DEVICE_MEMORY, MAX_CORES,
@@ -236,6 +238,9 @@ pub struct ChipWorker {
     direct_local: core::DirectLocal,
     /// Kernels given up on that may still write memory (`chip/quarantine.rs`).
     stuck: Vec<quarantine::Stuck>,
+    /// What `"auto"` dispatches learned, by program and argument signature
+    /// (`chip/auto.rs`).
+    auto: std::collections::HashMap<u64, auto::Learned>,
 }
 
 impl ChipWorker {
@@ -329,6 +334,7 @@ impl ChipWorker {
             id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
             direct_local,
             stuck: Vec::new(),
+            auto: std::collections::HashMap::new(),
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;

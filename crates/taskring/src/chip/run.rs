@@ -55,6 +55,9 @@ impl ChipWorker {
         config.validate()?;
         let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
         let diag = Diagnostics::from_config(config);
+        if sizing.is_auto() && !self.node_engine {
+            return Ok(self.run_auto(program, args, sizing, hook, &diag)?);
+        }
         Ok(self.run_inner(program, args, &sizing, hook, &diag)?)
     }
 

@@ -34,6 +34,11 @@ pub struct RuntimeEnv {
 }
 
 impl RuntimeEnv {
+    /// The entry meaning "size this resource to the program's measured need"
+    /// (`"auto"` in `RunConfig` and `PTO2_RING_*`): the chip learns the need on the
+    /// first dispatch of a program with given arguments and sizes later ones to it.
+    pub const AUTO: u64 = u64::MAX;
+
     /// The four entries of field `f`.
     pub fn get(&self, f: RingField) -> [u64; RUNTIME_ENV_RING_COUNT] {
         match f {
@@ -72,7 +77,7 @@ impl RuntimeEnv {
         for ring in 0..RUNTIME_ENV_RING_COUNT {
             for f in RingField::ALL {
                 let v = self.get(f)[ring];
-                if v != 0 && !f.check(v) {
+                if v != 0 && v != Self::AUTO && !f.check(v) {
                     return Err(ConfigErrorKind::RuntimeEnvEntry {
                         field: f,
                         ring,

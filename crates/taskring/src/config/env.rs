@@ -188,6 +188,10 @@ pub fn parse_env_value(
     }
     let mut parsed = [0u64; RUNTIME_ENV_RING_COUNT];
     for (slot, token) in parsed.iter_mut().zip(&tokens) {
+        if token.eq_ignore_ascii_case("auto") {
+            *slot = crate::config::RuntimeEnv::AUTO;
+            continue;
+        }
         let v = match token.parse::<u64>() {
             Ok(v) => v,
             Err(e) if *e.kind() == IntErrorKind::PosOverflow => {

@@ -19,23 +19,32 @@ pub enum SizeSource {
     Env = 1,
     /// The built-in default.
     Default = 2,
+    /// `"auto"` (`RuntimeEnv::AUTO`, from the config or the env var): the chip sizes it
+    /// to the program's measured need.
+    Auto = 3,
 }
 
 impl SizeSource {
-    /// `"call_config"`, `"env"` or `"default"`.
+    /// `"call_config"`, `"env"`, `"default"` or `"auto"`.
     pub fn as_str(self) -> &'static str {
         match self {
             SizeSource::CallConfig => "call_config",
             SizeSource::Env => "env",
             SizeSource::Default => "default",
+            SizeSource::Auto => "auto",
         }
     }
 
     /// All sources, in the order of their codes (see [`code`](Self::code)).
-    const BY_CODE: [SizeSource; 3] = [SizeSource::CallConfig, SizeSource::Env, SizeSource::Default];
+    const BY_CODE: [SizeSource; 4] = [
+        SizeSource::CallConfig,
+        SizeSource::Env,
+        SizeSource::Default,
+        SizeSource::Auto,
+    ];
 
     /// The source's code for crossing a process boundary: 0 call_config, 1 env,
-    /// 2 default.
+    /// 2 default, 3 auto.
     pub fn code(self) -> u8 {
         self as u8
     }
@@ -152,7 +161,12 @@ impl RingSizing {
             };
             let from_cfg = env_cfg.get(f);
             for ring in 0..RUNTIME_ENV_RING_COUNT {
-                let (value, source) = if from_cfg[ring] != 0 {
+                // "auto" holds the default until the chip sizes it (`is_auto`).
+                let (value, source) = if from_cfg[ring] == RuntimeEnv::AUTO
+                    || (from_cfg[ring] == 0 && from_env[ring] == RuntimeEnv::AUTO)
+                {
+                    (f.default_value(), SizeSource::Auto)
+                } else if from_cfg[ring] != 0 {
                     (from_cfg[ring], SizeSource::CallConfig)
                 } else if from_env[ring] != 0 {
                     (from_env[ring], SizeSource::Env)
@@ -209,7 +223,22 @@ impl RingSizing {
         Ok(sizing)
     }
 
-    /// Sources as 12 codes (0 call_config, 1 env, 2 default), field-major — the order
+    /// Does any entry come from `"auto"`?
+    pub fn is_auto(&self) -> bool {
+        self.sources
+            .iter()
+            .flatten()
+            .any(|&s| s == SizeSource::Auto)
+    }
+
+    /// Set the value of an entry (the chip sizing an `"auto"` entry; `v` must satisfy
+    /// the field's rule). Its source stays as it is.
+    pub(crate) fn set_value(&mut self, f: RingField, ring: usize, v: u64) {
+        debug_assert!(f.check(v));
+        self.values_mut(f)[ring] = v;
+    }
+
+    /// Sources as 12 codes (0 call_config, 1 env, 2 default, 3 auto), field-major — the order
     /// of [`RingSizing::key`]; for carrying a sizing across a process boundary.
     pub fn source_codes(&self) -> [u8; 12] {
         let mut out = [0u8; 12];
