@@ -33,6 +33,7 @@ also gets SIGTERM when the launcher dies of anything else (``PR_SET_PDEATHSIG``)
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import select
 import shutil
@@ -133,6 +134,7 @@ def run(cmd: List[str], env: Dict[str, str]) -> int:
         job = _Job(cmd, env)
         job.wait(got, rfd)
         if not got:
+            job.remove_own_pmix_dir()
             return job.returncode
     finally:
         signal.set_wakeup_fd(old_wakeup)
@@ -246,6 +248,14 @@ class _Job:
             # Only the directory of this launch's own mpirun.
             if d and os.path.basename(d.rstrip("/")) == f"pid.{self.proc.pid}":
                 self.pmix_dirs.add(d)
+
+    def remove_own_pmix_dir(self) -> None:
+        """mpirun ended by itself: a PMIx directory still named with its pid is one it
+        did not get to remove (it crashed in its own finalize, as Open MPI 4.1 can after
+        MPI_Abort)."""
+        base = os.environ.get("TMPDIR") or "/tmp"
+        for d in glob.glob(os.path.join(base, "ompi.*", f"pid.{self.proc.pid}")):
+            shutil.rmtree(d, ignore_errors=True)
 
     def remove_leftovers(self) -> None:
         """What a killed job leaves: its shared-memory segments (new since the launch

@@ -139,3 +139,18 @@ def test_a_job_that_outlasts_the_grace_period_is_killed_and_its_files_removed(tm
     # launcher's grace is shorter: it kills the job itself and removes the job's files.
     p, info = _start(tmp_path, 1, "deaf", grace_s=0.3)
     _stop_and_check(tmp_path, p, info, signal.SIGTERM, to_group=False, bound_s=3.0)
+
+
+def test_a_pmix_directory_left_by_an_mpirun_that_crashed_is_removed(tmp_path):
+    # An mpirun that dies in its own finalize leaves /tmp/ompi.<node>.<uid>/pid.<its pid>.
+    fake = tmp_path / "mpirun"
+    fake.write_text('#!/bin/sh\nmkdir -p "$TMPDIR/ompi.node.0/pid.$$"\nexit 245\n')
+    fake.chmod(0o755)
+    other = tmp_path / "ompi.node.0" / "pid.1"
+    other.mkdir(parents=True)
+    script = tmp_path / "job.py"
+    script.write_text("pass\n")
+    env = dict(os.environ, TASKRING_MPIRUN=str(fake), TMPDIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "taskring", "launch", "--hosts", "1", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 245, r.stderr
+    assert sorted(p.name for p in (tmp_path / "ompi.node.0").iterdir()) == ["pid.1"]  # only its own went
