@@ -5,6 +5,9 @@
                       ring_task_window (chain, stencil, fanout), and the heap curve
   b3_overhead.png     B3: ns per task of taskring (both configurations) and of the
                       hand-rolled executor, per DAG pattern
+  b11_device_memory.png
+                      B11: device bytes reserved per chip and in total for each way of
+                      sizing (global, per task, auto when it ran), with the peak use
 
 B1's METG curves (b1_<pattern>.png) are drawn by benches/taskbench/metg.py itself.
 A result file that is missing is skipped with a note; matplotlib is required (it is
@@ -94,6 +97,43 @@ def plot_b3(plt, doc, out):
     plt.close(fig)
 
 
+def plot_b11(plt, doc, out):
+    ways = [c for c in doc["cases"] if c.get("extra", {}).get("chips")]
+    if not ways:
+        return
+    chips = [ch["chip"] for ch in ways[0]["extra"]["chips"]]
+    n = len(ways)
+    width = 0.8 / n
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 1.4]})
+    for i, c in enumerate(ways):
+        e = c["extra"]
+        xs = [x + (i - (n - 1) / 2) * width for x in range(len(chips))]
+        mb = [ch["resident_bytes"] / 1e6 for ch in e["chips"]]
+        bars = ax1.bar(xs, mb, width, label=e["way"], color=f"C{i}")
+        ax1.bar_label(bars, fmt="%.1f", fontsize=8)
+        used = [ch["peak_used_bytes"] / 1e6 for ch in e["chips"]]
+        ax1.scatter(xs, used, marker="_", s=300, color="black", zorder=3, label="peak used" if i == 0 else None)
+        tot = e["total"]["resident_bytes"] / 1e6
+        b = ax2.bar([i], [tot], 0.6, color=f"C{i}")
+        ax2.bar_label(b, labels=[f"{tot:.0f} MB\n{e['dispatches_per_s']:.0f}/s"], fontsize=8)
+    ax1.set_xticks(range(len(chips)), [f"chip {w}" for w in chips])
+    ax1.set_ylabel("device bytes reserved (MB)")
+    ax1.set_title("B11 reserved per chip (arena cache's resident bytes)")
+    ax1.legend()
+    ax1.grid(True, axis="y", alpha=0.3)
+    ax2.set_xticks(range(n), [c["extra"]["way"] for c in ways])
+    ax2.set_ylabel("MB, all chips (label: dispatches/s)")
+    ax2.set_title("B11 total")
+    ax2.margins(y=0.15)
+    ax2.grid(True, axis="y", alpha=0.3)
+    skipped = ", ".join(s["way"] for s in doc.get("params", {}).get("skipped", []))
+    note = f" — skipped: {skipped}" if skipped else ""
+    fig.suptitle(f"taskring B11 device memory — {machine_line(doc)}{note}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default=os.path.join(ROOT, "bench-results"))
@@ -106,7 +146,11 @@ def main():
     except ImportError:
         sys.exit("plots.py: matplotlib is not installed (pip install -r benches/requirements.txt)")
     done = []
-    for fname, png, fn in (("b4_ring_curve.json", "b4_ring_curve.png", plot_b4), ("b3_overhead.json", "b3_overhead.png", plot_b3)):
+    for fname, png, fn in (
+        ("b4_ring_curve.json", "b4_ring_curve.png", plot_b4),
+        ("b3_overhead.json", "b3_overhead.png", plot_b3),
+        ("b11.json", "b11_device_memory.png", plot_b11),
+    ):
         doc = load(a.dir, fname)
         if doc is None:
             continue

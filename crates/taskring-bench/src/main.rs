@@ -2,7 +2,7 @@
 //! `taskring` command (the Python entry point, which forwards `taskring bench ...` and
 //! `taskring taskbench ...` here).
 //!
-//! - `taskring-bench <b1|b2|...|b10|all>... [--reps N] [--threads T] [--quick] [--json]`:
+//! - `taskring-bench <b1|b2|...|b11|all>... [--reps N] [--threads T] [--quick] [--json]`:
 //!   the benchmarks (see `bench` and docs/performance.md).
 //! - `taskring-bench taskbench -steps N -width N -type PATTERN -kernel KERNEL ...`: a Task
 //!   Bench-compatible driver (B1; `benches/taskbench/metg.py` sweeps it against an
@@ -16,13 +16,14 @@ use std::process::ExitCode;
 
 /// Run benchmarks: b1 (taskbench METG sweep vs OpenMP), b2 (submit), b3 (overhead),
 /// b4 (ring curve), b5 (arena), b6 (l3), b7 (python), b9 (replay), b10 (native kernels),
-/// or all (b2..b6, b9 and b10 in sequence; b1 and b7 run Python scripts of the source
-/// tree). Results go to bench-results/<id>_<name>.json. `taskring-bench taskbench
+/// b11 (device memory), or all (b2..b6 and b9..b11 in sequence; b1 and b7 run Python
+/// scripts of the source tree). Results go to bench-results/<id>_<name>.json (B11:
+/// bench-results/b11.json). `taskring-bench taskbench
 /// <flags>` runs the Task Bench driver instead (`taskring-bench taskbench -h`).
 #[derive(Parser)]
 #[command(name = "taskring-bench", version)]
 struct Cli {
-    /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7 b9 b10, or all = b2..b6, b9 and b10).
+    /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7 b9 b10 b11, or all = b2..b6 and b9..b11).
     #[arg(required = true)]
     names: Vec<String>,
     /// Repetitions per measured point (median of them; at least 5).
@@ -44,7 +45,7 @@ struct Cli {
 }
 
 /// Every benchmark `all` runs, in order.
-const ALL: [&str; 7] = ["b2", "b3", "b4", "b5", "b6", "b9", "b10"];
+const ALL: [&str; 8] = ["b2", "b3", "b4", "b5", "b6", "b9", "b10", "b11"];
 
 fn main() -> ExitCode {
     let mut argv = std::env::args();

@@ -1,4 +1,4 @@
-//! `taskring-bench <name>`: the benchmarks B2–B6 and B10 of `docs/benchmarks.md` (B7 is
+//! `taskring-bench <name>`: the benchmarks B2–B6 and B9–B11 of `docs/benchmarks.md` (B7 is
 //! `benches/b7_python.py`, B1 is `taskring-bench taskbench`).
 //!
 //! Every benchmark pins its thread counts, takes the median of at least 5 repetitions
@@ -11,6 +11,7 @@
 //! What each benchmark measures, and how to read it: `docs/performance.md`.
 
 pub mod b10;
+pub mod b11;
 pub mod b2;
 pub mod b3;
 pub mod b4;
@@ -244,7 +245,13 @@ impl Bench {
     }
 
     /// Write the JSON document, print the summary (and the document with `--json`).
-    pub fn finish(mut self, params: serde_json::Value, summary: String) -> Report {
+    pub fn finish(self, params: serde_json::Value, summary: String) -> Report {
+        let stem = format!("{}_{}", self.id, self.name);
+        self.finish_as(&stem, params, summary)
+    }
+
+    /// [`Bench::finish`], writing the document to `<out_dir>/<stem>.json`.
+    pub fn finish_as(mut self, stem: &str, params: serde_json::Value, summary: String) -> Report {
         self.machine.loadavg_end = loadavg();
         let bars_met = self.cases.iter().flat_map(|c| c.bars.iter()).all(|b| b.met);
         let report = Report {
@@ -264,7 +271,7 @@ impl Bench {
             bars_met,
         };
         let text = serde_json::to_string_pretty(&report).expect("report serialises");
-        let path = self.opts.out_dir.join(format!("{}.json", report.bench));
+        let path = self.opts.out_dir.join(format!("{stem}.json"));
         let written =
             std::fs::create_dir_all(&self.opts.out_dir).and_then(|_| std::fs::write(&path, &text));
         if let Err(e) = &written {
@@ -499,9 +506,10 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
             "b6" | "l3" => b6::run(opts).map(|_| ()),
             "b9" | "replay" => b9::run(opts).map(|_| ()),
             "b10" | "native" => b10::run(opts).map(|_| ()),
+            "b11" | "device-memory" => b11::run(opts).map(|_| ()),
             "b1" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
             "b7" | "python" => run_script("benches/b7_python.py", &[], opts),
-            other => Err(format!("unknown benchmark '{other}' (b1 metg, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b9 replay, b10 native, all; `taskring-bench taskbench` is the Task Bench driver)")),
+            other => Err(format!("unknown benchmark '{other}' (b1 metg, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b9 replay, b10 native, b11 device-memory, all; `taskring-bench taskbench` is the Task Bench driver)")),
         };
         if let Err(e) = r {
             eprintln!("taskring-bench {n}: {e}");
