@@ -705,6 +705,10 @@ fn model(field: RingField, s: &str) -> Option<[u64; 4]> {
     }
     let mut out = [0u64; 4];
     for (o, t) in out.iter_mut().zip(&tokens) {
+        if t.eq_ignore_ascii_case("auto") {
+            *o = RuntimeEnv::AUTO;
+            continue;
+        }
         let digits = t.strip_prefix('+').unwrap_or(t);
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -875,13 +879,17 @@ fn env_resolve_never_invalid() {
                                 ring,
                                 v
                             );
-                            let (want, src) = if cfg.get(f)[ring] != 0 {
-                                (cfg.get(f)[ring], SizeSource::CallConfig)
-                            } else if env_vals[ring] != 0 {
-                                (env_vals[ring], SizeSource::Env)
-                            } else {
-                                (f.default_value(), SizeSource::Default)
-                            };
+                            let (c, e) = (cfg.get(f)[ring], env_vals[ring]);
+                            let (want, src) =
+                                if c == RuntimeEnv::AUTO || (c == 0 && e == RuntimeEnv::AUTO) {
+                                    (f.default_value(), SizeSource::Auto)
+                                } else if cfg.get(f)[ring] != 0 {
+                                    (cfg.get(f)[ring], SizeSource::CallConfig)
+                                } else if env_vals[ring] != 0 {
+                                    (env_vals[ring], SizeSource::Env)
+                                } else {
+                                    (f.default_value(), SizeSource::Default)
+                                };
                             prop_assert_eq!(
                                 (v, sizing.source(f, ring)),
                                 (want, src),

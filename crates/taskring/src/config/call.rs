@@ -210,12 +210,21 @@ pub(in crate::config) mod tests {
     }
 
     #[test]
+    fn runtime_env_auto_passes_everywhere() {
+        for f in [W, H, D] {
+            for ring in 0..4 {
+                assert_eq!(rt_env(f, ring, RuntimeEnv::AUTO).validate(), Ok(()));
+            }
+        }
+    }
+
+    #[test]
     fn runtime_env_window_messages() {
         for ring in 0..4 {
             for ok in [4, 8, 1 << 30] {
                 assert_eq!(rt_env(W, ring, ok).validate(), Ok(()), "window {ok}");
             }
-            for bad in [1u64, 3, 12, (1 << 30) + 4, 1 << 31, u64::MAX] {
+            for bad in [1u64, 3, 12, (1 << 30) + 4, 1 << 31, u64::MAX - 1] {
                 let err = rt_env(W, ring, bad).validate().expect_err("must fail");
                 assert_eq!(
                     err.to_string(),
@@ -234,7 +243,7 @@ pub(in crate::config) mod tests {
             for ok in [1024, 2048, 1 << 40] {
                 assert_eq!(rt_env(H, ring, ok).validate(), Ok(()), "heap {ok}");
             }
-            for bad in [1u64, 512, 1023, 1025, 1536, u64::MAX] {
+            for bad in [1u64, 512, 1023, 1025, 1536, u64::MAX - 1] {
                 let err = rt_env(H, ring, bad).validate().expect_err("must fail");
                 assert_eq!(
                     err.message,
@@ -253,7 +262,7 @@ pub(in crate::config) mod tests {
             for ok in [4, 5, 12, 2_147_483_647] {
                 assert_eq!(rt_env(D, ring, ok).validate(), Ok(()), "dep pool {ok}");
             }
-            for bad in [1u64, 3, 2_147_483_648, u64::MAX] {
+            for bad in [1u64, 3, 2_147_483_648, u64::MAX - 1] {
                 let err = rt_env(D, ring, bad).validate().expect_err("must fail");
                 assert_eq!(
                     err.to_string(),
