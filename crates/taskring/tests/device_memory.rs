@@ -109,3 +109,27 @@ fn a_prewarm_that_cannot_fit_fails_the_chip_at_setup() {
         "{e}"
     );
 }
+
+/// "auto" under a device memory smaller than the default sizing: the learning dispatch
+/// shrinks its auto entries until the arena fits, then the learned sizing is small.
+#[test]
+fn auto_learns_under_a_small_device_memory() {
+    let mut w = chip_with(64 << 20);
+    let prog = Program::new("fill", fill);
+    let mut cfg = CallConfig::default();
+    for f in RingField::ALL {
+        cfg.runtime_env.set_all(f, RuntimeEnv::AUTO);
+    }
+    let mut x = vec![0f32; 16];
+    let first = w
+        .run(&prog, &[host(&mut x, &[16])], &cfg)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.device_memory.arena_bytes <= 64 << 20);
+    let second = w.run(&prog, &[host(&mut x, &[16])], &cfg).unwrap();
+    assert!(second.device_memory.arena_bytes < 8 << 20, "{second:?}");
+    assert_eq!(
+        second.ring_sizing.source(RingField::Heap, 0),
+        SizeSource::Auto
+    );
+    assert!(x.iter().all(|&v| v == 3.0));
+}

@@ -3,7 +3,8 @@
 //! A dispatch whose sizing has an `"auto"` entry (`RuntimeEnv::AUTO`, source
 //! [`SizeSource::Auto`]) is keyed by its program's name and its arguments' signature
 //! (each tensor's shape and dtype, each scalar's value). The first dispatch of a key runs
-//! with the built-in defaults in the auto entries while the engine records its task
+//! with the built-in defaults in the auto entries (halved, heaps first, until the arena
+//! fits the device memory) while the engine records its task
 //! graph, as a capture does: no kernel runs twice and no array is written twice. The
 //! graph's structural demand per ring (`engine::replay::Needs`: what must be held at
 //! once whatever the timing, `Captured::structural_needs`) is the need; every later
@@ -144,6 +145,7 @@ impl ChipWorker {
                 .run_inner(program, args, &s, hook, diag)
                 .map_err(|e| self.grow(key, l, &s, e));
         }
+        let sizing = self.first_pass_sizing(sizing);
         let mut rec = Some(Box::new(Recorder::new(
             args.iter().map(arg_buffer).collect(),
         )));
@@ -170,6 +172,31 @@ impl ChipWorker {
             }
             Err(e) => Err(self.grow(key, Learned::default(), &sizing, e)),
         }
+    }
+
+    /// The sizing of a key's first dispatch: the defaults in the auto entries, with the
+    /// auto heaps (then windows and dep pools) halved, largest first, until the arena
+    /// fits the chip's device memory (a need beyond that shows as a capacity failure,
+    /// which grows the entry).
+    fn first_pass_sizing(&self, mut sizing: RingSizing) -> RingSizing {
+        let room = self
+            .cache
+            .capacity()
+            .saturating_sub(self.cache.outside_bytes());
+        for f in [RingField::Heap, RingField::TaskWindow, RingField::DepPool] {
+            while crate::arena::device_footprint(&sizing) > room {
+                let Some((r, v)) = (0..RUNTIME_ENV_RING_COUNT)
+                    .filter(|&r| sizing.source(f, r) == SizeSource::Auto)
+                    .map(|r| (r, sizing.get(f)[r]))
+                    .filter(|&(_, v)| clamp_valid(f, v / 2) < v)
+                    .max_by_key(|&(_, v)| v)
+                else {
+                    break;
+                };
+                sizing.set_value(f, r, clamp_valid(f, v / 2));
+            }
+        }
+        sizing
     }
 
     /// After a failed auto dispatch: a capacity failure of an auto entry doubles it
