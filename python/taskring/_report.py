@@ -1004,6 +1004,18 @@ def _swimlane_block(lanes: List[Lane], path: Optional[str], limit: int = MAX_LAN
     return out
 
 
+def _device_memory_line(hd: dict) -> List[str]:
+    """The arena's device footprint and the tensormap's peak, when the file has them."""
+    parts = []
+    b = hd.get("arena_device_bytes")
+    if isinstance(b, int) and not isinstance(b, bool) and b >= 0:
+        parts.append(f"this sizing's arena takes <b>{b / (1 << 20):.1f} MiB</b> ({b} bytes) of the chip's device memory")
+    p, cap = hd.get("peak_tensormap"), hd.get("tensormap_max")
+    if isinstance(p, int) and isinstance(cap, int) and not isinstance(p, bool) and cap > 0:
+        parts.append(f"the tensormap held at most {p} of its {cap} entries ({100 * p / cap:.0f} %)")
+    return [f'<p class="meta">Device memory: {"; ".join(parts)}.</p>'] if parts else []
+
+
 def _stats_section(rep: Report, hid: str, level: int) -> List[str]:
     st = rep.stats
     h = "h2" if level == 2 else "h3"
@@ -1016,6 +1028,7 @@ def _stats_section(rep: Report, hid: str, level: int) -> List[str]:
     out.append('<p class="legend">Use = peak / capacity: <span class="ok">below 50 %</span><span class="warn">warn ≥ 50 %</span>'
                '<span class="danger">danger ≥ 80 %</span> (a task window of N slots holds at most N − 1 live tasks).</p>')
     out += _ring_tables(rep, hid)
+    out += _device_memory_line(hd)
     img = occupancy_plot(st, rep.sites)
     if img:
         out.append(f'<{h} id="{hid}-occupancy">Occupancy across the run\'s scopes</{h}>')

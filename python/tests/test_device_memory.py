@@ -80,3 +80,23 @@ def test_l3_chips_get_their_device_memory():
         with pytest.raises(RuntimeError, match=r"^chip 1 \(pid \d+\): DEVICE_OUT_OF_MEMORY \(code 202\)"):
             w.run(big)
         w.run(orch)  # usable
+
+
+def test_scope_stats_and_the_report_give_the_arena_and_the_tensormap(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cfg = RunConfig(enable_scope_stats=True, output_dir=str(tmp_path), ring_task_window=16, ring_heap=1 << 16, ring_dep_pool=64)
+    with ChipWorker() as w:
+        rep = w.run(copy, np.ones(8, np.float32), np.zeros(8, np.float32), config=cfg)
+    with open(tmp_path / "scope_stats" / "scope_stats.jsonl") as f:
+        head = json.loads(f.readline())
+    assert head["arena_device_bytes"] == rep.device_memory.arena_bytes
+    # the tensormap's pool follows the windows: 4 x 16 slots x 16 tensors -> 1024 entries
+    assert head["tensormap_max"] == 1024 and head["peak_tensormap"] >= 1
+    r = subprocess.run([sys.executable, "-m", "taskring", "report", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert f"({rep.device_memory.arena_bytes} bytes) of the chip's device memory" in page
+    assert "the tensormap held at most" in page

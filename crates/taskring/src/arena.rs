@@ -19,7 +19,7 @@
 //! charged at its device footprint ([`device_footprint`]) against the chip's device
 //! memory (`ChipOptions::device_memory`): per ring, task-window slots ×
 //! [`SLOT_RECORD_BYTES`] + heap bytes + dep-pool entries × [`DEP_ENTRY_BYTES`], plus one
-//! tensormap ([`TENSORMAP_BYTES`]). An arena that does not fit beside the cached ones
+//! tensormap sized from the windows ([`tensormap_bytes`]). An arena that does not fit beside the cached ones
 //! evicts idle cached arenas, least recently used first; one that cannot fit even
 //! then is refused ([`AcquireError::OutOfMemory`]) before anything is evicted.
 
@@ -39,12 +39,20 @@ pub const SLOT_RECORD_BYTES: u64 = (std::mem::size_of::<SlotState>()
 pub const DEP_ENTRY_BYTES: u64 =
     (std::mem::size_of::<DepNode>() + std::mem::size_of::<u64>()) as u64;
 
-/// Device bytes of an arena's tensormap (its entry pool and buckets).
-pub const TENSORMAP_BYTES: u64 = crate::engine::tensormap::TENSORMAP_BYTES as u64;
+/// Device bytes of one tensormap pool entry.
+pub const TENSORMAP_ENTRY_BYTES: u64 = crate::engine::tensormap::ENTRY_BYTES as u64;
+
+/// Device bytes of the tensormap of an arena whose rings have `windows` slots: its
+/// pool, sized from the windows (a power of two in [1024, 65536]: the windows' sum × 16
+/// tensors a task may write), and its 4096 buckets.
+pub fn tensormap_bytes(windows: &[u64; 4]) -> u64 {
+    crate::engine::tensormap::tensormap_bytes(crate::engine::tensormap::pool_entries(windows))
+        as u64
+}
 
 /// The device footprint of an arena of `sizing` (see the module doc), saturating.
 pub fn device_footprint(sizing: &RingSizing) -> u64 {
-    (0..4).fold(TENSORMAP_BYTES, |b, r| {
+    (0..4).fold(tensormap_bytes(&sizing.task_window), |b, r| {
         b.saturating_add(sizing.task_window[r].saturating_mul(SLOT_RECORD_BYTES))
             .saturating_add(sizing.heap[r])
             .saturating_add(sizing.dep_pool[r].saturating_mul(DEP_ENTRY_BYTES))
@@ -54,7 +62,8 @@ pub fn device_footprint(sizing: &RingSizing) -> u64 {
 /// [`device_footprint`] of a sizing given by its [`RingSizing::key`] (windows, heaps,
 /// dep pools).
 pub fn key_footprint(key: &[u64; 12]) -> u64 {
-    (0..4).fold(TENSORMAP_BYTES, |b, r| {
+    let windows = [key[0], key[1], key[2], key[3]];
+    (0..4).fold(tensormap_bytes(&windows), |b, r| {
         b.saturating_add(key[r].saturating_mul(SLOT_RECORD_BYTES))
             .saturating_add(key[4 + r])
             .saturating_add(key[8 + r].saturating_mul(DEP_ENTRY_BYTES))
@@ -491,25 +500,40 @@ mod tests {
     const SLOT_BYTES_PINNED: u64 = 1696;
     /// A fanout node and a spill word.
     const DEP_BYTES_PINNED: u64 = 24;
-    /// 65536 entries of 96 bytes + 4096 buckets of 8.
-    const TMAP_BYTES_PINNED: u64 = 65536 * 96 + 4096 * 8;
+    /// A tensormap entry.
+    const ENTRY_BYTES_PINNED: u64 = 96;
+    /// 4096 buckets of 8 bytes.
+    const BUCKET_BYTES_PINNED: u64 = 4096 * 8;
 
     #[test]
     fn device_footprint_by_hand() {
         // The records the formula counts, pinned: a change of layout shows here.
         assert_eq!(
-            (SLOT_RECORD_BYTES, DEP_ENTRY_BYTES, TENSORMAP_BYTES),
-            (SLOT_BYTES_PINNED, DEP_BYTES_PINNED, TMAP_BYTES_PINNED)
+            (SLOT_RECORD_BYTES, DEP_ENTRY_BYTES, TENSORMAP_ENTRY_BYTES),
+            (SLOT_BYTES_PINNED, DEP_BYTES_PINNED, ENTRY_BYTES_PINNED)
         );
+        // Windows 16 + 32 + 64 + 128 = 240 slots x 16 tensors = 3840 -> 4096 entries.
         let s =
             RingSizing::from_values([16, 32, 64, 128], [1024, 2048, 4096, 8192], [64, 4, 8, 16])
                 .unwrap();
-        let want = TMAP_BYTES_PINNED
+        let want = 4096 * ENTRY_BYTES_PINNED
+            + BUCKET_BYTES_PINNED
             + (16 + 32 + 64 + 128) * SLOT_BYTES_PINNED
             + (1024 + 2048 + 4096 + 8192)
             + (64 + 4 + 8 + 16) * DEP_BYTES_PINNED;
         assert_eq!(device_footprint(&s), want);
         assert_eq!(key_footprint(&s.key()), want);
+        // The pool's bounds: 1024 entries for the smallest windows, 65536 at most.
+        let tiny = RingSizing::uniform(4, 1024, 4).unwrap();
+        assert_eq!(
+            tensormap_bytes(&tiny.task_window),
+            1024 * 96 + BUCKET_BYTES_PINNED
+        );
+        let default = RingSizing::default();
+        assert_eq!(
+            tensormap_bytes(&default.task_window),
+            65536 * 96 + BUCKET_BYTES_PINNED
+        );
         // Saturates instead of wrapping.
         let huge = RingSizing::uniform(1 << 30, 1 << 62, 64).unwrap();
         assert_eq!(device_footprint(&huge), u64::MAX);

@@ -80,11 +80,13 @@ fn write_stats(
         task_window_max: sizing.task_window,
         heap_max: sizing.heap,
         dep_pool_max: sizing.dep_pool,
-        tensormap_max: crate::engine::tensormap::TENSORMAP_POOL_ENTRIES as u64,
+        tensormap_max: orch.tensormap_use().0,
         peak_task_window: Some(peaks.task_window),
         peak_heap: Some(peaks.heap),
         peak_dep_pool: Some(peaks.dep_pool),
         failure: failure.map(crate::dfx::FailureRecord::from),
+        peak_tensormap: Some(orch.tensormap_use().1),
+        arena_device_bytes: Some(crate::arena::device_footprint(sizing)),
     };
     if let Err(e) = crate::dfx::write_scope_stats(prefix, &header, stats) {
         eprintln!(

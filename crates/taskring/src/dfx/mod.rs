@@ -4,8 +4,9 @@
 //! Scope stats (schema version 6, as upstream's `docs/dfx/scope-stats.md`): line 1 is a
 //! metadata object — `fatal`, `dropped`, `total`, the effective sizes per ring
 //! (`task_window_max`, `heap_max`, `dep_pool_max`), `tensormap_max` — to which we add the
-//! peak use per ring (`peak_task_window`, `peak_heap`, `peak_dep_pool`) and, for a failed
-//! run, the failure (`failure`: code, name, ring, resource, configured, needed). Every
+//! peak use per ring (`peak_task_window`, `peak_heap`, `peak_dep_pool`), the tensormap's
+//! peak (`peak_tensormap`), the arena's device footprint (`arena_device_bytes`) and, for
+//! a failed run, the failure (`failure`: code, name, ring, resource, configured, needed). Every
 //! later line is one scope boundary sample: `site`, `phase` (`begin`/`end`), `depth`,
 //! `ring`, `task_window_start`/`_end` (retired / next local id: monotonic counters),
 //! `heap_start`/`_end` (bytes retired / allocated since the run began, wraps unrolled),
@@ -68,6 +69,12 @@ pub(crate) struct ScopeStatsHeader {
     pub peak_dep_pool: Option<[u64; 4]>,
     #[serde(default)]
     pub failure: Option<FailureRecord>,
+    /// The most tensormap entries in use at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_tensormap: Option<u64>,
+    /// The device footprint of the run's arena (`arena::device_footprint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arena_device_bytes: Option<u64>,
 }
 
 /// Samples of one run (kept by the orchestrator while enabled).
@@ -711,6 +718,8 @@ mod tests {
             peak_heap: peaks.map(|p| p.1),
             peak_dep_pool: peaks.map(|p| p.2),
             failure: None,
+            peak_tensormap: None,
+            arena_device_bytes: None,
         }
     }
 

@@ -169,7 +169,7 @@ impl OrchState {
         };
         Ok(OrchState {
             rings: [mk(0)?, mk(1)?, mk(2)?, mk(3)?],
-            tensormap: TensorMap::new()?,
+            tensormap: TensorMap::new(crate::engine::tensormap::pool_entries(&sizing.task_window))?,
             scope_tasks: Vec::with_capacity(1024),
             scopes: Vec::with_capacity(MAX_SCOPE_DEPTH),
             fanin: Vec::with_capacity(64),
@@ -276,6 +276,11 @@ impl OrchState {
     /// Record scope stats this run.
     pub(crate) fn enable_stats(&mut self) {
         self.stats = Some(crate::dfx::ScopeStats::default());
+    }
+
+    /// The tensormap pool's entries and the most in use at once during the run.
+    pub fn tensormap_use(&self) -> (u64, u64) {
+        (self.tensormap.capacity() as u64, self.tensormap.peak() as u64)
     }
 
     pub fn peaks(&self) -> PeakUse {

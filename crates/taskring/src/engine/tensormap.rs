@@ -16,14 +16,35 @@
 use crate::mem::{ReserveError, ZeroValid, ZeroedArray};
 use crate::tensor::{TaskId, Tensor};
 
-/// Entries in the pool (global across rings, not tunable; upstream uses the same size).
+/// The most entries a pool has (upstream's fixed size).
 pub(crate) const TENSORMAP_POOL_ENTRIES: usize = 65536;
+/// The fewest entries a pool has.
+pub(crate) const TENSORMAP_MIN_ENTRIES: usize = 1024;
 /// Hash buckets (power of two).
 pub(crate) const TENSORMAP_BUCKETS: usize = 4096;
 
-/// Bytes of a tensormap: its entry pool and its buckets.
-pub(crate) const TENSORMAP_BYTES: usize = TENSORMAP_POOL_ENTRIES * std::mem::size_of::<Entry>()
-    + TENSORMAP_BUCKETS * std::mem::size_of::<Bucket>();
+/// Entries of the pool of an arena whose rings have `windows` task-window slots: every
+/// live task can hold an entry per tensor it writes, so the sum of the windows times
+/// the tensors a task may have bounds what is live at once; rounded up to a power of
+/// two within [`TENSORMAP_MIN_ENTRIES`, `TENSORMAP_POOL_ENTRIES`] (stale entries are
+/// swept when the pool runs dry).
+pub(crate) fn pool_entries(windows: &[u64; 4]) -> usize {
+    let live = windows
+        .iter()
+        .fold(0u64, |a, &w| a.saturating_add(w))
+        .saturating_mul(crate::engine::MAX_TASK_TENSORS as u64);
+    (live.min(TENSORMAP_POOL_ENTRIES as u64) as usize)
+        .next_power_of_two()
+        .clamp(TENSORMAP_MIN_ENTRIES, TENSORMAP_POOL_ENTRIES)
+}
+
+/// Bytes of one pool entry.
+pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
+
+/// Bytes of a tensormap of `entries` pool entries: its pool and its buckets.
+pub(crate) fn tensormap_bytes(entries: usize) -> usize {
+    entries * ENTRY_BYTES + TENSORMAP_BUCKETS * std::mem::size_of::<Bucket>()
+}
 const NIL: u32 = u32::MAX;
 
 /// Result of the overlap test between a probe and an entry of the same buffer.
@@ -146,10 +167,11 @@ fn alive(producer: TaskId, last_alive: &[u32; 4]) -> bool {
 }
 
 impl TensorMap {
-    pub fn new() -> Result<TensorMap, ReserveError> {
+    /// A tensormap with a pool of `entries` (see [`pool_entries`]).
+    pub fn new(entries: usize) -> Result<TensorMap, ReserveError> {
         Ok(TensorMap {
             buckets: ZeroedArray::new(TENSORMAP_BUCKETS)?,
-            pool: ZeroedArray::new(TENSORMAP_POOL_ENTRIES)?,
+            pool: ZeroedArray::new(entries.max(1))?,
             epoch: 1,
             bump: 0,
             free_head: NIL,
@@ -175,7 +197,7 @@ impl TensorMap {
         self.peak
     }
     pub fn capacity(&self) -> u32 {
-        TENSORMAP_POOL_ENTRIES as u32
+        self.pool.len() as u32
     }
     /// Entries that can be inserted without a sweep.
     pub fn free(&self) -> u32 {
@@ -390,7 +412,7 @@ mod tests {
 
     #[test]
     fn insert_lookup_remove_and_retire() {
-        let mut m = TensorMap::new().unwrap();
+        let mut m = TensorMap::new(TENSORMAP_POOL_ENTRIES).unwrap();
         let t = buf();
         let la = [0u32; 4];
         assert!(m.insert(&t.rows_slice(0, 4).unwrap(), TaskId::new(1, 0)));
@@ -421,7 +443,7 @@ mod tests {
 
     #[test]
     fn completed_producers_are_dropped_from_the_chain() {
-        let mut m = TensorMap::new().unwrap();
+        let mut m = TensorMap::new(TENSORMAP_POOL_ENTRIES).unwrap();
         let t = buf();
         let la = [0u32; 4];
         for r in 0..8u64 {
