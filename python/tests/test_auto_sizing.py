@@ -27,8 +27,8 @@ def scaled_sum(rt, a, out):
 def test_auto_learns_the_need_and_equals_a_normal_run():
     a = np.arange(256, dtype=np.float32).reshape(16, 16)
     want = np.zeros_like(a)
-    with ChipWorker() as w:
-        w.run(scaled_sum, a, want)
+    taskring.run(scaled_sum, a, want)
+    with ChipWorker(prewarm=False) as w:
         reps = []
         for _ in range(3):
             out = np.zeros_like(a)
@@ -46,7 +46,7 @@ def test_auto_learns_the_need_and_equals_a_normal_run():
         assert learned.heap[1] == 16 * 1024 and learned.heap[0] == 1024
         assert reps[2].ring_sizing.key() == learned.key() and reps[2].arena_hit
         assert reps[1].device_memory.arena_bytes * 20 < reps[0].device_memory.arena_bytes
-        # only the learned arena stays resident (the first pass's is dropped)
+        # only the learned arena stays resident (the first pass built its arena: it is dropped)
         assert learned.key() in w.arena_stats.resident and first.key() not in w.arena_stats.resident
 
 
@@ -99,3 +99,10 @@ def test_a_need_that_grows_with_the_data_fails_once_and_grows():
         assert "auto: ring_task_window[1] grows from 8 to 128 for the next dispatch" in str(ei.value)
         rep = w.run(data_dependent, out, config=cfg)
         assert rep.ring_sizing.task_window[1] == 128
+
+
+def test_the_learning_dispatch_keeps_a_prewarmed_arena():
+    a = np.ones((4, 4), np.float32)
+    with ChipWorker() as w:  # prewarms the default sizing
+        rep = w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
+        assert rep.arena_hit and taskring.resolve_ring_sizing(None, {}).key() in w.arena_stats.resident

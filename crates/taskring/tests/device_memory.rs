@@ -133,3 +133,27 @@ fn auto_learns_under_a_small_device_memory() {
     );
     assert!(x.iter().all(|&v| v == 3.0));
 }
+
+/// The learning dispatch of "auto" drops only an arena it built itself: a prewarmed
+/// default arena stays for the programs that use the defaults.
+#[test]
+fn auto_keeps_a_prewarmed_arena() {
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        prewarm: vec![RingSizing::default()],
+        ..Default::default()
+    })
+    .unwrap();
+    let prog = Program::new("fill", fill);
+    let mut cfg = CallConfig::default();
+    for f in RingField::ALL {
+        cfg.runtime_env.set_all(f, RuntimeEnv::AUTO);
+    }
+    let mut x = vec![0f32; 16];
+    let first = w.run(&prog, &[host(&mut x, &[16])], &cfg).unwrap();
+    assert!(first.arena_hit);
+    assert!(w
+        .arena_stats()
+        .resident
+        .contains(&RingSizing::default().key()));
+}

@@ -10,8 +10,9 @@
 //! once whatever the timing, `Captured::structural_needs`) is the need; every later
 //! dispatch of the key
 //! gets, in each auto entry, the need × [`AUTO_HEADROOM`] rounded up to a valid size
-//! ([`auto_size`]). The first dispatch's arena is dropped when the learned sizing differs,
-//! so only the smaller one stays charged to device memory.
+//! ([`auto_size`]). The first dispatch's arena is dropped when the learned sizing differs
+//! and the dispatch built it (a prewarmed or shared one stays), so only the smaller one
+//! stays charged to device memory.
 //!
 //! A program whose need grows with its data can still meet a capacity failure under
 //! its learned sizing: the failing auto entry then doubles (not beyond what the chip's
@@ -164,8 +165,10 @@ impl ChipWorker {
                 let graph = rec.expect("the recorder comes back from the run").finish();
                 let l = Learned::of(&Needs::of(&graph));
                 self.auto.insert(key, l);
-                // Only the learned sizing's arena stays charged.
-                if l.apply(sizing).key() != sizing.key() {
+                // Only the learned sizing's arena stays charged: the first pass's goes
+                // if this dispatch built it (one that was resident before, a prewarm's
+                // or another dispatch's, stays).
+                if !rep.arena_hit && l.apply(sizing).key() != sizing.key() {
                     drop(self.cache.take(&sizing));
                 }
                 Ok(rep)
