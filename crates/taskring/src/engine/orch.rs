@@ -280,7 +280,10 @@ impl OrchState {
 
     /// The tensormap pool's entries and the most in use at once during the run.
     pub fn tensormap_use(&self) -> (u64, u64) {
-        (self.tensormap.capacity() as u64, self.tensormap.peak() as u64)
+        (
+            self.tensormap.capacity() as u64,
+            self.tensormap.peak() as u64,
+        )
     }
 
     pub fn peaks(&self) -> PeakUse {
