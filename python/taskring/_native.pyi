@@ -762,6 +762,9 @@ class Node:
     ) -> Self:
         """`callables`: `(orchestration, name, signature)` triples (handles 0, 1, ...); `owners`: a dict address -> worker of device tensors."""
 
+    def hold(self, worker: int, nbytes: int) -> ArenaStats:
+        """Tell chip `worker` it holds `nbytes` of device-resident tensors (charged to its device memory)."""
+
     def register(self, f: Callable[..., object], name: str, signature: Sequence[int]) -> int:
         """Register one more program; chip processes only know the programs registered before they started."""
 

@@ -174,6 +174,7 @@ class Worker:
         self._chip = None
         self._owners: Dict[int, int] = {}
         self._keep: List[np.ndarray] = []
+        self._held: Dict[int, int] = {}  # device-resident bytes per chip
 
     # -- programs -----------------------------------------------------------------
     def register(self, program: "Program") -> int:
@@ -303,6 +304,12 @@ class Worker:
 
     def _device_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike, worker: int) -> np.ndarray:
         a = shared_array(shape, dtype)
+        if self._node is not None:
+            # Charged to the chip's device memory (DEVICE_OUT_OF_MEMORY from the chip
+            # when it cannot hold it; nothing is charged then).
+            held = self._held.get(worker, 0) + int(a.nbytes)
+            self._node.hold(worker, held)
+            self._held[worker] = held
         self._owners[a.__array_interface__["data"][0]] = worker
         self._keep.append(a)
         return a

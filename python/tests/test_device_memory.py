@@ -100,3 +100,30 @@ def test_scope_stats_and_the_report_give_the_arena_and_the_tensormap(tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert f"({rep.device_memory.arena_bytes} bytes) of the chip's device memory" in page
     assert "the tensormap held at most" in page
+
+
+def test_device_resident_tensors_are_charged_to_their_chip():
+    @taskring.program(signature=[IN, OUT])
+    def cp(rt, a, out):
+        rt.submit(K.copy, inputs=[a], outputs=[out])
+
+    def orch(o, chips, args, cfg):
+        o.submit_next_level(chips.cp, [args[0], args[1]], SMALL, worker=0)
+
+    dprog = taskring.DistributedProgram(
+        orch, {"cp": cp}, taskring.DistributedConfig(device_ids=[0], device_memory=64 << 20), signature=[IN, OUT]
+    )
+    w = dprog.prepare(SMALL)
+    try:
+        kv = w.alloc_tensor((1 << 20,), np.float32, worker=0)  # 4 MiB, resident on chip 0
+        st = w.arena_stats(0)
+        assert st.held_bytes == kv.nbytes and st.capacity_bytes == 64 << 20
+        with pytest.raises(RuntimeError, match=r"^chip 0 \(pid \d+\): DEVICE_OUT_OF_MEMORY \(code 202\).*device-resident tensors of \d+ bytes do not fit"):
+            w.alloc_tensor((16 << 20,), np.float32, worker=0)  # 64 MiB more
+        assert w.arena_stats(0).held_bytes == kv.nbytes  # nothing charged for the refused one
+        a, out = taskring.shared_array(8), taskring.shared_array(8)
+        a[:] = 2.0
+        w.run(dprog, a, out)
+        assert (out == 2.0).all()
+    finally:
+        w.close()

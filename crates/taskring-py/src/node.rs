@@ -720,6 +720,24 @@ impl PyNode {
         PyNodeRunReport::from_rust(py, &rep)
     }
 
+    /// Tell chip `worker` that it holds `nbytes` of device-resident tensors (charged to
+    /// its device memory); its arena statistics after. A chip whose memory cannot hold
+    /// them raises its DEVICE_OUT_OF_MEMORY (as `chip {w} (pid {p}): ...`).
+    fn hold(
+        &self,
+        py: Python<'_>,
+        worker: &Bound<'_, PyAny>,
+        nbytes: u64,
+    ) -> PyResult<PyArenaStats> {
+        self.check_process()?;
+        let w = worker_index(worker, self.pids.len())?;
+        let h = self.handle()?;
+        let st = py
+            .detach(move || h.chip_hold(w, nbytes))
+            .map_err(|e| node_err(py, e))?;
+        arena_stats_py(py, st)
+    }
+
     /// Chip `worker`'s arena statistics.
     fn arena_stats(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<PyArenaStats> {
         self.check_process()?;

@@ -39,9 +39,6 @@ pub const SLOT_RECORD_BYTES: u64 = (std::mem::size_of::<SlotState>()
 pub const DEP_ENTRY_BYTES: u64 =
     (std::mem::size_of::<DepNode>() + std::mem::size_of::<u64>()) as u64;
 
-/// Device bytes of one tensormap pool entry.
-pub const TENSORMAP_ENTRY_BYTES: u64 = crate::engine::tensormap::ENTRY_BYTES as u64;
-
 /// Device bytes of the tensormap of an arena whose rings have `windows` slots: its
 /// pool, sized from the windows (a power of two in [1024, 65536]: the windows' sum × 16
 /// tensors a task may write), and its 4096 buckets.
@@ -282,6 +279,37 @@ impl ArenaCache {
         self.resident_bytes().saturating_add(self.outside_bytes())
     }
 
+    /// Evict idle cached arenas, least recently used first, while the device memory in
+    /// use exceeds the capacity; true if it fits then.
+    pub(crate) fn evict_to_fit(&mut self) -> bool {
+        while self.used_bytes() > self.capacity && !self.arenas.is_empty() {
+            self.arenas.pop();
+            self.stats.evictions += 1;
+        }
+        self.used_bytes() <= self.capacity
+    }
+
+    /// What holds the device memory now, for a message (`nothing` when empty).
+    pub(crate) fn holders(&self) -> String {
+        let mut held: Vec<String> = self
+            .arenas
+            .iter()
+            .map(|a| {
+                format!(
+                    "arena {}: {} bytes (idle)",
+                    sizing_words(&a.sizing),
+                    a.device_bytes
+                )
+            })
+            .collect();
+        held.extend(self.outside.iter().map(|(w, b)| format!("{w}: {b} bytes")));
+        if held.is_empty() {
+            "nothing".into()
+        } else {
+            held.join(", ")
+        }
+    }
+
     /// The device memory the arenas are charged against.
     pub fn capacity(&self) -> u64 {
         self.capacity
@@ -294,28 +322,12 @@ impl ArenaCache {
         let needed = device_footprint(sizing);
         let outside = self.outside_bytes();
         if needed > self.capacity.saturating_sub(outside) {
-            let mut held: Vec<String> = self
-                .arenas
-                .iter()
-                .map(|a| {
-                    format!(
-                        "arena {}: {} bytes (idle)",
-                        sizing_words(&a.sizing),
-                        a.device_bytes
-                    )
-                })
-                .collect();
-            held.extend(self.outside.iter().map(|(w, b)| format!("{w}: {b} bytes")));
             return Err(AcquireError::OutOfMemory {
                 sizing: sizing_words(sizing),
                 needed,
                 free: self.capacity.saturating_sub(self.used_bytes()),
                 capacity: self.capacity,
-                held: if held.is_empty() {
-                    "nothing".into()
-                } else {
-                    held.join(", ")
-                },
+                held: self.holders(),
             });
         }
         while self.used_bytes().saturating_add(needed) > self.capacity && !self.arenas.is_empty() {
@@ -509,7 +521,11 @@ mod tests {
     fn device_footprint_by_hand() {
         // The records the formula counts, pinned: a change of layout shows here.
         assert_eq!(
-            (SLOT_RECORD_BYTES, DEP_ENTRY_BYTES, TENSORMAP_ENTRY_BYTES),
+            (
+                SLOT_RECORD_BYTES,
+                DEP_ENTRY_BYTES,
+                crate::engine::tensormap::ENTRY_BYTES as u64
+            ),
             (SLOT_BYTES_PINNED, DEP_BYTES_PINNED, ENTRY_BYTES_PINNED)
         );
         // Windows 16 + 32 + 64 + 128 = 240 slots x 16 tensors = 3840 -> 4096 entries.

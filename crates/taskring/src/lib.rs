@@ -120,7 +120,7 @@ pub mod node;
 pub mod sync;
 pub mod tensor;
 
-pub use arena::{device_footprint, AcquireError, Arena, ArenaCache, ArenaStats};
+pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
 pub use chip::{
     auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
     ReplayError, RunError, RunReport, AUTO_HEADROOM,

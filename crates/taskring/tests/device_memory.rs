@@ -157,3 +157,40 @@ fn auto_keeps_a_prewarmed_arena() {
         .resident
         .contains(&RingSizing::default().key()));
 }
+
+/// Device-resident tensors are charged: they evict idle arenas to fit, are refused when
+/// they cannot, and an arena that does not fit beside them names them.
+#[test]
+fn device_resident_tensors_are_charged() {
+    let small = sizing(16, 64 << 10, 64);
+    let mut w = chip_with(32 << 20);
+    let prog = Program::new("fill", fill);
+    let mut x = vec![0f32; 16];
+    w.run_with_sizing(&prog, &[host(&mut x, &[16])], &small)
+        .unwrap();
+    let e = w.hold_resident_tensors(64 << 20).unwrap_err();
+    assert_eq!(e.code, StatusCode::DeviceOutOfMemory, "{e}");
+    assert!(
+        e.detail
+            .contains("device-resident tensors of 67108864 bytes do not fit"),
+        "{e}"
+    );
+    assert_eq!(
+        w.arena_stats().resident,
+        vec![small.key()],
+        "nothing was evicted"
+    );
+    // 30 MiB resident: the small arena no longer fits beside it and is evicted.
+    w.hold_resident_tensors(30 << 20).unwrap();
+    assert_eq!(w.arena_stats().held_bytes, 30 << 20);
+    let e = w
+        .run_with_sizing(&prog, &[host(&mut x, &[16])], &sizing(16, 4 << 20, 64))
+        .unwrap_err();
+    assert_eq!(e.code, StatusCode::DeviceOutOfMemory, "{e}");
+    assert!(
+        e.detail.contains("device-resident tensors: 31457280 bytes"),
+        "{e}"
+    );
+    w.run_with_sizing(&prog, &[host(&mut x, &[16])], &small)
+        .unwrap();
+}

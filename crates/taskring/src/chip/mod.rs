@@ -241,6 +241,9 @@ pub struct ChipWorker {
     /// What `"auto"` dispatches learned, by program and argument signature
     /// (`chip/auto.rs`).
     auto: std::collections::HashMap<u64, auto::Learned>,
+    /// Bytes of device-resident tensors charged to the device memory
+    /// ([`ChipWorker::hold_resident_tensors`]).
+    resident_tensors: u64,
 }
 
 impl ChipWorker {
@@ -335,6 +338,7 @@ impl ChipWorker {
             direct_local,
             stuck: Vec::new(),
             auto: std::collections::HashMap::new(),
+            resident_tensors: 0,
         };
         for (i, &kind) in kinds.iter().enumerate() {
             w.start_core(i, kind)?;

@@ -110,9 +110,10 @@ impl ChipWorker {
         self.charge_stuck();
     }
 
-    /// Charge the set-aside arenas to the chip's device memory.
+    /// Charge the set-aside arenas and the device-resident tensors to the chip's device
+    /// memory.
     fn charge_stuck(&mut self) {
-        let held = self
+        let mut held: Vec<(String, u64)> = self
             .stuck
             .iter()
             .filter_map(|s| {
@@ -128,7 +129,38 @@ impl ChipWorker {
                 })
             })
             .collect();
+        if self.resident_tensors > 0 {
+            held.push(("device-resident tensors".into(), self.resident_tensors));
+        }
         self.cache.set_outside(held);
+    }
+
+    /// The chip holds `bytes` of device-resident tensors (an L3 host's `alloc_tensor`s
+    /// for it): charged to its device memory. Idle cached arenas are evicted to make
+    /// room; if they cannot fit even then, DEVICE_OUT_OF_MEMORY and nothing changes.
+    pub fn hold_resident_tensors(&mut self, bytes: u64) -> Result<(), RuntimeFailure> {
+        let before = self.resident_tensors;
+        self.lift_ended();
+        self.resident_tensors = bytes;
+        self.charge_stuck();
+        // Refused before anything is evicted when it could not fit even with every
+        // idle arena gone.
+        if bytes <= before || self.cache.outside_bytes() <= self.cache.capacity() {
+            self.cache.evict_to_fit();
+            return Ok(());
+        }
+        self.resident_tensors = before;
+        self.charge_stuck();
+        let cap = self.cache.capacity();
+        Err(RuntimeFailure::new(
+            StatusCode::DeviceOutOfMemory,
+            None,
+            format!(
+                "device-resident tensors of {bytes} bytes do not fit: {} of {cap} are free (held: {})",
+                cap.saturating_sub(self.cache.used_bytes()),
+                self.cache.holders()
+            ),
+        ))
     }
 
     /// Move the arenas of new entries out of the cache (after the failed run wrote its

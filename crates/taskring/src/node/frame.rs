@@ -34,6 +34,9 @@ pub const KIND_TASK: u16 = 1;
 pub const KIND_REPLY: u16 = 2;
 /// A request for the chip's arena statistics (empty body).
 pub const KIND_STATS: u16 = 3;
+/// The bytes of device-resident tensors the chip holds (body: one u64); the reply is
+/// the chip's arena statistics, or a DEVICE_OUT_OF_MEMORY failure.
+pub const KIND_HOLD: u16 = 4;
 /// Longest `output_prefix` a frame carries.
 pub const MAX_PREFIX_BYTES: usize = 4096;
 /// Longest error text a reply carries (longer texts are cut).
@@ -538,6 +541,19 @@ pub fn encode_stats_request(buf: &mut [u8]) -> Result<usize, FrameError> {
     let mut w = W { buf, at: 0 };
     header(&mut w, KIND_STATS)?;
     Ok(finish(w))
+}
+
+/// A request telling the chip it holds `bytes` of device-resident tensors.
+pub fn encode_hold_request(buf: &mut [u8], bytes: u64) -> Result<usize, FrameError> {
+    let mut w = W { buf, at: 0 };
+    header(&mut w, KIND_HOLD)?;
+    w.u64(bytes)?;
+    Ok(finish(w))
+}
+
+/// The bytes of a hold request.
+pub fn decode_hold_request(buf: &[u8]) -> Result<u64, FrameError> {
+    open(buf, KIND_HOLD)?.u64()
 }
 
 /// The kind of a request frame (after checking magic, version and length).

@@ -319,6 +319,8 @@ struct Chip {
     seq: Mutex<u32>,
     /// Why the chip is gone (dead or closed), once known.
     dead: Mutex<Option<String>>,
+    /// Bytes of device-resident tensors the chip was told it holds (`chip_hold`).
+    held: std::sync::atomic::AtomicU64,
     /// When `check_dead` last found the chip alive (`trace::mono_ns`; 0: never): the
     /// dispatch path asks again only after [`ALIVE_RECHECK`] (see `dead_before_post`).
     alive_at: std::sync::atomic::AtomicU64,
@@ -1323,9 +1325,34 @@ impl NodeHandle {
                 .fold(0, u64::saturating_add),
             resident: st.resident,
             build_s: st.build_s,
-            held_bytes: 0,
+            held_bytes: chip.held.load(Relaxed),
             capacity_bytes: self.shared.device_memory,
         })
+    }
+
+    /// Tell chip `worker` that it holds `bytes` of device-resident tensors (charged to
+    /// its device memory); its arena statistics after, or its DEVICE_OUT_OF_MEMORY.
+    pub fn chip_hold(
+        &self,
+        worker: usize,
+        bytes: u64,
+    ) -> Result<crate::arena::ArenaStats, NodeError> {
+        if std::process::id() != self.creator {
+            return Err(NodeError::Forked(self.creator));
+        }
+        let chip = self
+            .shared
+            .chips
+            .get(worker)
+            .ok_or(NodeError::NoSuchChip(worker))?;
+        let r = chip
+            .round_trip(&self.shared.ctl, |b| frame::encode_hold_request(b, bytes))
+            .map_err(NodeError::Chip)?;
+        if r.stats.is_none() {
+            return Err(NodeError::Chip(chip.fault(r.error)));
+        }
+        chip.held.store(bytes, Relaxed);
+        self.chip_arena_stats(worker)
     }
 
     /// Cancel the run in flight: every dispatch waiting on a chip gives up at once and
@@ -1484,6 +1511,7 @@ fn start_chip(
         mailbox: mb,
         seq: Mutex::new(0),
         dead: Mutex::new(None),
+        held: std::sync::atomic::AtomicU64::new(0),
         alive_at: std::sync::atomic::AtomicU64::new(0),
         thread: Mutex::new(thread),
         pipe: AtomicI32::new(pipe_w),
@@ -1728,8 +1756,18 @@ fn serve_request(
     req: &[u8],
     traced: &mut bool,
 ) -> ReplyFrame {
-    if let Ok(frame::KIND_STATS) = frame::request_kind(req) {
-        return stats_reply(chip);
+    match frame::request_kind(req) {
+        Ok(frame::KIND_STATS) => return stats_reply(chip),
+        Ok(frame::KIND_HOLD) => {
+            return match frame::decode_hold_request(req) {
+                Ok(bytes) => match chip.hold_resident_tensors(bytes) {
+                    Ok(()) => stats_reply(chip),
+                    Err(f) => failed_reply(f.code, f.to_string()),
+                },
+                Err(e) => failed_reply(StatusCode::InvalidArgs, format!("bad hold frame: {e}")),
+            }
+        }
+        _ => {}
     }
     let task = match frame::decode_task(req) {
         Ok(t) => t,
