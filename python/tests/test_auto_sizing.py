@@ -106,3 +106,28 @@ def test_the_learning_dispatch_keeps_a_prewarmed_arena():
     with ChipWorker() as w:  # prewarms the default sizing
         rep = w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
         assert rep.arena_hit and taskring.resolve_ring_sizing(None, {}).key() in w.arena_stats.resident
+
+
+def test_l3_tasks_with_auto_sizing():
+    with taskring.Worker(level=3, device_ids=[0, 1]) as w:
+        h = w.register(scaled_sum)
+        w.init(RunConfig(ring_task_window=16, ring_heap=1 << 16, ring_dep_pool=64))
+        a = taskring.shared_array((16, 16))
+        a[:] = np.arange(256, dtype=np.float32).reshape(16, 16)
+        outs = [taskring.shared_array((16, 16)) for _ in range(2)]
+        want = np.zeros((16, 16), np.float32)
+        taskring.run(scaled_sum, np.asarray(a), want)
+
+        def orch(o, args, cfg):
+            o.submit_next_level(h, [a, outs[0]], AUTO, worker=0)
+            # a per-task mix: heap by hand on chip 1, the rest auto
+            o.submit_next_level(h, [a, outs[1]], RunConfig(ring_task_window="auto", ring_heap=1 << 16, ring_dep_pool="auto"), worker=1)
+
+        reps = [w.run(orch) for _ in range(2)]
+        for o in outs:
+            np.testing.assert_array_equal(o, want)
+        t0, t1 = reps[1].tasks
+        assert t0.ring_sizing.source("ring_heap", 1) == "auto" and t0.ring_sizing.heap[1] == 16 * 1024
+        assert t1.ring_sizing.source("ring_heap", 1) == "call_config" and t1.ring_sizing.heap[1] == 1 << 16
+        assert t1.ring_sizing.source("ring_task_window", 1) == "auto" and t1.ring_sizing.task_window[1] == 32
+        assert t0.arena_bytes < reps[0].tasks[0].arena_bytes  # learned, smaller than the first pass
