@@ -7,7 +7,8 @@
                       hand-rolled executor, per DAG pattern
   b11_device_memory.png
                       B11: device bytes reserved per chip and in total for each way of
-                      sizing (global, per task, auto when it ran), with the peak use
+                      sizing (global, per task, auto), with the peak use; the title
+                      says which ways ran in the tight device memory
 
 B1's METG curves (b1_<pattern>.png) are drawn by benches/taskbench/metg.py itself.
 A result file that is missing is skipped with a note; matplotlib is required (it is
@@ -126,8 +127,11 @@ def plot_b11(plt, doc, out):
     ax2.set_title("B11 total")
     ax2.margins(y=0.15)
     ax2.grid(True, axis="y", alpha=0.3)
-    skipped = ", ".join(s["way"] for s in doc.get("params", {}).get("skipped", []))
-    note = f" — skipped: {skipped}" if skipped else ""
+    tight = next((c for c in doc["cases"] if c["name"] == "tight_device_memory"), None)
+    note = ""
+    if tight:
+        ran = [w["way"] for w in tight.get("extra", {}).get("ways", []) if not w.get("error")]
+        note = f"\ntight device memory ({doc['params']['tight_device_memory_bytes'] >> 20} MiB): ran {', '.join(ran) or 'none'}"
     fig.suptitle(f"taskring B11 device memory — {machine_line(doc)}{note}")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

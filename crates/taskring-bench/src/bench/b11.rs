@@ -20,20 +20,27 @@
 //!   `PTO2_RING_HEAP` gives), the largest need of any ring: window 128, heap 128 MiB,
 //!   dep pool 256 on each ring;
 //! - (b) `per_task`: each task's own sizing by hand, each ring sized for its own use;
-//! - (c) `auto`: the runtime sizing each task from its measured need. This build has no
-//!   automatic sizing, so the way is skipped with a note (`Way::configs`).
+//! - (c) `auto`: the runtime sizing each task from its measured need — every entry of
+//!   both tasks' `runtime_env` is `RuntimeEnv::AUTO` (`docs/api.md` §12.1). Each chip
+//!   process learns each program's need (per program name and argument signature) on
+//!   its first dispatch, which runs on the defaults (halved to fit the device memory)
+//!   and whose arena is dropped afterwards; later dispatches get need × 1.25 rounded up.
 //!
 //! The ways run on separate nodes with the same device memory (1 GiB per chip), their
-//! dispatches interleaved: per sample, `batch` dispatches of each way in turn. After the
-//! repetitions each chip reports its arena cache (`Node::chip_arena_stats`: resident
-//! device bytes); the chip task reports give each chip's distinct sizings (the sum of
+//! dispatches interleaved: per sample, `batch` dispatches of each way in turn, after two
+//! warm-up dispatches of each way (for (c): the learning dispatch and one learned one),
+//! which are reported apart and not measured. After the repetitions each chip reports
+//! its arena cache (`Node::chip_arena_stats`: resident device bytes); the chip task
+//! reports of the measured dispatches give each chip's distinct sizings (the sum of
 //! their `device_footprint`) and its peak use. Then the tight variant: 4 chips of
-//! 256 MiB, where (a)'s arena (≈ 545 MB) cannot fit and its dispatch fails with
-//! DEVICE_OUT_OF_MEMORY, while (b)'s arenas (≈ 141 MB on chip 0) do.
+//! 256 MiB, where (a)'s arena (≈ 539 MB) cannot fit and its dispatch fails with
+//! DEVICE_OUT_OF_MEMORY, while (b)'s arenas (≈ 135 MB on chip 0) do; (c) gets one
+//! learning dispatch and then the same dispatches as the others, each outcome kept.
 //!
-//! Bars (`docs/benchmarks.md`): (b) reserves ≤ 25 % of (a)'s device memory at ≥ 0.95×
-//! its throughput; with the tight device memory, (a) fails with DEVICE_OUT_OF_MEMORY
-//! while (b) runs.
+//! Bars (`docs/benchmarks.md`): (b) and (c) each reserve ≤ 25 % of (a)'s device memory
+//! at ≥ 0.95× its throughput; with the tight device memory, (a) fails with
+//! DEVICE_OUT_OF_MEMORY while (b) runs, and (c) runs every dispatch after its learning
+//! one.
 
 use super::*;
 use parking_lot::RwLock;
@@ -86,24 +93,28 @@ impl Way {
         }
     }
 
-    /// The configs of (the attention-like task, a small task), or why this way cannot
-    /// run in this build. Automatic sizing is one more arm here: both tasks get the
-    /// automatic entry in every field.
-    fn configs(self) -> Result<(CallConfig, CallConfig), String> {
+    /// The configs of (the attention-like task, a small task).
+    fn configs(self) -> (CallConfig, CallConfig) {
         match self {
             Way::Global => {
                 let g = env([128; 4], [128 << 20; 4], [256; 4]);
-                Ok((g.clone(), g))
+                (g.clone(), g)
             }
-            Way::PerTask => Ok((
+            Way::PerTask => (
                 env(
                     [16, 128, 4, 4],
                     [16 << 10, 128 << 20, 1024, 1024],
                     [16, 256, 4, 4],
                 ),
                 env([16, 4, 4, 4], [16 << 10, 1024, 1024, 1024], [16, 4, 4, 4]),
-            )),
-            Way::Auto => Err("auto: not available in this build".into()),
+            ),
+            Way::Auto => {
+                let mut c = CallConfig::default();
+                for f in RingField::ALL {
+                    c.runtime_env.set_all(f, RuntimeEnv::AUTO);
+                }
+                (c.clone(), c)
+            }
         }
     }
 }
@@ -221,6 +232,10 @@ struct Usage {
     tasks: [u64; CHIPS],
     /// The attention-like task's largest peak per ring and resource.
     attn_peak: [u64; 12],
+    /// Per chip and callable, the distinct sizings it ran with (their one-line form).
+    program_sizings: BTreeMap<(usize, u32), Vec<String>>,
+    /// Sizing entries whose source was not auto (counted for way (c) only).
+    not_auto: u64,
 }
 
 impl Usage {
@@ -239,8 +254,50 @@ impl Usage {
                 let p = r.peak.to_array();
                 self.attn_peak = std::array::from_fn(|i| self.attn_peak[i].max(p[i]));
             }
+            let line = sizing_line(&r.ring_sizing);
+            let seen = self.program_sizings.entry((w, t.callable)).or_default();
+            if !seen.contains(&line) {
+                seen.push(line);
+            }
+            for f in RingField::ALL {
+                for ring in 0..4 {
+                    if r.ring_sizing.source(f, ring) != SizeSource::Auto {
+                        self.not_auto += 1;
+                    }
+                }
+            }
         }
     }
+
+    /// `program_sizings` as JSON.
+    fn sizings_json(&self) -> serde_json::Value {
+        let v: Vec<_> = self
+            .program_sizings
+            .iter()
+            .map(|((w, c), s)| json!({ "chip": w, "program": program_name(*c), "sizings": s }))
+            .collect();
+        json!(v)
+    }
+}
+
+fn program_name(callable: u32) -> &'static str {
+    if callable == ATTN {
+        "attention_like"
+    } else {
+        "elementwise"
+    }
+}
+
+/// A sizing on one line: window, heap and dep pool per ring.
+fn sizing_line(s: &RingSizing) -> String {
+    let k = s.key();
+    format!(
+        "window {:?} heap {:?} dep_pool {:?} ({} MB)",
+        &k[..4],
+        &k[4..8],
+        &k[8..],
+        mb(device_footprint(s))
+    )
 }
 
 /// One dispatch of the workload sized by `(big, small)`; returns its report.
@@ -294,9 +351,41 @@ struct WayResult {
     arenas: [usize; CHIPS],
     tasks: [u64; CHIPS],
     attn_peak: [u64; 12],
+    /// Resident bytes per chip after the two warm-up dispatches.
+    warm_resident: [u64; CHIPS],
+    /// What the warm-up dispatches ran with (per chip and program).
+    warm_sizings: serde_json::Value,
+    /// What the measured dispatches ran with (per chip and program).
+    sizings: serde_json::Value,
+    /// Sizing entries of the measured dispatches whose source was not auto.
+    not_auto: u64,
 }
 
 impl WayResult {
+    /// Per chip and program: the warm-up's first sizing (the learning dispatch's) and
+    /// the sizings of the measured dispatches.
+    fn learning(&self) -> Vec<(u64, String, String, String)> {
+        let (Some(warm), Some(meas)) = (self.warm_sizings.as_array(), self.sizings.as_array())
+        else {
+            return vec![];
+        };
+        warm.iter()
+            .map(|e| {
+                let (w, p) = (&e["chip"], &e["program"]);
+                let first = e["sizings"][0].as_str().unwrap_or("?").to_string();
+                let later = meas
+                    .iter()
+                    .find(|m| &m["chip"] == w && &m["program"] == p)
+                    .map_or("?".to_string(), |m| m["sizings"].to_string());
+                (
+                    w.as_u64().unwrap_or(0),
+                    p.as_str().unwrap_or("?").to_string(),
+                    first,
+                    later,
+                )
+            })
+            .collect()
+    }
     fn total(v: &[u64; CHIPS]) -> u64 {
         v.iter().sum()
     }
@@ -314,7 +403,9 @@ impl WayResult {
                 "peak_used_bytes": Self::total(&self.peak_used) },
             "dispatches_per_s": self.tput.median,
             "attention_like_peak": { "task_window": &self.attn_peak[..4],
-                "heap": &self.attn_peak[4..8], "dep_pool": &self.attn_peak[8..] } })
+                "heap": &self.attn_peak[4..8], "dep_pool": &self.attn_peak[8..] },
+            "warmup": { "resident_bytes": self.warm_resident, "sizings": self.warm_sizings },
+            "sizings": self.sizings })
     }
 }
 
@@ -332,11 +423,16 @@ fn main_variant(
         .map(|_| make_node(ROOMY))
         .collect::<Result<Vec<_>, _>>()?;
     let mut usage: Vec<Usage> = ways.iter().map(|_| Usage::default()).collect();
-    // Warm-up: each chip builds its arenas.
-    for ((node, (_, cfgs)), u) in nodes.iter_mut().zip(ways).zip(&mut usage) {
+    // Warm-up, not measured: each chip builds its arenas; under (c) each chip learns
+    // each program's need on the first dispatch and runs the learned sizing on the
+    // second.
+    let mut warm: Vec<Usage> = ways.iter().map(|_| Usage::default()).collect();
+    let mut warm_resident = vec![];
+    for ((node, (_, cfgs)), u) in nodes.iter_mut().zip(ways).zip(&mut warm) {
         for _ in 0..2 {
             u.add(&dispatch(node, &tensors, cfgs)?);
         }
+        warm_resident.push(resident_of(node)?);
     }
     let mut samples: Vec<Vec<f64>> = ways.iter().map(|_| vec![]).collect();
     for rep in 0..reps {
@@ -356,38 +452,60 @@ fn main_variant(
         prog.tick("dispatches");
     }
     let mut out = vec![];
-    for (((node, (way, _)), u), s) in nodes.iter().zip(ways).zip(usage).zip(samples) {
-        let mut resident = [0; CHIPS];
-        for (w, r) in resident.iter_mut().enumerate() {
-            *r = node
-                .chip_arena_stats(w)
-                .map_err(|e| format!("arena stats of chip {w}: {e}"))?
-                .resident_bytes;
-        }
+    for ((((node, (way, _)), u), s), (wu, wr)) in nodes
+        .iter()
+        .zip(ways)
+        .zip(usage)
+        .zip(samples)
+        .zip(warm.iter().zip(warm_resident))
+    {
         out.push(WayResult {
             way: *way,
             tput: Series::new("dispatches/s", s),
-            resident,
+            resident: resident_of(node)?,
             footprint: u.sizings.each_ref().map(|m| m.values().sum()),
             peak_used: u.peak_used,
             arenas: u.sizings.each_ref().map(|m| m.len()),
             tasks: u.tasks,
             attn_peak: u.attn_peak,
+            warm_resident: wr,
+            warm_sizings: wu.sizings_json(),
+            sizings: u.sizings_json(),
+            not_auto: u.not_auto,
         });
     }
     Ok(out)
 }
 
+/// Each chip's resident arena bytes.
+fn resident_of(node: &Node) -> Result<[u64; CHIPS], String> {
+    let mut resident = [0; CHIPS];
+    for (w, r) in resident.iter_mut().enumerate() {
+        *r = node
+            .chip_arena_stats(w)
+            .map_err(|e| format!("arena stats of chip {w}: {e}"))?
+            .resident_bytes;
+    }
+    Ok(resident)
+}
+
 /// The tight variant's outcome for one way: dispatches run, or the failure's text.
 struct TightResult {
     way: Way,
+    /// Dispatches that ran (after the learning one, for (c)).
     ran: usize,
+    /// The first failure (after the learning dispatch, for (c)).
     error: Option<String>,
+    /// (c) only: the learning dispatch's outcome (None: it ran).
+    learning: Option<Option<String>>,
+    /// (c) only: each later dispatch's failure, if any.
+    outcomes: Vec<Option<String>>,
     resident: u64,
 }
 
-/// Each runnable way on a fresh node of `TIGHT` chips: `n` dispatches, stopping at the
-/// first failure.
+/// Each way on a fresh node of `TIGHT` chips: `n` dispatches, stopping at the first
+/// failure; (c) first gets its learning dispatch, and its `n` dispatches all run (an
+/// auto entry that failed for capacity grows for the next one).
 fn tight_variant(
     ways: &[(Way, (CallConfig, CallConfig))],
     n: usize,
@@ -396,24 +514,29 @@ fn tight_variant(
     let mut out = vec![];
     for (way, cfgs) in ways {
         let mut node = make_node(TIGHT)?;
-        let (mut ran, mut error) = (0, None);
+        let auto = *way == Way::Auto;
+        let learning = auto.then(|| dispatch(&mut node, &tensors, cfgs).err());
+        let (mut ran, mut error, mut outcomes) = (0, None, vec![]);
         for _ in 0..n {
-            match dispatch(&mut node, &tensors, cfgs) {
+            let r = dispatch(&mut node, &tensors, cfgs);
+            outcomes.push(r.as_ref().err().cloned());
+            match r {
                 Ok(_) => ran += 1,
                 Err(e) => {
-                    error = Some(e);
-                    break;
+                    error.get_or_insert(e);
+                    if !auto {
+                        break;
+                    }
                 }
             }
         }
-        let resident = (0..CHIPS)
-            .map(|w| node.chip_arena_stats(w).map(|s| s.resident_bytes))
-            .sum::<Result<u64, _>>()
-            .map_err(|e| format!("arena stats: {e}"))?;
+        let resident = resident_of(&node)?.iter().sum();
         out.push(TightResult {
             way: *way,
             ran,
             error,
+            learning,
+            outcomes: if auto { outcomes } else { vec![] },
             resident,
         });
     }
@@ -423,7 +546,7 @@ fn tight_variant(
 /// The tightest single sizing that fits every task: each ring and resource at the
 /// largest of (b)'s entries (for reference beside (a)'s one value for all rings).
 fn tightest_single_sizing() -> Result<RingSizing, String> {
-    let (big, small) = Way::PerTask.configs()?;
+    let (big, small) = Way::PerTask.configs();
     let (x, y) = (&big.runtime_env, &small.runtime_env);
     let max = |p: [u64; 4], q: [u64; 4]| std::array::from_fn(|r| p[r].max(q[r]));
     let e = env(
@@ -488,6 +611,42 @@ fn is_device_oom(text: &str) -> bool {
     ))
 }
 
+/// One way's figures against (a): reserved ratio, throughput ratio, each bar met.
+struct Judged {
+    mem_ratio: f64,
+    tput_ratio: f64,
+    mem_ok: bool,
+    tput_ok: bool,
+}
+
+fn judge(a: &WayResult, x: &WayResult) -> Judged {
+    let mem_ratio = WayResult::total(&x.resident) as f64 / WayResult::total(&a.resident) as f64;
+    let tput_ratio = x.tput.median / a.tput.median;
+    Judged {
+        mem_ratio,
+        tput_ratio,
+        mem_ok: mem_ratio <= 0.25,
+        tput_ok: tput_ratio >= 0.95,
+    }
+}
+
+fn pf(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+/// The short name of a way in the bar texts: "(b)", "(c)".
+fn tag(w: Way) -> &'static str {
+    match w {
+        Way::Global => "(a)",
+        Way::PerTask => "(b)",
+        Way::Auto => "(c)",
+    }
+}
+
 pub fn run(opts: &Opts) -> Result<Report, String> {
     let mut b = Bench::start(
         "b11",
@@ -498,71 +657,82 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     let reps = opts.reps.max(5);
     let batch = if opts.quick { 10 } else { 100 };
     let tight_n = 3;
-    let mut ways = vec![];
-    let mut notes = vec![];
-    for way in WAYS {
-        match way.configs() {
-            Ok(c) => ways.push((way, c)),
-            Err(note) => {
-                b.say(&format!("   {}: skipped — {note}", way.label()));
-                notes.push(json!({ "way": way.label(), "skipped": note }));
-            }
-        }
-    }
+    let ways: Vec<_> = WAYS.iter().map(|&w| (w, w.configs())).collect();
     let samples = 3 * reps;
     let mut prog = Progress::new("b11", samples);
     let res = main_variant(&ways, samples, batch, &mut prog)?;
     prog.done();
     table(&b, &res);
-    if let Some(r) = res.first() {
-        let p = &r.attn_peak;
+    let find = |w: Way| {
+        res.iter()
+            .find(|r| r.way == w)
+            .ok_or(format!("way {} did not run", tag(w)))
+    };
+    let (a, pt, au) = (find(Way::Global)?, find(Way::PerTask)?, find(Way::Auto)?);
+    let p = &a.attn_peak;
+    b.say(&format!(
+        "   attention-like task's peak use per ring: window {:?}, heap {:?} bytes, dep pool {:?}",
+        &p[..4],
+        &p[4..8],
+        &p[8..]
+    ));
+    for (w, prog, first, learned) in au.learning() {
         b.say(&format!(
-            "   attention-like task's peak use per ring: window {:?}, heap {:?} bytes, dep pool {:?}",
-            &p[..4],
-            &p[4..8],
-            &p[8..]
+            "   (c) chip {w} {prog}: learning dispatch {first}; measured dispatches {learned}"
         ));
     }
-    let tight = tight_variant(&ways, tight_n)?;
+    b.say(&format!(
+        "   (c) resident after the warm-up: {} MB in all (the learning dispatches' arenas dropped)",
+        mb(WayResult::total(&au.warm_resident))
+    ));
+    b.say(&format!(
+        "   (c) sizing entries of the measured dispatches whose source is not auto: {}",
+        au.not_auto
+    ));
 
-    let find = |w: Way| res.iter().find(|r| r.way == w);
-    let (a, pt) = (
-        find(Way::Global).ok_or("way (a) did not run")?,
-        find(Way::PerTask).ok_or("way (b) did not run")?,
-    );
-    let (ra, rb) = (
+    let (jb, jc) = (judge(a, pt), judge(a, au));
+    for (w, j) in [(Way::PerTask, &jb), (Way::Auto, &jc)] {
+        b.say(&format!(
+            "   {}/(a): reserved {:.1} % (bar ≤ 25 %: {}), throughput {:.3}x (bar ≥ 0.95x: {})",
+            tag(w),
+            100.0 * j.mem_ratio,
+            pf(j.mem_ok),
+            j.tput_ratio,
+            pf(j.tput_ok)
+        ));
+    }
+    let (ra, rb, rc) = (
         WayResult::total(&a.resident),
         WayResult::total(&pt.resident),
+        WayResult::total(&au.resident),
     );
-    let mem_ratio = rb as f64 / ra as f64;
-    let tput_ratio = pt.tput.median / a.tput.median;
-    let mem_ok = mem_ratio <= 0.25;
-    let tput_ok = tput_ratio >= 0.95;
-    let pf = |ok: bool| if ok { "PASS" } else { "MISS" };
-    b.say(&format!(
-        "   (b)/(a): reserved {:.1} % (bar ≤ 25 %: {}), throughput {:.3}x (bar ≥ 0.95x: {})",
-        100.0 * mem_ratio,
-        pf(mem_ok),
-        tput_ratio,
-        pf(tput_ok)
-    ));
     let tightest = tightest_single_sizing()?;
     let tightest_bytes = device_footprint(&tightest) * CHIPS as u64;
     b.say(&format!(
-        "   for reference: one per-ring sizing covering every task would reserve {} MB in all; (b) is {:.1} % of it",
+        "   for reference: one per-ring sizing covering every task would reserve {} MB in all; (b) is {:.1} % of it, (c) {:.1} %",
         mb(tightest_bytes),
-        100.0 * rb as f64 / tightest_bytes as f64
+        100.0 * rb as f64 / tightest_bytes as f64,
+        100.0 * rc as f64 / tightest_bytes as f64
     ));
 
-    let ta = tight.iter().find(|t| t.way == Way::Global);
-    let tb = tight.iter().find(|t| t.way == Way::PerTask);
+    let tight = tight_variant(&ways, tight_n)?;
+    let tfind = |w: Way| tight.iter().find(|t| t.way == w);
     for t in &tight {
+        if let Some(l) = &t.learning {
+            b.say(&format!(
+                "   tight ({} MiB per chip) {} learning dispatch: {}",
+                TIGHT >> 20,
+                t.way.label(),
+                l.as_deref()
+                    .map_or("ran".to_string(), |e| format!("failed: {e}"))
+            ));
+        }
         b.say(&format!(
             "   tight ({} MiB per chip) {}: {}",
             TIGHT >> 20,
             t.way.label(),
             match &t.error {
-                Some(e) => format!("failed after {} dispatches: {e}", t.ran),
+                Some(e) => format!("{} of {tight_n} dispatches ran; first failure: {e}", t.ran),
                 None => format!(
                     "{} dispatches ran, {} MB reserved in all",
                     t.ran,
@@ -571,12 +741,16 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             }
         ));
     }
-    let a_oom = ta.is_some_and(|t| t.error.as_deref().is_some_and(is_device_oom));
-    let b_runs = tb.is_some_and(|t| t.error.is_none() && t.ran == tight_n);
+    let a_oom = tfind(Way::Global).is_some_and(|t| t.error.as_deref().is_some_and(is_device_oom));
+    let runs = |w: Way| tfind(w).is_some_and(|t| t.error.is_none() && t.ran == tight_n);
+    let (b_runs, c_runs) = (runs(Way::PerTask), runs(Way::Auto));
+    let c_learned = tfind(Way::Auto).is_some_and(|t| t.learning == Some(None));
     b.say(&format!(
-        "   tight: (a) fails with DEVICE_OUT_OF_MEMORY: {}; (b) runs: {}",
+        "   tight: (a) fails with DEVICE_OUT_OF_MEMORY: {}; (b) runs: {}; (c) runs after its learning dispatch: {} (the learning dispatch itself {})",
         pf(a_oom),
-        pf(b_runs)
+        pf(b_runs),
+        pf(c_runs),
+        if c_learned { "ran" } else { "failed" }
     ));
 
     for r in &res {
@@ -588,60 +762,88 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             r.tput.clone(),
         )
         .extra(r.json());
-        if r.way == Way::PerTask {
+        let j = match r.way {
+            Way::Global => None,
+            Way::PerTask => Some(&jb),
+            Way::Auto => Some(&jc),
+        };
+        if let Some(j) = j {
+            let t = tag(r.way);
             c = c
                 .with_baseline(
                     "a_global",
                     a.tput.clone(),
-                    "per-task throughput / global throughput",
-                    tput_ratio,
+                    &format!("{} throughput / global throughput", r.way.label()),
+                    j.tput_ratio,
                 )
                 .bar(
                     format!(
-                        "(b) reserves ≤ 25 % of (a)'s device memory ({:.1} %)",
-                        100.0 * mem_ratio
+                        "{t} reserves ≤ 25 % of (a)'s device memory ({:.1} %)",
+                        100.0 * j.mem_ratio
                     ),
-                    mem_ok,
+                    j.mem_ok,
                 )
                 .bar(
-                    format!("(b) at ≥ 0.95× (a)'s throughput ({tput_ratio:.3}×)"),
-                    tput_ok,
+                    format!("{t} at ≥ 0.95× (a)'s throughput ({:.3}×)", j.tput_ratio),
+                    j.tput_ok,
                 );
         }
         b.push(c);
     }
     let tight_json: Vec<_> = tight
         .iter()
-        .map(|t| json!({ "way": t.way.label(), "dispatches": t.ran, "error": t.error, "resident_bytes": t.resident }))
+        .map(|t| {
+            json!({ "way": t.way.label(), "dispatches": t.ran, "error": t.error,
+                "learning_dispatch_error": t.learning, "outcomes": t.outcomes,
+                "resident_bytes": t.resident })
+        })
         .collect();
     b.push(
         Case::new(
             "tight_device_memory",
             &format!(
-                "dispatches run (of {tight_n}) on 4 chips of {} MiB each",
+                "dispatches run (of {tight_n}) by (b) and by (c) after its learning dispatch, on 4 chips of {} MiB each",
                 TIGHT >> 20
             ),
-            Series::new("dispatches", vec![tb.map(|t| t.ran).unwrap_or(0) as f64]),
+            Series::new(
+                "dispatches",
+                [Way::PerTask, Way::Auto]
+                    .iter()
+                    .map(|&w| tfind(w).map_or(0, |t| t.ran) as f64)
+                    .collect(),
+            ),
         )
         .bar(
             "with a tight device memory, (a) fails with DEVICE_OUT_OF_MEMORY while (b) runs",
             a_oom && b_runs,
         )
+        .bar(
+            format!(
+                "with a tight device memory, (c) runs (every dispatch after its learning one; the learning dispatch {})",
+                if c_learned { "ran" } else { "failed" }
+            ),
+            c_runs,
+        )
         .extra(json!({ "ways": tight_json })),
     );
     let summary = format!(
-        "reserved (a) {} MB, (b) {} MB = {:.1} % (bar ≤ 25 %: {}); throughput (b)/(a) {:.3}x ({:.0}/{:.0} dispatches/s, bar ≥ 0.95x: {}); tight {} MiB: (a) DEVICE_OUT_OF_MEMORY {}, (b) runs {}; auto skipped",
+        "reserved (a) {} MB, (b) {} MB = {:.1} % ({}), (c) {} MB = {:.1} % ({}); throughput vs (a) {:.0}/s: (b) {:.3}x ({}), (c) {:.3}x ({}); tight {} MiB: (a) DEVICE_OUT_OF_MEMORY {}, (b) runs {}, (c) runs {}",
         mb(ra),
         mb(rb),
-        100.0 * mem_ratio,
-        pf(mem_ok),
-        tput_ratio,
-        pt.tput.median,
+        100.0 * jb.mem_ratio,
+        pf(jb.mem_ok),
+        mb(rc),
+        100.0 * jc.mem_ratio,
+        pf(jc.mem_ok),
         a.tput.median,
-        pf(tput_ok),
+        jb.tput_ratio,
+        pf(jb.tput_ok),
+        jc.tput_ratio,
+        pf(jc.tput_ok),
         TIGHT >> 20,
         pf(a_oom),
         pf(b_runs),
+        pf(c_runs),
     );
     let configs: Vec<_> = ways
         .iter()
@@ -657,7 +859,8 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             "small_task_bytes": SMALL_ELEMS * 4, "attention_buffers_bytes": 3 * ATTN_ELEMS as u64 * 4,
             "attention_tasks_in_scope": ATTN_TILES + 2,
             "device_memory_bytes": ROOMY, "tight_device_memory_bytes": TIGHT,
-            "configs": configs, "skipped": notes,
+            "configs": configs, "warmup_dispatches": 2,
+            "auto_entries_not_auto_source": au.not_auto,
             "tightest_single_sizing": { "sizing": tightest.to_string(), "reserved_bytes_all_chips": tightest_bytes },
             "tight_dispatches": tight_n }),
         summary,
