@@ -96,9 +96,9 @@ def test_a_need_that_grows_with_the_data_fails_once_and_grows():
         with pytest.raises(RuntimeFailure) as ei:
             w.run(data_dependent, out, config=cfg)
         assert ei.value.name == "SCOPE_DEADLOCK"
-        assert "auto: ring_task_window[1] grows from 8 to 128 for the next dispatch" in str(ei.value)
+        assert "auto: ring_task_window[1] grows from 8 to 64 for the next dispatch" in str(ei.value)
         rep = w.run(data_dependent, out, config=cfg)
-        assert rep.ring_sizing.task_window[1] == 128
+        assert rep.ring_sizing.task_window[1] == 64
 
 
 def test_the_learning_dispatch_keeps_a_prewarmed_arena():

@@ -194,3 +194,59 @@ fn device_resident_tensors_are_charged() {
     w.run_with_sizing(&prog, &[host(&mut x, &[16])], &small)
         .unwrap();
 }
+
+/// "auto" where the defaults do not fit and the program needs a big heap on one ring:
+/// the learning dispatch, shrunk to fit, fails for its heap; that heap grows (the other
+/// entries shrink to make room) and the next dispatch learns; later ones run small.
+#[test]
+fn auto_learns_a_big_heap_under_a_tight_device_memory() {
+    let big = Program::new("big_heap", |o, args| {
+        let x = args[0].tensor()?;
+        o.scope(|o| {
+            // 24 live outputs of 4 MiB: 96 MiB on ring 1 at once.
+            let mut outs = vec![];
+            for _ in 0..24 {
+                outs.push(
+                    submit(o, FILL, |t| {
+                        t.output(spec(&[1 << 20])).scalar(Scalar::F64(1.0));
+                    })?
+                    .output(0),
+                );
+            }
+            submit(o, FILL, |t| {
+                t.output_existing(x).scalar(Scalar::F64(3.0));
+            })
+            .map(|_| ())
+        })
+    });
+    let mut w = chip_with(256 << 20);
+    let mut cfg = CallConfig::default();
+    for f in RingField::ALL {
+        cfg.runtime_env.set_all(f, RuntimeEnv::AUTO);
+    }
+    let mut x = vec![0f32; 16];
+    // Each failed learning dispatch grows ring 1's heap (at least x2) and says so; a
+    // few are enough (the failure's "needed" is a lower bound of what it saw).
+    let mut failures = 0;
+    loop {
+        match w.run(&big, &[host(&mut x, &[16])], &cfg) {
+            Ok(rep) => {
+                assert!(rep.ring_sizing.heap[1] >= 96 << 20);
+                break;
+            }
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("auto: ring_heap[1] grows from"), "{text}");
+                failures += 1;
+                assert!(failures <= 3, "{text}");
+            }
+        }
+    }
+    assert!(failures >= 1);
+    let third = w.run(&big, &[host(&mut x, &[16])], &cfg).unwrap();
+    assert_eq!(third.ring_sizing.heap[1], 128 << 20);
+    assert_eq!(third.ring_sizing.heap[0], 1024);
+    assert!(third.device_memory.arena_bytes < 140 << 20);
+    assert!(x.iter().all(|&v| v == 3.0));
+    assert!(w.arena_stats().resident_bytes <= third.device_memory.arena_bytes);
+}

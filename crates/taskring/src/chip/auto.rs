@@ -3,8 +3,8 @@
 //! A dispatch whose sizing has an `"auto"` entry (`RuntimeEnv::AUTO`, source
 //! [`SizeSource::Auto`]) is keyed by its program's name and its arguments' signature
 //! (each tensor's shape and dtype, each scalar's value). The first dispatch of a key runs
-//! with the built-in defaults in the auto entries (halved, heaps first, until the arena
-//! fits the device memory) while the engine records its task
+//! with the built-in defaults in the auto entries (halved, the entry that frees the
+//! most first, until the arena fits the device memory) while the engine records its task
 //! graph, as a capture does: no kernel runs twice and no array is written twice. The
 //! graph's structural demand per ring (`engine::replay::Needs`: what must be held at
 //! once whatever the timing, `Captured::structural_needs`) is the need; every later
@@ -15,9 +15,12 @@
 //! stays charged to device memory.
 //!
 //! A program whose need grows with its data can still meet a capacity failure under
-//! its learned sizing: the failing auto entry then doubles (not beyond what the chip's
-//! device memory holds) for the next dispatch of the key, and the error says so. The
-//! failed dispatch is not run again (its kernels may have written).
+//! its learned sizing, and a learning dispatch shrunk to fit the device memory can meet
+//! one too: the failing auto entry then doubles, at least to the size the failure says
+//! would have held it, for the next dispatch of the key (a learning dispatch makes room
+//! by shrinking its other auto entries, and learns again), not beyond what the chip's
+//! device memory holds; the error says so. The failed dispatch is not run again (its
+//! kernels may have written).
 
 use super::capture::arg_buffer;
 use super::{Arg, ChipWorker, Diagnostics, Program, RunReport};
@@ -64,10 +67,17 @@ fn clamp_valid(f: RingField, v: u64) -> u64 {
 /// What the chip learned of one program with one argument signature.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Learned {
-    /// The need per field and ring (window: live slots + 1; heap bytes; dep entries).
+    /// The need per field and ring (window: live slots + 1; heap bytes; dep entries),
+    /// once `known`.
     need: [[u64; RUNTIME_ENV_RING_COUNT]; 3],
-    /// A floor per field and ring, raised when a dispatch failed for capacity.
+    /// A floor per field and ring (0: none), raised when a dispatch failed for
+    /// capacity; before the need is known, the sizes the next learning dispatch runs on.
     floor: [[u64; RUNTIME_ENV_RING_COUNT]; 3],
+    /// Entries grown after a capacity failure: the learning dispatch never shrinks them
+    /// to fit the device memory.
+    pinned: [[bool; RUNTIME_ENV_RING_COUNT]; 3],
+    /// The need was learned from a recorded graph (else the next dispatch learns).
+    known: bool,
 }
 
 impl Learned {
@@ -80,16 +90,25 @@ impl Learned {
         need[RingField::DepPool.index()] = needs.deps;
         Learned {
             need,
-            floor: [[0; RUNTIME_ENV_RING_COUNT]; 3],
+            known: true,
+            ..Learned::default()
         }
     }
 
-    /// `sizing` with its auto entries sized.
+    /// `sizing` with its auto entries sized: from the need once known, else (a learning
+    /// dispatch) the floors where set and the defaults elsewhere.
     fn apply(&self, mut sizing: RingSizing) -> RingSizing {
         for f in RingField::ALL {
             for r in 0..RUNTIME_ENV_RING_COUNT {
                 if sizing.source(f, r) == SizeSource::Auto {
-                    let v = auto_size(f, self.need[f.index()][r]).max(self.floor[f.index()][r]);
+                    let floor = self.floor[f.index()][r];
+                    let v = if self.known {
+                        auto_size(f, self.need[f.index()][r]).max(floor)
+                    } else if floor > 0 {
+                        floor
+                    } else {
+                        continue;
+                    };
                     sizing.set_value(f, r, clamp_valid(f, v));
                 }
             }
@@ -140,13 +159,16 @@ impl ChipWorker {
         diag: &Diagnostics,
     ) -> Result<RunReport, RuntimeFailure> {
         let key = auto_key(program.name(), args);
-        if let Some(l) = self.auto.get(&key).copied() {
+        let l = self.auto.get(&key).copied().unwrap_or_default();
+        if l.known {
             let s = l.apply(sizing);
             return self
                 .run_inner(program, args, &s, hook, diag)
                 .map_err(|e| self.grow(key, l, &s, e));
         }
-        let sizing = self.first_pass_sizing(sizing);
+        // A learning dispatch: record the graph while it runs.
+        let first = self.shrink_to_fit(l.apply(sizing), &l.pinned);
+        let built = !self.cache.contains(&first);
         let mut rec = Some(Box::new(Recorder::new(
             args.iter().map(arg_buffer).collect(),
         )));
@@ -154,57 +176,76 @@ impl ChipWorker {
             program.name(),
             &|o, a| program.call(o, a),
             args,
-            &sizing,
+            &first,
             hook,
             diag,
             Some(&mut rec),
             false,
         );
-        match r {
+        // The learning arena goes if this dispatch built it (one that was resident
+        // before, a prewarm's or another dispatch's, stays), unless it is the learned one.
+        let r = match r {
             Ok(rep) => {
                 let graph = rec.expect("the recorder comes back from the run").finish();
-                let l = Learned::of(&Needs::of(&graph));
-                self.auto.insert(key, l);
-                // Only the learned sizing's arena stays charged: the first pass's goes
-                // if this dispatch built it (one that was resident before, a prewarm's
-                // or another dispatch's, stays).
-                if !rep.arena_hit && l.apply(sizing).key() != sizing.key() {
-                    drop(self.cache.take(&sizing));
+                let learned = Learned::of(&Needs::of(&graph));
+                self.auto.insert(key, learned);
+                if built && learned.apply(sizing).key() != first.key() {
+                    drop(self.cache.take(&first));
                 }
-                Ok(rep)
+                return Ok(rep);
             }
-            Err(e) => Err(self.grow(key, Learned::default(), &sizing, e)),
+            Err(e) => self.grow(key, l, &first, e),
+        };
+        if built {
+            drop(self.cache.take(&first));
         }
+        Err(r)
     }
 
-    /// The sizing of a key's first dispatch: the defaults in the auto entries, with the
-    /// auto heaps (then windows and dep pools) halved, largest first, until the arena
-    /// fits the chip's device memory (a need beyond that shows as a capacity failure,
-    /// which grows the entry).
-    fn first_pass_sizing(&self, mut sizing: RingSizing) -> RingSizing {
-        let room = self
-            .cache
+    /// The device memory an arena may take: the capacity less what is held outside the
+    /// cache.
+    fn room(&self) -> u64 {
+        self.cache
             .capacity()
-            .saturating_sub(self.cache.outside_bytes());
-        for f in [RingField::Heap, RingField::TaskWindow, RingField::DepPool] {
-            while crate::arena::device_footprint(&sizing) > room {
-                let Some((r, v)) = (0..RUNTIME_ENV_RING_COUNT)
-                    .filter(|&r| sizing.source(f, r) == SizeSource::Auto)
-                    .map(|r| (r, sizing.get(f)[r]))
-                    .filter(|&(_, v)| clamp_valid(f, v / 2) < v)
-                    .max_by_key(|&(_, v)| v)
-                else {
-                    break;
-                };
-                sizing.set_value(f, r, clamp_valid(f, v / 2));
-            }
+            .saturating_sub(self.cache.outside_bytes())
+    }
+
+    /// `sizing` with its auto entries that are not `pinned` halved, the one that frees
+    /// the most device memory first, until the arena fits the chip's device memory (a
+    /// need beyond that shows as a capacity failure, which grows and pins the entry).
+    fn shrink_to_fit(
+        &self,
+        mut sizing: RingSizing,
+        pinned: &[[bool; RUNTIME_ENV_RING_COUNT]; 3],
+    ) -> RingSizing {
+        let room = self.room();
+        while crate::arena::device_footprint(&sizing) > room {
+            let unit = |f: RingField| match f {
+                RingField::TaskWindow => crate::arena::SLOT_RECORD_BYTES,
+                RingField::Heap => 1,
+                RingField::DepPool => crate::arena::DEP_ENTRY_BYTES,
+            };
+            let best = RingField::ALL
+                .into_iter()
+                .flat_map(|f| (0..RUNTIME_ENV_RING_COUNT).map(move |r| (f, r)))
+                .filter(|&(f, r)| sizing.source(f, r) == SizeSource::Auto && !pinned[f.index()][r])
+                .map(|(f, r)| {
+                    let v = sizing.get(f)[r];
+                    let to = clamp_valid(f, v / 2);
+                    (f, r, to, (v - to.min(v)).saturating_mul(unit(f)))
+                })
+                .filter(|&(_, _, _, saved)| saved > 0)
+                .max_by_key(|&(_, _, _, saved)| saved);
+            let Some((f, r, to, _)) = best else { break };
+            sizing.set_value(f, r, to);
         }
         sizing
     }
 
-    /// After a failed auto dispatch: a capacity failure of an auto entry doubles it
-    /// (at least to the size the failure says was needed) for the next dispatch of
-    /// `key`, within the device memory; the error says so.
+    /// After a failed auto dispatch: a capacity failure of an auto entry doubles it (at
+    /// least to the size the failure says would have held it) for the next dispatch of
+    /// `key`, within the device memory; a learning dispatch makes room for it by
+    /// shrinking its other auto entries. The error says what happens.
     fn grow(
         &mut self,
         key: u64,
@@ -221,26 +262,32 @@ impl ChipWorker {
         let now = ran.get(f)[r];
         let mut to = clamp_valid(f, now.saturating_mul(2));
         if let Some(n) = e.needed {
-            to = to.max(auto_size(f, n));
+            to = to.max(clamp_valid(f, n));
         }
         let mut next = *ran;
         next.set_value(f, r, to);
-        let (capacity, outside) = (self.cache.capacity(), self.cache.outside_bytes());
-        if crate::arena::device_footprint(&next) > capacity.saturating_sub(outside) {
+        let mut pinned = l.pinned;
+        pinned[f.index()][r] = true;
+        if !l.known {
+            next = self.shrink_to_fit(next, &pinned);
+        }
+        let capacity = self.cache.capacity();
+        if crate::arena::device_footprint(&next) > self.room() {
             e.detail.push_str(&format!(
                 "; auto: {}[{r}] cannot grow from {now} to {to}: that sizing does not fit the device memory ({capacity} bytes)",
                 f.name()
             ));
             return e;
         }
-        l.floor[f.index()][r] = to;
-        if l.need == [[0; RUNTIME_ENV_RING_COUNT]; 3] {
-            // No need learned yet (the first dispatch failed): the other auto entries
-            // keep what they ran with.
+        l.pinned = pinned;
+        if l.known {
+            l.floor[f.index()][r] = to;
+        } else {
+            // The next learning dispatch runs on `next`.
             for g in RingField::ALL {
                 for q in 0..RUNTIME_ENV_RING_COUNT {
-                    if ran.source(g, q) == SizeSource::Auto && l.floor[g.index()][q] == 0 {
-                        l.floor[g.index()][q] = ran.get(g)[q];
+                    if next.source(g, q) == SizeSource::Auto {
+                        l.floor[g.index()][q] = next.get(g)[q];
                     }
                 }
             }
