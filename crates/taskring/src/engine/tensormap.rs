@@ -167,7 +167,7 @@ fn alive(producer: TaskId, last_alive: &[u32; 4]) -> bool {
 }
 
 impl TensorMap {
-    /// A tensormap with a pool of `entries` (see [`pool_entries`]).
+    /// A tensormap with a pool of `entries` (see `pool_entries`).
     pub fn new(entries: usize) -> Result<TensorMap, ReserveError> {
         Ok(TensorMap {
             buckets: ZeroedArray::new(TENSORMAP_BUCKETS)?,
