@@ -724,9 +724,11 @@ struct RawBuf {
     layout: Layout,
 }
 
+// safety: the buffer owns a plain heap allocation, freed in Drop by whichever thread
+// drops it.
+unsafe impl Send for RawBuf {}
 // safety: plain memory; tasks access disjoint rows or rows ordered by the runtime's
 // dependencies (trivial's racing rows are written with atomics).
-unsafe impl Send for RawBuf {}
 unsafe impl Sync for RawBuf {}
 
 impl RawBuf {

@@ -1455,10 +1455,11 @@ pub fn interrupt_hook(
     let intr = interrupt.clone();
     let hook = move |blocking: bool| {
         gil_hook(blocking);
-        // safety: PyGILState_Check needs no GIL; PyErr_CheckSignals is called only with
-        // the GIL held (it does nothing off the main thread).
         if !blocking
+            // safety: PyGILState_Check may be called from any thread, GIL held or not.
             && unsafe { pyo3::ffi::PyGILState_Check() } == 1
+            // safety: reached only when the check above says this thread holds the GIL,
+            // which PyErr_CheckSignals needs (it does nothing off the main thread).
             && unsafe { pyo3::ffi::PyErr_CheckSignals() } != 0
         {
             let e = Python::attach(PyErr::fetch);

@@ -46,6 +46,8 @@ fn boom() -> ChipCallable {
 
 fn shared_f32(n: usize, f: impl Fn(usize) -> f32) -> (SharedBuffer, Tensor) {
     let b = SharedBuffer::new(n * 4).unwrap();
+    // safety: the fresh buffer is `n * 4` zeroed, page-aligned bytes (`n` valid f32s),
+    // and nothing else refers to it yet.
     let s = unsafe { std::slice::from_raw_parts_mut(b.as_ptr() as *mut f32, n) };
     for (i, x) in s.iter_mut().enumerate() {
         *x = f(i);
@@ -55,6 +57,8 @@ fn shared_f32(n: usize, f: impl Fn(usize) -> f32) -> (SharedBuffer, Tensor) {
 }
 
 fn read(b: &SharedBuffer, n: usize) -> Vec<f32> {
+    // safety: callers ask for at most the `n` f32s the buffer was made with, and read
+    // it only between runs, when no chip writes it.
     unsafe { std::slice::from_raw_parts(b.as_ptr() as *const f32, n) }.to_vec()
 }
 
@@ -238,6 +242,7 @@ fn chip_failure_and_chip_death() {
     .unwrap();
     assert_eq!(read(&bo, 16), vec![4.0; 16]);
     // Kill chip 1: its next task fails within a second naming the signal; chip 0 works.
+    // safety: kill only sends a signal to a chip process of ours; no memory is involved.
     unsafe { libc::kill(pid1, libc::SIGKILL) };
     let t0 = Instant::now();
     let e = n
@@ -420,6 +425,7 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
     let pids = n.chip_pids();
     let (b0, o0) = shared_f32(1, |_| 0.0);
     let (b1, o1) = shared_f32(1, |_| 0.0);
+    // safety: kill only sends a signal to a chip process of ours; no memory is involved.
     unsafe { libc::kill(pids[0], libc::SIGSTOP) };
     let t0 = Instant::now();
     let e = n
@@ -453,20 +459,24 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
     assert_eq!(read(&b0, 1), vec![0.0]);
     // Continued, the chip answers its old request, then works again — also when the
     // next run starts right away (before the chip's watchdog beats again).
+    // safety: kill only sends a signal to a chip process of ours; no memory is involved.
     unsafe { libc::kill(pids[0], libc::SIGCONT) };
     n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read(&b0, 1), vec![1.0]);
     for _ in 0..3 {
+        // safety: kill only sends a signal to a chip process of ours; no memory is involved.
         unsafe { libc::kill(pids[0], libc::SIGSTOP) };
         n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
             .unwrap_err();
+        // safety: kill only sends a signal to a chip process of ours; no memory is involved.
         unsafe { libc::kill(pids[0], libc::SIGCONT) };
         n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
             .unwrap_or_else(|e| panic!("after SIGCONT: {e}"));
     }
     // Stopped again, with a run in flight on it from another thread: close returns
     // within 2 s, killing it.
+    // safety: kill only sends a signal to a chip process of ours; no memory is involved.
     unsafe { libc::kill(pids[0], libc::SIGSTOP) };
     let n = Arc::new(parking_lot::Mutex::new(n));
     let h = n.lock().handle();
@@ -624,10 +634,13 @@ fn a_node_is_unusable_after_fork_and_the_parent_keeps_it() {
                     "this node was created in process {parent}; it cannot be used after fork()"
                 );
         drop(n);
+        // safety: ends the forked child at once, running none of the parent's
+        // destructors or atexit handlers.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
     let mut status = 0;
     let t0 = Instant::now();
+    // safety: a non-blocking reap of our own child into a local.
     while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "the child hangs");
         std::thread::sleep(Duration::from_millis(5));

@@ -1357,6 +1357,8 @@ fn runtime_output_after_its_scope_ended_is_rejected_and_chip_recovers() {
     let log: Box<Log> = Box::new(Mutex::new(Vec::new()));
     let la = &*log as *const Log as usize;
     let prog = Program::new("escape", move |o, args| {
+        // safety: `la` is the address of the boxed log, which lives to the end of the
+        // test, past every run of this program; a Mutex is shared by `&`.
         let log = unsafe { &*(la as *const Log) };
         let x = args[0].tensor()?;
         let tmp = o.scope(|o| {

@@ -580,6 +580,8 @@ fn arguments_must_match_count_shape_and_dtype() {
     let err = g
         .replay(
             &mut w,
+            // safety: `t` is `c`'s 64 i32s exactly, and `c` is alive and untouched
+            // until the replay returns.
             &[Arg::Tensor(unsafe { HostTensor::from_raw(t) })],
             None,
         )
@@ -605,6 +607,8 @@ fn a_failing_kernel_during_replay_fails_it_and_the_worker_stays_usable() {
     let mut w = chip();
     // Fails when its scalar says so (the flag is read from a host buffer: element 0).
     let fail = fn_kernel("fail_if_flag", CoreKind::Any, |call| {
+        // safety: the program passes an f32 host buffer of at least one element as
+        // tensor 0, checked against the buffer by the runtime before the kernel runs.
         let flag = unsafe { *(call.tensors[0].data_ptr() as *const f32) };
         if flag != 0.0 {
             panic!("flag set");
@@ -687,6 +691,8 @@ fn a_stuck_kernel_during_replay_is_a_scheduler_timeout_and_the_worker_recovers()
     })
     .unwrap();
     let nap = fn_kernel("nap_if_flag", CoreKind::Any, |call| {
+        // safety: the program passes an f32 host buffer of at least one element as
+        // tensor 0, checked against the buffer by the runtime before the kernel runs.
         if unsafe { *(call.tensors[0].data_ptr() as *const f32) } != 0.0 {
             std::thread::sleep(std::time::Duration::from_millis(1500));
         }

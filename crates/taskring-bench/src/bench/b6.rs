@@ -139,6 +139,7 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
     // safety: the zeroed page holds three AtomicU32 words on separate cache lines.
     let word = |i: usize| unsafe { &*((page as *mut u8).add(i * 64) as *const AtomicU32) };
     let (req, resp, stop) = (word(0), word(1), word(2));
+    // safety: getpid has no preconditions and cannot fail.
     let parent = unsafe { libc::getpid() };
     // safety: the child only touches the shared words and futexes, then _exits.
     let pid = unsafe { libc::fork() };
@@ -146,6 +147,8 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
         return Err(format!("fork: {}", std::io::Error::last_os_error()));
     }
     if pid == 0 {
+        // safety: prctl with integer arguments, getppid and _exit touch no memory of
+        // ours; _exit leaves the forked child without running the parent's destructors.
         unsafe {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             if libc::getppid() != parent {
@@ -161,6 +164,8 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
                 Duration::from_millis(50),
             );
             if stop.load(Acquire) != 0 {
+                // safety: ends the forked child at once, running none of the parent's
+                // destructors.
                 unsafe { libc::_exit(0) };
             }
             served = req.load(Acquire);
@@ -196,6 +201,9 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
     stop.store(1, Release);
     futex_wake(req);
     let mut status = 0;
+    // safety: waitpid reaps our own child into a local; the page is unmapped after the
+    // child is gone and after the last use of `req`, `resp` and `stop`, which point
+    // into it.
     unsafe {
         libc::waitpid(pid, &mut status, 0);
         libc::munmap(page, 4096);

@@ -641,7 +641,7 @@ impl<'a> DirectJob<'a> {
         };
         let n = t.n_tensors as usize;
         let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
-        // safety (the unchecked reads below): `Direct::build` checked that every
+        // safety: for the unchecked reads below, `Direct::build` checked that every
         // task's tensor and scalar ranges lie in `d.tensors` and `g.scalars`, that
         // `n_tensors <= MAX_TASK_TENSORS`, and that every view index is in `d.views`
         // and every base index below `1 + n_args + tasks` (the length of `addrs`,

@@ -24,14 +24,21 @@ use std::ptr::NonNull;
 /// Implementors guarantee that `mem::zeroed::<Self>()` is a valid, initialised value.
 pub unsafe trait ZeroValid {}
 
-// safety: integers and atomics are valid at zero.
+// safety: every bit pattern of an integer is valid, zero included.
 unsafe impl ZeroValid for u8 {}
+// safety: every bit pattern of an integer is valid, zero included.
 unsafe impl ZeroValid for u32 {}
+// safety: every bit pattern of an integer is valid, zero included.
 unsafe impl ZeroValid for u64 {}
+// safety: an atomic has the layout of its integer, and zero is the atomic holding 0.
 unsafe impl ZeroValid for std::sync::atomic::AtomicU32 {}
+// safety: an atomic has the layout of its integer, and zero is the atomic holding 0.
 unsafe impl ZeroValid for std::sync::atomic::AtomicU64 {}
+// safety: a MaybeUninit makes no claim about its bytes, so any pattern is valid.
 unsafe impl<T> ZeroValid for std::mem::MaybeUninit<T> {}
+// safety: an UnsafeCell has the layout of its T, which is valid at zero by the bound.
 unsafe impl<T: ZeroValid> ZeroValid for std::cell::UnsafeCell<T> {}
+// safety: an array is N Ts with no padding between them, each valid at zero by the bound.
 unsafe impl<T: ZeroValid, const N: usize> ZeroValid for [T; N] {}
 
 /// Failure to reserve memory.
@@ -50,8 +57,12 @@ pub struct ZeroedArray<T: ZeroValid> {
     _own: PhantomData<T>,
 }
 
-// safety: the array owns its memory like a Box<[T]>.
+// safety: the array owns its mapping and the Ts in it like a Box<[T]>, so moving it to
+// another thread moves Ts, which `T: Send` allows.
 unsafe impl<T: ZeroValid + Send> Send for ZeroedArray<T> {}
+// safety: as for Box<[T]>: a shared `&ZeroedArray` gives out only `&[T]` (Deref), which
+// `T: Sync` lets threads share; writes through the raw `as_ptr` are for its callers to
+// justify, as with any raw pointer.
 unsafe impl<T: ZeroValid + Sync> Sync for ZeroedArray<T> {}
 
 impl<T: ZeroValid> ZeroedArray<T> {

@@ -38,8 +38,11 @@ pub struct SharedBuffer {
     len: usize,
 }
 
-// safety: the buffer owns its mapping; access is through raw pointers by design.
+// safety: the buffer owns its mapping and fd, neither tied to the thread that made them;
+// any thread may unmap and close them in Drop.
 unsafe impl Send for SharedBuffer {}
+// safety: `&SharedBuffer` exposes only the base address, length and id; the bytes are
+// reached through the raw `as_ptr`, whose users answer for their sharing.
 unsafe impl Sync for SharedBuffer {}
 
 impl SharedBuffer {
@@ -254,6 +257,9 @@ mod tests {
         let mut m = RegionMap::new(std::process::id() as i32, false);
         let other = m.resolve(b.id(), 8192).unwrap();
         assert_ne!(other, base);
+        // safety: `b` is alive, so both `base` (its own mapping) and `other` (a second
+        // mapping of the same memfd) are 8192 valid bytes; byte 17 is in range and no
+        // reference to either exists.
         unsafe {
             *(base as *mut u8).add(17) = 42;
             assert_eq!(*(other as *const u8).add(17), 42);

@@ -67,8 +67,13 @@ pub(crate) struct Mailbox {
     len: usize,
 }
 
-// safety: the mailbox is shared memory used through atomics and the protocol above.
+// safety: the mailbox owns its mapping, which is not tied to the thread that made it;
+// any thread may unmap it in Drop.
 unsafe impl Send for Mailbox {}
+// safety: through `&Mailbox` the header is reached only as atomics, and the frame
+// buffers only through the unsafe `req_buf`/`resp_buf`, whose callers follow the
+// protocol above (each buffer has one writer at a time, handed over by release/acquire
+// on `req_seq`/`resp_seq`).
 unsafe impl Sync for Mailbox {}
 
 const HEADER_BYTES: usize = 4096;
@@ -332,6 +337,9 @@ mod tests {
                     Duration::from_millis(50),
                 );
                 served = h.req_seq.load(Acquire);
+                // safety: this thread plays the chip: the request was written before
+                // `req_seq` (acquired above), and the reply buffer is ours until we
+                // publish `resp_seq`.
                 unsafe { c.resp_buf()[0] = c.req_buf()[0].wrapping_add(1) };
                 h.resp_seq.store(served, Release);
                 futex_wake(&h.resp_seq);
@@ -339,6 +347,7 @@ mod tests {
         });
         let h = m.header();
         for i in 1..=100u32 {
+            // safety: no request is in flight: the last reply was awaited below.
             unsafe { m.req_buf()[0] = i as u8 };
             h.req_seq.store(i, Release);
             futex_wake(&h.req_seq);
@@ -348,6 +357,8 @@ mod tests {
                 || false,
                 Duration::from_millis(50)
             ));
+            // safety: the reply was written before `resp_seq` (acquired above), and the
+            // other thread does not touch it again before the next request.
             assert_eq!(unsafe { m.resp_buf()[0] }, (i as u8).wrapping_add(1));
         }
         t.join().unwrap();

@@ -1549,6 +1549,8 @@ fn fork_chip(
         // chip's watchdog reads EOF when the host dies (module doc). No
         // PR_SET_PDEATHSIG: it fires when the forking *thread* exits, not the host
         // process. Ctrl-C is the host's to handle.
+        // safety: signal with SIG_IGN installs no handler code, getppid has no
+        // preconditions, and _exit ends the child without running any host code.
         unsafe {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             if libc::getppid() != host_pid {
@@ -1556,6 +1558,8 @@ fn fork_chip(
             }
         }
         let code = chip_main(ctx, mb);
+        // safety: _exit ends the forked child at once, running no destructors or atexit
+        // handlers of the host's state it inherited.
         unsafe { libc::_exit(code) };
     }
     hooks.after_parent();
@@ -1650,6 +1654,7 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     h.state.store(STATE_READY, Release);
     futex_wake(&h.state);
     let mut regions = shm::RegionMap::new(ctx.host_pid, ctx.in_process);
+    // safety: getppid has no preconditions and cannot fail.
     let host_gone = || !ctx.in_process && unsafe { libc::getppid() } != ctx.host_pid;
     let mut served = 0u32;
     // The serving thread's id for the timeline, asked once (a syscall per reply cost
@@ -1693,6 +1698,7 @@ fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
                     report: None,
                     stats: None,
                 },
+                // safety: as above: the reply buffer is ours until we publish resp_seq.
                 unsafe { mb.resp_buf() },
             )
             .unwrap_or(0),
@@ -2448,8 +2454,10 @@ pub(crate) fn poll_inline_hook() {
 #[derive(Clone, Copy)]
 pub(crate) struct HookRef(Option<&'static dyn Fn(bool)>);
 // safety: the hook is only called on the thread that runs the program, which is the
-// thread that called `Node::run` (the engine runs the orchestration on its caller).
+// thread that called `Node::run` (the engine runs the orchestration on its caller), so
+// the value never takes the hook to another thread in use.
 unsafe impl Send for HookRef {}
+// safety: as for Send: every copy is used on the calling thread only.
 unsafe impl Sync for HookRef {}
 
 impl HookRef {

@@ -41,6 +41,8 @@ pub struct RingShared {
 // safety: the UnsafeCell tables are written only by the orchestrator before publication
 // and read by core threads after acquiring the publication (see the module doc).
 unsafe impl Sync for RingShared {}
+// safety: the struct owns its tables and counters outright (no thread-bound state, no
+// borrowed data), so whichever thread holds it last may drop it.
 unsafe impl Send for RingShared {}
 
 impl RingShared {

@@ -84,7 +84,7 @@ impl Kernel for RowMaxKernel {
         check_row_reduce(&ROWMAX_SIG, tensors, n_inputs, scalars)
     }
     fn run(&self, call: &KernelCall<'_>) {
-        // safety (closure): row_reduce passes a row pointer with `n` in-bounds elements.
+        // safety: row_reduce passes the closure a row pointer with `n` in-bounds elements.
         row_reduce(Self::NAME, call, |p, n| unsafe { row_max(p, n) })
     }
 }
@@ -106,7 +106,7 @@ impl Kernel for RowSumKernel {
         check_row_reduce(&ROWSUM_SIG, tensors, n_inputs, scalars)
     }
     fn run(&self, call: &KernelCall<'_>) {
-        // safety (closure): row_reduce passes a row pointer with `n` in-bounds elements.
+        // safety: row_reduce passes the closure a row pointer with `n` in-bounds elements.
         row_reduce(Self::NAME, call, |p, n| unsafe { row_sum(p, n) as f32 })
     }
 }
