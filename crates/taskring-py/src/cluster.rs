@@ -553,12 +553,18 @@ mod with_mpi {
         Ok(())
     }
 
-    fn slices_mut<'a>(addrs: &[u64], sizes: &[usize]) -> Vec<&'a mut [u8]> {
-        // safety: the caller passes live, writable buffers of these sizes (checked in
-        // Python: arrays it allocated for exactly this task).
+    /// The buffers at `addrs`, each of its size in `sizes` (pairs past the shorter list
+    /// are dropped).
+    ///
+    /// # Safety
+    /// Each `addrs[i]` is the start of `sizes[i]` bytes that stay valid for reads and
+    /// writes for `'a`, which nothing else reads or writes meanwhile, and no two of
+    /// the buffers overlap.
+    unsafe fn slices_mut<'a>(addrs: &[u64], sizes: &[usize]) -> Vec<&'a mut [u8]> {
         addrs
             .iter()
             .zip(sizes)
+            // safety: the caller's contract, buffer by buffer.
             .map(|(&a, &n)| unsafe { std::slice::from_raw_parts_mut(a as *mut u8, n) })
             .collect()
     }
@@ -575,7 +581,10 @@ mod with_mpi {
         buffers_match("inputs", &sizes, &addrs)?;
         let pending = Mutex::new(None);
         let r = py.detach(|| {
-            let mut bufs = slices_mut(&addrs, &sizes);
+            // safety: `_cluster.py` passes the addresses of arrays it allocated for this
+            // task's shipped inputs, each of the input's `nbytes` (their number checked
+            // above), and does not touch them until this call returns.
+            let mut bufs = unsafe { slices_mut(&addrs, &sizes) };
             let mut check = signal_check(&pending);
             host::receive_inputs(&req.task, &mut bufs, &mut check)
         });
@@ -604,7 +613,10 @@ mod with_mpi {
         let raw = report.as_ref().and_then(|r| r.raw.clone());
         let (seq, tag) = (req.task.seq, req.task.data_tag);
         py.detach(|| {
-            let outs: Vec<&[u8]> = slices_mut(&addrs, &sizes)
+            // safety: `_cluster.py` passes the addresses of arrays it allocated for this
+            // task's shipped outputs, each of the output's `nbytes` (or none, with an
+            // error), and does not touch them until this call returns.
+            let outs: Vec<&[u8]> = unsafe { slices_mut(&addrs, &sizes) }
                 .into_iter()
                 .map(|s| &*s)
                 .collect();
@@ -665,7 +677,14 @@ mod with_mpi {
         let rep = node.run_rust(py, orch.clone_ref(py), Some(rest), &task.config)?;
         let (seq, tag) = (task.seq, task.data_tag);
         py.detach(|| {
-            let outs: Vec<&[u8]> = slices_mut(addrs, sizes).into_iter().map(|s| &*s).collect();
+            // safety: no buffers from `serve_one`; from `host_run`, one address per
+            // shipped output (checked there), each of an array `_cluster.py` allocated
+            // for this task with the output's `nbytes`; the run has returned, so no chip
+            // writes them, and Python does not touch them until this call returns.
+            let outs: Vec<&[u8]> = unsafe { slices_mut(addrs, sizes) }
+                .into_iter()
+                .map(|s| &*s)
+                .collect();
             host::reply(seq, tag, Some(&rep), None, &outs);
             if host::ships_timeline(&task.config) {
                 host::send_timeline(tag, &task.config);

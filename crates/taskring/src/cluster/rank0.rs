@@ -329,9 +329,24 @@ struct HostDispatch {
     lane: usize,
 }
 
-fn bytes_of(t: &Tensor) -> &'static mut [u8] {
-    // safety: a contiguous view (checked at submit) of memory the caller keeps alive for
-    // the run; the engine orders every writer of it after its readers and vice versa.
+/// The bytes of tensor `t`'s view, to send.
+///
+/// # Safety
+/// `t` is a contiguous view (`nbytes` bytes from `data_ptr`) of memory that stays
+/// readable for `'a`, and nothing writes it meanwhile.
+unsafe fn bytes_of<'a>(t: &Tensor) -> &'a [u8] {
+    // safety: the caller's contract: `nbytes` readable bytes at `data_ptr`, unwritten for 'a.
+    unsafe { std::slice::from_raw_parts(t.data_ptr(), t.nbytes() as usize) }
+}
+
+/// The bytes of tensor `t`'s view, to receive into.
+///
+/// # Safety
+/// `t` is a contiguous view (`nbytes` bytes from `data_ptr`) of memory that stays
+/// writable for `'a`, and nothing else reads or writes it meanwhile.
+unsafe fn bytes_of_mut<'a>(t: &Tensor) -> &'a mut [u8] {
+    // safety: the caller's contract: `nbytes` writable bytes at `data_ptr`, used by
+    // nothing else for 'a.
     unsafe { std::slice::from_raw_parts_mut(t.data_ptr(), t.nbytes() as usize) }
 }
 
@@ -465,10 +480,13 @@ impl HostDispatch {
             std::mem::forget(buf);
         }
         let reply = if sent_frame
-            && sent
-                .iter()
-                .all(|t| comm::send_data_until(rank, tag, bytes_of(t), &mut || watch.lost()))
-        {
+            && sent.iter().all(|t| {
+                // safety: a shipped tensor is a contiguous view (checked at submit)
+                // of memory the caller keeps alive for the run; this task reads it,
+                // so the engine runs no writer of it until the task ends.
+                let bytes = unsafe { bytes_of(t) };
+                comm::send_data_until(rank, tag, bytes, &mut || watch.lost())
+            }) {
             turn.wait_turn(k, &self.sh.cancel, &|| watch.live.lost().is_some());
             self.await_reply(rank, tag, seq, &mut watch)
         } else {
@@ -486,7 +504,11 @@ impl HostDispatch {
                 ));
             }
             for t in &back {
-                comm::receive_data(rank, tag, bytes_of(t), &mut || {
+                // safety: a shipped tensor is a contiguous view (checked at submit) of
+                // memory the caller keeps alive for the run; this task writes it, so the
+                // engine runs no other reader or writer of it until the task ends. The
+                // slice ends with this call.
+                comm::receive_data(rank, tag, unsafe { bytes_of_mut(t) }, &mut || {
                     self.given_up() || watch.lost()
                 })
                 .map_err(|e| match watch.live.lost() {
