@@ -166,16 +166,22 @@ impl ChipWorker {
     /// Move the arenas of new entries out of the cache (after the failed run wrote its
     /// diagnostics, which read the arena).
     pub(super) fn set_aside_arenas(&mut self) {
+        let mut moved = false;
         for i in 0..self.stuck.len() {
             if self.stuck[i].arena.is_none() {
                 let sizing = self.stuck[i].sizing;
                 // Another entry of the same run may have taken it already.
                 if let Some(a) = self.cache.take(&sizing) {
                     self.stuck[i].arena = Some(a);
+                    moved = true;
                 }
             }
         }
-        self.charge_stuck();
+        // Every run ends here: charge again only when an arena moved (no allocation on
+        // a run's common path).
+        if moved {
+            self.charge_stuck();
+        }
     }
 
     /// Kernels given up on that may still write memory, as `(kernel, task, core)`.

@@ -1297,8 +1297,13 @@ pub struct NodeHandle {
 }
 
 impl NodeHandle {
-    /// Chip `worker`'s arena-cache statistics.
-    pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
+    /// One request to chip `worker` whose reply carries its arena-cache counters: the
+    /// chip and the counters, or the chip's failure.
+    fn chip_stats_request(
+        &self,
+        worker: usize,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
+    ) -> Result<(&Chip, frame::WireStats), NodeError> {
         if std::process::id() != self.creator {
             return Err(NodeError::Forked(self.creator));
         }
@@ -1308,12 +1313,17 @@ impl NodeHandle {
             .get(worker)
             .ok_or(NodeError::NoSuchChip(worker))?;
         let r = chip
-            .round_trip(&self.shared.ctl, frame::encode_stats_request)
+            .round_trip(&self.shared.ctl, encode)
             .map_err(NodeError::Chip)?;
         let st = r
             .stats
             .ok_or_else(|| NodeError::Chip(chip.fault(r.error)))?;
-        Ok(crate::arena::ArenaStats {
+        Ok((chip, st))
+    }
+
+    /// The counters of a chip's reply, with the device memory the host knows of.
+    fn arena_stats_of(&self, chip: &Chip, st: frame::WireStats) -> crate::arena::ArenaStats {
+        crate::arena::ArenaStats {
             builds: st.builds,
             hits: st.hits,
             misses: st.misses,
@@ -1327,7 +1337,13 @@ impl NodeHandle {
             build_s: st.build_s,
             held_bytes: chip.held.load(Relaxed),
             capacity_bytes: self.shared.device_memory,
-        })
+        }
+    }
+
+    /// Chip `worker`'s arena-cache statistics.
+    pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
+        let (chip, st) = self.chip_stats_request(worker, frame::encode_stats_request)?;
+        Ok(self.arena_stats_of(chip, st))
     }
 
     /// Tell chip `worker` that it holds `bytes` of device-resident tensors (charged to
@@ -1337,22 +1353,10 @@ impl NodeHandle {
         worker: usize,
         bytes: u64,
     ) -> Result<crate::arena::ArenaStats, NodeError> {
-        if std::process::id() != self.creator {
-            return Err(NodeError::Forked(self.creator));
-        }
-        let chip = self
-            .shared
-            .chips
-            .get(worker)
-            .ok_or(NodeError::NoSuchChip(worker))?;
-        let r = chip
-            .round_trip(&self.shared.ctl, |b| frame::encode_hold_request(b, bytes))
-            .map_err(NodeError::Chip)?;
-        if r.stats.is_none() {
-            return Err(NodeError::Chip(chip.fault(r.error)));
-        }
+        let (chip, st) =
+            self.chip_stats_request(worker, |b| frame::encode_hold_request(b, bytes))?;
         chip.held.store(bytes, Relaxed);
-        self.chip_arena_stats(worker)
+        Ok(self.arena_stats_of(chip, st))
     }
 
     /// Cancel the run in flight: every dispatch waiting on a chip gives up at once and
