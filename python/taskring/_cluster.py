@@ -1,5 +1,5 @@
-"""L4: several hosts over MPI (docs/api.md §9) — the part of ``Worker(level=4)`` written in
-Python: which rank does what at ``init()``, and a host's serving loop.
+"""L4: several hosts over MPI (docs/api.md §9) — ``Worker(level=4)`` (``_L4Worker``):
+which rank does what at ``init()``, and a host's serving loop.
 
 Every rank runs the same script. MPI is finalized when the process exits (atexit), not
 when the worker closes: after ``close()`` a script may still use MPI. ``init()`` reads its rank from the MPI launcher's
@@ -19,15 +19,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import numpy as np
 
 from . import _native
-
-# This module is imported by `_node` (lazily, for Worker(level=4)), after `_node` loaded:
-# importing from it here is not a cycle, and keeps imports off the per-task path.
-from ._node import _SharedHolder, shared_array
+from ._node import DistributedProgram, DistributedWorker
+from ._shared import array_over, shared_array
+from ._worker import Worker
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
-
-    from ._node import DistributedProgram, DistributedWorker
 
 
 def _launch_hint() -> str:
@@ -78,12 +75,19 @@ def _mpi_init_as(rank: int, size: int) -> None:
         raise _not_a_launch(rank, size, f"MPI_Init made it rank {got[0]} of {got[1]}")
 
 
-class L4Worker:
-    """The state of ``Worker(level=4)``; ``Worker`` delegates to it."""
+class _L4Worker(Worker, level=4):
+    """``Worker(level=4, arena_cache_slots=4, chip_processes=True)``: rank 0 orchestrates,
+    ranks 1..N are hosts, each an L3 node of its own."""
 
-    def __init__(self, arena_cache_slots: int = 4, chip_processes: bool = True) -> None:
-        self.arena_cache_slots = arena_cache_slots
-        self.chip_processes = chip_processes
+    def __init__(self, level: Any = None, **kwargs: Any) -> None:
+        # ``level`` is this class's own: ``Worker.__new__`` chose the class by it.
+        allowed = {"level", "arena_cache_slots", "chip_processes", "platform"}
+        extra = sorted(set(kwargs) - allowed)
+        if extra:
+            raise TypeError(f"Worker(level=4) takes arena_cache_slots and chip_processes, not {', '.join(extra)}")
+        self.device_ids = []
+        self.arena_cache_slots = kwargs.get("arena_cache_slots", 4)
+        self.chip_processes = bool(kwargs.get("chip_processes", True))
         self._programs: List[DistributedProgram] = []
         self._cluster: Optional[Any] = None
         self._rank: Optional[int] = None
@@ -95,14 +99,7 @@ class L4Worker:
         env = _native.mpi_launch_env()
         return env[1] - 1 if env else 0
 
-    @property
-    def rank(self) -> Optional[int]:
-        """This process's MPI rank (None before ``init()``)."""
-        return self._rank
-
     def register(self, program: Any) -> int:
-        from ._node import DistributedProgram
-
         if not isinstance(program, DistributedProgram):
             raise TypeError(f"Worker(level=4).register() needs a taskring.DistributedProgram, got {type(program).__name__}")
         if not program.signature:
@@ -140,8 +137,6 @@ class L4Worker:
         return False
 
     def _serve_until_closed(self, prewarm_config: Any, size: int) -> None:
-        from ._node import DistributedWorker
-
         if not self._programs:
             raise RuntimeError("a host has no DistributedProgram registered (register() on every rank before init())")
         # Chips first, while this process has no MPI threads.
@@ -169,10 +164,10 @@ class L4Worker:
             raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
         return self._cluster
 
-    def run(self, orch: Callable[..., Any], args: Any, cfg: Any) -> Any:
+    def _run(self, orch: Callable[..., Any], args: Any, cfg: _native.CallConfig) -> Any:
         return self._live().run(orch, cfg, (args, cfg))
 
-    def alloc_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike, worker: int) -> Any:
+    def alloc_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32, worker: int = 0) -> Any:
         if isinstance(worker, bool) or not isinstance(worker, int):
             raise TypeError("worker must be an int")
         hosts = self._live().hosts
@@ -226,7 +221,7 @@ def _mpi_finalize() -> None:
     _native.mpi_finalize()
 
 
-def _close_at_exit(ref: "weakref.ref[L4Worker]") -> None:
+def _close_at_exit(ref: "weakref.ref[_L4Worker]") -> None:
     # Rank 0 leaving without close() would leave its hosts serving: close for it.
     w = ref()
     if w is not None:
@@ -258,7 +253,7 @@ class _Host:
         mem = got[0] if got is not None else None
         if mem is None or mem.nbytes < nbytes:
             mem = _native.SharedMem(max(nbytes, 64, 2 * (mem.nbytes if mem is not None else 0)))
-        arr = np.asarray(_SharedHolder(mem, shape, dtype))
+        arr = array_over(mem, shape, dtype)
         self.pool[i] = (mem, shape, dtype, arr, mem.address)
         return arr, mem.address
 

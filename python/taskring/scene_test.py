@@ -118,7 +118,12 @@ from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optio
 
 import numpy as np
 
-import taskring as _tr
+from ._chip import ChipWorker
+from ._native import CallConfig
+from ._program import Program
+from ._shared import shared_array
+from ._types import INOUT, OUT
+from ._worker import Worker
 
 __all__ = [
     "SceneArgs",
@@ -212,7 +217,7 @@ def _validate_class(cls: "Type[SceneTestCase]", level: int) -> None:
     cname = cls.__name__
     if level == 2:
         prog = getattr(cls, "PROGRAM", None)
-        if not isinstance(prog, _tr.Program):
+        if not isinstance(prog, Program):
             raise TypeError(f"{cname}.PROGRAM must be a taskring.Program (level 2), got {type(prog).__name__}")
     else:
         orch = _orchestration(cls)
@@ -224,7 +229,7 @@ def _validate_class(cls: "Type[SceneTestCase]", level: int) -> None:
         for k, v in chips.items():
             if not isinstance(k, str) or not k.isidentifier():
                 raise ValueError(f"{cname}.CHIPS key {k!r} must be a Python identifier (it becomes chips.<name>)")
-            if not isinstance(v, _tr.Program):
+            if not isinstance(v, Program):
                 raise TypeError(f"{cname}.CHIPS[{k!r}] must be a taskring.Program, got {type(v).__name__}")
 
 
@@ -283,9 +288,9 @@ def _is_array(v: Any) -> bool:
     return isinstance(v, np.ndarray)
 
 
-def _build_call_config(config: Mapping[str, Any]) -> "_tr.CallConfig":
+def _build_call_config(config: Mapping[str, Any]) -> "CallConfig":
     """A fresh CallConfig from a case's ``config`` (values checked by validate())."""
-    cc = _tr.CallConfig()
+    cc = CallConfig()
     if "aicpu_thread_num" in config:
         cc.aicpu_thread_num = config["aicpu_thread_num"]
     env = cc.runtime_env  # by reference
@@ -306,8 +311,8 @@ class _ClassResources:
         self.cls = cls
         self.cases = tuple(cases)
         self.level = cls._scene_level
-        self.chip: Optional[_tr.ChipWorker] = None
-        self.worker: Optional[_tr.Worker] = None
+        self.chip: Optional[ChipWorker] = None
+        self.worker: Optional[Worker] = None
         self.chips: Optional[types.SimpleNamespace] = None
         self.start()
 
@@ -320,12 +325,12 @@ class _ClassResources:
         if not self.closed:
             return
         if self.level == 2:
-            self.chip = _tr.ChipWorker(prewarm=False)
+            self.chip = ChipWorker(prewarm=False)
         else:
             cfgs = [c.get("config") or {} for c in self.cases]
             n = max([c.get("device_count", 1) for c in cfgs] or [1])
             subs = max([c.get("num_sub_workers", 0) for c in cfgs] or [0])
-            w = _tr.Worker(level=3, device_ids=list(range(n)), num_sub_workers=subs)
+            w = Worker(level=3, device_ids=list(range(n)), num_sub_workers=subs)
             ns = types.SimpleNamespace()
             for name, prog in self.cls.CHIPS.items():
                 setattr(ns, name, w.register(prog))
@@ -399,8 +404,8 @@ class SceneTestCase:
     ATOL: float = 1e-5
     SKIP_GOLDEN: bool = False
     OUTPUTS: Optional[Sequence[str]] = None
-    PROGRAM: Optional["_tr.Program"] = None  # level 2
-    CHIPS: Dict[str, "_tr.Program"] = {}  # level 3
+    PROGRAM: Optional["Program"] = None  # level 2
+    CHIPS: Dict[str, "Program"] = {}  # level 3
     ORCHESTRATION: Optional[Callable] = None  # level 3: orch(o, chips, args, cfg)
     # Set by @scene_test:
     _scene_level: ClassVar[int]
@@ -478,7 +483,7 @@ class SceneTestCase:
             shared = SceneArgs()
             for k, v in host.items():
                 if _is_array(v):
-                    s = _tr.shared_array(v.shape, v.dtype)
+                    s = shared_array(v.shape, v.dtype)
                     shared[k] = s
                 else:
                     shared[k] = v
@@ -559,7 +564,7 @@ class SceneTestCase:
                     f"{cls.__name__}.generate_args returned {len(names)} arguments ({', '.join(names)}); "
                     f"{cls.PROGRAM.name} takes {len(sig)} ({', '.join(s.name for s in sig)})"
                 )
-            return [n for n, d in zip(names, sig) if d in (_tr.OUT, _tr.INOUT)]
+            return [n for n, d in zip(names, sig) if d in (OUT, INOUT)]
         return [n for n in names if _is_array(host[n])]
 
 
