@@ -116,6 +116,7 @@ pub mod dfx;
 pub mod engine;
 pub mod kernel;
 pub mod mem;
+mod nextlevel;
 pub mod node;
 pub mod sync;
 pub mod tensor;

@@ -30,6 +30,8 @@ pub mod comm;
 #[cfg(feature = "mpi")]
 pub mod host;
 #[cfg(feature = "mpi")]
+mod link;
+#[cfg(feature = "mpi")]
 mod rank0;
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 mod trace;

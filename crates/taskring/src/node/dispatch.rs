@@ -1,0 +1,316 @@
+//! The node's executor: one L3 task's round trip to its chip through the chip's mailbox,
+//! and what it records — the chip's report, its failure, and in a traced run the
+//! dispatch's and the chip's sides for the timeline.
+
+use super::child::chip_dir;
+use super::frame::{ReplyFrame, TaskFrame, WireArg, WireReport, WireTensor};
+use super::link::{Chip, Ctl};
+use super::{mailbox, shm, timeline, trace, ChipCallable, ChipFault, ChipTaskReport};
+use crate::chip::RunReport;
+use crate::config::RingSizing;
+use crate::engine::PeakUse;
+use crate::kernel::KernelCall;
+use crate::nextlevel::args::Slot;
+use crate::nextlevel::hook::{blocking, HOOK_SLICE};
+use crate::nextlevel::{ArgDir, Dispatched, Executor, NextLevelArg, Rec, RunTrace};
+use crate::tensor::Tensor;
+use parking_lot::RwLock;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A node's chips as the executor of its engine.
+pub(crate) struct Chips {
+    pub(super) chips: Vec<Chip>,
+    pub(super) ctl: Ctl,
+    /// Every chip's device memory (`NodeOptions::device_memory`).
+    pub(super) device_memory: u64,
+    pub(super) callables: Arc<RwLock<Vec<ChipCallable>>>,
+}
+
+/// A dispatch on a node thread and what its chip reported.
+pub(crate) struct DispatchTrace {
+    pub(super) tid: u64,
+    pub(super) thread: String,
+    pub(super) start_ns: u64,
+    /// Request posted (after waiting for the chip's turn) and reply seen.
+    pub(super) posted_ns: u64,
+    pub(super) replied_ns: u64,
+    /// The chip's side; None when no reply came.
+    pub(super) chip: Option<ChipSide>,
+}
+
+/// A chip's side of one task: the thread that served it, when, and its own swimlane.
+pub(crate) struct ChipSide {
+    pub(super) tid: u64,
+    pub(super) served_ns: u64,
+    pub(super) replied_ns: u64,
+    /// The swimlane's `ts = 0` on the host's clock; the events, or why there are none.
+    pub(super) t0_ns: u64,
+    pub(super) events: Result<trace::ChipTrace, String>,
+}
+
+/// The wire form of a tensor argument: its shared-memory region and offset.
+fn wire_tensor(t: &Tensor) -> Result<WireTensor, String> {
+    let bytes = t.extent() * t.dtype.size_bytes() as u64;
+    let addr = t.data_ptr() as u64;
+    let (region, region_bytes, off) = shm::locate(addr, bytes).ok_or_else(|| {
+        "a tensor argument is not in shared memory (use taskring.shared_array or a node allocation)"
+            .to_string()
+    })?;
+    Ok(WireTensor {
+        dtype: t.dtype,
+        ndims: t.ndims,
+        region,
+        region_bytes,
+        offset_bytes: off,
+        shape: t.shape,
+        strides: t.strides,
+    })
+}
+
+/// What the host records of one dispatch's round trip for the timeline: when the request
+/// was posted, when the reply was seen, and the chip's side.
+type TraceSide = Option<(u64, u64, ChipSide)>;
+
+/// The chip's side of a traced dispatch, read while the host still holds the chip's
+/// turn (no later task of that chip can overwrite its swimlane file first).
+fn chip_side(chip: &Chip, swimlane: &std::path::Path, posted_ns: u64) -> (u64, u64, ChipSide) {
+    let replied_ns = trace::mono_ns();
+    let h = chip.mailbox.header();
+    let t0_ns = h.trace_t0_ns.load(Acquire);
+    let events = if t0_ns == 0 {
+        Err("the chip recorded no swimlane".to_string())
+    } else {
+        trace::read_chip_trace(swimlane)
+    };
+    let side = ChipSide {
+        tid: h.served_tid.load(Acquire) as u64,
+        served_ns: h.served_ns.load(Acquire),
+        replied_ns: h.replied_ns.load(Acquire),
+        t0_ns,
+        events,
+    };
+    (posted_ns, replied_ns, side)
+}
+
+/// The rule for tensor argument `i` of an L3 task: a chip maps the caller's shared
+/// memory, so an array elsewhere, or a tensor resident on an L4 host, is refused.
+fn chip_tensor(i: usize, arg: &NextLevelArg) -> Result<(Tensor, Option<u64>), String> {
+    match *arg {
+        NextLevelArg::Resident { host, .. } => Err(format!(
+            "argument {i} is a tensor resident on L4 host {host}; a chip task takes arrays in shared memory"
+        )),
+        NextLevelArg::Tensor(t) if wire_tensor(&t).is_ok() => Ok((t, None)),
+        _ => Err(format!(
+            "argument {i} is not in shared memory (use taskring.shared_array or a node allocation)"
+        )),
+    }
+}
+
+impl Executor for Chips {
+    type Traced = DispatchTrace;
+    type Fault = ChipFault;
+    type Report = ChipTaskReport;
+
+    const KERNEL: &'static str = "chip-dispatch";
+    const PROGRAM: &'static str = "l3";
+    const WORKER_OF: &'static str = "a chip of this node";
+    const HANDLE: &'static str = "callable";
+    const WAIT_SPIN: crate::chip::spin::SpinThenPark = mailbox::MAILBOX_SPIN;
+    const INLINE_WHEN_TRACED: bool = false;
+
+    fn workers(&self) -> usize {
+        self.chips.len()
+    }
+
+    fn cancel_flag(&self) -> &AtomicBool {
+        &self.ctl.cancel
+    }
+
+    fn signature(&self, callable: u32) -> Option<Vec<ArgDir>> {
+        let c = self.callables.read();
+        c.get(callable as usize).map(|c| c.signature.clone())
+    }
+
+    fn tensor_arg(
+        &self,
+        i: usize,
+        arg: &NextLevelArg,
+        _worker: usize,
+    ) -> Result<(Tensor, Option<u64>), String> {
+        chip_tensor(i, arg)
+    }
+
+    /// A chip may still run a task of an interrupted run: wait for its late reply first,
+    /// so that task's writes cannot overlap the next run (the hook is called every slice).
+    fn before_run(&self, hook: Option<&dyn Fn(bool)>) -> Result<(), String> {
+        for c in self
+            .chips
+            .iter()
+            .filter(|c| !c.settle(&self.ctl, Duration::ZERO))
+        {
+            while !blocking(hook, || c.settle(&self.ctl, HOOK_SLICE)) {
+                if self.ctl.cancel.load(Acquire) {
+                    return Err("interrupted while chips finished an interrupted run".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Encode the task's frame (its whole config), the round trip to its chip, then the
+    /// report (and in a traced run, both sides of the dispatch).
+    fn dispatch(
+        &self,
+        rec: Rec,
+        call: &KernelCall<'_>,
+        traced_from: Option<u64>,
+    ) -> Dispatched<Self> {
+        let chip = &self.chips[rec.worker];
+        let traced = traced_from.is_some();
+        // Built only for a traced run (two allocations per dispatch otherwise).
+        let swimlane = traced
+            .then(|| chip_dir(&rec.config.output_prefix, rec.worker).join("merged_swimlane.json"));
+        let after = |posted_ns: u64| {
+            swimlane
+                .as_deref()
+                .map(|path| chip_side(chip, path, posted_ns))
+        };
+        let args: Result<Vec<WireArg>, ChipFault> = rec
+            .slots
+            .iter()
+            .map(|s| match *s {
+                Slot::Tensor { index, .. } => wire_tensor(&call.tensors[index])
+                    .map(WireArg::Tensor)
+                    .map_err(|e| chip.fault(e)),
+                Slot::Int(v) => Ok(WireArg::Int(v)),
+                Slot::Float(v) => Ok(WireArg::Float(v)),
+            })
+            .collect();
+        let (worker, callable) = (rec.worker, rec.callable);
+        let reply: Result<(ReplyFrame, TraceSide), ChipFault> = args.and_then(|args| {
+            chip.call(
+                &self.ctl,
+                &TaskFrame {
+                    callable,
+                    config: rec.config,
+                    args,
+                },
+                traced,
+                after,
+            )
+        });
+        let (reply, side) = match reply {
+            Ok((r, side)) => (Ok(r), side),
+            Err(e) => (Err(e), None),
+        };
+        let traced = traced_from.map(|start_ns| {
+            let end_ns = trace::mono_ns();
+            let (posted_ns, replied_ns, chip) = match side {
+                Some((p, r, c)) => (p, r, Some(c)),
+                None => (end_ns, end_ns, None),
+            };
+            let thread = std::thread::current()
+                .name()
+                .unwrap_or("node thread")
+                .to_string();
+            DispatchTrace {
+                tid: trace::gettid(),
+                thread,
+                start_ns,
+                posted_ns,
+                replied_ns,
+                chip,
+            }
+        });
+        let (report, fault) = match reply {
+            Ok(r) => {
+                let fault = (r.status != 0).then(|| chip.fault(r.error));
+                let text = fault.as_ref().map(ChipFault::to_string);
+                (report_of(worker, callable, r.report.as_ref(), text), fault)
+            }
+            Err(e) => (
+                report_of(worker, callable, None, Some(e.to_string())),
+                Some(e),
+            ),
+        };
+        Dispatched {
+            report,
+            fault,
+            traced,
+        }
+    }
+
+    fn write_timeline(&self, t: RunTrace<DispatchTrace>, tasks: &[Rec]) {
+        let prefix = std::path::PathBuf::from(&t.prefix);
+        if let Err(e) = timeline::build(self, t, tasks).write(&prefix) {
+            eprintln!(
+                "taskring: could not write merged_swimlane.json under {}: {e}",
+                prefix.display()
+            );
+        }
+    }
+}
+
+pub(crate) fn report_of(
+    worker: usize,
+    callable: u32,
+    r: Option<&WireReport>,
+    error: Option<String>,
+) -> ChipTaskReport {
+    ChipTaskReport {
+        worker,
+        callable,
+        run: r.and_then(run_report_of),
+        error,
+    }
+}
+
+/// The L2 report a chip's wire report stands for; `None` when its sizing is not a
+/// valid one (a failed run's report carries zeros there).
+fn run_report_of(r: &WireReport) -> Option<RunReport> {
+    let ring_sizing = RingSizing::from_key_and_sources(r.sizing, r.sources).ok()?;
+    Some(RunReport {
+        ring_sizing,
+        peak: PeakUse::from_array(r.peak),
+        tasks: r.tasks,
+        arena_hit: r.arena_hit,
+        arena_build_s: r.arena_build_s,
+        elapsed_s: r.elapsed_s,
+        replayed: false,
+        device_memory: crate::chip::DeviceMemory::of_sizing(&ring_sizing),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nextlevel::args::task_args;
+
+    #[test]
+    fn an_l3_task_takes_only_arrays_in_shared_memory() {
+        use ArgDir::*;
+        let t = Tensor::from_raw(4096, &[4], crate::tensor::DType::F32);
+        let err = |sig: &[ArgDir], args: &[NextLevelArg]| task_args(sig, args, chip_tensor).err();
+        assert_eq!(
+            err(&[In, Scalar], &[NextLevelArg::Int(1)]).as_deref(),
+            Some("the program takes 2 arguments, got 1")
+        );
+        assert_eq!(
+            err(&[In], &[NextLevelArg::Tensor(t)]).as_deref(),
+            Some("argument 0 is not in shared memory (use taskring.shared_array or a node allocation)")
+        );
+        let resident = NextLevelArg::Resident {
+            view: t,
+            id: 7,
+            host: 1,
+        };
+        assert_eq!(
+            err(&[Scalar, In], &[NextLevelArg::Int(3), resident]).as_deref(),
+            Some("argument 1 is a tensor resident on L4 host 1; a chip task takes arrays in shared memory")
+        );
+        assert!(!resident.is_scalar() && NextLevelArg::Float(1.0).is_scalar());
+    }
+}
