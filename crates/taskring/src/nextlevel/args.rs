@@ -54,6 +54,8 @@ impl NextLevelArg {
 
 /// Where a program argument is in the dispatched task.
 #[derive(Clone, Copy, Debug)]
+// A tensor's direction and resident id travel only to an L4 host (the `mpi` feature).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub(crate) enum Slot {
     /// A tensor: its index among the task's tensors (canonical order: inputs, inouts,
     /// outputs), its direction, and the id of the host-resident tensor it is (L4).
