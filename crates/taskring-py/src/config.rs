@@ -1,22 +1,19 @@
 //! Python classes over `taskring::config`: `RuntimeEnv`, `CallConfig`, `RingSizing`, and
 //! `resolve_ring_sizing`. Rules and message texts are the Rust core's (docs/api.md §1): this file
-//! only turns Python values into [`IntArg`]s and [`ConfigError`]s into Python exceptions,
+//! only turns Python values into [`IntArg`]s and configuration errors into Python exceptions,
 //! for `CallConfig`/`RuntimeEnv` and for the dataclass `RunConfig`
 //! (`CallConfig._check_run_config_field`).
 
+use crate::conversion::bounded_int;
+use crate::errors::config_err;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple};
 use taskring::config::{
     check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
-    check_run_config_thread_num, CallConfig, ConfigError, ConfigErrorKind, EnvSnapshot, IntArg,
-    RingField, RingSizing, RuntimeEnv,
+    check_run_config_thread_num, CallConfig, ConfigErrorKind, EnvSnapshot, IntArg, RingField,
+    RingSizing, RuntimeEnv,
 };
-
-/// A broken configuration rule as the `ValueError` the contract names.
-fn value_error(e: impl Into<ConfigError>) -> PyErr {
-    PyValueError::new_err(e.into().message)
-}
 
 /// The ring field named `name`, or a `ValueError` listing the names.
 fn ring_field(name: &str) -> PyResult<RingField> {
@@ -88,12 +85,12 @@ fn check_run_config_field(field: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
         }
         _ => check_run_config_ring(ring_field(field)?, run_config_int(v)?, || repr(v)),
     };
-    checked.map_err(value_error)
+    checked.map_err(config_err)
 }
 
 /// Parse an int (broadcast) or a sequence of exactly 4 ints, with the API's messages.
 fn ring_values(field: RingField, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
-    let generic = || value_error(ConfigErrorKind::RuntimeEnvValue { field });
+    let generic = || config_err(ConfigErrorKind::RuntimeEnvValue { field });
     let entry = |x: &Bound<'_, PyAny>| {
         if is_auto(x) {
             Some(RuntimeEnv::AUTO)
@@ -107,7 +104,7 @@ fn ring_values(field: RingField, v: &Bound<'_, PyAny>) -> PyResult<[u64; 4]> {
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
         if items.len() != 4 {
-            return Err(value_error(ConfigErrorKind::RuntimeEnvLength { field }));
+            return Err(config_err(ConfigErrorKind::RuntimeEnvLength { field }));
         }
         let mut out = [0u64; 4];
         for (i, it) in items.iter().enumerate() {
@@ -232,7 +229,7 @@ impl PyRuntimeEnv {
 impl PyRuntimeEnv {
     fn set(&mut self, field: RingField, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let Some(v) = v else {
-            return Err(value_error(ConfigErrorKind::RuntimeEnvValue { field }));
+            return Err(config_err(ConfigErrorKind::RuntimeEnvValue { field }));
         };
         *self.inner.get_mut(field) = ring_values(field, v)?;
         Ok(())
@@ -289,7 +286,7 @@ impl PyCallConfig {
 fn thread_num(v: &Bound<'_, PyAny>) -> PyResult<u32> {
     plain_u64(v)
         .and_then(|x| u32::try_from(x).ok())
-        .ok_or_else(|| value_error(ConfigErrorKind::AicpuThreadNum { got: repr(v) }))
+        .ok_or_else(|| config_err(ConfigErrorKind::AicpuThreadNum { got: repr(v) }))
 }
 
 fn swimlane_value(v: &Bound<'_, PyAny>) -> PyResult<u32> {
@@ -354,7 +351,7 @@ impl PyCallConfig {
 
     /// Check the config; raises ValueError with the first rule broken.
     fn validate(&self, py: Python<'_>) -> PyResult<()> {
-        self.to_rust(py).validate().map_err(value_error)
+        self.to_rust(py).validate().map_err(config_err)
     }
 
     /// `RunConfig`'s rule for one field (docs/api.md §1.1): raises `ValueError` with the
@@ -495,7 +492,7 @@ impl PyRingSizing {
     /// Where a value came from: "call_config", "env" or "default".
     fn source(&self, field: &str, ring: &Bound<'_, PyAny>) -> PyResult<&'static str> {
         let f = ring_field(field)?;
-        let ring = crate::runtime::bounded_int(ring, "ring", 0, 3)? as usize;
+        let ring = bounded_int(ring, "ring", 0, 3)? as usize;
         Ok(self.inner.source(f, ring).as_str())
     }
     /// The 12-value tuple the arena cache is keyed on.
@@ -556,9 +553,9 @@ pub fn resolve_ring_sizing(
     env: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyRingSizing> {
     let c = call_config_of(py, config)?;
-    c.validate().map_err(value_error)?;
+    c.validate().map_err(config_err)?;
     let snap = env_snapshot(env)?;
-    let (s, warnings) = RingSizing::resolve(&c.runtime_env, &snap).map_err(value_error)?;
+    let (s, warnings) = RingSizing::resolve(&c.runtime_env, &snap).map_err(config_err)?;
     for w in warnings {
         eprintln!("{w}");
     }

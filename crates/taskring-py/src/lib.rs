@@ -4,50 +4,40 @@
 //! between Python and Rust values and releases the GIL whenever the runtime waits.
 //! The Python package (`python/taskring/`) adds the thin high-level layer (`RunConfig`,
 //! decorators, `run`, `ChipWorker`).
+//!
+//! Modules, lower ones first (a module uses only those above it): `errors`, `gil`,
+//! `conversion`, `config`, `tensor`, `kernel`, `native`, `reports`, `task_args`,
+//! `orchestrator`, `resident`, `replay`, `chip`, `node_orchestrator`, `node`,
+//! `cluster_host`, `cluster`, `sizing`.
 
+mod chip;
 mod cluster;
+mod cluster_host;
 mod config;
+mod conversion;
+mod errors;
+mod gil;
+mod kernel;
 mod native;
 mod node;
+mod node_orchestrator;
+mod orchestrator;
 mod replay;
-mod runtime;
+mod reports;
+mod resident;
 mod sizing;
+mod task_args;
+mod tensor;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Configuration (docs/api.md §1).
     m.add_class::<config::PyRuntimeEnv>()?;
     m.add_class::<config::PyCallConfig>()?;
     m.add_class::<config::PyRingSizing>()?;
     m.add_function(wrap_pyfunction!(config::resolve_ring_sizing, m)?)?;
-    m.add_class::<runtime::PyTensor>()?;
-    m.add_class::<runtime::PySpec>()?;
-    m.add_class::<runtime::PyKernel>()?;
-    m.add_class::<runtime::PyTask>()?;
-    m.add_class::<runtime::PyTaskArgs>()?;
-    m.add_class::<runtime::PyOrchestrator>()?;
-    m.add_class::<runtime::PyChip>()?;
-    m.add_class::<runtime::PyRunReport>()?;
-    m.add_class::<runtime::PyArenaStats>()?;
-    m.add_class::<runtime::PyDeviceMemory>()?;
-    m.add_class::<runtime::PyPeak>()?;
-    m.add_class::<replay::PyCaptured>()?;
-    m.add_function(wrap_pyfunction!(runtime::make_python_kernel, m)?)?;
-    m.add_function(wrap_pyfunction!(runtime::builtin_kernels, m)?)?;
-    m.add_function(wrap_pyfunction!(native::load_native_kernel, m)?)?;
-    m.add_function(wrap_pyfunction!(native::native_kernel_from_address, m)?)?;
-    m.add_function(wrap_pyfunction!(native::report_kernel_raised, m)?)?;
-    m.add_class::<runtime::PyScope>()?;
-    m.add_class::<node::PySharedMem>()?;
-    m.add_class::<node::PyNode>()?;
-    m.add_class::<node::PyNodeOrchestrator>()?;
-    m.add_class::<node::NodeScope>()?;
-    m.add_function(wrap_pyfunction!(sizing::sizing_command, m)?)?;
-    m.add_class::<node::PyNodeRunReport>()?;
-    m.add_class::<node::PyChipTaskReport>()?;
-    m.add_function(wrap_pyfunction!(node::dtype_itemsize, m)?)?;
-    cluster::register(m)?;
     m.add(
         "RUNTIME_ENV_RING_COUNT",
         taskring::config::RUNTIME_ENV_RING_COUNT,
@@ -61,5 +51,57 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_RING_DEP_POOL",
         taskring::config::DEFAULT_RING_DEP_POOL,
     )?;
+    m.add_function(wrap_pyfunction!(sizing::sizing_command, m)?)?;
+    // L2: tensors, kernels, the orchestrator, the chip, replay, reports.
+    m.add_class::<tensor::PyTensor>()?;
+    m.add_class::<tensor::PySpec>()?;
+    m.add_class::<kernel::PyKernel>()?;
+    m.add_function(wrap_pyfunction!(kernel::make_python_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::builtin_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(native::load_native_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(native::native_kernel_from_address, m)?)?;
+    m.add_function(wrap_pyfunction!(native::report_kernel_raised, m)?)?;
+    m.add_class::<orchestrator::PyTask>()?;
+    m.add_class::<task_args::PyTaskArgs>()?;
+    m.add_class::<orchestrator::PyOrchestrator>()?;
+    m.add_class::<orchestrator::PyScope>()?;
+    m.add_class::<chip::PyChip>()?;
+    m.add_class::<replay::PyCaptured>()?;
+    m.add_class::<reports::PyRunReport>()?;
+    m.add_class::<reports::PyArenaStats>()?;
+    m.add_class::<reports::PyDeviceMemory>()?;
+    m.add_class::<reports::PyPeak>()?;
+    // L3: the node, its orchestrator, shared memory, reports.
+    m.add_class::<node::PySharedMem>()?;
+    m.add_class::<node::PyNode>()?;
+    m.add_class::<node_orchestrator::PyNodeOrchestrator>()?;
+    m.add_class::<node_orchestrator::NodeScope>()?;
+    m.add_class::<reports::PyNodeRunReport>()?;
+    m.add_class::<reports::PyChipTaskReport>()?;
+    m.add_function(wrap_pyfunction!(conversion::dtype_itemsize, m)?)?;
+    // L4: MPI, rank 0, the host side (names that need MPI only in a build with it).
+    m.add("MPI_MISSING", cluster::NO_MPI)?;
+    m.add_function(wrap_pyfunction!(cluster::mpi_built, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::mpi_launch_env, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::mpi_init, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::mpi_finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::mpi_abort, m)?)?;
+    m.add_class::<reports::PyHostTaskReport>()?;
+    m.add_class::<cluster::PyHostTensor>()?;
+    m.add_class::<cluster_host::PyHostRequest>()?;
+    #[cfg(feature = "mpi")]
+    {
+        m.add_function(wrap_pyfunction!(cluster::mpi_pingpong, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster::mpi_send_bytes, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster::mpi_recv_bytes, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster::l4_decode_reply, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster_host::host_next_request, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster_host::host_receive_inputs, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster_host::host_reply, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster_host::host_run, m)?)?;
+        m.add_function(wrap_pyfunction!(cluster_host::host_serve, m)?)?;
+        m.add_class::<cluster::PyCluster>()?;
+        m.add_class::<cluster::PyClusterOrchestrator>()?;
+    }
     Ok(())
 }

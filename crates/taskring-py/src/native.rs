@@ -1,7 +1,8 @@
 //! Native (C ABI) kernels from Python: `taskring.load_kernel` and numba cfuncs
 //! (`docs/api.md` §11). The kernels themselves live in `taskring::kernel::native`.
 
-use crate::runtime::{dtype_from_name, PyKernel};
+use crate::conversion::dtype_from_name;
+use crate::kernel::PyKernel;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;

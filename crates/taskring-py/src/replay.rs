@@ -3,25 +3,27 @@
 //! `taskring::engine::replay`).
 
 use crate::config::{call_config_of, PyCallConfig};
-use crate::runtime::{
-    host_args, interrupt_python_kernels, lock_detached, peak_py, report_py, run_err, PyChip,
-    PyPeak, PyRunReport,
-};
-use pyo3::exceptions::PyValueError;
+use crate::conversion::host_args;
+use crate::errors::run_err;
+use crate::kernel::interrupt_python_kernels;
+use crate::reports::{peak_py, report_py, PyPeak, PyRunReport};
+use crate::resident::Resident;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyFloat, PyInt, PyTuple};
+use std::sync::Arc;
 use taskring::{Captured, ReplayError};
 
 /// A captured program (see `ChipWorker.capture`).
 #[pyclass(module = "taskring", name = "CapturedProgram", frozen)]
 pub struct PyCaptured {
     g: Captured,
-    /// The native chip it was captured on (closed or replaced: replays are refused).
-    chip: Py<PyChip>,
+    /// The chip it was captured on (once closed, replays are refused).
+    chip: Arc<Resident>,
 }
 
 impl PyCaptured {
-    pub fn new(g: Captured, chip: Py<PyChip>) -> PyCaptured {
+    pub fn new(g: Captured, chip: Arc<Resident>) -> PyCaptured {
         PyCaptured { g, chip }
     }
 }
@@ -72,14 +74,12 @@ impl PyCaptured {
         args: &Bound<'_, PyTuple>,
         config: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyRunReport> {
-        let chip = self.chip.get();
-        chip.check_process()?;
+        self.chip.check_process()?;
         let cfg = config.map(|c| call_config_of(py, Some(c))).transpose()?;
         for (i, a) in args.iter().enumerate() {
-            let number = a.is_instance_of::<pyo3::types::PyInt>()
-                || a.is_instance_of::<pyo3::types::PyFloat>();
+            let number = a.is_instance_of::<PyInt>() || a.is_instance_of::<PyFloat>();
             if self.g.scalar_at(i) == Some(true) && !number {
-                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                return Err(PyTypeError::new_err(format!(
                     "argument {i}: program '{}' was captured with a scalar here (a replay runs with the captured value); pass an int or float, got {}",
                     self.g.name(),
                     a.get_type().name()?
@@ -87,7 +87,7 @@ impl PyCaptured {
             }
         }
         let host = host_args(args.iter())?;
-        let mut guard = lock_detached(py, &chip.chip);
+        let mut guard = self.chip.lock(py)?;
         let Some(w) = guard.as_mut() else {
             return Err(PyValueError::new_err(
                 "this captured program's ChipWorker is closed; capture it again on an open worker",

@@ -1,0 +1,200 @@
+//! `Chip`, the native part of `taskring.ChipWorker`: a resident simulated chip that runs
+//! Python orchestrations (L2) and captures them for replay.
+
+use crate::config::call_config_of;
+use crate::conversion::host_args;
+use crate::errors::{failure_err, run_err, same_failure_said_fully};
+use crate::gil::gil_hook;
+use crate::kernel::interrupt_python_kernels;
+use crate::orchestrator::python_program;
+use crate::replay::PyCaptured;
+use crate::reports::{arena_stats_py, report_py, PyArenaStats, PyRunReport};
+use crate::resident::Resident;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use std::sync::Arc;
+use taskring::config::CallConfig;
+use taskring::{Arg, ChipOptions, ChipWorker, Program, RingSizing, RunError};
+
+/// A resident simulated chip (native part of `taskring.ChipWorker`).
+///
+/// One chip may be used from several Python threads: its calls are serialised by
+/// `chip` (a thread waits for its turn without the GIL), and `close()` waits for the run
+/// in flight. A chip belongs to the process that made it: after `fork()` the child has
+/// none of its threads, so every call there fails at once (and dropping it in the child
+/// frees nothing the parent still owns).
+#[pyclass(module = "taskring._native", name = "Chip", frozen)]
+pub struct PyChip {
+    chip: Arc<Resident>,
+}
+
+/// An orchestration to run on the chip: `orchestration(rt, *args)` named `name`, with
+/// `config` (a CallConfig, RunConfig or None).
+struct Orchestration<'a, 'py> {
+    orchestration: Py<PyAny>,
+    name: &'a str,
+    args: &'a Bound<'py, PyList>,
+    config: Option<&'a Bound<'py, PyAny>>,
+}
+
+impl PyChip {
+    /// Run `o` on the chip through `go` (a run or a capture, with the GIL released while
+    /// the runtime waits). An exception the orchestration raised is raised in place of
+    /// the run's result.
+    fn drive<R>(
+        &self,
+        py: Python<'_>,
+        o: Orchestration<'_, '_>,
+        go: impl FnOnce(&mut ChipWorker, &Program, &[Arg<'static>], &CallConfig) -> Result<R, RunError>,
+    ) -> PyResult<R> {
+        self.chip.check_process()?;
+        let cfg = call_config_of(py, o.config)?;
+        let host = host_args(o.args.iter())?;
+        let (program, pending) = python_program(o.orchestration, o.name);
+        let mut guard = self.chip.lock(py)?;
+        let chip = guard
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
+        let r = go(chip, &program, &host, &cfg);
+        if r.is_err() {
+            interrupt_python_kernels(py, &chip.abandoned_threads());
+        }
+        drop(guard);
+        drop(host);
+        if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(same_failure_said_fully(py, e, r.as_ref().err()));
+        }
+        r.map_err(|e| run_err(py, e))
+    }
+}
+
+#[pymethods]
+impl PyChip {
+    /// `prewarm`: CallConfigs (or RunConfigs) whose sizings are built now.
+    #[new]
+    #[pyo3(signature = (cores=0, arena_cache_slots=4, prewarm=None, aic_cores=None, device_memory=None))]
+    fn new(
+        py: Python<'_>,
+        cores: usize,
+        arena_cache_slots: usize,
+        prewarm: Option<&Bound<'_, PyAny>>,
+        aic_cores: Option<usize>,
+        device_memory: Option<u64>,
+    ) -> PyResult<Self> {
+        let mut sizings: Vec<RingSizing> = vec![];
+        if let Some(p) = prewarm {
+            for c in p.try_iter()? {
+                let c = call_config_of(py, Some(&c?))?;
+                c.validate().map_err(|e| PyValueError::new_err(e.message))?;
+                sizings.push(
+                    RingSizing::resolve_from_process(&c.runtime_env)
+                        .map_err(|e| PyValueError::new_err(e.message))?,
+                );
+            }
+        }
+        if arena_cache_slots == 0 {
+            return Err(PyValueError::new_err("arena_cache_slots must be >= 1"));
+        }
+        let mut opts = ChipOptions {
+            cores,
+            aic_cores,
+            arena_cache_slots,
+            prewarm: sizings,
+            ..ChipOptions::default()
+        };
+        if let Some(b) = device_memory {
+            opts.device_memory = b;
+        }
+        let chip = py
+            .detach(|| ChipWorker::new(opts))
+            .map_err(|f| failure_err(py, &f))?;
+        Ok(PyChip {
+            chip: Arc::new(Resident::new(chip)),
+        })
+    }
+
+    /// Run `orchestration(rt, *args)` with `config` (a CallConfig, RunConfig or None).
+    /// numpy arrays become Tensors (zero copy); ints and floats are passed through.
+    #[pyo3(signature = (orchestration, name, args, config=None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        orchestration: Py<PyAny>,
+        name: String,
+        args: &Bound<'_, PyList>,
+        config: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyRunReport> {
+        let o = Orchestration {
+            orchestration,
+            name: &name,
+            args,
+            config,
+        };
+        let rep = self.drive(py, o, |chip, program, host, cfg| {
+            chip.run_with_hook(program, host, cfg, &gil_hook)
+        })?;
+        report_py(py, &rep)
+    }
+
+    /// Run `orchestration(rt, *args)` once, as `run` does, and record its task graph.
+    #[pyo3(signature = (orchestration, name, args, config=None))]
+    fn capture(
+        &self,
+        py: Python<'_>,
+        orchestration: Py<PyAny>,
+        name: String,
+        args: &Bound<'_, PyList>,
+        config: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyCaptured> {
+        let o = Orchestration {
+            orchestration,
+            name: &name,
+            args,
+            config,
+        };
+        let g = self.drive(py, o, |chip, program, host, cfg| {
+            chip.capture_with_hook(program, host, cfg, Some(&gil_hook))
+        })?;
+        Ok(PyCaptured::new(g, self.chip.clone()))
+    }
+
+    fn arena_stats(&self, py: Python<'_>) -> PyResult<PyArenaStats> {
+        self.chip.check_process()?;
+        let stats = self.chip.lock(py)?.as_ref().map(|c| c.arena_stats());
+        arena_stats_py(
+            py,
+            stats.ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?,
+        )
+    }
+
+    #[getter]
+    fn cores(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self
+            .chip
+            .lock(py)?
+            .as_ref()
+            .map(|c| c.cores().len())
+            .unwrap_or(0))
+    }
+
+    /// Stop the chip (waits for a run in flight on another thread).
+    /// In a forked child, closing forgets the parent's chip without touching it.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let chip = self.chip.lock(py)?.take();
+        match chip {
+            Some(c) if self.chip.forked() => std::mem::forget(c),
+            Some(c) => {
+                interrupt_python_kernels(py, &c.abandoned_threads());
+                py.detach(move || drop(c))
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.chip.lock(py)?.is_none())
+    }
+}

@@ -1,0 +1,395 @@
+//! L4's host side: the requests rank 0 sends a host (`HostRequest`), the host's serving
+//! loop, and receiving a task's inputs, running it on the host's node and answering it.
+//! Without the `mpi` feature only the `HostRequest` class exists.
+
+#[cfg(feature = "mpi")]
+pub use with_mpi::*;
+
+use crate::config::PyCallConfig;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+/// One L4 task on a host: `callable`, `name`, `config` (the CallConfig rank 0 sent,
+/// whole), `args` (`("shipped", dir, dtype, shape, nbytes)`, `("resident", dir,
+/// dtype, shape, id)`, ints, floats).
+#[pyclass(module = "taskring._native", name = "HostRequest", frozen)]
+pub struct PyHostRequest {
+    #[cfg(feature = "mpi")]
+    task: taskring::cluster::wire::L4Task,
+    #[pyo3(get)]
+    callable: u32,
+    #[pyo3(get)]
+    name: String,
+    #[pyo3(get)]
+    config: Py<PyCallConfig>,
+    #[pyo3(get)]
+    args: Py<PyTuple>,
+    /// No argument is a tensor: `args` are the orchestration's arguments as they are.
+    #[pyo3(get)]
+    scalars_only: bool,
+}
+
+#[cfg(feature = "mpi")]
+mod with_mpi {
+    use super::*;
+    use crate::errors::mpi_err;
+    use crate::gil::signal_check;
+    use crate::node::PyNode;
+    use crate::reports::PyNodeRunReport;
+    use parking_lot::Mutex;
+    use pyo3::exceptions::{PyException, PyValueError};
+    use taskring::cluster::host;
+    use taskring::cluster::wire::{HostRequest, L4Arg, L4Dir, L4Task};
+
+    /// A host request's arguments for Python: tensors as tuples, scalars as values.
+    fn request_args<'py>(py: Python<'py>, t: &L4Task) -> PyResult<Bound<'py, PyTuple>> {
+        let dir = |d: L4Dir| match d {
+            L4Dir::In => "in",
+            L4Dir::Out => "out",
+            L4Dir::InOut => "inout",
+        };
+        let mut out: Vec<Bound<'py, PyAny>> = Vec::with_capacity(t.args.len());
+        for a in &t.args {
+            out.push(match a {
+                L4Arg::Shipped(ten) => (
+                    "shipped",
+                    dir(ten.dir),
+                    ten.dtype.name(),
+                    PyTuple::new(py, &ten.shape)?,
+                    ten.nbytes().unwrap_or(0),
+                )
+                    .into_pyobject(py)?
+                    .into_any(),
+                L4Arg::Resident(ten, id) => (
+                    "resident",
+                    dir(ten.dir),
+                    ten.dtype.name(),
+                    PyTuple::new(py, &ten.shape)?,
+                    *id,
+                )
+                    .into_pyobject(py)?
+                    .into_any(),
+                L4Arg::Int(v) => v.into_pyobject(py)?.into_any(),
+                L4Arg::Float(v) => v.into_pyobject(py)?.into_any(),
+            });
+        }
+        PyTuple::new(py, out)
+    }
+
+    /// The next task from rank 0, or None when rank 0 closed. A malformed task frame is
+    /// answered at once as a failed task (and the wait goes on).
+    fn next_task(py: Python<'_>) -> PyResult<Option<L4Task>> {
+        let pending = Mutex::new(None);
+        loop {
+            let got = py.detach(|| host::next_request(signal_check(&pending)));
+            if let Some(e) = pending.lock().take() {
+                return Err(e);
+            }
+            match got {
+                None => continue,
+                Some(Ok(HostRequest::Close)) => return Ok(None),
+                Some(Ok(HostRequest::Task(task))) => return Ok(Some(task)),
+                Some(Err(m)) => {
+                    let text = format!("malformed L4 task frame: {}", m.error);
+                    match m.ids {
+                        Some((seq, tag)) => {
+                            py.detach(|| host::reply(seq, tag, None, Some(&text), &[]))
+                        }
+                        None => eprintln!("taskring host: dropped a request: {text}"),
+                    }
+                }
+            }
+        }
+    }
+
+    fn scalars_only(task: &L4Task) -> bool {
+        task.args
+            .iter()
+            .all(|a| matches!(a, L4Arg::Int(_) | L4Arg::Float(_)))
+    }
+
+    fn request_py(py: Python<'_>, task: L4Task) -> PyResult<PyHostRequest> {
+        Ok(PyHostRequest {
+            callable: task.callable,
+            name: task.name.clone(),
+            config: Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?,
+            args: request_args(py, &task)?.unbind(),
+            scalars_only: scalars_only(&task),
+            task,
+        })
+    }
+
+    /// A host's next request: a `HostRequest`, or None when rank 0 closed. A malformed
+    /// task frame is answered at once as a failed task (and the wait goes on).
+    #[pyfunction]
+    pub fn host_next_request(py: Python<'_>) -> PyResult<Option<PyHostRequest>> {
+        next_task(py)?.map(|t| request_py(py, t)).transpose()
+    }
+
+    /// The text a failed task's reply carries for the exception `e`: `str(e)`, or the
+    /// name of its type when that is empty.
+    fn exception_text(py: Python<'_>, e: &PyErr) -> String {
+        match e.value(py).str().map(|s| s.to_string()) {
+            Ok(t) if !t.is_empty() => t,
+            _ => e
+                .get_type(py)
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// `Type: text` of an exception (`Type` alone when the text is empty).
+    fn typed_text(py: Python<'_>, e: &PyErr) -> String {
+        let name = e
+            .get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        match e.value(py).str().map(|s| s.to_string()) {
+            Ok(t) if !t.is_empty() => format!("{name}: {t}"),
+            _ => name,
+        }
+    }
+
+    /// Stops the host's watchdog thread when the serving loop ends, however it ends.
+    struct WatchdogGuard;
+
+    impl Drop for WatchdogGuard {
+        fn drop(&mut self) {
+            host::stop_watchdog();
+        }
+    }
+
+    /// A host's serving loop, until rank 0 closes. `programs[i]` is `(name,
+    /// orchestration, chips)` of the DistributedProgram registered i-th. A request whose
+    /// arguments are all scalars, for a program registered under its name, is served
+    /// here: the orchestration runs on `node` as `orch(o, chips, args, cfg)` with the
+    /// request's CallConfig (which also sizes the node's rings), and the reply carries
+    /// the host's report, or the text of the exception the run raised. Every other
+    /// request goes to `other(HostRequest)` (the Python side: buffers, inputs, checks,
+    /// then `host_run`, answering the exceptions of the run).
+    ///
+    /// No exception leaves a task unanswered: one that `other` did not answer is
+    /// answered here. An exception that is not an `Exception` (`SystemExit`,
+    /// `KeyboardInterrupt`, also a SIGINT while the host waits for requests) ends the
+    /// serving: rank 0 is told that the host stops serving and why (its task fails with
+    /// `SystemExit: 3; the host stopped serving`, its later tasks at once), then the
+    /// exception propagates. The host's watchdog thread answers rank 0's pings while
+    /// this loop runs.
+    #[pyfunction]
+    pub fn host_serve(
+        py: Python<'_>,
+        node: &PyNode,
+        programs: Vec<(String, Py<PyAny>, Py<PyAny>)>,
+        other: Py<PyAny>,
+    ) -> PyResult<()> {
+        host::start_watchdog();
+        let _guard = WatchdogGuard;
+        let leaves = |e: &PyErr| !e.is_instance_of::<PyException>(py);
+        loop {
+            let task = match next_task(py) {
+                Ok(Some(task)) => task,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    if leaves(&e) {
+                        let why = typed_text(py, &e);
+                        py.detach(|| host::leave(&why));
+                    }
+                    return Err(e);
+                }
+            };
+            let (seq, tag) = (task.seq, task.data_tag);
+            let r = serve_one(py, node, &programs, &other, task);
+            let Err(e) = r else { continue };
+            let leaving = leaves(&e);
+            let text = if leaving {
+                let why = typed_text(py, &e);
+                py.detach(|| host::leave(&why));
+                format!("{why}; the host stopped serving")
+            } else {
+                exception_text(py, &e)
+            };
+            if !host::replied(seq) {
+                py.detach(|| host::reply(seq, tag, None, Some(&text), &[]));
+            }
+            if leaving {
+                return Err(e);
+            }
+        }
+    }
+
+    /// One request of [`host_serve`]: served here (all scalars), or by `other`.
+    fn serve_one(
+        py: Python<'_>,
+        node: &PyNode,
+        programs: &[(String, Py<PyAny>, Py<PyAny>)],
+        other: &Py<PyAny>,
+        task: L4Task,
+    ) -> PyResult<()> {
+        let served_here = scalars_only(&task)
+            && programs
+                .get(task.callable as usize)
+                .is_some_and(|p| p.0 == task.name);
+        if !served_here {
+            other.call1(py, (request_py(py, task)?,))?;
+            return Ok(());
+        }
+        let (_, orch, chips) = &programs[task.callable as usize];
+        let cfg = Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?.into_bound(py);
+        let args = request_args(py, &task)?.into_any();
+        run_and_reply(py, node, orch, chips, args, cfg.into_any(), &task, &[], &[])
+    }
+
+    /// One buffer address per shipped tensor of the kind (`what`: "inputs", "outputs").
+    fn buffers_match(what: &str, sizes: &[usize], addrs: &[u64]) -> PyResult<()> {
+        if sizes.len() != addrs.len() {
+            return Err(PyValueError::new_err(format!(
+                "the task has {} shipped {what}, got {} buffers",
+                sizes.len(),
+                addrs.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The buffers at `addrs`, each of its size in `sizes` (pairs past the shorter list
+    /// are dropped).
+    ///
+    /// # Safety
+    /// Each `addrs[i]` is the start of `sizes[i]` bytes that stay valid for reads and
+    /// writes for `'a`, which nothing else reads or writes meanwhile, and no two of
+    /// the buffers overlap.
+    unsafe fn slices_mut<'a>(addrs: &[u64], sizes: &[usize]) -> Vec<&'a mut [u8]> {
+        addrs
+            .iter()
+            .zip(sizes)
+            // safety: the caller's contract, buffer by buffer.
+            .map(|(&a, &n)| unsafe { std::slice::from_raw_parts_mut(a as *mut u8, n) })
+            .collect()
+    }
+
+    /// Receive the task's shipped inputs into the buffers at `addrs` (one per shipped
+    /// IN/INOUT tensor, in order, each of its `nbytes`).
+    #[pyfunction]
+    pub fn host_receive_inputs(
+        py: Python<'_>,
+        req: &PyHostRequest,
+        addrs: Vec<u64>,
+    ) -> PyResult<()> {
+        let sizes = host::input_sizes(&req.task);
+        buffers_match("inputs", &sizes, &addrs)?;
+        let pending = Mutex::new(None);
+        let r = py.detach(|| {
+            // safety: `_cluster.py` passes the addresses of arrays it allocated for this
+            // task's shipped inputs, each of the input's `nbytes` (their number checked
+            // above), and does not touch them until this call returns.
+            let mut bufs = unsafe { slices_mut(&addrs, &sizes) };
+            let mut check = signal_check(&pending);
+            host::receive_inputs(&req.task, &mut bufs, &mut check)
+        });
+        if let Some(e) = pending.lock().take() {
+            return Err(e);
+        }
+        r.map_err(mpi_err)
+    }
+
+    /// Answer the task: its host `report` (None when the run failed before one),
+    /// `error` (None: it ran), and on success the outputs at `addrs` (one per shipped
+    /// OUT/INOUT tensor, in order).
+    #[pyfunction]
+    #[pyo3(signature = (req, report, error, addrs))]
+    pub fn host_reply(
+        py: Python<'_>,
+        req: &PyHostRequest,
+        report: Option<PyRef<'_, PyNodeRunReport>>,
+        error: Option<String>,
+        addrs: Vec<u64>,
+    ) -> PyResult<()> {
+        let sizes = host::output_sizes(&req.task);
+        if error.is_none() {
+            buffers_match("outputs", &sizes, &addrs)?;
+        }
+        let raw = report.as_ref().and_then(|r| r.raw.clone());
+        let (seq, tag) = (req.task.seq, req.task.data_tag);
+        py.detach(|| {
+            // safety: `_cluster.py` passes the addresses of arrays it allocated for this
+            // task's shipped outputs, each of the output's `nbytes` (or none, with an
+            // error), and does not touch them until this call returns.
+            let outs: Vec<&[u8]> = unsafe { slices_mut(&addrs, &sizes) }
+                .into_iter()
+                .map(|s| &*s)
+                .collect();
+            host::reply(seq, tag, raw.as_ref(), error.as_deref(), &outs);
+        });
+        Ok(())
+    }
+
+    /// Run the task on the host's node — `orch(o, chips, args, cfg)` with `cfg` the
+    /// request's CallConfig, which also sizes the node's rings — and answer rank 0 with
+    /// the host's report and the outputs at `addrs` (one per shipped OUT/INOUT tensor, in
+    /// order): `node.run` and `host_reply` without a Python report between them. An
+    /// exception of the run propagates unanswered (the caller answers it with
+    /// `host_reply`).
+    #[pyfunction]
+    pub fn host_run(
+        py: Python<'_>,
+        node: &PyNode,
+        req: &PyHostRequest,
+        orch: Py<PyAny>,
+        chips: Py<PyAny>,
+        args: Py<PyTuple>,
+        addrs: Vec<u64>,
+    ) -> PyResult<()> {
+        let sizes = host::output_sizes(&req.task);
+        buffers_match("outputs", &sizes, &addrs)?;
+        let cfg = req.config.bind(py).clone().into_any();
+        run_and_reply(
+            py,
+            node,
+            &orch,
+            &chips,
+            args.into_bound(py).into_any(),
+            cfg,
+            &req.task,
+            &addrs,
+            &sizes,
+        )
+    }
+
+    /// `orch(o, chips, args, cfg)` on the host's node (`task`'s CallConfig sizing its
+    /// rings), then the reply: the host's report and the outputs at `addrs` (of `sizes`),
+    /// and the host's timeline when the config records one. An exception of the run is
+    /// returned, unanswered.
+    #[allow(clippy::too_many_arguments)]
+    fn run_and_reply(
+        py: Python<'_>,
+        node: &PyNode,
+        orch: &Py<PyAny>,
+        chips: &Py<PyAny>,
+        args: Bound<'_, PyAny>,
+        cfg: Bound<'_, PyAny>,
+        task: &L4Task,
+        addrs: &[u64],
+        sizes: &[usize],
+    ) -> PyResult<()> {
+        let rest = PyTuple::new(py, [chips.bind(py).clone(), args, cfg])?.unbind();
+        let rep = node.run_rust(py, orch.clone_ref(py), Some(rest), &task.config)?;
+        let (seq, tag) = (task.seq, task.data_tag);
+        py.detach(|| {
+            // safety: no buffers from `serve_one`; from `host_run`, one address per
+            // shipped output (checked there), each of an array `_cluster.py` allocated
+            // for this task with the output's `nbytes`; the run has returned, so no chip
+            // writes them, and Python does not touch them until this call returns.
+            let outs: Vec<&[u8]> = unsafe { slices_mut(addrs, sizes) }
+                .into_iter()
+                .map(|s| &*s)
+                .collect();
+            host::reply(seq, tag, Some(&rep), None, &outs);
+            if host::ships_timeline(&task.config) {
+                host::send_timeline(tag, &task.config);
+            }
+        });
+        Ok(())
+    }
+}

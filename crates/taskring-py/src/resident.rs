@@ -1,0 +1,58 @@
+//! The resident chip behind a `ChipWorker`, shared with the programs captured on it: the
+//! Rust `ChipWorker` behind its lock (taken with the GIL released), and the process it
+//! belongs to.
+
+use crate::errors::forked_err;
+use crate::gil::lock_detached;
+use parking_lot::{Mutex, MutexGuard};
+use pyo3::prelude::*;
+use taskring::ChipWorker;
+
+/// A resident simulated chip: None once closed.
+///
+/// Calls are serialised by the lock (a thread waits for its turn without the GIL). A
+/// chip belongs to the process that made it: after `fork()` the child has none of its
+/// threads, so every call there fails at once, and dropping it in the child frees
+/// nothing the parent still owns.
+pub struct Resident {
+    chip: Mutex<Option<ChipWorker>>,
+    pid: u32,
+}
+
+impl Resident {
+    pub fn new(chip: ChipWorker) -> Self {
+        Resident {
+            chip: Mutex::new(Some(chip)),
+            pid: std::process::id(),
+        }
+    }
+
+    /// `RuntimeError` in a process other than the one that made the chip.
+    pub fn check_process(&self) -> PyResult<()> {
+        if self.forked() {
+            return Err(forked_err("ChipWorker", self.pid));
+        }
+        Ok(())
+    }
+
+    /// Whether this is a child of `fork()` of the process that made the chip.
+    pub fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    /// The chip (None once closed), locked for this thread; waits for a run in flight
+    /// with the GIL released.
+    pub fn lock<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, Option<ChipWorker>>> {
+        lock_detached(py, &self.chip)
+    }
+}
+
+impl Drop for Resident {
+    fn drop(&mut self) {
+        if self.forked() {
+            // A forked child: the core threads exist only in the parent, so joining them
+            // would wait forever. The memory is the child's copy; leave it to exit.
+            std::mem::forget(self.chip.get_mut().take());
+        }
+    }
+}
