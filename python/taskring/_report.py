@@ -703,6 +703,18 @@ def _figure(**kw):
     return fig
 
 
+#: The page's first line, and a warning of ``taskring report``, when matplotlib is missing.
+PLOTS_OMITTED = (
+    "matplotlib is not installed in this Python, so this page has no plots (the tables hold every number). "
+    "For the plots: pip install 'taskring[report]' (or pip install matplotlib), then make the report again."
+)
+PLOTS_OMITTED_HTML = (
+    '<p class="meta no-plots"><b>Plots omitted:</b> matplotlib is not installed in this Python, so this page has '
+    "no plots (the tables hold every number). For the plots: <code>pip install 'taskring[report]'</code> (or "
+    "<code>pip install matplotlib</code>), then make the report again.</p>"
+)
+
+
 def have_matplotlib() -> bool:
     try:
         import matplotlib  # noqa: F401
@@ -1043,8 +1055,7 @@ def render_html(rep: Report) -> str:
     body = [f"<h1>{_e(title)}</h1>", f'<p class="meta">Output prefix <code>{_e(os.path.abspath(rep.prefix))}</code>'
             f'{" — <b>FAILED RUN</b>" if rep.stats.fatal else ""}</p>']
     if not have_matplotlib():
-        body.append('<p class="meta"><b>No plots:</b> matplotlib is not installed in this Python '
-                    '(<code>pip install matplotlib</code>); the tables hold every number.</p>')
+        body.append(PLOTS_OMITTED_HTML)
     for n in rep.notes:
         body.append(f'<p class="meta"><b>Not shown:</b> {_e(n)}</p>')
     body += _stats_section(rep, "run", 2)
@@ -1063,6 +1074,8 @@ def write_report(prefix: str, output: Optional[str] = None, headroom: Optional[s
     ``warn`` gets each note of the page (what it leaves out, and why)."""
     rep = load_report(prefix, headroom)
     if warn is not None:
+        if not have_matplotlib():
+            warn(PLOTS_OMITTED)
         for n in rep.notes:
             warn(n)
     out = output or os.path.join(prefix, "report.html")
