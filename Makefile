@@ -70,11 +70,12 @@ browser:
 test-rust: mpi
 	$(CARGO) test --locked -p taskring -p taskring-bench $$($(MPI_FEATURES) | sed 's/mpi/taskring\/mpi/')
 
-# Model checks (loom; a separate build with --cfg loom): the ring/completion core
-# (loom_core), the chip's abort handshake (loom_chip), the mailbox's wake-up elision (loom_mailbox)
-# and idle cores parking and waking (loom_park).
+# Model checks (loom; a separate build with --cfg loom), inside the crate
+# (crates/taskring/src/loom_models): the ring/completion core (ring), the chip's abort
+# handshake (chip), the mailbox's wake-up elision (mailbox) and idle cores parking and
+# waking (park).
 test-loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --test loom_core --test loom_chip --test loom_mailbox --test loom_park
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --lib loom_models::
 
 # Fuzz tests of the frame decoders, PTO2_RING_* parsing and the scope-stats reader /
 # sizing advisor (crates/taskring/tests/fuzz.rs) with the long budget: FUZZ_CASES per

@@ -92,7 +92,7 @@
 //!   the bindings use its validation rules, the fuzz tests its env parsing;
 //! - [`engine`]: rings, tensormap, scopes, the orchestrator, completion; `engine::shared`
 //!   (with the submit's fan-in steps, `claim_fanin` / `write_fanin_record` /
-//!   `wire_and_publish`) is driven by the loom model (`tests/loom_core.rs`);
+//!   `wire_and_publish`) is driven by the loom model (`src/loom_models/ring.rs`);
 //! - `arena` (crate-internal): all memory of one sizing, and the per-chip LRU arena cache
 //!   ([`Arena`], [`ArenaCache`], [`ArenaStats`] are re-exported);
 //! - [`chip`]: the L2 chip (core threads running kernels) and `ChipWorker`; `chip::abort`
@@ -115,6 +115,8 @@ pub mod config;
 pub mod dfx;
 pub mod engine;
 pub mod kernel;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub mod mem;
 mod nextlevel;
 pub mod node;

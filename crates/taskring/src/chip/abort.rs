@@ -1,6 +1,6 @@
 //! The abort handshake's steps (argued in the module doc of `chip/core.rs`), each a
 //! function over [`crate::sync`] atomics and the engine's [`EngineShared`]: the chip's
-//! core threads and its run call exactly these, and `tests/loom_chip.rs` drives the same
+//! core threads and its run call exactly these, and `src/loom_models/chip.rs` drives the same
 //! functions on loom threads. Public (hidden) only for that model.
 //!
 //! A core's state word (`Core::state`) says what the core holds:

@@ -11,7 +11,7 @@
 //! are std's `AtomicPtr` (Release/Acquire publication, outside the facade, which has no
 //! pointer atomic). Each step's atomic accesses are one function of [`super::abort`]
 //! (`search`, `admit`, `begin_completion`, `release`, `holds_task`, `give_up_if_stuck`,
-//! `reopen`), which `tests/loom_chip.rs` drives under loom.
+//! `reopen`), which `src/loom_models/chip.rs` drives under loom.
 //!
 //! 1. A failure latches `fatal` (`EngineShared::fail`, SeqCst). A core that pops a task
 //!    and then reads `fatal` set drops it; a core never runs a kernel after it read it.

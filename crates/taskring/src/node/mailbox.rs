@@ -213,7 +213,7 @@ pub fn wait_until(
 /// `value` and does not sleep; a waiter that read the old value and sleeps anyway
 /// passes it to `futex_wait`, which returns at once when the word changed. Saves the
 /// `futex_wake` syscall (~0.5 µs) per crossing when nobody sleeps. Model:
-/// `tests/loom_mailbox.rs`.
+/// `src/loom_models/mailbox.rs`.
 pub(crate) fn publish(word: &AtomicU32, value: u32, sleeping: &AtomicU32) {
     word.store(value, Release);
     std::sync::atomic::fence(SeqCst);

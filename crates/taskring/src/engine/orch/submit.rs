@@ -17,7 +17,7 @@
 //! The completion protocol's part of the claims, the fanin record and the wiring with
 //! the publication is not written here but in `engine/shared/fanin.rs`
 //! ([`shared::claim_fanin`], [`shared::write_fanin_record`], [`shared::wire_and_publish`]),
-//! which the loom models (`tests/loom_core.rs`) call too; the methods here call them
+//! which the loom models (`src/loom_models/ring.rs`) call too; the methods here call them
 //! with the orchestrator's fanin list and pool reservations.
 //!
 //! The stages are `#[inline(always)]`: each runs once per submit, and the hot path is

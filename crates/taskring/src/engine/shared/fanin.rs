@@ -2,7 +2,7 @@
 //! (submit step 4), the fanin record in the payload (step 6) and the wiring with the
 //! `+1` publication (step 7). The orchestrator (`engine/orch/submit.rs`) calls these
 //! functions around its own work (gathering the edges, reserving pool entries, writing
-//! tensors and scalars, pushing a ready task); the loom models (`tests/loom_core.rs`)
+//! tensors and scalars, pushing a ready task); the loom models (`src/loom_models/ring.rs`)
 //! call the same functions.
 //!
 //! The arguments are in the module docs of `completion.rs` (claim vs consume, the

@@ -25,7 +25,7 @@
 //! [`EngineShared`].
 //!
 //! Every atomic, lock and shared cell comes from [`crate::sync`], so a `--cfg loom`
-//! build model-checks these modules (`tests/loom_core.rs`).
+//! build model-checks these modules (`src/loom_models/ring.rs`).
 //!
 //! Memory ordering: payloads, fanin records and dependency nodes are plain memory written
 //! by the orchestrator before the task is published; publication is a release RMW on
