@@ -1,5 +1,5 @@
 //! `taskring-bench taskbench` never aborts: impossible sizes are a one-line message and
-//! exit status 2 (`docs/api.md` §6.1); small runs still print Task Bench's result lines. (The
+//! exit status 2 (`docs/api.md` §6.1); small runs print Task Bench's result lines. (The
 //! `taskring sizing` command is the Python entry point's: python/tests/test_cli.py.)
 
 use std::process::{Command, Output};
@@ -136,7 +136,7 @@ fn taskbench_impossible_sizes_exit_2_with_one_line() {
 }
 
 #[test]
-fn taskbench_small_runs_still_work() {
+fn taskbench_small_runs_print_the_result_lines() {
     for args in [
         &["-steps", "3", "-width", "2"][..],
         &[

@@ -383,9 +383,9 @@ fn frame_mutated_valid_frames() {
     );
 }
 
-/// Findings that are not panics but asymmetries between encoder and decoder: the encoder
-/// accepts values the decoder rejects. Kept as documented behaviour (a chip never sends
-/// them), checked so a change is noticed.
+/// Asymmetries between encoder and decoder (not panics): the encoder accepts values the
+/// decoder rejects. Documented behaviour (a chip never sends them), checked so that a
+/// change on either side shows here.
 #[test]
 fn frame_encoder_decoder_asymmetries() {
     let t = WireTensor {
