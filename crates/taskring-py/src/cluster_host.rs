@@ -236,9 +236,15 @@ mod with_mpi {
             return Ok(());
         }
         let (_, orch, chips) = &programs[task.callable as usize];
-        let cfg = Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?.into_bound(py);
-        let args = request_args(py, &task)?.into_any();
-        run_and_reply(py, node, orch, chips, args, cfg.into_any(), &task, &[], &[])
+        let call = HostCall {
+            orch,
+            chips,
+            args: request_args(py, &task)?.into_any(),
+            cfg: Py::new(py, PyCallConfig::from_rust(py, &task.config)?)?
+                .into_bound(py)
+                .into_any(),
+        };
+        run_and_reply(py, node, call, &task, Outputs::default())
     }
 
     /// One buffer address per shipped tensor of the kind (`what`: "inputs", "outputs").
@@ -343,45 +349,54 @@ mod with_mpi {
     ) -> PyResult<()> {
         let sizes = host::output_sizes(&req.task);
         buffers_match("outputs", &sizes, &addrs)?;
-        let cfg = req.config.bind(py).clone().into_any();
-        run_and_reply(
-            py,
-            node,
-            &orch,
-            &chips,
-            args.into_bound(py).into_any(),
-            cfg,
-            &req.task,
-            &addrs,
-            &sizes,
-        )
+        let call = HostCall {
+            orch: &orch,
+            chips: &chips,
+            args: args.into_bound(py).into_any(),
+            cfg: req.config.bind(py).clone().into_any(),
+        };
+        let outputs = Outputs {
+            addrs: &addrs,
+            sizes: &sizes,
+        };
+        run_and_reply(py, node, call, &req.task, outputs)
     }
 
-    /// `orch(o, chips, args, cfg)` on the host's node (`task`'s CallConfig sizing its
-    /// rings), then the reply: the host's report and the outputs at `addrs` (of `sizes`),
-    /// and the host's timeline when the config records one. An exception of the run is
-    /// returned, unanswered.
-    #[allow(clippy::too_many_arguments)]
+    /// One run of a task's orchestration on the host's node: `orch(o, chips, args, cfg)`.
+    struct HostCall<'a, 'py> {
+        orch: &'a Py<PyAny>,
+        chips: &'a Py<PyAny>,
+        args: Bound<'py, PyAny>,
+        cfg: Bound<'py, PyAny>,
+    }
+
+    /// The shipped outputs a reply carries: the buffer address of each shipped OUT/INOUT
+    /// tensor, in order, and its size. None by default (a task with scalars only).
+    #[derive(Clone, Copy, Default)]
+    struct Outputs<'a> {
+        addrs: &'a [u64],
+        sizes: &'a [usize],
+    }
+
+    /// `call` on the host's node (`task`'s CallConfig sizing its rings), then the reply:
+    /// the host's report and `outputs`, and the host's timeline when the config records
+    /// one. An exception of the run is returned, unanswered.
     fn run_and_reply(
         py: Python<'_>,
         node: &PyNode,
-        orch: &Py<PyAny>,
-        chips: &Py<PyAny>,
-        args: Bound<'_, PyAny>,
-        cfg: Bound<'_, PyAny>,
+        call: HostCall<'_, '_>,
         task: &L4Task,
-        addrs: &[u64],
-        sizes: &[usize],
+        outputs: Outputs<'_>,
     ) -> PyResult<()> {
-        let rest = PyTuple::new(py, [chips.bind(py).clone(), args, cfg])?.unbind();
-        let rep = node.run_rust(py, orch.clone_ref(py), Some(rest), &task.config)?;
+        let rest = PyTuple::new(py, [call.chips.bind(py).clone(), call.args, call.cfg])?.unbind();
+        let rep = node.run_rust(py, call.orch.clone_ref(py), Some(rest), &task.config)?;
         let (seq, tag) = (task.seq, task.data_tag);
         py.detach(|| {
             // safety: no buffers from `serve_one`; from `host_run`, one address per
             // shipped output (checked there), each of an array `_cluster.py` allocated
             // for this task with the output's `nbytes`; the run has returned, so no chip
             // writes them, and Python does not touch them until this call returns.
-            let outs: Vec<&[u8]> = unsafe { slices_mut(addrs, sizes) }
+            let outs: Vec<&[u8]> = unsafe { slices_mut(outputs.addrs, outputs.sizes) }
                 .into_iter()
                 .map(|s| &*s)
                 .collect();

@@ -22,6 +22,7 @@ mod native;
 mod node;
 mod node_orchestrator;
 mod orchestrator;
+mod params;
 mod replay;
 mod reports;
 mod resident;

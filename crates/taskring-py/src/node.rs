@@ -9,11 +9,12 @@ use crate::errors::{
 use crate::gil::{gil_hook, interrupt_hook, lock_detached};
 use crate::node_orchestrator::PyNodeOrchestrator;
 use crate::orchestrator::{call_bound, python_program};
+use crate::params::Params;
 use crate::reports::{arena_stats_py, PyArenaStats, PyNodeRunReport};
 use parking_lot::RwLock;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use taskring::config::CallConfig;
@@ -63,6 +64,49 @@ impl ForkHooks for PythonForkHooks {
     fn after_child(&self) {
         // safety: first call in the child after fork().
         unsafe { pyo3::ffi::PyOS_AfterFork_Child() }
+    }
+}
+
+/// The parameters of `Node(...)`.
+const NEW_NODE: Params = Params {
+    func: "Node.__new__()",
+    positional: &[
+        "device_ids",
+        "callables",
+        "owners",
+        "chip_processes",
+        "arena_cache_slots",
+        "chip_cores",
+        "prewarm",
+        "device_memory",
+    ],
+    required: 3,
+    keyword_only: &[],
+};
+
+/// The options of `Node(...)` after its chips, programs and owners; `Default` gives the
+/// Python signature's defaults.
+struct NodeArgs<'py> {
+    /// Each chip in a process of its own (else a thread of this one).
+    chip_processes: bool,
+    arena_cache_slots: usize,
+    /// Cores per chip (0: the chip's default).
+    chip_cores: usize,
+    /// A CallConfig (or RunConfig) whose sizing every chip builds at start.
+    prewarm: Option<Bound<'py, PyAny>>,
+    /// Each chip's device memory in bytes (None: the default).
+    device_memory: Option<u64>,
+}
+
+impl Default for NodeArgs<'_> {
+    fn default() -> Self {
+        NodeArgs {
+            chip_processes: true,
+            arena_cache_slots: 4,
+            chip_cores: 0,
+            prewarm: None,
+            device_memory: None,
+        }
     }
 }
 
@@ -163,6 +207,61 @@ impl PyNode {
         Ok(())
     }
 
+    /// A node of the chips `device_ids` running the programs `callables`, with the
+    /// options `o` (see [`PyNode::new`]).
+    fn start(
+        device_ids: Vec<u32>,
+        callables: &Bound<'_, PyList>,
+        owners: Py<PyAny>,
+        o: NodeArgs<'_>,
+    ) -> PyResult<Self> {
+        let py = callables.py();
+        let reg = Arc::new(RwLock::new(Vec::new()));
+        for c in callables.iter() {
+            let (f, name, sig): (Py<PyAny>, String, Vec<u32>) = c.extract()?;
+            let (program, _pending) = python_program(f, &name);
+            reg.write().push(ChipCallable {
+                program,
+                signature: arg_dirs(sig)?,
+            });
+        }
+        let prewarm = match o.prewarm {
+            Some(p) => {
+                let c = call_config_of(py, Some(&p))?;
+                c.validate().map_err(config_err)?;
+                Some(c)
+            }
+            _ => None,
+        };
+        let opts = NodeOptions {
+            device_ids,
+            chip_processes: o.chip_processes,
+            arena_cache_slots: o.arena_cache_slots,
+            chip_cores: o.chip_cores,
+            prewarm,
+            blocking_hook: Some(Arc::new(gil_hook)),
+            ..NodeOptions::default()
+        };
+        let opts = NodeOptions {
+            device_memory: o.device_memory.unwrap_or(opts.device_memory),
+            ..opts
+        };
+        let node = Node::new(opts, reg.clone(), &PythonForkHooks).map_err(|e| node_err(py, e))?;
+        let pids = node.chip_pids();
+        let handle = node.handle();
+        Ok(PyNode {
+            handle: parking_lot::Mutex::new(Some(handle)),
+            pid: std::process::id(),
+            closing: AtomicBool::new(false),
+            node: parking_lot::Mutex::new(Some(node)),
+            callables: reg,
+            processes: o.chip_processes,
+            owners,
+            pids,
+            started: AtomicBool::new(true),
+        })
+    }
+
     fn handle(&self) -> PyResult<NodeHandle> {
         self.handle
             .lock()
@@ -176,65 +275,27 @@ impl PyNode {
     /// `callables`: `(orchestration, name, signature)` triples, registered in order
     /// (handles 0, 1, ...). `owners`: a dict address -> worker of device tensors.
     #[new]
-    #[pyo3(signature = (device_ids, callables, owners, chip_processes=true, arena_cache_slots=4, chip_cores=0, prewarm=None, device_memory=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        device_ids: Vec<u32>,
-        callables: &Bound<'_, PyList>,
-        owners: Py<PyAny>,
-        chip_processes: bool,
-        arena_cache_slots: usize,
-        chip_cores: usize,
-        prewarm: Option<&Bound<'_, PyAny>>,
-        device_memory: Option<u64>,
-    ) -> PyResult<Self> {
-        let reg = Arc::new(RwLock::new(Vec::new()));
-        for c in callables.iter() {
-            let (f, name, sig): (Py<PyAny>, String, Vec<u32>) = c.extract()?;
-            let (program, _pending) = python_program(f, &name);
-            reg.write().push(ChipCallable {
-                program,
-                signature: arg_dirs(sig)?,
-            });
-        }
-        let prewarm = match prewarm {
-            Some(p) if !p.is_none() => {
-                let c = call_config_of(py, Some(p))?;
-                c.validate().map_err(config_err)?;
-                Some(c)
-            }
-            _ => None,
+    #[pyo3(
+        signature = (*args, **kwargs),
+        text_signature = "(device_ids, callables, owners, chip_processes=True, arena_cache_slots=4, chip_cores=0, prewarm=None, device_memory=None)"
+    )]
+    fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let a = NEW_NODE.bind(args, kwargs)?;
+        let (device_ids, callables, owners) = (
+            a.extract_required::<Vec<u32>>(0)?,
+            a.extract_required::<Bound<'_, PyList>>(1)?,
+            a.extract_required::<Py<PyAny>>(2)?,
+        );
+        let d = NodeArgs::default();
+        let o = NodeArgs {
+            chip_processes: a.extract(3)?.unwrap_or(d.chip_processes),
+            arena_cache_slots: a.extract(4)?.unwrap_or(d.arena_cache_slots),
+            chip_cores: a.extract(5)?.unwrap_or(d.chip_cores),
+            prewarm: a.extract_optional(6)?,
+            device_memory: a.extract_optional(7)?,
         };
-        let opts = NodeOptions {
-            device_ids,
-            chip_processes,
-            arena_cache_slots,
-            chip_cores,
-            prewarm,
-            blocking_hook: Some(Arc::new(gil_hook)),
-            ..NodeOptions::default()
-        };
-        let opts = NodeOptions {
-            device_memory: device_memory.unwrap_or(opts.device_memory),
-            ..opts
-        };
-        let node = Node::new(opts, reg.clone(), &PythonForkHooks).map_err(|e| node_err(py, e))?;
-        let pids = node.chip_pids();
-        let handle = node.handle();
-        Ok(PyNode {
-            handle: parking_lot::Mutex::new(Some(handle)),
-            pid: std::process::id(),
-            closing: AtomicBool::new(false),
-            node: parking_lot::Mutex::new(Some(node)),
-            callables: reg,
-            processes: chip_processes,
-            owners,
-            pids,
-            started: AtomicBool::new(true),
-        })
+        PyNode::start(device_ids, &callables, owners, o)
     }
-
     /// Register one more program (chip threads see it at once; chip processes only
     /// know the programs registered before they started).
     fn register(&self, f: Py<PyAny>, name: String, signature: Vec<u32>) -> PyResult<u32> {
