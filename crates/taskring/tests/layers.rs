@@ -2,7 +2,8 @@
 //! modules of its own layer and of the layers below it, never one above.
 //!
 //! ```text
-//! cluster → node → chip → arena → engine → {kernel, dfx, sync} → {config, tensor, mem}
+//! cluster → node → nextlevel → chip → arena → engine → {kernel, dfx, sync}
+//!   → {config, tensor, mem}
 //! ```
 //!
 //! Every `crate::<module>` path outside a file's unit tests (`#[cfg(test)] mod tests`,
@@ -15,15 +16,16 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("cluster", 0),
     ("node", 1),
-    ("chip", 2),
-    ("arena", 3),
-    ("engine", 4),
-    ("kernel", 5),
-    ("dfx", 5),
-    ("sync", 5),
-    ("config", 6),
-    ("tensor", 6),
-    ("mem", 6),
+    ("nextlevel", 2),
+    ("chip", 3),
+    ("arena", 4),
+    ("engine", 5),
+    ("kernel", 6),
+    ("dfx", 6),
+    ("sync", 6),
+    ("config", 7),
+    ("tensor", 7),
+    ("mem", 7),
 ];
 
 fn layer(module: &str) -> Option<u32> {

@@ -16,6 +16,8 @@
 //! kept in memory (at most [`MAX_SAMPLES`]; the rest are counted in `dropped`) and
 //! written when the run ends, also when it fails (`"fatal": true`).
 
+pub mod clock;
+
 use crate::config::RingField;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

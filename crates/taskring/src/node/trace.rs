@@ -7,7 +7,7 @@
 //! clock: all processes of a machine (of one time namespace; a chip process is forked
 //! by the host, so it shares the host's) read the same value at the same instant, so
 //! the host's and the chips' times need no offset. A chip records its kernels relative
-//! to its run's start (an [`Instant`], which std reads from `CLOCK_MONOTONIC` on
+//! to its run's start (an [`Instant`](std::time::Instant), which std reads from `CLOCK_MONOTONIC` on
 //! Linux); the chip converts that start to `CLOCK_MONOTONIC` ([`instant_ns`]) and
 //! hands it to the host with its reply, and the host places every chip event at
 //! `start + offset`. `tests/l3_trace.rs` checks the claim: each chip event lies inside
@@ -24,31 +24,9 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds.
-pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // safety: writes into a local timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// An earlier `Instant` on the `CLOCK_MONOTONIC` scale (std's `Instant` is
-/// `CLOCK_MONOTONIC` on Linux: the two differ by the few ns between the two reads).
-pub fn instant_ns(at: Instant) -> u64 {
-    let (now_i, now_m) = (Instant::now(), mono_ns());
-    now_m.saturating_sub(now_i.saturating_duration_since(at).as_nanos() as u64)
-}
-
-/// The calling thread's kernel thread id.
-pub(crate) fn gettid() -> u64 {
-    // safety: a plain syscall.
-    unsafe { libc::syscall(libc::SYS_gettid) as u64 }
-}
+pub(crate) use crate::dfx::clock::gettid;
+pub use crate::dfx::clock::{instant_ns, mono_ns};
 
 /// One slice (`X` event), times on `CLOCK_MONOTONIC`.
 #[derive(Clone, Debug)]
@@ -204,6 +182,7 @@ pub(crate) fn read_chip_trace(path: &Path) -> Result<ChipTrace, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn instant_and_clock_monotonic_are_one_clock() {
