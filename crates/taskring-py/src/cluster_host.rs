@@ -40,6 +40,7 @@ mod with_mpi {
     use pyo3::exceptions::{PyException, PyValueError};
     use taskring::cluster::host;
     use taskring::cluster::wire::{HostRequest, L4Arg, L4Dir, L4Task};
+    use taskring::node::shm;
 
     /// A host request's arguments for Python: tensors as tuples, scalars as values.
     fn request_args<'py>(py: Python<'py>, t: &L4Task) -> PyResult<Bound<'py, PyTuple>> {
@@ -247,13 +248,35 @@ mod with_mpi {
         run_and_reply(py, node, call, &task, Outputs::default())
     }
 
-    /// One buffer address per shipped tensor of the kind (`what`: "inputs", "outputs").
-    fn buffers_match(what: &str, sizes: &[usize], addrs: &[u64]) -> PyResult<()> {
+    /// Checks the buffers a Python caller gives for a task's shipped tensors of one kind
+    /// (`what`: "inputs", "outputs"; `sizes`, the tensors' byte sizes in order): one
+    /// address per tensor, each the start of the tensor's bytes inside one shared-memory
+    /// region of this process (a `SharedMem`, a `shared_array`), no two overlapping.
+    fn check_buffers(what: &str, sizes: &[usize], addrs: &[u64]) -> PyResult<()> {
         if sizes.len() != addrs.len() {
             return Err(PyValueError::new_err(format!(
                 "the task has {} shipped {what}, got {} buffers",
                 sizes.len(),
                 addrs.len()
+            )));
+        }
+        let mut spans = Vec::with_capacity(addrs.len());
+        for (i, (&addr, &size)) in addrs.iter().zip(sizes).enumerate() {
+            let size = size as u64;
+            let inside = shm::locate(addr, 0).is_some_and(|(_, len, off)| size <= len - off);
+            if !inside {
+                return Err(PyValueError::new_err(format!(
+                    "buffer {i} of the task's {what} ({size} bytes at {addr:#x}) is not inside one SharedMem of this process"
+                )));
+            }
+            spans.push((addr, addr + size, i));
+        }
+        spans.sort_unstable();
+        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+            return Err(PyValueError::new_err(format!(
+                "buffers {} and {} of the task's {what} overlap",
+                w[0].2.min(w[1].2),
+                w[0].2.max(w[1].2)
             )));
         }
         Ok(())
@@ -277,6 +300,12 @@ mod with_mpi {
 
     /// Receive the task's shipped inputs into the buffers at `addrs` (one per shipped
     /// IN/INOUT tensor, in order, each of its `nbytes`).
+    ///
+    /// Each address is the start of the tensor's `nbytes` inside a `SharedMem` (or a
+    /// `shared_array`) of this process, and no two buffers overlap; otherwise
+    /// `ValueError`, before anything is received. The caller keeps those buffers alive
+    /// and does not touch them until the call returns: they are written with the GIL
+    /// released.
     #[pyfunction]
     pub fn host_receive_inputs(
         py: Python<'_>,
@@ -284,12 +313,13 @@ mod with_mpi {
         addrs: Vec<u64>,
     ) -> PyResult<()> {
         let sizes = host::input_sizes(&req.task);
-        buffers_match("inputs", &sizes, &addrs)?;
+        check_buffers("inputs", &sizes, &addrs)?;
         let pending = Mutex::new(None);
         let r = py.detach(|| {
-            // safety: `_cluster.py` passes the addresses of arrays it allocated for this
-            // task's shipped inputs, each of the input's `nbytes` (their number checked
-            // above), and does not touch them until this call returns.
+            // safety: one buffer per shipped input, each inside a shared-memory region of
+            // this process, none overlapping (checked above); the caller keeps the
+            // regions mapped and leaves them alone until this call returns (the contract
+            // its docstring states).
             let mut bufs = unsafe { slices_mut(&addrs, &sizes) };
             let mut check = signal_check(&pending);
             host::receive_inputs(&req.task, &mut bufs, &mut check)
@@ -302,7 +332,12 @@ mod with_mpi {
 
     /// Answer the task: its host `report` (None when the run failed before one),
     /// `error` (None: it ran), and on success the outputs at `addrs` (one per shipped
-    /// OUT/INOUT tensor, in order).
+    /// OUT/INOUT tensor, in order; not used with an error).
+    ///
+    /// Each address is the start of the tensor's `nbytes` inside a `SharedMem` (or a
+    /// `shared_array`) of this process, and no two buffers overlap; otherwise
+    /// `ValueError`, before anything is sent. The caller keeps those buffers alive and
+    /// does not touch them until the call returns: they are read with the GIL released.
     #[pyfunction]
     #[pyo3(signature = (req, report, error, addrs))]
     pub fn host_reply(
@@ -313,15 +348,20 @@ mod with_mpi {
         addrs: Vec<u64>,
     ) -> PyResult<()> {
         let sizes = host::output_sizes(&req.task);
-        if error.is_none() {
-            buffers_match("outputs", &sizes, &addrs)?;
-        }
+        // With an error the reply carries no outputs: `addrs` are not used.
+        let addrs = if error.is_none() {
+            check_buffers("outputs", &sizes, &addrs)?;
+            addrs
+        } else {
+            vec![]
+        };
         let raw = report.as_ref().and_then(|r| r.raw.clone());
         let (seq, tag) = (req.task.seq, req.task.data_tag);
         py.detach(|| {
-            // safety: `_cluster.py` passes the addresses of arrays it allocated for this
-            // task's shipped outputs, each of the output's `nbytes` (or none, with an
-            // error), and does not touch them until this call returns.
+            // safety: no buffers with an error; else one per shipped output, each inside a
+            // shared-memory region of this process, none overlapping (checked above);
+            // the caller keeps the regions mapped and leaves them alone until this call
+            // returns (the contract its docstring states).
             let outs: Vec<&[u8]> = unsafe { slices_mut(&addrs, &sizes) }
                 .into_iter()
                 .map(|s| &*s)
@@ -337,6 +377,9 @@ mod with_mpi {
     /// order): `node.run` and `host_reply` without a Python report between them. An
     /// exception of the run propagates unanswered (the caller answers it with
     /// `host_reply`).
+    ///
+    /// `addrs` are checked as `host_reply` checks them, before the run; the caller keeps
+    /// those buffers alive and does not touch them until the call returns.
     #[pyfunction]
     pub fn host_run(
         py: Python<'_>,
@@ -348,7 +391,7 @@ mod with_mpi {
         addrs: Vec<u64>,
     ) -> PyResult<()> {
         let sizes = host::output_sizes(&req.task);
-        buffers_match("outputs", &sizes, &addrs)?;
+        check_buffers("outputs", &sizes, &addrs)?;
         let call = HostCall {
             orch: &orch,
             chips: &chips,
@@ -392,10 +435,11 @@ mod with_mpi {
         let rep = node.run_rust(py, call.orch.clone_ref(py), Some(rest), &task.config)?;
         let (seq, tag) = (task.seq, task.data_tag);
         py.detach(|| {
-            // safety: no buffers from `serve_one`; from `host_run`, one address per
-            // shipped output (checked there), each of an array `_cluster.py` allocated
-            // for this task with the output's `nbytes`; the run has returned, so no chip
-            // writes them, and Python does not touch them until this call returns.
+            // safety: no buffers from `serve_one`; from `host_run`, one per shipped output,
+            // each inside a shared-memory region of this process, none overlapping
+            // (checked there); the caller keeps the regions mapped and leaves them alone
+            // until `host_run` returns (the contract its docstring states), and the run
+            // has returned, so no chip writes them.
             let outs: Vec<&[u8]> = unsafe { slices_mut(outputs.addrs, outputs.sizes) }
                 .into_iter()
                 .map(|s| &*s)

@@ -5,10 +5,10 @@
 //! The Python package (`python/taskring/`) adds the thin high-level layer (`RunConfig`,
 //! decorators, `run`, `ChipWorker`).
 //!
-//! Modules, lower ones first (a module uses only those above it): `errors`, `gil`,
-//! `conversion`, `config`, `tensor`, `kernel`, `native`, `reports`, `task_args`,
-//! `orchestrator`, `resident`, `replay`, `chip`, `node_orchestrator`, `node`,
-//! `cluster_host`, `cluster`, `sizing`.
+//! Modules, lower ones first (a module uses only those before it): `errors`, `gil`,
+//! `params`, `conversion`, `config`, `tensor`, `kernel`, `native`, `reports`,
+//! `task_args`, `orchestrator`, `resident`, `replay`, `chip`, `node_orchestrator`,
+//! `node`, `cluster_host`, `cluster`, `sizing`.
 
 mod chip;
 mod cluster;
