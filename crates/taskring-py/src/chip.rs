@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::sync::Arc;
-use taskring::config::CallConfig;
+use taskring::CallConfig;
 use taskring::{Arg, ChipOptions, ChipWorker, Program, RingSizing, RunError};
 
 /// A resident simulated chip (native part of `taskring.ChipWorker`).

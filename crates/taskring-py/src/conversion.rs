@@ -5,8 +5,8 @@ use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
-use taskring::engine::Scalar;
 use taskring::node::ArgDir;
+use taskring::Scalar;
 use taskring::{Arg, DType, HostTensor, Tensor};
 
 /// The dtype names the runtime supports, as error messages list them.

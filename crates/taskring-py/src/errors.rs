@@ -5,8 +5,8 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::Mutex;
-use taskring::config::ConfigError;
 use taskring::node::NodeError;
+use taskring::ConfigError;
 use taskring::{RunError, RuntimeFailure, StatusCode};
 
 /// `taskring.RuntimeFailure` (defined in Python) built from a Rust failure.

@@ -1,6 +1,10 @@
-//! The GIL around waits. A Python thread waits (for a lock, for a run, for a message)
-//! with the GIL released, so Python kernels on core threads can take it, and runs the
-//! signal handlers while it waits, so Ctrl-C interrupts the wait.
+//! The GIL around waits. An orchestration runs on the caller's thread holding the GIL;
+//! whenever the runtime waits (a full ring, the end of a run, a chip's answer) and
+//! whenever a Python thread waits for a lock or a message, the GIL is released, so
+//! Python kernels on core threads can take it. A thread waiting for a lock, an L3 or L4
+//! run, or an MPI message also runs the signal handlers meanwhile, so Ctrl-C interrupts
+//! the wait. Host arrays are used in place (zero copy): a run keeps references to them
+//! until it returns.
 
 use crate::errors::PendingErr;
 use parking_lot::{Mutex, MutexGuard};

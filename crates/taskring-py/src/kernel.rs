@@ -6,7 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyTuple};
 use std::sync::Mutex;
-use taskring::kernel::{CoreKind, Kernel, KernelCall, KernelRef};
+use taskring::{CoreKind, Kernel, KernelCall, KernelRef};
 
 /// A kernel handle (`taskring.kernels.add`, or made by `@taskring.kernel`).
 #[pyclass(module = "taskring", name = "Kernel", frozen, skip_from_py_object)]

@@ -6,7 +6,7 @@ use crate::kernel::PyKernel;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
-use taskring::kernel::CoreKind;
+use taskring::CoreKind;
 use taskring::{KernelRef, NativeKernel, NativeKernelError, NativeSignature, TensorRule};
 
 fn core_of(core: &str) -> PyResult<CoreKind> {

@@ -17,12 +17,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use taskring::config::CallConfig;
 use taskring::node::shm::SharedBuffer;
 use taskring::node::{
     ChipCallable, ForkHooks, Node, NodeError, NodeHandle, NodeOptions, NodeOrchestrator,
     NodeRunReport,
 };
+use taskring::CallConfig;
 use taskring::StatusCode;
 
 /// Shared memory that chip processes can map (backs `taskring.shared_array`).

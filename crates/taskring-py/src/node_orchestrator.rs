@@ -15,8 +15,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::sync::{Arc, Mutex};
-use taskring::config::CallConfig;
 use taskring::node::{ChipCallable, NextLevelArg, NodeOrchestrator};
+use taskring::CallConfig;
 use taskring::Tensor;
 
 /// The orchestrator handed to an L3 orchestration; valid only while its run lasts.

@@ -12,9 +12,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyList, PyTuple};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
-use taskring::engine::{Scalar, TaskArgs};
-use taskring::kernel::KernelRef;
+use taskring::KernelRef;
 use taskring::{Arg, Orchestrator, Program, RuntimeFailure, StatusCode, TaskId, Tensor};
+use taskring::{Scalar, TaskArgs};
 
 /// A submitted task: its id and its runtime outputs.
 #[pyclass(module = "taskring", name = "Task", frozen)]

@@ -7,7 +7,7 @@ use crate::tensor::{stale_tensor, PySpec, PyTensor};
 use numpy::PyUntypedArray;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use taskring::engine::{ArgTag, TaskArgs, TensorSpec};
+use taskring::{ArgTag, TaskArgs, TensorSpec};
 use taskring::{DType, TaskId, Tensor};
 
 /// Tagged task arguments (low level): `add(tensor_or_spec, tag)`, `add_scalar(x)`,

@@ -6,8 +6,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
 use std::sync::atomic::{AtomicU64, Ordering};
-use taskring::engine::TensorSpec;
 use taskring::Tensor;
+use taskring::TensorSpec;
 
 /// A tensor handle inside an orchestration (a view; never owns memory).
 #[pyclass(module = "taskring", name = "Tensor", frozen, skip_from_py_object)]
