@@ -10,6 +10,7 @@ export CARGO_TERM_COLOR ?= never
 
 .PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy lint clean
 .PHONY: fuzz soak browser mpi demo-l4 bench-l4
+.PHONY: tbb peers-build peers
 
 # The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
 run: demo-l3
@@ -104,14 +105,44 @@ $(VENV)/.bench-ready: benches/requirements.txt $(VENV)/.ready
 	$(VPY) -m pip install -q -r benches/requirements.txt
 	touch $@
 
-# B2-B6, B7 (Python), B1 (METG sweeps of trivial and stencil_1d against OpenMP), then
-# the PNG plots; results and plots in bench-results/. About 4 minutes on 2 cores.
-bench: py-dev $(VENV)/.bench-ready
+# B2-B6, B7 (Python), B1 (METG sweeps of trivial and stencil_1d against OpenMP), the
+# peers (oneTBB and OpenMP on the B3 patterns; skipped, saying why, without oneTBB), then
+# the PNG plots; results and plots in bench-results/. About 5 minutes on 2 cores.
+bench: py-dev $(VENV)/.bench-ready peers-build
 	$(CARGO) run --locked --release -p taskring-bench -- all
 	$(VPY) benches/b7_python.py
 	$(VPY) benches/b10_python.py
 	$(VPY) benches/taskbench/metg.py trivial stencil_1d
+	@if [ -x $(PEERS_BIN) ]; then set -x; $(CARGO) run --locked --release -p taskring-bench -- peers; \
+	else echo "make bench: $(PEERS_BIN) not built (no oneTBB, see make tbb): the peers benchmark is skipped"; fi
 	$(VPY) benches/plots.py
+
+# The peers benchmark (docs/benchmarks.md, `taskring-bench peers`): the B3 patterns run by
+# oneTBB flow_graph and OpenMP task depend (benches/peers/peers.cpp, built here with g++
+# -fopenmp -ltbb) beside taskring, in the same run. oneTBB is Debian's libtbb-dev,
+# installed when missing and running as root; otherwise this says what to install.
+PEERS_BIN := target/peers/peers
+PEERS_CXX ?= g++
+TBB_PACKAGES := libtbb-dev
+TBB_HEADER := /usr/include/oneapi/tbb/flow_graph.h
+tbb:
+	@if [ -f $(TBB_HEADER) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make tbb: installing $(TBB_PACKAGES) (Debian package) for the peers benchmark"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TBB_PACKAGES) >/dev/null) \
+	    || echo "make tbb: could not install $(TBB_PACKAGES); the peers benchmark will be unavailable"; \
+	else echo "make tbb: oneTBB not found; for the peers benchmark install it (as root: apt-get update && apt-get install -y $(TBB_PACKAGES)), then run make again"; fi
+
+$(PEERS_BIN): benches/peers/peers.cpp
+	@mkdir -p $(dir $@)
+	$(PEERS_CXX) -O2 -std=c++17 -fopenmp -Wall -Wextra -o $@ $< -ltbb
+
+peers-build: tbb
+	@if [ -f $(TBB_HEADER) ]; then $(MAKE) --no-print-directory $(PEERS_BIN); \
+	else echo "make peers-build: oneTBB not found (see make tbb): $(PEERS_BIN) not built"; fi
+
+peers: peers-build
+	$(CARGO) run --locked --release -p taskring-bench -- peers
 
 fmt:
 	$(CARGO) fmt --all

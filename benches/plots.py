@@ -9,6 +9,10 @@
                       B11: device bytes reserved per chip and in total for each way of
                       sizing (global, per task, auto), with the peak use; the title
                       says which ways ran in the tight device memory
+  peers.png           peers: ns per task per B3 pattern of taskring (submitted task by task
+                      and replayed, both chip configurations), oneTBB flow_graph (built
+                      each run, prebuilt) and OpenMP task depend, log scale, with the
+                      ratios dynamic / oneTBB built each run and replay / oneTBB prebuilt
 
 B1's METG curves (b1_<pattern>.png) are drawn by benches/taskbench/metg.py itself.
 A result file that is missing is skipped with a note; matplotlib is required (it is
@@ -138,6 +142,49 @@ def plot_b11(plt, doc, out):
     plt.close(fig)
 
 
+def plot_peers(plt, doc, out):
+    dyn = [c for c in doc["cases"] if not c["name"].endswith("_replay")]
+    rep = {c["name"][: -len("_replay")]: c for c in doc["cases"] if c["name"].endswith("_replay")}
+    names = [c["name"] for c in dyn if c["name"] in rep]
+    if not names:
+        return
+    by = {c["name"]: c for c in dyn}
+
+    def med(s):
+        return s["median"]
+
+    series = [
+        ("taskring dynamic", lambda n: med(by[n]["value"])),
+        ("taskring dynamic (cores-1 + helping orch.)", lambda n: med(by[n]["extra"]["orchestrator_helps"]["ns_per_task"])),
+        ("taskring replay", lambda n: med(rep[n]["value"])),
+        ("taskring replay (cores-1 + helping orch.)", lambda n: med(rep[n]["extra"]["orchestrator_helps"]["ns_per_task"])),
+        ("oneTBB flow_graph built each run", lambda n: med(by[n]["extra"]["peers"]["tbb_build"])),
+        ("oneTBB flow_graph prebuilt", lambda n: med(by[n]["extra"]["peers"]["tbb_prebuilt"])),
+        ("OpenMP task depend", lambda n: med(by[n]["extra"]["peers"]["omp"])),
+    ]
+    colors = ["C0", "#7fb3e0", "C2", "#98d898", "C3", "#f0a0a0", "C4"]
+    k = len(series)
+    wd = 0.8 / k
+    fig, ax = plt.subplots(figsize=(12, 5.5))
+    for j, (label, f) in enumerate(series):
+        xs = [i + (j - (k - 1) / 2) * wd for i in range(len(names))]
+        ax.bar(xs, [f(n) for n in names], wd, label=label, color=colors[j])
+    top = max(f(n) for _, f in series for n in names)
+    for i, n in enumerate(names):
+        ax.text(i, top * 1.6, f"dyn/TBB-built {by[n]['ratio']:.2f}x\nreplay/TBB-prebuilt {rep[n]['ratio']:.2f}x",
+                ha="center", va="bottom", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylim(top=top * 6)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("wall ns per empty task (median, log)")
+    ax.set_title(f"taskring vs peers on the B3 patterns, {doc['params']['threads']} threads each — {machine_line(doc)}")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.07))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default=os.path.join(ROOT, "bench-results"))
@@ -154,6 +201,7 @@ def main():
         ("b4_ring_curve.json", "b4_ring_curve.png", plot_b4),
         ("b3_overhead.json", "b3_overhead.png", plot_b3),
         ("b11.json", "b11_device_memory.png", plot_b11),
+        ("peers.json", "peers.png", plot_peers),
     ):
         doc = load(a.dir, fname)
         if doc is None:

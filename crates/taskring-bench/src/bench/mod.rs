@@ -1,5 +1,5 @@
-//! `taskring-bench <name>`: the benchmarks B2–B6 and B9–B11 of `docs/benchmarks.md` (B7 is
-//! `benches/b7_python.py`, B1 is `taskring-bench taskbench`).
+//! `taskring-bench <name>`: the benchmarks B2–B6, B9–B11 and peers of `docs/benchmarks.md`
+//! (B7 is `benches/b7_python.py`, B1 is `taskring-bench taskbench`).
 //!
 //! Every benchmark pins its thread counts, takes the median of at least 5 repetitions
 //! (baseline and taskring samples interleaved, so machine noise hits both alike), prints
@@ -19,6 +19,7 @@ pub mod b5;
 pub mod b6;
 pub mod b9;
 pub mod baseline;
+pub mod peers;
 
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
@@ -507,9 +508,10 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
             "b9" | "replay" => b9::run(opts).map(|_| ()),
             "b10" | "native" => b10::run(opts).map(|_| ()),
             "b11" | "device-memory" => b11::run(opts).map(|_| ()),
+            "peers" => peers::run(opts).map(|_| ()),
             "b1" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
             "b7" | "python" => run_script("benches/b7_python.py", &[], opts),
-            other => Err(format!("unknown benchmark '{other}' (b1 metg, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b9 replay, b10 native, b11 device-memory, all; `taskring-bench taskbench` is the Task Bench driver)")),
+            other => Err(format!("unknown benchmark '{other}' (b1 metg, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b9 replay, b10 native, b11 device-memory, peers, all; `taskring-bench taskbench` is the Task Bench driver)")),
         };
         if let Err(e) = r {
             eprintln!("taskring-bench {n}: {e}");
