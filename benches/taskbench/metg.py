@@ -1,48 +1,74 @@
 #!/usr/bin/env python3
-"""B1: METG(50%) of `taskring-bench taskbench` vs the OpenMP `depend` baseline, in the same run.
+"""B1: METG(50%) of `taskring-bench taskbench` against Task Bench's own OpenMP build and the
+in-repo OpenMP `depend` driver, in the same run.
 
-For each dependence pattern, both drivers run the same Task Bench graph: fixed -steps and
+For each dependence pattern, every driver runs the same Task Bench graph: fixed -steps and
 -width, `-kernel compute_bound`, with `-iter` shrinking geometrically from large to small
 (halving down to --fine-below, then dividing by --factor). At each grain, each driver runs
---reps times, interleaved (A B, B A, ...), and the median elapsed time is kept. Then, per
-driver:
+--reps times, interleaved (A B C, C B A, ...), and the median elapsed time is kept. Then,
+per driver:
 
   FLOP/s      = Total FLOPs / elapsed
-  efficiency  = FLOP/s / peak. The peak is the best per-grain median FLOP/s of the sweep,
-                which is the largest grain's unless something else on the machine slowed
-                that grain down (the largest-grain variant is in the JSON as
-                efficiency_largest / metg_largest_s)
+  peak        = the best per-grain median FLOP/s of the driver's sweep (its own peak)
+  efficiency  = FLOP/s / peak
   granularity = elapsed * cores / tasks   (the average task duration, per core)
   METG(50%)   = the smallest granularity at which efficiency is still >= 50%, walking
                 from large to small grains until two consecutive grains fall below 50%
                 (a single dip is noise); also reported: the log-interpolated crossing
 
-Drivers:
-- OpenMP: omp_taskbench.c, next to this script, built here with `gcc -O2 -fopenmp`. It
-  runs once per libgomp wait policy in --omp-policies (default: the default policy and
-  OMP_WAIT_POLICY=passive). The ratio and the bar compare taskring with the one with the
-  lowest METG, so the baseline is never the weaker configuration.
-- taskring: `taskring-bench taskbench` (default target/release/taskring-bench; --build
-  runs `cargo build --release -p taskring-bench` first). "taskring" runs with as many threads as
-  the OpenMP team: CORES-1 core threads plus the orchestrator thread, which runs ready
-  tasks whenever it would otherwise wait (`-helper 1`), ring 1's task window sized to the
-  graph. For reference: "taskring_cores_plus_orch" (CORES core threads plus the
-  orchestrator, one thread more than CPUs; --no-cores-plus-orch skips it) and
-  "taskring_default_window" (the runtime's default ring sizing, `-window 0`;
-  --no-default-window skips it). The ratio and the bar use "taskring".
+Each comparison of taskring with a baseline is made twice: with each driver's own peak,
+and with a common peak, the larger of the two drivers' peaks, so a driver with a slower
+peak does not get a lower bar. With several configurations of a baseline (wait policy,
+binding), the comparison uses the one with the lowest METG (the stronger baseline),
+under each peak definition.
 
---repeat N runs the whole sweep N times and reports the median METG and ratio over them;
-each sweep is kept in the JSON. Before each grain, the script waits (at most --max-wait s)
+Drivers:
+- taskbench_openmp: Task Bench's own OpenMP driver (`openmp/main` of StanfordLegion/
+  task-bench at the pinned commit TASK_BENCH_COMMIT), cloned from --task-bench-git into
+  target/taskbench/task-bench-<commit> and built there with upstream's Makefiles
+  (`make -C core`: -O3, plus -mavx2 -mfma when /proc/cpuinfo has avx2;
+  `make -C openmp main`: -O3 -march=native). --task-bench-git also takes a local clone.
+  When the clone or the build fails, the script says why and runs without it.
+- openmp: omp_taskbench.c, next to this script, built here with `gcc -O2 -fopenmp` (the
+  same flags, patterns, kernels and validation as taskring's driver).
+  Both OpenMP drivers run once per libgomp wait policy in --omp-policies (default: the
+  default policy and OMP_WAIT_POLICY=passive) and thread binding in --omp-bind (default:
+  unbound, and OMP_PROC_BIND=true: one thread per CPU).
+- taskring: `taskring-bench taskbench` (default target/release/taskring-bench; --build
+  runs `cargo build --release -p taskring-bench` first) with as many threads as the OpenMP
+  team: CORES-1 core threads plus the orchestrator thread, which runs ready tasks whenever
+  it would otherwise wait (`-helper 1`), each thread on its own CPU (`-pin 1`), ring 1's
+  task window sized to the graph. For reference: "taskring_unpinned" (--unpinned, the
+  same without -pin) and "taskring_cores_plus_orch" (--cores-plus-orch: CORES core
+  threads plus the orchestrator, one thread more than CPUs, unpinned).
+
+All three use the same compute_bound arithmetic (Task Bench's: 16 lanes of 4 doubles,
+a = a*a + a, as register-only FMAs with AVX2/FMA) and the same FLOP count. Each grain
+checks that every driver reports the same task and FLOP totals.
+
+--kernel-only measures the kernel instead of a sweep: each driver runs `-type trivial
+-width 1 -worker 1 -kernel compute_bound -iter --kernel-iter` (one thread executes tasks),
+--kernel-reps times interleaved, and the script prints the median GFLOP/s of each and the
+ratios (bench-results/b1_kernel.json). taskring runs with a window that holds the whole
+graph (its orchestrator submits everything, then sleeps until the end) and, as
+"taskring_sized_window", with the driver's own window (its orchestrator then waits for
+ring space and is woken by every retirement).
+
+--repeat N runs the whole sweep N times and reports the median METGs over them; each
+sweep is kept in the JSON. Before each grain, the script waits (at most --max-wait s)
 until other processes use less than --quiet of the CPUs, and records how busy the machine
 was. Results go to bench-results/b1_<pattern>.json, plus a PNG plot when matplotlib is
 installed. The script prints a one-line summary per pattern.
 
-Bars (docs/benchmarks.md, B1): stencil_1d METG <= 1.0x the OpenMP baseline; trivial METG <= 1 us.
+Bars (docs/benchmarks.md, B1): stencil_1d METG <= 1.0x the in-repo OpenMP driver; trivial
+METG <= 1 us; trivial, stencil_1d, fft and nearest METG <= 0.8x Task Bench's OpenMP build
+under the common peak.
 
 usage: python3 benches/taskbench/metg.py [PATTERN ...] [--steps 1000] [--width CORES]
-       [--ngraphs 1] [--iter-max 65536] [--iter-min 1] [--fine-below 8192] [--factor 1.4142]
-       [--reps 7] [--repeat 1] [--threshold 0.5] [--budget 110] [--taskring PATH] [--build]
-       [--out-dir bench-results]
+       [--radix 3] [--ngraphs 1] [--iter-max 65536] [--iter-min 1] [--fine-below 8192]
+       [--factor 1.4142] [--reps 7] [--repeat 1] [--threshold 0.5] [--budget 110]
+       [--taskring-bench PATH] [--build] [--task-bench-git URL|DIR] [--no-task-bench]
+       [--kernel-only] [--out-dir bench-results]
 """
 
 import argparse
@@ -60,16 +86,31 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
+TASK_BENCH_GIT = "https://github.com/StanfordLegion/task-bench.git"
+TASK_BENCH_COMMIT = "bf4ad1982d4b748bf3fd54e8239e798114e6ade8"
+DEFAULT_PATTERNS = ["trivial", "stencil_1d", "fft", "nearest"]
+
 LINE_RE = {
     "tasks": re.compile(r"^Total Tasks (\d+)$", re.M),
     "deps": re.compile(r"^Total Dependencies (\d+)$", re.M),
     "flops": re.compile(r"^Total FLOPs (\d+)$", re.M),
     "elapsed": re.compile(r"^Elapsed Time ([0-9.eE+-]+) seconds$", re.M),
 }
+# Per pattern: (comparison, peak, kind, value, description). kind "ratio": taskring's
+# METG over the baseline's; "abs": taskring's METG in seconds (own peak).
 BARS = {
-    "stencil_1d": ("ratio", 1.0, "METG(50%) <= 1.0x the OpenMP baseline"),
-    "trivial": ("abs", 1e-6, "METG(50%) <= 1 us"),
+    "trivial": [
+        ("openmp", "own", "abs", 1e-6, "METG(50%) <= 1 us"),
+        ("taskbench_openmp", "common", "ratio", 0.8, "METG(50%) <= 0.8x Task Bench's OpenMP, common peak"),
+    ],
+    "stencil_1d": [
+        ("openmp", "own", "ratio", 1.0, "METG(50%) <= 1.0x the in-repo OpenMP driver"),
+        ("taskbench_openmp", "common", "ratio", 0.8, "METG(50%) <= 0.8x Task Bench's OpenMP, common peak"),
+    ],
+    "fft": [("taskbench_openmp", "common", "ratio", 0.8, "METG(50%) <= 0.8x Task Bench's OpenMP, common peak")],
+    "nearest": [("taskbench_openmp", "common", "ratio", 0.8, "METG(50%) <= 0.8x Task Bench's OpenMP, common peak")],
 }
+FAMILY_TITLE = {"taskbench_openmp": "Task Bench's OpenMP", "openmp": "in-repo OpenMP"}
 
 
 def machine():
@@ -132,6 +173,35 @@ def build_omp(cc, out_dir):
     return exe
 
 
+def build_task_bench(a, out_dir):
+    """Task Bench's OpenMP driver at the pinned commit: (path, None), or (None, why not)."""
+    d = os.path.join(out_dir, f"task-bench-{a.task_bench_commit[:12]}")
+    exe = os.path.join(d, "openmp", "main")
+    if os.path.exists(exe):
+        return exe, None
+    if shutil.which("git") is None or shutil.which("make") is None:
+        return None, "git and make are needed to fetch and build Task Bench"
+    if not os.path.isdir(os.path.join(d, ".git")):
+        part = d + ".part"
+        shutil.rmtree(part, ignore_errors=True)
+        os.makedirs(out_dir, exist_ok=True)
+        print(f"metg.py: cloning Task Bench from {a.task_bench_git} (commit {a.task_bench_commit[:12]})", file=sys.stderr)
+        for cmd in (["git", "clone", "--quiet", "--no-checkout", a.task_bench_git, part],
+                    ["git", "-C", part, "checkout", "--quiet", a.task_bench_commit]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                shutil.rmtree(part, ignore_errors=True)
+                return None, f"{' '.join(cmd)} failed: {r.stderr.strip()[-500:]}"
+        os.rename(part, d)
+    print(f"metg.py: building Task Bench's core library and OpenMP driver in {os.path.relpath(d, ROOT)}", file=sys.stderr)
+    for cmd in (["make", "-C", os.path.join(d, "core"), f"CXX={a.cxx}", f"CC={a.cc}"],
+                ["make", "-C", os.path.join(d, "openmp"), f"CXX={a.cxx}", "main"]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return None, f"{' '.join(cmd)} failed: {r.stderr.strip()[-1000:]}"
+    return exe, None
+
+
 def check_taskring(exe):
     if not os.path.exists(exe):
         sys.exit(f"metg.py: {exe} not found; build it (cargo build --release -p taskring-bench) or pass --build / --taskring-bench")
@@ -183,14 +253,15 @@ def iter_values(a):
     return vals
 
 
-def metg(points, key_eff, threshold):
-    """(METG, log-interpolated crossing). Walk from the largest grain down; the METG is the
-    smallest granularity still >= threshold before two consecutive grains fall below it
-    (one isolated dip is treated as noise: libgomp's default spin policy and a shared
-    machine both produce single slow medians)."""
+def metg(points, effs, threshold):
+    """(METG, log-interpolated crossing) for `effs`, the efficiency of each of `points`.
+    Walk from the largest grain down; the METG is the smallest granularity still
+    >= threshold before two consecutive grains fall below it (one isolated dip is treated
+    as noise: libgomp's default spin policy and a shared machine both produce single slow
+    medians)."""
     last, below = None, 0
-    for k, p in enumerate(points):
-        if p[key_eff] >= threshold:
+    for k, e in enumerate(effs):
+        if e >= threshold:
             last, below = k, 0
         else:
             below += 1
@@ -201,11 +272,14 @@ def metg(points, key_eff, threshold):
     g = points[last]["granularity_s"]
     if last + 1 >= len(points):
         return g, g  # never fell below the threshold in the sweep
-    p0, p1 = points[last], points[last + 1]
-    e0, e1 = p0[key_eff], p1[key_eff]
-    x0, x1 = math.log(p0["granularity_s"]), math.log(p1["granularity_s"])
+    e0, e1 = effs[last], effs[last + 1]
+    x0, x1 = math.log(points[last]["granularity_s"]), math.log(points[last + 1]["granularity_s"])
     f = (e0 - threshold) / (e0 - e1) if e0 != e1 else 0.0
     return g, math.exp(x0 + f * (x1 - x0))
+
+
+def metg_at(points, peak, threshold, key="flops_per_s"):
+    return metg(points, [p[key] / peak for p in points], threshold)
 
 
 def fmt_ratio(r):
@@ -216,38 +290,57 @@ def fmt_us(s):
     return "n/a" if s is None else f"{s * 1e6:.2f} us"
 
 
+def med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def ratio(x, y):
+    return (x / y) if (x and y) else None
+
+
+def interleaved(drivers, reps, args_of):
+    """Each driver `reps` times, in alternating order; {name: [parsed output, ...]}."""
+    runs = {name: [] for name in drivers}
+    order = list(drivers)
+    for rep in range(reps):
+        for name in (order if rep % 2 == 0 else order[::-1]):
+            cmd, env, _ = drivers[name]
+            runs[name].append(run_one(cmd + args_of(name), env))
+    return runs
+
+
 def sweep(a, pattern, drivers, cores):
     iters = iter_values(a)
     data = {name: [] for name in drivers}
     t_start = time.time()
     waited_total = 0.0
     truncated = False
-    for idx, it in enumerate(iters):
+    for it in iters:
         if time.time() - t_start - waited_total > a.budget:
             truncated = True
             break
         waited, busy = wait_quiet(a.quiet, a.max_wait) if a.quiet < 1 else (0.0, None)
         waited_total += waited
-        runs = {name: [] for name in drivers}
-        order = list(drivers)
-        for rep in range(a.reps):
-            for name in (order if rep % 2 == 0 else order[::-1]):
-                cmd, env = drivers[name]
-                runs[name].append(run_one(cmd + graph_args(a, pattern, it), env))
+        runs = interleaved(drivers, a.reps, lambda name: graph_args(a, pattern, it))
+        totals = {(rs[0]["tasks"], rs[0]["flops"]) for rs in runs.values()}
+        if len(totals) != 1:
+            sys.exit(f"metg.py: the drivers disagree on the graph's totals at -iter {it}: "
+                     + ", ".join(f"{n}: {rs[0]['tasks']} tasks, {rs[0]['flops']} FLOPs" for n, rs in runs.items()))
         for name in drivers:
             rs = runs[name]
             el = [r["elapsed"] for r in rs]
-            med = statistics.median(el)
+            m = statistics.median(el)
             tasks, flops = rs[0]["tasks"], rs[0]["flops"]
             data[name].append({
                 "iter": it,
                 "tasks": tasks,
                 "dependencies": rs[0]["deps"],
                 "flops": flops,
-                "elapsed_s_median": med,
+                "elapsed_s_median": m,
                 "elapsed_s_all": el,
-                "flops_per_s": flops / med,
-                "granularity_s": med * cores / tasks,
+                "flops_per_s": flops / m,
+                "granularity_s": m * cores / tasks,
                 "best_flops_per_s": flops / min(el),
                 "best_granularity_s": min(el) * cores / tasks,
                 "machine_busy_before": busy,
@@ -259,33 +352,72 @@ def sweep(a, pattern, drivers, cores):
             print(f"  iter {it:>8}  {line}", file=sys.stderr)
     res = {}
     for name, pts in data.items():
-        peak_largest = pts[0]["flops_per_s"]
-        peak_max = max(p["flops_per_s"] for p in pts)
+        peak = max(p["flops_per_s"] for p in pts)
         best_peak = max(p["best_flops_per_s"] for p in pts)
         for p in pts:
-            p["efficiency"] = p["flops_per_s"] / peak_max
-            p["efficiency_largest"] = p["flops_per_s"] / peak_largest
-            p["best_efficiency"] = p["best_flops_per_s"] / best_peak
-        m, mi = metg(pts, "efficiency", a.threshold)
-        mm, mmi = metg(pts, "efficiency_largest", a.threshold)
+            p["efficiency"] = p["flops_per_s"] / peak
+        m, mi = metg_at(pts, peak, a.threshold)
         # best-of-reps variant (interference only adds time)
-        bpts = [{"granularity_s": p["best_granularity_s"], "e": p["best_efficiency"]} for p in pts]
-        mb, _ = metg(bpts, "e", a.threshold)
-        cmd, env = drivers[name]
+        bpts = [{"granularity_s": p["best_granularity_s"], "best_flops_per_s": p["best_flops_per_s"]} for p in pts]
+        mb, _ = metg_at(bpts, best_peak, a.threshold, "best_flops_per_s")
+        cmd, env, family = drivers[name]
         res[name] = {
+            "family": family,
             "command": cmd,
             "env": {k: v for k, v in env.items() if k.startswith("OMP_")},
-            "peak_flops_per_s": peak_max,
-            "largest_grain_flops_per_s": peak_largest,
+            "peak_flops_per_s": peak,
+            "largest_grain_flops_per_s": pts[0]["flops_per_s"],
             "metg_s": m,
             "metg_interpolated_s": mi,
-            "metg_largest_s": mm,
-            "metg_largest_interpolated_s": mmi,
             "metg_best_of_reps_s": mb,
             "floor_granularity_s": pts[-1]["granularity_s"],
             "points": pts,
         }
     return res, time.time() - t_start, truncated, waited_total
+
+
+def compare(res, family, threshold):
+    """taskring against each configuration of `family`, with own peaks and with the
+    common peak of each pair: {config: {...}}."""
+    tr = res["taskring"]
+    out = {}
+    for name, r in res.items():
+        if r["family"] != family:
+            continue
+        common = max(tr["peak_flops_per_s"], r["peak_flops_per_s"])
+        mt, mti = metg_at(tr["points"], common, threshold)
+        mb, mbi = metg_at(r["points"], common, threshold)
+        out[name] = {
+            "own": {"taskring_s": tr["metg_s"], "baseline_s": r["metg_s"],
+                    "taskring_interpolated_s": tr["metg_interpolated_s"],
+                    "baseline_interpolated_s": r["metg_interpolated_s"]},
+            "common": {"peak_flops_per_s": common, "taskring_s": mt, "baseline_s": mb,
+                       "taskring_interpolated_s": mti, "baseline_interpolated_s": mbi},
+        }
+    return out
+
+
+def aggregate(sweeps, family):
+    """The medians over sweeps of one family's comparisons, and per peak definition the
+    baseline configuration with the lowest median METG."""
+    configs = sweeps[0]["comparisons"].get(family, {})
+    if not configs:
+        return None
+    agg = {}
+    for name in configs:
+        agg[name] = {}
+        for peak in ("own", "common"):
+            agg[name][peak] = {k: med([sw["comparisons"][family][name][peak][k] for sw in sweeps])
+                               for k in configs[name][peak]}
+    out = {"configs": agg}
+    for peak in ("own", "common"):
+        scored = [n for n in agg if agg[n][peak]["baseline_s"]]
+        best = min(scored, key=lambda n: agg[n][peak]["baseline_s"]) if scored else next(iter(agg))
+        c = agg[best][peak]
+        out[peak] = {"baseline": best, **c, "ratio": ratio(c["taskring_s"], c["baseline_s"]),
+                     "ratio_per_sweep": [ratio(sw["comparisons"][family][best][peak]["taskring_s"],
+                                               sw["comparisons"][family][best][peak]["baseline_s"]) for sw in sweeps]}
+    return out
 
 
 def plot(path, pattern, res, threshold):
@@ -303,7 +435,7 @@ def plot(path, pattern, res, threshold):
     ax.axhline(threshold, color="gray", ls="--", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("task granularity (us) = elapsed x cores / tasks")
-    ax.set_ylabel("efficiency (FLOP/s / peak)")
+    ax.set_ylabel("efficiency (FLOP/s / own peak)")
     ax.set_title(f"B1 Task Bench {pattern}: efficiency vs task granularity")
     ax.invert_xaxis()
     ax.legend()
@@ -313,13 +445,64 @@ def plot(path, pattern, res, threshold):
     return True
 
 
+def kernel_only(a, mach, taskring, tb, omp, base_env):
+    """Single-thread compute_bound GFLOP/s of each driver, runs interleaved."""
+    env1 = dict(base_env, OMP_NUM_THREADS="1")
+    # taskring's window holds the whole graph, so its orchestrator submits every task at
+    # once and then sleeps until the end; "taskring_sized_window" keeps the driver's
+    # window of 64, where the orchestrator waits for ring space and every retirement
+    # wakes it (a cost on the core thread, not the kernel's).
+    window = str(max(64, 1 << (a.kernel_steps - 1).bit_length()))
+    tr = [taskring, "taskbench", "-worker", "1", "-warmup", "1"]
+    drivers = {"taskring": (tr + ["-window", window], env1, "taskring"),
+               "taskring_sized_window": (tr, env1, "taskring_ref")}
+    if tb:
+        drivers["taskbench_openmp"] = ([tb, "-worker", "1"], env1, "taskbench_openmp")
+    drivers["openmp"] = ([omp, "-worker", "1", "-warmup", "1"], env1, "openmp")
+    graph = ["-steps", str(a.kernel_steps), "-width", "1", "-type", "trivial", "-kernel", "compute_bound",
+             "-iter", str(a.kernel_iter)]
+    load0 = mach["loadavg"]
+    t0 = time.time()
+    runs = interleaved(drivers, a.kernel_reps, lambda name: graph)
+    out = {}
+    for name, rs in runs.items():
+        rates = [r["flops"] / r["elapsed"] for r in rs]
+        out[name] = {"command": drivers[name][0] + graph, "gflops_median": statistics.median(rates) / 1e9,
+                     "gflops_min": min(rates) / 1e9, "gflops_max": max(rates) / 1e9,
+                     "gflops_all": [x / 1e9 for x in rates]}
+    tr = out["taskring"]["gflops_median"]
+    parts = [f"{n} {r['gflops_median']:.1f} ({r['gflops_min']:.1f}-{r['gflops_max']:.1f})" for n, r in out.items()]
+    rel = [f"taskring / {n} = {tr / r['gflops_median']:.3f}" for n, r in out.items() if n != "taskring"]
+    summary = (f"b1 kernel: compute_bound, one thread, -iter {a.kernel_iter}, median GFLOP/s of {a.kernel_reps} interleaved runs: "
+               + ", ".join(parts) + "; " + ", ".join(rel)
+               + f"; {mach['cpu_model']}, nproc {mach['nproc']}, load {load0}")
+    doc = {
+        "schema": 1,
+        "bench": "b1_kernel",
+        "title": "Task Bench compute_bound kernel, single-thread GFLOP/s of each driver",
+        "command": " ".join([sys.executable, os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
+        "unix_time": int(t0),
+        "duration_s": time.time() - t0,
+        "machine": {**mach, "loadavg_start": load0, "loadavg_end": machine()["loadavg"]},
+        "params": {"steps": a.kernel_steps, "iter": a.kernel_iter, "reps": a.kernel_reps,
+                   "task_bench_commit": a.task_bench_commit if tb else None},
+        "drivers": out,
+        "summary": summary,
+    }
+    os.makedirs(a.out_dir, exist_ok=True)
+    with open(os.path.join(a.out_dir, "b1_kernel.json"), "w") as f:
+        json.dump(doc, f, indent=2)
+    print(summary, flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("patterns", nargs="*", default=["stencil_1d"])
+    ap.add_argument("patterns", nargs="*", default=DEFAULT_PATTERNS)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--width", type=int, default=0, help="points per timestep of each graph (default: cores)")
     ap.add_argument("--ngraphs", type=int, default=1, help="concurrent graphs (-and)")
-    ap.add_argument("--radix", type=int, default=5, help="radix for nearest / spread / random_nearest")
+    ap.add_argument("--radix", type=int, default=3, help="radix for nearest / spread / random_nearest (Task Bench's default 3)")
     ap.add_argument("--iter-max", type=int, default=1 << 16)
     ap.add_argument("--iter-min", type=int, default=1)
     ap.add_argument("--factor", type=float, default=math.sqrt(2), help="-iter ratio between grains below --fine-below")
@@ -332,20 +515,31 @@ def main():
     ap.add_argument("--quiet", type=float, default=0.3,
                     help="before each grain, wait until other processes use less than this fraction of the CPUs (1 = never wait)")
     ap.add_argument("--max-wait", type=float, default=15.0, help="longest wait for a quiet machine per grain (s)")
-    ap.add_argument("--cores", type=int, default=0, help="worker threads of both drivers (default: CPUs)")
+    ap.add_argument("--cores", type=int, default=0, help="worker threads of every driver (default: CPUs)")
     ap.add_argument("--taskring-bench", "--taskring", dest="taskring",
                     default=os.path.join(ROOT, "target", "release", "taskring-bench"),
                     help="path of the taskring-bench binary (its `taskbench` driver)")
     ap.add_argument("--build", action="store_true", help="cargo build --release -p taskring-bench first")
     ap.add_argument("--cc", default="gcc")
+    ap.add_argument("--cxx", default="g++", help="C++ compiler for Task Bench's build")
+    ap.add_argument("--task-bench-git", default=TASK_BENCH_GIT,
+                    help="where to clone Task Bench from (a URL or a local clone)")
+    ap.add_argument("--task-bench-commit", default=TASK_BENCH_COMMIT, help="the Task Bench commit to build")
+    ap.add_argument("--no-task-bench", action="store_true", help="run without Task Bench's OpenMP driver")
     ap.add_argument("--omp-policies", default="default,passive",
-                    help="libgomp OMP_WAIT_POLICY values to run the baseline with (comma-separated; 'default' = unset)")
+                    help="libgomp OMP_WAIT_POLICY values to run the OpenMP drivers with (comma-separated; 'default' = unset)")
+    ap.add_argument("--omp-bind", default="unset,true",
+                    help="OMP_PROC_BIND values to run the OpenMP drivers with (comma-separated; 'unset' = not set)")
+    ap.add_argument("--cores-plus-orch", action="store_true",
+                    help="also run taskring with one core thread per CPU plus the orchestrator thread")
+    ap.add_argument("--unpinned", action="store_true", help="also run taskring's configuration without -pin 1")
+    ap.add_argument("--kernel-only", action="store_true",
+                    help="measure the single-thread compute_bound rate of each driver instead of a sweep")
+    ap.add_argument("--kernel-iter", type=int, default=65536)
+    ap.add_argument("--kernel-steps", type=int, default=400)
+    ap.add_argument("--kernel-reps", type=int, default=15)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench-results"))
     ap.add_argument("--no-plot", action="store_true")
-    ap.add_argument("--no-default-window", action="store_true",
-                    help="skip the taskring run with the runtime's default ring sizing (-window 0)")
-    ap.add_argument("--no-cores-plus-orch", action="store_true",
-                    help="skip the taskring run with one core thread per CPU plus the orchestrator thread")
     ap.add_argument("--strict", action="store_true", help="exit with status 1 when a bar is missed")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
@@ -354,8 +548,8 @@ def main():
     cores = a.cores or mach["nproc"]
     if a.width <= 0:
         a.width = cores
-    if a.reps < 5:
-        sys.exit("metg.py: --reps must be at least 5 (medians of at least 5 repetitions)")
+    if a.reps < 5 or a.kernel_reps < 5:
+        sys.exit("metg.py: --reps and --kernel-reps must be at least 5 (medians of at least 5 repetitions)")
     if a.repeat < 1:
         sys.exit("metg.py: --repeat must be >= 1")
     if a.build:
@@ -364,64 +558,72 @@ def main():
             sys.exit("metg.py: cargo build failed")
     if shutil.which(a.cc) is None:
         sys.exit(f"metg.py: {a.cc} not found")
-    omp = build_omp(a.cc, os.path.join(ROOT, "target", "taskbench"))
+    build_dir = os.path.join(ROOT, "target", "taskbench")
+    omp = build_omp(a.cc, build_dir)
+    tb = None
+    if not a.no_task_bench:
+        tb, why = build_task_bench(a, build_dir)
+        if tb is None:
+            print(f"metg.py: Task Bench's OpenMP driver is unavailable ({why}); running without it "
+                  "(--task-bench-git takes a local clone)", file=sys.stderr)
     check_taskring(a.taskring)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+    if a.kernel_only:
+        return kernel_only(a, mach, a.taskring, tb, omp, {k: v for k, v in base_env.items() if not k.startswith("PTO2_RING_")})
     base_env["OMP_NUM_THREADS"] = str(cores)
     tr_env = {k: v for k, v in base_env.items() if not k.startswith("PTO2_RING_")}
     # "taskring": as many threads as the OpenMP team: cores-1 core threads plus the
     # orchestrator thread, which runs ready tasks whenever it would wait (-helper 1).
-    # "taskring_cores_plus_orch": one core thread per CPU plus the orchestrator (one
-    # thread more than CPUs), without the helper.
     tr_cores = max(1, cores - 1)
-    drivers = {"taskring": ([a.taskring, "taskbench", "-worker", str(tr_cores), "-helper", "1", "-warmup", "1"], dict(tr_env))}
-    if not a.no_cores_plus_orch:
-        drivers["taskring_cores_plus_orch"] = ([a.taskring, "taskbench", "-worker", str(cores), "-warmup", "1"], dict(tr_env))
-    if not a.no_default_window:
-        drivers["taskring_default_window"] = (
-            [a.taskring, "taskbench", "-worker", str(tr_cores), "-helper", "1", "-warmup", "1", "-window", "0"], dict(tr_env))
-    omp_names = []
-    for pol in [p.strip() for p in a.omp_policies.split(",") if p.strip()]:
-        env = dict(base_env)
-        name = "openmp" if pol == "default" else f"openmp_{pol}"
-        if pol != "default":
-            env["OMP_WAIT_POLICY"] = pol
-        drivers[name] = ([omp, "-worker", str(cores), "-warmup", "1"], env)
-        omp_names.append(name)
-    if not omp_names:
-        sys.exit("metg.py: --omp-policies is empty")
+    tr_cmd = [a.taskring, "taskbench", "-worker", str(tr_cores), "-helper", "1", "-warmup", "1"]
+    drivers = {"taskring": (tr_cmd + ["-pin", "1"], dict(tr_env), "taskring")}
+    if a.unpinned:
+        drivers["taskring_unpinned"] = (tr_cmd, dict(tr_env), "taskring_ref")
+    if a.cores_plus_orch:
+        drivers["taskring_cores_plus_orch"] = ([a.taskring, "taskbench", "-worker", str(cores), "-warmup", "1"],
+                                               dict(tr_env), "taskring_ref")
+    policies = [p.strip() for p in a.omp_policies.split(",") if p.strip()]
+    binds = [b.strip() for b in a.omp_bind.split(",") if b.strip()]
+    if not policies or not binds:
+        sys.exit("metg.py: --omp-policies and --omp-bind must not be empty")
+    families = []
+    for family, exe, extra in (("taskbench_openmp", tb, []), ("openmp", omp, ["-warmup", "1"])):
+        if exe is None:
+            continue
+        families.append(family)
+        for pol in policies:
+            for bind in binds:
+                env = dict(base_env)
+                name = family
+                if pol != "default":
+                    env["OMP_WAIT_POLICY"] = pol
+                    name += f"_{pol}"
+                if bind != "unset":
+                    env["OMP_PROC_BIND"] = bind
+                    name += "_bind" if bind == "true" else f"_bind_{bind}"
+                # (Task Bench's driver takes -worker; it has no warm-up runs.)
+                drivers[name] = ([exe, "-worker", str(cores)] + extra, env, family)
     os.makedirs(a.out_dir, exist_ok=True)
     ok = True
     for pattern in a.patterns:
         load0 = machine()["loadavg"]
         t0 = time.time()
         sweeps = []
-        for r in range(a.repeat):
+        for rep in range(a.repeat):
             res, dur, truncated, waited = sweep(a, pattern, drivers, cores)
-            mt = res["taskring"]["metg_s"]
-            # the baseline: the OpenMP configuration with the lowest METG
-            scored = [n for n in omp_names if res[n]["metg_s"]]
-            best = min(scored, key=lambda n: res[n]["metg_s"]) if scored else omp_names[0]
-            mo = res[best]["metg_s"]
             sweeps.append({
                 "drivers": res,
-                "baseline": best,
-                "ratio": (mt / mo) if (mt and mo) else None,
+                "comparisons": {f: compare(res, f, a.threshold) for f in families},
                 "duration_s": dur,
                 "truncated_by_budget": truncated,
                 "waited_for_quiet_s": waited,
             })
             if a.repeat > 1:
-                print(f"  sweep {r + 1}/{a.repeat} ({pattern}): taskring {fmt_us(mt)} vs {best} {fmt_us(mo)}"
-                      f" = {fmt_ratio(sweeps[-1]['ratio'])}", file=sys.stderr, flush=True)
+                print(f"  sweep {rep + 1}/{a.repeat} ({pattern}) done in {dur:.0f} s", file=sys.stderr, flush=True)
 
-        def med(vals):
-            vals = [v for v in vals if v is not None]
-            return statistics.median(vals) if vals else None
-
-        agg = {}
+        agg_drivers = {}
         for name in drivers:
-            agg[name] = {
+            agg_drivers[name] = {
                 "metg_s": med([sw["drivers"][name]["metg_s"] for sw in sweeps]),
                 "metg_interpolated_s": med([sw["drivers"][name]["metg_interpolated_s"] for sw in sweeps]),
                 "metg_per_sweep_s": [sw["drivers"][name]["metg_s"] for sw in sweeps],
@@ -430,39 +632,42 @@ def main():
                 "command": sweeps[0]["drivers"][name]["command"],
                 "env": sweeps[0]["drivers"][name]["env"],
             }
-        mt = agg["taskring"]["metg_s"]
-        # the baseline: the OpenMP configuration with the lowest median METG
-        scored = [n for n in omp_names if agg[n]["metg_s"]]
-        best = min(scored, key=lambda n: agg[n]["metg_s"]) if scored else omp_names[0]
-        mo = agg[best]["metg_s"]
-        ratios = [sw["ratio"] for sw in sweeps]
-        ratio = (mt / mo) if (mt and mo) else None
-        bar = BARS.get(pattern)
-        met = None
-        if bar:
-            kind, val, desc = bar
-            got = ratio if kind == "ratio" else mt
-            met = got is not None and got <= val
-            ok = ok and met
-        bar_txt = f"{bar[2]}: {'met' if met else 'MISSED'}" if bar else "no bar"
-        others = ", ".join(f"{n} {fmt_us(agg[n]['metg_s'])}" for n in omp_names + ["taskring_cores_plus_orch", "taskring_default_window"]
-                           if n != best and n in agg)
-        per_sweep = ""
-        if a.repeat > 1:
-            per_sweep = " (per sweep: " + ", ".join(fmt_ratio(r) for r in ratios) + ")"
-        summary = (
-            f"b1 {pattern}: METG(50%) taskring {fmt_us(mt)} vs OpenMP {fmt_us(mo)} ({best}) = "
-            f"{fmt_ratio(ratio)}{per_sweep} ({bar_txt}); "
-            f"interpolated {fmt_us(agg['taskring']['metg_interpolated_s'])} vs {fmt_us(agg[best]['metg_interpolated_s'])}; "
-            f"peak {agg['taskring']['peak_flops_per_s'] / 1e9:.1f} vs {agg[best]['peak_flops_per_s'] / 1e9:.1f} GFLOP/s; "
-            f"floor {fmt_us(agg['taskring']['floor_granularity_s'])} vs {fmt_us(agg[best]['floor_granularity_s'])}"
-            f"{'; others: ' + others if others else ''}; "
-            f"{a.repeat} sweep(s) x {a.reps} reps, {cores} cores, nproc {mach['nproc']}, {mach['cpu_model']}"
-        )
+        comparisons = {f: aggregate(sweeps, f) for f in families}
+
+        bars = []
+        for family, peak, kind, val, desc in BARS.get(pattern, []):
+            c = comparisons.get(family)
+            if kind == "abs":
+                got = agg_drivers["taskring"]["metg_s"]
+            else:
+                got = c[peak]["ratio"] if c else None
+            met = None if (kind == "ratio" and c is None) else (got is not None and got <= val)
+            bars.append({"desc": desc, "value": got, "met": met})
+            if met is False:
+                ok = False
+
+        tr = agg_drivers["taskring"]
+        parts = [f"b1 {pattern}: METG(50%) taskring {fmt_us(tr['metg_s'])} (peak {tr['peak_flops_per_s'] / 1e9:.1f} GFLOP/s)"]
+        for family in families:
+            c = comparisons[family]
+            o, cm = c["own"], c["common"]
+            parts.append(
+                f"{FAMILY_TITLE[family]}: own peaks {fmt_us(o['baseline_s'])} ({o['baseline']}, peak "
+                f"{agg_drivers[o['baseline']]['peak_flops_per_s'] / 1e9:.1f}) = {fmt_ratio(o['ratio'])}; common peak "
+                f"{cm['peak_flops_per_s'] / 1e9:.1f}: taskring {fmt_us(cm['taskring_s'])} vs {fmt_us(cm['baseline_s'])} "
+                f"({cm['baseline']}) = {fmt_ratio(cm['ratio'])}")
+        for ref in ("taskring_unpinned", "taskring_cores_plus_orch"):
+            if ref in agg_drivers:
+                parts.append(f"{ref} {fmt_us(agg_drivers[ref]['metg_s'])}")
+        parts.append("bars: " + ("; ".join(f"{b['desc']}: {'not measured' if b['met'] is None else ('met' if b['met'] else 'MISSED')}"
+                                           for b in bars) or "none"))
+        parts.append(f"{a.repeat} sweep(s) x {a.reps} reps, {cores} cores, nproc {mach['nproc']}, {mach['cpu_model']}, "
+                     f"load {load0}")
+        summary = "; ".join(parts)
         doc = {
-            "schema": 1,
+            "schema": 2,
             "bench": f"b1_{pattern}",
-            "title": f"Task Bench METG(50%) of taskring vs OpenMP depend (libgomp), pattern {pattern}",
+            "title": f"Task Bench METG(50%) of taskring vs Task Bench's OpenMP build and the in-repo OpenMP driver, pattern {pattern}",
             "command": " ".join([sys.executable, os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
             "unix_time": int(t0),
             "duration_s": time.time() - t0,
@@ -479,24 +684,22 @@ def main():
                 "repeat": a.repeat,
                 "threshold": a.threshold,
                 "cores": cores,
-                "warmup_runs_per_process": 1,
+                "task_bench_commit": a.task_bench_commit if tb else None,
                 "omp_build": f"{a.cc} -O2 -fopenmp",
+                "task_bench_build": "upstream Makefiles: core -O3 (-mavx2 -mfma when the CPU has AVX2), openmp -O3 -march=native",
                 "quiet_threshold": a.quiet,
                 "definitions": {
-                    "efficiency": "median FLOP/s / best per-grain median FLOP/s of the sweep (efficiency_largest: / the largest grain's)",
+                    "efficiency": "median FLOP/s / peak (own: the driver's best per-grain median FLOP/s; common: the larger of the two compared drivers' peaks)",
                     "granularity_s": "median elapsed x cores / tasks",
                     "metg_s": "smallest granularity with efficiency >= threshold, walking down from the largest grain until two consecutive grains fall below it; with --repeat, the median over sweeps",
                     "metg_best_of_reps_s": "the same on the fastest of the reps at each grain (the primary figures use medians)",
                     "machine_busy_before": "fraction of all CPUs busy (other processes) just before the grain was measured",
-                    "baseline": "the OpenMP configuration (wait policy) with the lowest METG",
-                    "ratio_taskring_over_openmp": "median taskring METG / median METG of the baseline (ratio_per_sweep: the same per sweep)",
+                    "comparisons": "per baseline family and peak definition: the wait policy with the lowest median METG, taskring's and its METG, the ratio taskring / baseline",
                 },
             },
-            "drivers": agg,
-            "baseline": best,
-            "ratio_taskring_over_openmp": ratio,
-            "ratio_per_sweep": ratios,
-            "bar": {"desc": bar[2], "met": met} if bar else None,
+            "drivers": agg_drivers,
+            "comparisons": comparisons,
+            "bars": bars,
             "summary": summary,
             "sweeps": sweeps,
         }

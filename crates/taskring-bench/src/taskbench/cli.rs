@@ -7,14 +7,16 @@ use super::pattern::{Pattern, MAX_IV, PATTERNS};
 
 pub(super) const USAGE: &str = "usage: taskring-bench taskbench [-steps N] [-width N] [-type PATTERN] [-radix N] [-period N]
                            [-fraction F] [-kernel KERNEL] [-iter N] [-output BYTES] [-scratch BYTES]
-                           [-and <flags of another graph>]... [-worker N] [-window N] [-warmup N] [-helper 0|1] [-v]
+                           [-and <flags of another graph>]... [-worker N] [-window N] [-warmup N] [-helper 0|1] [-pin 0|1] [-v]
   PATTERN: trivial no_comm stencil_1d stencil_1d_periodic dom tree fft all_to_all nearest spread random_nearest
   KERNEL:  empty busy_wait compute_bound memory_bound
   Defaults per graph: -steps 4 -width 4 -type trivial -radix 3 -period 3 (spread, random_nearest)
   -fraction 0.25 -kernel empty -iter 0 -output 16 -scratch 0. `-and` starts another independent graph run in
   the same execution (its flags start from the defaults). -worker: core threads (default: CPUs).
   -window: ring 1's task window (default: PTO2_RING_TASK_WINDOW, else sized to the graph; 0: runtime default).
-  -warmup: untimed runs before the timed one. -v: the runtime mapping on stderr.";
+  -warmup: untimed runs before the timed one. -pin 1: the orchestrator thread on the first allowed CPU,
+  core thread k on the (k+1)-th (modulo the allowed CPUs). -v: the runtime mapping on stderr, and after the timed run
+  each thread's time on a CPU, time waiting for one and context switches during it.";
 
 /// Most output bytes per point (a row's stride in 8-byte words must fit 32 bits).
 const MAX_OUTPUT_BYTES: u64 = 1 << 34;
@@ -63,6 +65,8 @@ pub(super) struct Opts {
     pub(super) verbose: bool,
     /// The orchestrator thread runs ready tasks while it waits (`-helper 1`).
     pub(super) helper: bool,
+    /// Each thread on its own CPU, as far as there are CPUs (`-pin 1`).
+    pub(super) pin: bool,
 }
 
 fn value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
@@ -106,6 +110,7 @@ pub(super) fn parse(args: &[String]) -> Result<Opts, String> {
         warmup: 0,
         verbose: false,
         helper: false,
+        pin: false,
     };
     let mut g = GraphSpec::default();
     let mut i = 0;
@@ -135,6 +140,7 @@ pub(super) fn parse(args: &[String]) -> Result<Opts, String> {
             }
             "-warmup" => opts.warmup = num(value(args, &mut i, flag)?, flag)?,
             "-helper" => opts.helper = num::<u32>(value(args, &mut i, flag)?, flag)? != 0,
+            "-pin" => opts.pin = num::<u32>(value(args, &mut i, flag)?, flag)? != 0,
             "-window" => {
                 let w: u64 = num(value(args, &mut i, flag)?, flag)?;
                 if w != 0 && (!w.is_power_of_two() || !(4..=1 << 30).contains(&w)) {
