@@ -45,10 +45,10 @@ impl PyHostTensor {
     fn new(worker: usize, shape: Vec<i64>, dtype: &str) -> PyResult<Self> {
         let dtype = dtype_from_name(dtype)
             .ok_or_else(|| PyTypeError::new_err(format!("dtype {dtype} is not supported")))?;
-        if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS {
+        if shape.is_empty() || shape.len() > taskring::MAX_DIMS {
             return Err(PyValueError::new_err(format!(
                 "a host tensor has 1..{} dimensions, got {}",
-                taskring::tensor::MAX_DIMS,
+                taskring::MAX_DIMS,
                 shape.len()
             )));
         }

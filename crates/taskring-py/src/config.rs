@@ -1,4 +1,4 @@
-//! Python classes over `taskring::config`: `RuntimeEnv`, `CallConfig`, `RingSizing`, and
+//! Python classes over taskring's configuration types: `RuntimeEnv`, `CallConfig`, `RingSizing`, and
 //! `resolve_ring_sizing`. Rules and message texts are the Rust core's (docs/api.md §1): this file
 //! only turns Python values into [`IntArg`]s and configuration errors into Python exceptions,
 //! for `CallConfig`/`RuntimeEnv` and for the dataclass `RunConfig`
@@ -9,7 +9,7 @@ use crate::errors::config_err;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple};
-use taskring::config::{
+use taskring::{
     check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
     check_run_config_thread_num, CallConfig, ConfigErrorKind, EnvSnapshot, IntArg, RingField,
     RingSizing, RuntimeEnv,

@@ -64,10 +64,10 @@ pub fn parse_shape(v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
             v.repr().map(|r| r.to_string()).unwrap_or_default()
         ))
     })?;
-    if dims.is_empty() || dims.len() > taskring::tensor::MAX_DIMS {
+    if dims.is_empty() || dims.len() > taskring::MAX_DIMS {
         return Err(PyValueError::new_err(format!(
             "shape must have 1 to {} dimensions, got {:?}",
-            taskring::tensor::MAX_DIMS,
+            taskring::MAX_DIMS,
             dims
         )));
     }
@@ -236,12 +236,12 @@ pub fn array_tensor(i: usize, a: &Bound<'_, PyAny>, writeable: bool) -> PyResult
     })?;
     let shape: Vec<usize> = arr.shape().to_vec();
     if shape.is_empty()
-        || shape.len() > taskring::tensor::MAX_DIMS
+        || shape.len() > taskring::MAX_DIMS
         || shape.iter().any(|&d| d == 0 || d > u32::MAX as usize)
     {
         return Err(PyValueError::new_err(format!(
             "argument {i}: array shape {shape:?} is not supported (1 to {} dimensions, none empty)",
-            taskring::tensor::MAX_DIMS
+            taskring::MAX_DIMS
         )));
     }
     if writeable

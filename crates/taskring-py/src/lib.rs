@@ -39,19 +39,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::PyCallConfig>()?;
     m.add_class::<config::PyRingSizing>()?;
     m.add_function(wrap_pyfunction!(config::resolve_ring_sizing, m)?)?;
-    m.add(
-        "RUNTIME_ENV_RING_COUNT",
-        taskring::config::RUNTIME_ENV_RING_COUNT,
-    )?;
+    m.add("RUNTIME_ENV_RING_COUNT", taskring::RUNTIME_ENV_RING_COUNT)?;
     m.add(
         "DEFAULT_RING_TASK_WINDOW",
-        taskring::config::DEFAULT_RING_TASK_WINDOW,
+        taskring::DEFAULT_RING_TASK_WINDOW,
     )?;
-    m.add("DEFAULT_RING_HEAP", taskring::config::DEFAULT_RING_HEAP)?;
-    m.add(
-        "DEFAULT_RING_DEP_POOL",
-        taskring::config::DEFAULT_RING_DEP_POOL,
-    )?;
+    m.add("DEFAULT_RING_HEAP", taskring::DEFAULT_RING_HEAP)?;
+    m.add("DEFAULT_RING_DEP_POOL", taskring::DEFAULT_RING_DEP_POOL)?;
     m.add_function(wrap_pyfunction!(sizing::sizing_command, m)?)?;
     // L2: tensors, kernels, the orchestrator, the chip, replay, reports.
     m.add_class::<tensor::PyTensor>()?;

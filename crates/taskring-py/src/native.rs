@@ -1,5 +1,5 @@
 //! Native (C ABI) kernels from Python: `taskring.load_kernel` and numba cfuncs
-//! (`docs/api.md` §11). The kernels themselves live in `taskring::kernel::native`.
+//! (`docs/api.md` §11). The kernels themselves live in `taskring::native`.
 
 use crate::conversion::dtype_from_name;
 use crate::kernel::PyKernel;
@@ -36,10 +36,10 @@ fn signature_of(
             None => None,
         };
         if let Some(n) = ndim {
-            if n == 0 || n as usize > taskring::tensor::MAX_DIMS {
+            if n == 0 || n as usize > taskring::MAX_DIMS {
                 return Err(PyValueError::new_err(format!(
                     "signature tensor {i}: ndim must be in [1, {}], got {n}",
-                    taskring::tensor::MAX_DIMS
+                    taskring::MAX_DIMS
                 )));
             }
         }
@@ -85,7 +85,7 @@ pub fn load_native_kernel(
 /// passes the exception on to Python's usual unraisable hook).
 #[pyfunction]
 pub fn report_kernel_raised(text: &str) -> bool {
-    taskring::kernel::native::report_raised(text)
+    taskring::native::report_raised(text)
 }
 
 /// A kernel calling the C function at `address` (a numba cfunc's). `keep` (the cfunc

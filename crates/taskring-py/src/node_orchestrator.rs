@@ -99,7 +99,7 @@ fn node_arg(
         PyTypeError::new_err(format!("argument {i}: dtype {dname} is not supported"))
     })?;
     let shape: Vec<u32> = arr.shape().iter().map(|&d| d as u32).collect();
-    if shape.is_empty() || shape.len() > taskring::tensor::MAX_DIMS || shape.contains(&0) {
+    if shape.is_empty() || shape.len() > taskring::MAX_DIMS || shape.contains(&0) {
         return Err(PyValueError::new_err(format!(
             "argument {i}: shape {shape:?} is not supported"
         )));

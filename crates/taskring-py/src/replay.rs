@@ -1,6 +1,6 @@
 //! `CapturedProgram`: a program's task graph recorded by `ChipWorker.capture`, replayed
 //! on the worker that captured it (`docs/api.md` §10; the engine side is
-//! `taskring::engine::replay`).
+//! taskring's recorded graphs).
 
 use crate::config::{call_config_of, PyCallConfig};
 use crate::conversion::host_args;

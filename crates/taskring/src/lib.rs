@@ -62,8 +62,7 @@
 //! built-in default.
 //!
 //! ```
-//! use taskring::config::{EnvSnapshot, DEFAULT_RING_DEP_POOL};
-//! use taskring::{CallConfig, RingField, RingSizing, SizeSource};
+//! use taskring::{CallConfig, EnvSnapshot, RingField, RingSizing, SizeSource, DEFAULT_RING_DEP_POOL};
 //!
 //! let config = CallConfig::default().with_ring(RingField::TaskWindow, [1024, 0, 0, 0]);
 //! config.validate()?;
@@ -82,57 +81,57 @@
 //!
 //! # Modules
 //!
-//! Items are `pub(crate)` unless something outside the crate names them. The modules
-//! below stay public only for the crate's own other users — the Python bindings
-//! (`taskring-py`), the benchmarks (`taskring-bench`), the integration tests, fuzz and
-//! loom models — not as API a user should reach for:
+//! Every module is private except three, and items are `pub(crate)` unless something
+//! outside the crate names them; what a user needs is re-exported above. The public
+//! modules serve the crate's own other users — the Python bindings (`taskring-py`), the
+//! benchmarks (`taskring-bench`), the integration and fuzz tests:
 //!
-//! - [`config`]: `RuntimeEnv`, `CallConfig`, env parsing, `RingSizing` (precedence:
-//!   per-task config > `PTO2_RING_*` env > built-in default, per resource and per ring);
-//!   the bindings use its validation rules, the fuzz tests its env parsing;
-//! - [`engine`]: rings, tensormap, scopes, the orchestrator, completion; `engine::shared`
-//!   (with the submit's fan-in steps, `claim_fanin` / `write_fanin_record` /
-//!   `wire_and_publish`) is driven by the loom model (`src/loom_models/ring.rs`);
-//! - `arena` (crate-internal): all memory of one sizing, and the per-chip LRU arena cache
-//!   ([`Arena`], [`ArenaCache`], [`ArenaStats`] are re-exported);
-//! - [`chip`]: the L2 chip (core threads running kernels) and `ChipWorker`; `chip::abort`
-//!   (hidden) is driven by the loom model of the abort handshake;
-//! - [`kernel`]: the kernel trait and the builtin f32 kernels;
-//! - [`tensor`]: tensor views and task ids;
-//! - [`node`]: L3 (chip processes, mailboxes, frames, the merged timeline), used by the
-//!   bindings, the L3 benchmarks and tests;
-//! - [`cluster`]: L4 over MPI, used by the bindings;
-//! - [`dfx`]: scope stats, `deps.json`, the sizing advisor (the bindings' `taskring sizing`);
-//! - [`mem`]: lazily committed and shared memory (the bindings' shared arrays, the
-//!   benchmarks' RSS readings);
-//! - [`sync`]: the std / loom synchronisation facade the concurrent core is written
-//!   against (public because part of it is used only by the loom build).
+//! - [`node`]: L3 (chip processes, mailboxes, frames, the merged timeline);
+//! - [`cluster`]: L4 over MPI (frames always; transport, rank 0 and the host side with
+//!   the `mpi` feature);
+//! - [`dfx`]: scope stats, `deps.json`, the sizing advisor (`taskring sizing`), the
+//!   timelines' clock.
+//!
+//! The private ones, top to bottom (`docs/architecture.md`, checked by `tests/layers.rs`):
+//! `nextlevel` (the engine of L3 and L4 over their executors), `chip` (L2: core threads,
+//! `ChipWorker`, capture and replay), `arena` (all memory of one sizing and the per-chip
+//! cache), `engine` (rings, tensormap, scopes, the orchestrator, completion), `kernel`,
+//! `sync` (the std / loom facade), `config`, `tensor`, `mem`; the loom models
+//! (`loom_models`, built only with `--cfg loom`) drive `engine::shared` and `chip::abort`
+//! from inside the crate.
 
-pub(crate) mod arena;
-pub mod chip;
+mod arena;
+mod chip;
 pub mod cluster;
-pub mod config;
+mod config;
 pub mod dfx;
-pub mod engine;
-pub mod kernel;
+mod engine;
+mod kernel;
 #[cfg(all(test, loom))]
 mod loom_models;
-pub mod mem;
+mod mem;
 mod nextlevel;
 pub mod node;
-pub mod sync;
-pub mod tensor;
+mod sync;
+mod tensor;
 
 pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
+pub use chip::MAX_CORES;
 pub use chip::{
     auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
     ReplayError, RunError, RunReport, AUTO_HEADROOM,
 };
-pub use config::{CallConfig, ConfigError, RingField, RingSizing, RuntimeEnv, SizeSource};
+pub use config::{
+    check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
+    check_run_config_thread_num, parse_env_value, CallConfig, ConfigError, ConfigErrorKind,
+    EnvSnapshot, EnvWarning, IntArg, RingField, RingSizing, RuntimeEnv, SizeSource,
+    DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP, DEFAULT_RING_TASK_WINDOW, RUNTIME_ENV_RING_COUNT,
+};
 pub use engine::{
     ArgTag, Orchestrator, PeakUse, Resource, RuntimeFailure, Scalar, StatusCode, TaskArgs,
-    TaskOutputs, TensorSpec,
+    TaskOutputs, TensorSpec, MAX_TASK_SCALARS, MAX_TASK_TENSORS,
 };
-pub use kernel::native::{NativeKernel, NativeKernelError, NativeSignature, TensorRule};
-pub use kernel::{builtin, CoreKind, Kernel, KernelCall, KernelRef};
-pub use tensor::{DType, TaskId, Tensor};
+pub use kernel::native::{self, NativeKernel, NativeKernelError, NativeSignature, TensorRule};
+pub use kernel::{builtin, fn_kernel, CoreKind, Kernel, KernelCall, KernelRef};
+pub use mem::rss_bytes;
+pub use tensor::{DType, TaskId, Tensor, MAX_DIMS};

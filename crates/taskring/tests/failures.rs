@@ -77,7 +77,7 @@ fn scope_deadlock_code_1() {
 fn scope_deadlock_needed_is_the_window_that_fits_the_whole_scope() {
     use std::sync::atomic::AtomicUsize;
     static RAN: AtomicUsize = AtomicUsize::new(0);
-    let count = kernel::fn_kernel("count", CoreKind::Any, |_| {
+    let count = fn_kernel("count", CoreKind::Any, |_| {
         RAN.fetch_add(1, Ordering::SeqCst);
     });
     let mut w = patient_chip();
@@ -210,7 +210,7 @@ fn node_engine_reports_scope_deadlock_at_once() {
 
 /// A kernel that returns only once `release` is set (a kernel that "never returns").
 fn hanging(name: &str, release: &'static AtomicBool) -> KernelRef {
-    kernel::fn_kernel(name, CoreKind::Any, move |_| {
+    fn_kernel(name, CoreKind::Any, move |_| {
         while !release.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -233,7 +233,7 @@ fn short_backstop_chip() -> ChipWorker {
 /// the previous task): both wait and complete.
 #[test]
 fn slow_kernel_under_a_tiny_window_or_heap_waits_and_completes() {
-    let slow = kernel::fn_kernel("slow", CoreKind::Any, |_| {
+    let slow = fn_kernel("slow", CoreKind::Any, |_| {
         std::thread::sleep(Duration::from_millis(350))
     });
     let mut w = short_backstop_chip();
@@ -534,8 +534,8 @@ fn back_pressure_chain_and_fanout_never_fail() {
 fn failing_kernel_fails_the_run_and_skips_dependants() {
     use std::sync::atomic::AtomicUsize;
     static RAN_AFTER: AtomicUsize = AtomicUsize::new(0);
-    let boom = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("deliberate failure"));
-    let after = kernel::fn_kernel("after", CoreKind::Any, |_| {
+    let boom = fn_kernel("boom", CoreKind::Any, |_| panic!("deliberate failure"));
+    let after = fn_kernel("after", CoreKind::Any, |_| {
         RAN_AFTER.fetch_add(1, Ordering::SeqCst);
     });
     let mut w = patient_chip();

@@ -8,7 +8,7 @@
 //!   tensor argument off the wire that `Tensor::validate` accepts stays inside its
 //!   shared-memory region (`fuzz/tensor_views.rs`); the L4 frames of
 //!   `taskring::cluster::wire` likewise (`fuzz/l4.rs`);
-//! - (b) `PTO2_RING_*` parsing (`taskring::config`, `fuzz/env.rs`): arbitrary strings are
+//! - (b) `PTO2_RING_*` parsing (taskring's config, `fuzz/env.rs`): arbitrary strings are
 //!   either a value that passes the field's rule or one warning naming the variable
 //!   (checked against an independent model of the rule), and resolution never panics and
 //!   never yields an invalid sizing — also through the real process environment (child

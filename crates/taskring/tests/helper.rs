@@ -57,7 +57,7 @@ fn the_orchestrator_runs_tasks_while_the_only_core_is_held() {
     static DONE: AtomicUsize = AtomicUsize::new(0);
     static THREADS: Mutex<Option<HashSet<ThreadId>>> = Mutex::new(None);
     let hold = gate("hold", &DONE, 20);
-    let count = kernel::fn_kernel("count", CoreKind::Any, |_| {
+    let count = fn_kernel("count", CoreKind::Any, |_| {
         THREADS
             .lock()
             .unwrap()
@@ -92,7 +92,7 @@ fn the_orchestrator_runs_tasks_while_the_only_core_is_held() {
 fn the_orchestrator_helps_when_the_window_is_full() {
     // Window 4 on ring 1, 200 tasks in scopes of 2: the orchestrator waits for slots
     // again and again, and runs tasks meanwhile; results must be right.
-    let inc = kernel::fn_kernel("inc", CoreKind::Any, |call| {
+    let inc = fn_kernel("inc", CoreKind::Any, |call| {
         let p = call.tensors[0].addr as *mut f32;
         // safety: the task's INOUT tensor: 16 contiguous f32 of the host buffer below.
         unsafe {

@@ -39,7 +39,7 @@ fn mul_add() -> ChipCallable {
 
 /// Its kernel fails.
 fn boom() -> ChipCallable {
-    let k = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
+    let k = fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
     ChipCallable {
         program: Program::new("boom", move |o, _| {
             o.submit(k, &TaskArgs::new()).map(|_| ())

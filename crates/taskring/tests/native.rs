@@ -142,14 +142,8 @@ fn a_signature_turns_wrong_arguments_into_invalid_args_at_submit() {
 
 #[test]
 fn the_abi_limits_are_the_engines() {
-    assert_eq!(
-        taskring::kernel::native::MAX_TENSORS,
-        taskring::engine::MAX_TASK_TENSORS
-    );
-    assert_eq!(
-        taskring::kernel::native::MAX_SCALARS,
-        taskring::engine::MAX_TASK_SCALARS
-    );
+    assert_eq!(taskring::native::MAX_TENSORS, taskring::MAX_TASK_TENSORS);
+    assert_eq!(taskring::native::MAX_SCALARS, taskring::MAX_TASK_SCALARS);
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn vadd2() -> ChipCallable {
 
 /// Fails on purpose.
 fn boom() -> ChipCallable {
-    let k = kernel::fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
+    let k = fn_kernel("boom", CoreKind::Any, |_| panic!("chip-side failure"));
     ChipCallable {
         program: Program::new("boom", move |o, _| {
             o.submit(k, &TaskArgs::new()).map(|_| ())
@@ -64,7 +64,7 @@ fn read(b: &SharedBuffer, n: usize) -> Vec<f32> {
 
 /// Sleeps for its scalar (ms), then sets its output to 1.
 fn nap() -> ChipCallable {
-    let k = kernel::fn_kernel("nap", CoreKind::Any, |c| {
+    let k = fn_kernel("nap", CoreKind::Any, |c| {
         std::thread::sleep(Duration::from_millis(c.scalar_i64(0) as u64));
         // safety: the task's only tensor is its (shared, f32) output.
         unsafe { *(c.tensors[0].data_ptr() as *mut f32) = 1.0 };

@@ -48,7 +48,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use taskring::kernel::fn_kernel;
+use taskring::fn_kernel;
 use taskring::*;
 
 // ----- limits -------------------------------------------------------------------------

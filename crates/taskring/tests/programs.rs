@@ -281,7 +281,7 @@ fn dummy_and_explicit_deps_in_manual_scope() {
 #[test]
 fn one_core_chip_runs_every_kind() {
     // A one-core chip's core is of kind Any: it must take AIC and AIV tasks too.
-    let aiv = kernel::fn_kernel("aiv_only", CoreKind::Aiv, |_| {});
+    let aiv = fn_kernel("aiv_only", CoreKind::Aiv, |_| {});
     let mut w = chip(1);
     let prog = Program::new("kinds", move |o, args| {
         let (a, c) = (args[0].tensor()?, args[1].tensor()?);
@@ -308,7 +308,7 @@ fn one_core_chip_runs_every_kind() {
 fn tensor_tagged_output_is_a_runtime_output_of_its_shape() {
     use std::sync::Mutex;
     static SEEN: Mutex<Option<Tensor>> = Mutex::new(None);
-    let record = kernel::fn_kernel("record", CoreKind::Any, |call| {
+    let record = fn_kernel("record", CoreKind::Any, |call| {
         *SEEN.lock().unwrap() = Some(call.tensors[0]);
     });
     let mut w = chip(1);

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
-use taskring::kernel::fn_kernel;
+use taskring::fn_kernel;
 use taskring::*;
 
 const K: usize = 3;

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use taskring::builtin::*;
-use taskring::mem::rss_bytes;
+use taskring::rss_bytes;
 use taskring::*;
 
 /// out = 2 * (a + b) through a runtime temporary, in a scope (ring 1), plus a small
@@ -107,7 +107,7 @@ fn dispatch_reports_its_own_sizing_and_peaks() {
 fn prewarm_then_dispatch_builds_nothing() {
     let small = RingSizing::resolve(
         &cfg([8; 4], [4096; 4], [8; 4]).runtime_env,
-        &config::EnvSnapshot::empty(),
+        &EnvSnapshot::empty(),
     )
     .unwrap()
     .0;
@@ -209,7 +209,7 @@ fn invalid_config_is_rejected_before_anything_runs() {
     };
     assert_eq!(
         ce.kind(),
-        &config::ConfigErrorKind::RuntimeEnvEntry {
+        &ConfigErrorKind::RuntimeEnvEntry {
             field: RingField::TaskWindow,
             ring: 0,
             value: 3
@@ -224,7 +224,7 @@ fn invalid_config_is_rejected_before_anything_runs() {
         .to_string()
         .starts_with("CallConfig: output_prefix must be set"));
     assert!(
-        matches!(e, RunError::Config(ce) if *ce.kind() == config::ConfigErrorKind::OutputPrefixRequired)
+        matches!(e, RunError::Config(ce) if *ce.kind() == ConfigErrorKind::OutputPrefixRequired)
     );
     assert_eq!(w.arena_stats().builds, 0);
 }
@@ -289,12 +289,10 @@ fn env_precedence_in_a_subprocess() {
 fn the_one_pass_environment_read_agrees_with_getenv() {
     use std::os::unix::ffi::OsStrExt;
     let by_name = || {
-        config::EnvSnapshot::from_lookup(|n| {
-            std::env::var_os(n).map(|v| v.to_string_lossy().into_owned())
-        })
+        EnvSnapshot::from_lookup(|n| std::env::var_os(n).map(|v| v.to_string_lossy().into_owned()))
     };
     if std::env::var_os("TASKRING_ENV_SCAN_CHILD").is_some() {
-        let snap = config::EnvSnapshot::from_process();
+        let snap = EnvSnapshot::from_process();
         assert_eq!(snap, by_name());
         assert_eq!(snap.task_window.as_deref(), Some(""));
         assert_eq!(snap.heap.as_deref(), Some("1\u{fffd}2"));

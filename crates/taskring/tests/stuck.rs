@@ -22,7 +22,7 @@ fn write_all(call: &KernelCall<'_>, v: f32) {
 
 /// A kernel that waits until `release`, then writes 42 into its output.
 fn late(name: &str, release: &'static AtomicBool) -> KernelRef {
-    kernel::fn_kernel(name, CoreKind::Any, move |call| {
+    fn_kernel(name, CoreKind::Any, move |call| {
         while !release.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -46,7 +46,7 @@ fn chip_with_timeout() -> ChipWorker {
 fn a_stale_kernel_never_writes_into_a_later_runs_outputs() {
     static RELEASE: AtomicBool = AtomicBool::new(false);
     let late = late("late", &RELEASE);
-    let let_go = kernel::fn_kernel("let_go", CoreKind::Any, |call| {
+    let let_go = fn_kernel("let_go", CoreKind::Any, |call| {
         RELEASE.store(true, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(100));
         // copy input 0 to output 0

@@ -30,7 +30,7 @@ fn set_gate(open: bool) {
 }
 
 fn gate_kernel() -> KernelRef {
-    kernel::fn_kernel("gate", CoreKind::Any, |_| {
+    fn_kernel("gate", CoreKind::Any, |_| {
         let mut g = GATE.0.lock().unwrap();
         g.1 = true; // running
         GATE.1.notify_all();

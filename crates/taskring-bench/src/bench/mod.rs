@@ -412,7 +412,7 @@ fn fmax(v: &[f64]) -> f64 {
 
 /// Resident set size now, bytes.
 pub fn rss_now() -> u64 {
-    taskring::mem::rss_bytes()
+    taskring::rss_bytes()
 }
 
 /// Reset the process's peak RSS (`/proc/self/clear_refs` ← 5); false if not possible.

@@ -130,10 +130,10 @@ pub(super) fn parse(args: &[String]) -> Result<Opts, String> {
             "-and" => opts.graphs.push(std::mem::take(&mut g)),
             "-worker" | "-workers" => {
                 opts.workers = num(value(args, &mut i, flag)?, flag)?;
-                if opts.workers > taskring::chip::MAX_CORES {
+                if opts.workers > taskring::MAX_CORES {
                     return Err(format!(
                         "-worker must be in 0..={} (got {}; 0 = the number of CPUs)",
-                        taskring::chip::MAX_CORES,
+                        taskring::MAX_CORES,
                         opts.workers
                     ));
                 }

@@ -36,10 +36,7 @@ pub(crate) mod spin;
 
 pub use auto::{auto_size, AUTO_HEADROOM};
 pub use capture::{Captured, ReplayError};
-pub use options::{
-    default_device_memory, ChipOptions, Diagnostics, DEFAULT_DEVICE_MEMORY, MAX_CORES,
-    MIN_DEVICE_MEMORY,
-};
+pub use options::{default_device_memory, ChipOptions, Diagnostics, MAX_CORES, MIN_DEVICE_MEMORY};
 pub use report::{DeviceMemory, RunError, RunReport};
 
 use self::core::{core_loop, Core, CORE_IDLE};

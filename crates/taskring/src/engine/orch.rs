@@ -305,21 +305,6 @@ impl OrchState {
     pub fn tasks(&self) -> u64 {
         self.tasks
     }
-
-    /// Next local id per ring (tasks submitted per ring this run).
-    pub fn submitted_per_ring(&self) -> [u32; 4] {
-        [
-            self.rings[0].next,
-            self.rings[1].next,
-            self.rings[2].next,
-            self.rings[3].next,
-        ]
-    }
-
-    /// Peak tensormap entries this run.
-    pub fn tensormap_peak(&self) -> u32 {
-        self.tensormap.peak()
-    }
 }
 
 /// The tensors a submit produced.

@@ -128,10 +128,6 @@ impl<T: ZeroValid> ZeroedArray<T> {
         self.len
     }
     #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    #[inline]
     pub fn as_ptr(&self) -> *mut T {
         self.ptr.as_ptr()
     }
@@ -141,6 +137,7 @@ impl<T: ZeroValid> ZeroedArray<T> {
     }
 
     /// Give the pages back to the OS while keeping the mapping (contents become zero).
+    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
     pub fn discard(&mut self) {
         // safety: the range is our own mapping; MADV_DONTNEED on private anonymous
         // memory zero-fills on next touch, which is a valid state for T: ZeroValid.

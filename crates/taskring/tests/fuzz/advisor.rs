@@ -8,8 +8,8 @@ use crate::harness::{catch_quietly, fuzz};
 use crate::scope_stats::{hdr, scope_stats_text, Hdr};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use taskring::config::{parse_env_value, RingField};
 use taskring::dfx::{self, RecordedPeaks};
+use taskring::{parse_env_value, RingField};
 
 const MAX_WINDOW: u64 = 1 << 30;
 const MAX_HEAP: u64 = 1 << 63;

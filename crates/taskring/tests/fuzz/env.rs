@@ -1,4 +1,4 @@
-//! (b) `PTO2_RING_*` parsing and ring-sizing resolution (`taskring::config`): arbitrary
+//! (b) `PTO2_RING_*` parsing and ring-sizing resolution (taskring's config): arbitrary
 //! strings are either a value that passes the field's rule or one warning naming the
 //! variable (checked against an independent model of the rule); resolution never panics
 //! and never yields an invalid sizing, also through the real process environment (child
@@ -7,9 +7,7 @@
 use crate::generators::interesting_u64;
 use crate::harness::{cases, fuzz, fuzz_n};
 use proptest::prelude::*;
-use taskring::config::{
-    parse_env_value, EnvSnapshot, RingField, RingSizing, RuntimeEnv, SizeSource,
-};
+use taskring::{parse_env_value, EnvSnapshot, RingField, RingSizing, RuntimeEnv, SizeSource};
 
 /// An independent model of the rule (`docs/api.md` §1): one value or exactly four, comma
 /// separated, whitespace around each trimmed; each a base-10 u64 with an optional `+`;

@@ -279,24 +279,20 @@ impl EngineShared {
         self.queues.iter().map(|q| q.len()).sum()
     }
 
+    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
     pub fn queues_empty(&self) -> bool {
         self.queues.iter().all(|q| q.is_empty())
     }
 
     /// Park the calling core until work may be there (or `timeout`).
+    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
     pub fn park_core(&self, kind: CoreKind, timeout: Duration) {
-        self.park_core_or(kind, timeout, || false)
+        self.park_queue_or(queue_index(kind), timeout, || false)
     }
 
-    /// [`EngineShared::park_core`], not parking while `more()` either (work a push to
-    /// the ready queues does not show: a direct replay's deques, whose owners wake a
-    /// sleeper through [`EngineShared::wake_for_queues`] after they put work there).
-    #[doc(hidden)]
-    pub fn park_core_or(&self, kind: CoreKind, timeout: Duration, more: impl Fn() -> bool) {
-        self.park_queue_or(queue_index(kind), timeout, more)
-    }
-
-    /// [`EngineShared::park_core_or`] for a core of queue index `q`.
+    /// Park a core of queue index `q` as [`EngineShared::park_core`] does, not parking while
+    /// `more()` either (work a push to the ready queues does not show: a direct replay's
+    /// deques, whose owners wake a sleeper through [`EngineShared::wake_for_queues`]).
     #[doc(hidden)]
     pub fn park_queue_or(&self, q: usize, timeout: Duration, more: impl Fn() -> bool) {
         self.sleep.park(
