@@ -116,7 +116,7 @@ mod sync;
 mod tensor;
 
 pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
-pub use chip::MAX_CORES;
+pub use chip::{MAX_CORES, MIN_DEVICE_MEMORY};
 pub use chip::{
     auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
     ReplayError, RunError, RunReport, AUTO_HEADROOM,
