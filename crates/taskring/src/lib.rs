@@ -116,11 +116,11 @@ mod sync;
 mod tensor;
 
 pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
-pub use chip::{MAX_CORES, MIN_DEVICE_MEMORY};
 pub use chip::{
     auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
     ReplayError, RunError, RunReport, AUTO_HEADROOM,
 };
+pub use chip::{MAX_CORES, MIN_DEVICE_MEMORY};
 pub use config::{
     check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
     check_run_config_thread_num, parse_env_value, CallConfig, ConfigError, ConfigErrorKind,
