@@ -138,7 +138,7 @@ pub(crate) fn schedule_hint() {
 }
 
 /// How a [`Table`] element is built under loom (the normal build zero-fills instead).
-#[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+#[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
 pub trait Fresh {
     fn fresh() -> Self;
 }

@@ -43,7 +43,7 @@ pub fn task_of(state: u64) -> Option<TaskId> {
 /// Step 2, core side: say SEARCHING (SeqCst) *before* looking at the ready queues, then
 /// pop; on an empty look say IDLE again. Returns the popped task.
 #[inline]
-#[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+#[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
 pub fn search(state: &AtomicU64, eng: &EngineShared, kind: CoreKind) -> Option<TaskId> {
     search_or(state, eng, crate::engine::shared::queue_index(kind), || {
         None
@@ -140,7 +140,7 @@ pub fn holds_task(state: &AtomicU64) -> bool {
 /// or IDLE: the settle sees the core busy until the core's own IDLE store. A CAS that
 /// succeeded is first in the word's order, so the core's `begin_completion` fails.
 #[inline]
-#[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+#[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
 pub fn give_up_if_stuck(state: &AtomicU64) -> bool {
     give_up_task(state).is_some()
 }

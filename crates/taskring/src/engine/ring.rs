@@ -173,7 +173,7 @@ impl LinearPool {
     }
     /// Physical index of linear index `i`.
     #[inline]
-    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
     pub fn index(&self, i: u64) -> usize {
         (i % self.capacity) as usize
     }

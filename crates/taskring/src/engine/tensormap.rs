@@ -235,7 +235,7 @@ impl TensorMap {
 
     /// Call `f(producer)` for every live entry of `probe`'s buffer that overlaps it; when
     /// `remove_covered`, entries the probe covers are removed (an INOUT supersedes them).
-    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
     pub fn lookup(
         &mut self,
         probe: &Tensor,

@@ -107,6 +107,7 @@ impl<T: ZeroValid> ZeroedArray<T> {
     /// miss on the hot path (the payload table of a large window is tens of MiB, and
     /// every submit writes a new slot): the first touch of a 2 MiB region then commits
     /// (and zeroes) all of it. A hint: where THP is off, nothing changes.
+    #[cfg_attr(loom, allow(dead_code))] // the loom build's tables are boxes
     pub fn new_huge(len: usize) -> Result<Self, ReserveError> {
         let a = Self::new(len)?;
         #[cfg(target_os = "linux")]
@@ -137,7 +138,7 @@ impl<T: ZeroValid> ZeroedArray<T> {
     }
 
     /// Give the pages back to the OS while keeping the mapping (contents become zero).
-    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
     pub fn discard(&mut self) {
         // safety: the range is our own mapping; MADV_DONTNEED on private anonymous
         // memory zero-fills on next touch, which is a valid state for T: ZeroValid.

@@ -279,13 +279,13 @@ impl EngineShared {
         self.queues.iter().map(|q| q.len()).sum()
     }
 
-    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
     pub fn queues_empty(&self) -> bool {
         self.queues.iter().all(|q| q.is_empty())
     }
 
     /// Park the calling core until work may be there (or `timeout`).
-    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
     pub fn park_core(&self, kind: CoreKind, timeout: Duration) {
         self.park_queue_or(queue_index(kind), timeout, || false)
     }

@@ -22,7 +22,7 @@ pub type PayloadCell = UnsafeCell<MaybeUninit<Payload>>;
 
 /// One ring's shared tables and counters. See the module doc of [`super`].
 pub struct RingShared {
-    #[cfg_attr(not(loom), allow(dead_code))] // used by the loom models
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
     pub window: u64,
     pub mask: u32,
     pub slots: Table<SlotState>,
