@@ -1233,7 +1233,7 @@ impl<'r> Orchestrator<'r> {
     /// Wait (briefly) for a watermark to move, or anything to fail: the ring's own, or,
     /// for the tensormap (whose entries belong to producers of every ring), any ring's.
     /// With a helper, run a ready task instead (its completion may be what frees the
-    /// space). Spins, yields, then parks on [`Progress`](super::shared::Progress) for at
+    /// space). Spins, yields, then parks on [`Progress`](super::shared::park::Progress) for at
     /// most 20 ms (or the backstop if shorter).
     fn wait_for_space(&self, ring: usize, blocked: Blocked) {
         // The cores must see every task pushed so far: their completions free the space.

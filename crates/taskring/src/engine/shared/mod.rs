@@ -41,10 +41,8 @@ mod slot;
 #[cfg_attr(not(all(test, loom)), allow(unused_imports))] // the loom models use these names
 pub use completion::{ArenaShared, Claim};
 #[cfg_attr(not(all(test, loom)), allow(unused_imports))] // the loom models use these names
-pub use fanin::{claim_fanin, wire_and_publish, write_fanin_record, FaninClaims, FaninEdge};
+pub use fanin::{claim_fanin, wire_and_publish, write_fanin_record, FaninEdge};
 pub(crate) use park::queue_takes;
-#[cfg_attr(not(all(test, loom)), allow(unused_imports))] // the loom models use these names
-pub use park::{Progress, Sleep};
 pub use ready::EngineShared;
 pub(crate) use ready::{lane_queue, queue_index, queue_kind};
 pub use retire::{PayloadCell, RingShared};
