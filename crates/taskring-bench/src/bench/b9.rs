@@ -118,7 +118,8 @@ impl DecodeData {
     }
 }
 
-fn replay_once(
+/// One replay of `g` on `chip`, timed, checked to have replayed its `tasks` tasks.
+pub(super) fn replay_once(
     chip: &mut ChipWorker,
     g: &Captured,
     args: &[Arg<'_>],

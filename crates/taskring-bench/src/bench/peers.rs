@@ -25,6 +25,7 @@
 
 use super::b3::{helper_config, pattern_args, patterns_param, run_taskring, tree_tasks, Pattern};
 use super::b3::{Rig, LEAVES};
+use super::b9::replay_once;
 use super::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -157,28 +158,6 @@ fn run_peer(
         ));
     }
     Ok(s)
-}
-
-fn replay_once(
-    chip: &mut ChipWorker,
-    g: &Captured,
-    args: &[Arg<'_>],
-    tasks: u64,
-) -> Result<f64, String> {
-    let t0 = Instant::now();
-    let rep = g
-        .replay(chip, args, None)
-        .map_err(|e| format!("replay of {}: {e}", g.name()))?;
-    let dt = t0.elapsed().as_secs_f64();
-    if rep.tasks != tasks || !rep.replayed {
-        return Err(format!(
-            "replay of {}: {} tasks (replayed={}), expected {tasks}",
-            g.name(),
-            rep.tasks,
-            rep.replayed
-        ));
-    }
-    Ok(dt)
 }
 
 /// B3's rig with only the peers' patterns, each captured on both chips, and each
