@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 /// tables of a large window do not stay in cache; a store miss there stalls the
 /// publishing atomic of the current submit).
 const PREFETCH_AHEAD: u32 = 4;
+/// How many scope references ahead the end of a scope prefetches a task's slot.
+const SCOPE_PREFETCH_AHEAD: usize = 8;
 
 /// Bytes of the orchestrator's own record per task-window slot.
 pub(crate) const ORCH_SLOT_BYTES: usize = std::mem::size_of::<OrchSlot>();
@@ -729,8 +731,14 @@ impl<'r> Orchestrator<'r> {
         if let Some(c) = self.st.capture.as_deref_mut() {
             c.end_scope();
         }
-        for i in frame.begin..self.st.scope_tasks.len() {
-            let id = self.st.scope_tasks[i];
+        let tasks = &self.st.scope_tasks[frame.begin..];
+        for (i, &id) in tasks.iter().enumerate() {
+            // The slots' lines were last written by the cores that completed the tasks:
+            // ask for them a few releases ahead, so that the misses overlap instead of
+            // each stalling its release's locked instruction in turn.
+            if let Some(&ahead) = tasks.get(i + SCOPE_PREFETCH_AHEAD) {
+                crate::mem::prefetch_write(self.sh.slot(ahead) as *const _ as *const u8, 1);
+            }
             self.sh.release_ref(id, SCOPE_BIT, self.eng);
         }
         self.st.scope_tasks.truncate(frame.begin);

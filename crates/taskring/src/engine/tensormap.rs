@@ -62,6 +62,17 @@ pub(crate) fn check_overlap(probe: &Tensor, e: &Tensor) -> Overlap {
     if probe.version > e.version {
         return Overlap::Other;
     }
+    // The same view again (a chain of INOUTs on one tensor, a consumer of a producer's
+    // whole output): it covers the entry, and the general test below would divide.
+    let n = (probe.ndims as usize).min(crate::tensor::MAX_DIMS);
+    if n == e.ndims as usize
+        && probe.offset == e.offset
+        && probe.dtype == e.dtype
+        && probe.shape[..n] == e.shape[..n]
+        && probe.strides[..n] == e.strides[..n]
+    {
+        return Overlap::Covered;
+    }
     let (p0, p1) = (probe.offset, probe.offset + probe.extent());
     let (e0, e1) = (e.offset, e.offset + e.extent());
     if p1 <= e0 || e1 <= p0 {

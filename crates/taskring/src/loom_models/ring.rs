@@ -8,7 +8,7 @@
 //!
 //! Each model drives the real protocol functions of `engine/shared/` on loom threads:
 //! `SlotState`'s lock, `RingShared::prepare` / `advance`, `ArenaShared::complete` /
-//! `release_ref` / `check_consumed`, the ready queues and the parking lots, and the
+//! `release_ref` (the release and the CONSUMED check), the ready queues and the parking lots, and the
 //! orchestrator's fan-in steps of `shared/fanin.rs` — `claim_fanin` (submit step 4,
 //! over `ArenaShared::claim`), `write_fanin_record` (the fanin part of step 6) and
 //! `wire_and_publish` (step 7: `begin_wiring`, `link`, the release of WAIT-only claims,
@@ -503,7 +503,7 @@ fn park_vs_push() {
 }
 
 /// 5b. The orchestrator waits for progress (`Progress::wait`) while a core advances the
-/// watermark and notifies (as `check_consumed` does).
+/// watermark and notifies (as `release_ref` does).
 #[test]
 fn progress_wait_vs_notify() {
     model(3, || {
@@ -526,7 +526,7 @@ fn progress_wait_vs_notify() {
 
 /// 5c. The end of a run waits for a ring's last retirement (`Progress::wait_end`) while
 /// a core retires the ring's two tasks one after the other and notifies each time as
-/// `check_consumed` does (`notify_advance`, "ring done" only after the second): the
+/// `release_ref` does (`notify_advance`, "ring done" only after the second): the
 /// first notification must not wake it, the second must.
 #[test]
 fn wait_end_vs_notify_advance() {

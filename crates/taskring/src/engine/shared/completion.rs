@@ -121,25 +121,30 @@ impl ArenaShared {
     }
 
     /// Release one reference on `p` and retire it if that was the last.
+    ///
+    /// The release and the CONSUMED check are one critical section of `p`'s lock: every
+    /// access of a releaser to the slot ends before the last release consumes `p`, so
+    /// nothing touches the slot once it is consumed, and re-preparing it needs no lock
+    /// ([`SlotState::prepare`]). (One locked instruction per release, not two.)
     #[inline]
     pub fn release_ref(&self, p: TaskId, amount: u32, eng: &EngineShared) {
         let s = self.slot(p);
-        s.fanout_refcount.fetch_add(amount, AcqRel);
-        // If that was not the last reference, another releaser may consume `p` and the
-        // orchestrator reuse its slot before our check: then the check sees the new
-        // task (under its lock, so it only consumes it if that is due anyway).
-        self.check_consumed(p, eng);
-    }
-
-    /// CONSUMED check (under the slot lock) and watermark advance.
-    #[inline]
-    pub fn check_consumed(&self, id: TaskId, eng: &EngineShared) {
-        let s = self.slot(id);
         s.lock();
+        s.fanout_refcount
+            .store(s.fanout_refcount.load(Relaxed) + amount, Release);
         let consumed = s.try_consume_locked();
         s.unlock();
+        if consumed {
+            self.retired(p, eng);
+        }
+    }
+
+    /// `id` was just consumed: advance its ring's watermark, and wake the orchestrator
+    /// if it waits for space.
+    #[inline]
+    fn retired(&self, id: TaskId, eng: &EngineShared) {
         let ring = &self.rings[id.ring()];
-        if consumed && ring.advance() {
+        if ring.advance() {
             eng.progress
                 .notify_advance(|| ring.last_alive.load(Acquire) == ring.current.load(Acquire));
         }

@@ -6,6 +6,7 @@
 
 use crate::sync::Ordering::*;
 use crate::sync::{fence, AtomicUsize, Condvar, Mutex};
+use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
 /// Parking for idle cores. A waker that pushed work checks the sleepers after a SeqCst
@@ -29,12 +30,21 @@ pub struct Sleep {
     /// Parked cores, by queue index of their kind (then one per lane: see
     /// [`EngineShared::with_lanes`](super::EngineShared::with_lanes)).
     sleepers: Box<[AtomicUsize]>,
-    spinning: AtomicUsize,
-    /// Queue index (core kind) of the spinning core: pushes it cannot take still wake.
-    spinner_kind: AtomicUsize,
+    /// The spinning core (written as cores start and stop spinning, read by every
+    /// wake-up): a cache line of its own, away from the read-mostly fields.
+    spin: CachePadded<Spin>,
     m: Mutex<()>,
     /// One per queue index of the sleepers' kind (or lane).
     cv: Box<[Condvar]>,
+}
+
+/// The spinning idle core, if any ([`Sleep`]).
+#[derive(Default)]
+struct Spin {
+    /// Cores spinning (0 or 1).
+    spinning: AtomicUsize,
+    /// Queue index (core kind) of the spinning core: pushes it cannot take still wake.
+    kind: AtomicUsize,
 }
 
 impl Sleep {
@@ -42,8 +52,7 @@ impl Sleep {
     pub(crate) fn new(queues: usize) -> Sleep {
         Sleep {
             sleepers: (0..queues).map(|_| AtomicUsize::new(0)).collect(),
-            spinning: AtomicUsize::new(0),
-            spinner_kind: AtomicUsize::new(0),
+            spin: CachePadded::new(Spin::default()),
             m: Mutex::new(()),
             cv: (0..queues).map(|_| Condvar::new()).collect(),
         }
@@ -81,7 +90,8 @@ impl Sleep {
     /// Cores idle at this moment (parked or spinning; a hint: it may change at once).
     #[inline]
     pub(crate) fn idle(&self) -> usize {
-        self.sleepers.iter().map(|s| s.load(Relaxed)).sum::<usize>() + self.spinning.load(Relaxed)
+        self.sleepers.iter().map(|s| s.load(Relaxed)).sum::<usize>()
+            + self.spin.spinning.load(Relaxed)
     }
 
     /// Become the (one) spinning core, of queue index `kind`; false if another core
@@ -89,11 +99,12 @@ impl Sleep {
     #[inline]
     pub(crate) fn try_spin(&self, kind: usize) -> bool {
         if self
+            .spin
             .spinning
             .compare_exchange(0, 1, SeqCst, Relaxed)
             .is_ok()
         {
-            self.spinner_kind.store(kind, SeqCst);
+            self.spin.kind.store(kind, SeqCst);
             true
         } else {
             false
@@ -103,7 +114,7 @@ impl Sleep {
     /// Stop spinning (before looking at the queues one last time).
     #[inline]
     pub(crate) fn end_spin(&self) {
-        self.spinning.fetch_sub(1, SeqCst);
+        self.spin.spinning.fetch_sub(1, SeqCst);
         fence(SeqCst);
     }
 
@@ -111,10 +122,44 @@ impl Sleep {
     #[inline]
     pub(crate) fn wake_for(&self, kind: usize) {
         fence(SeqCst);
-        if self.spinning.load(Relaxed) > 0 && queue_takes(self.spinner_kind.load(Relaxed), kind) {
+        if self.spinner_takes(kind) {
             return;
         }
         self.wake_one(kind);
+    }
+
+    /// [`Sleep::wake_for`] for the queues of `mask` (bit `q`: queue index `q`) that
+    /// `queued(q)` says still hold a task. The queue is looked at last: only for a
+    /// queue whose task no spinner takes and some parked core could run (its head is
+    /// a line the popping cores write).
+    #[inline]
+    pub(crate) fn wake_for_mask(&self, mask: u64, queued: impl Fn(usize) -> bool) {
+        fence(SeqCst);
+        let mut m = mask;
+        while m != 0 {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if !self.spinner_takes(q) && self.any_runner_parked(q) && queued(q) {
+                self.wake_one(q);
+            }
+        }
+    }
+
+    /// Is a core spinning that can take a task of queue index `q`?
+    #[inline]
+    fn spinner_takes(&self, q: usize) -> bool {
+        self.spin.spinning.load(Relaxed) > 0 && queue_takes(self.spin.kind.load(Relaxed), q)
+    }
+
+    /// Is a core parked that can run a task of queue index `q`?
+    #[inline]
+    fn any_runner_parked(&self, q: usize) -> bool {
+        if q >= LANE0 {
+            return self.sleepers[q].load(Relaxed) > 0;
+        }
+        runners(q)
+            .iter()
+            .any(|&k| self.sleepers[k].load(Relaxed) > 0)
     }
 
     /// After a wake-up found its task: wake one more core for each queue of `nonempty`

@@ -206,9 +206,8 @@ impl EngineShared {
     #[inline]
     #[doc(hidden)]
     pub fn wake_for_queued(&self, mask: u64) {
-        queues_of(mask)
-            .filter(|&q| !self.queues[q].is_empty())
-            .for_each(|q| self.sleep.wake_for(q));
+        self.sleep
+            .wake_for_mask(mask, |q| !self.queues[q].is_empty());
     }
 
     /// Wake parked cores (work may be queued that a spinner cannot take).

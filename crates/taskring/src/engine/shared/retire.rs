@@ -5,10 +5,9 @@
 //! (`last_alive`) over the consumed prefix with [`RingShared::advance`] — combining, so
 //! nobody waits on a lock and no request is lost (argued at the function) — and wakes the
 //! orchestrator if it is waiting for space. A slot is only reused after the watermark
-//! passed it, and the orchestrator resets it (under its lock, [`RingShared::prepare`])
-//! before publishing the new id. A CONSUMED check may come late — after another releaser
-//! consumed the task and the slot was reused — and then looks at the new task, under the
-//! lock: it consumes it only if that is due anyway.
+//! passed it, and the orchestrator resets it ([`RingShared::prepare`], without the slot's
+//! lock: nothing touches a consumed task's slot, see [`SlotState::prepare`]) before
+//! publishing the new id.
 
 use super::slot::{SlotState, CONSUMED};
 use crate::engine::Payload;

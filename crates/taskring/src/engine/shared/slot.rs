@@ -97,12 +97,15 @@ impl SlotState {
 
     /// Prepare the slot for local id `local` (orchestrator; the slot is retired).
     ///
-    /// Under the lock: a thread that released a reference on the slot's previous task
-    /// may still be on its way into [`ArenaShared::check_consumed`](super::ArenaShared::check_consumed) (another thread
-    /// consumed the task meanwhile); its critical section must not overlap the reset.
+    /// No lock: every critical section of the slot's previous task happened before its
+    /// consumption (a releaser holds a reference until its release, which checks for
+    /// CONSUMED in the same critical section: [`ArenaShared::release_ref`](super::ArenaShared::release_ref);
+    /// a completion holds its own), and the consumption before the watermark passed the
+    /// slot, which the orchestrator acquired before reusing it. The stores reach the
+    /// cores with the task's publication.
     #[inline]
     pub fn prepare(&self, local: u32) {
-        self.lock();
+        self.touch_witness();
         self.state.store(PENDING, Relaxed);
         self.fanout_count.store(SCOPE_BIT, Relaxed);
         self.fanout_refcount.store(0, Relaxed);
@@ -110,7 +113,6 @@ impl SlotState {
         self.fanin_refcount.store(0, Relaxed);
         self.fanout_head.store(0, Relaxed);
         self.local.store(local, Relaxed);
-        self.unlock();
     }
 
     /// Mark an inline-completed task (an `alloc()`) COMPLETED (orchestrator, before
