@@ -561,6 +561,20 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
+    /// A submit's look at the wake-up debt: paid ([`Orchestrator::pay_wakes`]) only when
+    /// a core that could take one of the owed tasks is parked; otherwise kept for a
+    /// later look. The look is plain loads of the parked-core counts (lines the cores
+    /// write only when they park or wake), no fence: a core parking at this very moment
+    /// may not be seen yet, and is seen by a later look — the next submit's, or the
+    /// fenced payment of a wait for space, the end of the program or the drop.
+    #[inline(always)]
+    pub(super) fn look_at_wakes(&self) {
+        let debt = self.wake_debt.get();
+        if debt != 0 && self.eng.parked_for(debt) {
+            self.pay_wakes();
+        }
+    }
+
     /// Owe a wake-up for the queues of `mask` (a ready push just made).
     #[inline(always)]
     pub(super) fn owe_wakes(&self, mask: u64) {
@@ -868,8 +882,8 @@ impl<'r> Orchestrator<'r> {
         tensors: &mut [Tensor],
         scope_total: u64,
     ) -> Result<u64, RuntimeFailure> {
-        // As `submit_impl`: the last submit's owed wake-up is paid now.
-        self.pay_wakes();
+        // As `submit_impl`: the last submits' owed wake-up is looked at now.
+        self.look_at_wakes();
         self.check_fatal()?;
         // Before waiting for space: the previous submit's claims must not look like
         // claims of this one (`head_pinned`).

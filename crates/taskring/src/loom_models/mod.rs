@@ -1,12 +1,13 @@
 //! Model checks of the concurrent core under loom (a separate build with `--cfg loom`,
 //! `make test-loom`): the ring/completion core (`ring`), the chip's abort handshake
-//! (`chip`), the mailbox's wake-up elision (`mailbox`) and idle cores parking and waking
-//! (`park`). They drive the crate's own code (its `sync` facade is loom's in this build),
+//! (`chip`), the mailbox's wake-up elision (`mailbox`), idle cores parking and waking
+//! (`park`) and the orchestrator's own ready ring (`queue`). They drive the crate's own code (its `sync` facade is loom's in this build),
 //! so they live inside the crate.
 //!
 mod chip;
 mod mailbox;
 mod park;
+mod queue;
 mod ring;
 
 /// Check `f` in every interleaving loom explores within preemption bound `bound`.

@@ -1,6 +1,6 @@
 //! loom model of idle cores parking and waking (`engine::shared::park::Sleep`, reached
 //! through the real `EngineShared`: `push_queue`, `push_queue_quiet` +
-//! `wake_for_queues` or `wake_for_queued`, `try_spin` / `end_spin`, `park_queue_or`,
+//! `wake_for_queues`, or `push_owned_quiet` + `parked_for` / `wake_for_queued`, `try_spin` / `end_spin`, `park_queue_or`,
 //! `pass_on`; queues of the three core kinds and of lanes, `EngineShared::with_lanes`).
 //!
 //! Run (release):
@@ -22,8 +22,8 @@
 //! What is checked: (1) every pushed task is taken, exactly once, by a core that can run
 //! it — each push wakes one sleeper only (of the task's kind, else of kind `Any`), a
 //! batch pushed with one wake-up per queue is passed on by the cores it wakes, and
-//! wake-ups owed as an orchestrator owes them (`Orchestrator::wake_debt`: paid at the
-//! next push, only for queues still holding a task) reach every task; (2) no wake-up is lost
+//! wake-ups owed as an orchestrator owes them (`Orchestrator::wake_debt`: looked at
+//! without a fence at the next push, paid with one at the end) reach every task; (2) no wake-up is lost
 //! whatever the interleaving (else the pusher's wait for its tasks never ends).
 //! Leaving out the replica's wake-up after an empty spin makes loom report a deadlock (a
 //! push read a stale `spinner_kind` and skipped the only core that could run its task).
@@ -120,8 +120,9 @@ enum Push {
     /// One batch, one wake-up per queue (`push_ready_quiet` + `wake_for_queues`).
     Batch,
     /// The orchestrator's owed wake-ups (`Orchestrator::wake_debt`): each push is
-    /// quiet, its wake-up paid at the next push (and after the last) and only if its
-    /// queue still holds a task (`wake_for_queued`).
+    /// quiet (`push_owned_quiet`); at the next push the debt is paid if a core that
+    /// could take an owed task is seen parked (`parked_for`, no fence), else kept; after
+    /// the last push it is paid (`wake_for_queued`: only for queues still holding a task).
     Owed,
 }
 
@@ -158,8 +159,13 @@ fn scenario(cores: &'static [usize], tasks: &'static [usize], push: Push) {
         Push::Owed => {
             let mut debt = 0;
             for (i, &k) in tasks.iter().enumerate() {
-                eng.wake_for_queued(std::mem::take(&mut debt));
-                debt |= eng.push_queue_quiet(TaskId(i as u64), k);
+                // `Orchestrator::look_at_wakes`: paid only if a core that could take an
+                // owed task is seen parked (a plain look), else kept.
+                if debt != 0 && eng.parked_for(debt) {
+                    eng.wake_for_queued(std::mem::take(&mut debt));
+                }
+                // safety: this thread is the only one pushing this way.
+                debt |= unsafe { eng.push_owned_quiet(TaskId(i as u64), k) };
             }
             eng.wake_for_queued(debt);
         }

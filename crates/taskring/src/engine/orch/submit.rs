@@ -249,8 +249,9 @@ impl<'r> Orchestrator<'r> {
         args: &TaskArgs,
         inline_complete: bool,
     ) -> Result<TaskOutputs, RuntimeFailure> {
-        // The last submit's ready push woke nobody yet (`wake_debt`): now it does.
-        self.pay_wakes();
+        // The last submits' ready pushes woke nobody yet (`wake_debt`): now they do, if
+        // a core that could take them is parked.
+        self.look_at_wakes();
         self.check_fatal()?;
         if self.dry.is_some() {
             return self.count_dry(args);
@@ -680,7 +681,10 @@ impl<'r> Orchestrator<'r> {
         );
         if ready {
             // The wake-up is owed, not made: see `Orchestrator::wake_debt`.
-            self.owe_wakes(self.eng.push_queue_quiet(id, task.queue as usize));
+            // safety: the orchestrator of the engine's run is the one thread that
+            // submits (runs of an engine do not overlap).
+            let bit = unsafe { self.eng.push_owned_quiet(id, task.queue as usize) };
+            self.owe_wakes(bit);
         }
     }
 }

@@ -9,6 +9,7 @@
 //! | `completion.rs` | [`ArenaShared`]: claims, links, reference release, the completion of a task | reference accounting, completion steps 1–3, claim vs consume |
 //! | `fanin.rs` | the orchestrator's side for one task's fan-in: [`claim_fanin`], [`write_fanin_record`], [`wire_and_publish`] (submit steps 4, 6 and 7) | the order of claims, record, links, WAIT-only releases and the `+1` |
 //! | `ready.rs` | [`EngineShared`]: the ready queues per core kind, the run's failure latch | ready exactly once, then queued |
+//! | `owner_ring.rs` | [`owner_ring::OwnerRing`]: the orchestrator's own part of a ready queue (one producer, plain stores) | each entry taken once |
 //! | `park.rs` | [`Sleep`] (idle cores) and [`Progress`] (the orchestrator waiting for space) | no lost wake-up |
 //!
 //! Per ring ([`RingShared`]): the slot table, the payload table (what a task runs with),
@@ -33,6 +34,7 @@
 
 mod completion;
 mod fanin;
+pub(crate) mod owner_ring;
 mod park;
 mod ready;
 mod retire;

@@ -129,17 +129,25 @@ impl Sleep {
     }
 
     /// [`Sleep::wake_for`] for the queues of `mask` (bit `q`: queue index `q`) that
-    /// `queued(q)` says still hold a task. The queue is looked at last: only for a
-    /// queue whose task no spinner takes and some parked core could run (its head is
-    /// a line the popping cores write).
+    /// `queued(q)` says still hold a task: the caller pushed to them earlier, and a
+    /// queue empty since then was taken from — nobody to wake for it, and no fence
+    /// either (the common case while a core spins). A stale look cannot say "empty"
+    /// wrongly: the caller's own push is in what it reads.
     #[inline]
     pub(crate) fn wake_for_mask(&self, mask: u64, queued: impl Fn(usize) -> bool) {
-        fence(SeqCst);
         let mut m = mask;
+        let mut fenced = false;
         while m != 0 {
             let q = m.trailing_zeros() as usize;
             m &= m - 1;
-            if !self.spinner_takes(q) && self.any_runner_parked(q) && queued(q) {
+            if !queued(q) {
+                continue;
+            }
+            if !fenced {
+                fence(SeqCst);
+                fenced = true;
+            }
+            if !self.spinner_takes(q) && self.any_runner_parked(q) {
                 self.wake_one(q);
             }
         }
@@ -149,6 +157,21 @@ impl Sleep {
     #[inline]
     fn spinner_takes(&self, q: usize) -> bool {
         self.spin.spinning.load(Relaxed) > 0 && queue_takes(self.spin.kind.load(Relaxed), q)
+    }
+
+    /// Is a core parked that can run a task of one of the queues of `mask` (bit `q`:
+    /// queue index `q`)? Plain loads, no fence: a hint.
+    #[inline]
+    pub(crate) fn parked_for(&self, mask: u64) -> bool {
+        let mut m = mask;
+        while m != 0 {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.any_runner_parked(q) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Is a core parked that can run a task of queue index `q`?

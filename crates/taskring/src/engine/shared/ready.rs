@@ -7,6 +7,8 @@
 //! pushes it; the push is the release that carries the task's payload to the core that
 //! pops it.
 
+#[cfg(not(loom))]
+use super::owner_ring::OwnerRing;
 use super::park::{Progress, Sleep, LANE0};
 use crate::kernel::CoreKind;
 use crate::sync::Ordering::*;
@@ -47,30 +49,49 @@ pub struct EngineShared {
     long_parked: AtomicUsize,
 }
 
-/// A ready queue: lock-free `SegQueue` normally; under loom (which cannot see inside
-/// crossbeam) a mutex-protected deque, so that a push/pop pair is a modelled
-/// happens-before edge.
+/// A ready queue: lock-free normally; under loom (which cannot see inside crossbeam) a
+/// mutex-protected deque, so that a push/pop pair is a modelled happens-before edge.
+///
+/// Two parts: the orchestrator's own ring ([`OwnerRing`], pushed by
+/// [`ReadyQueue::push_owned`]: the one thread that submits) and a `SegQueue` for every
+/// other push (completions on the cores, the orchestrator's when its ring is full). A pop
+/// takes from the ring first. The ring's push is two plain stores, no locked
+/// instruction: a submit that makes its task ready at once (the usual case when each
+/// task's producers finished before it was submitted) then waits for no cache line the
+/// cores hold.
 #[cfg(not(loom))]
 #[derive(Default)]
-struct ReadyQueue(crossbeam_queue::SegQueue<u64>);
+struct ReadyQueue {
+    own: OwnerRing,
+    shared: crossbeam_queue::SegQueue<u64>,
+}
 
 #[cfg(not(loom))]
 impl ReadyQueue {
     #[inline]
     fn push(&self, v: u64) {
-        self.0.push(v)
+        self.shared.push(v)
+    }
+    /// # Safety
+    /// Only one thread at a time pushes this way (the orchestrator of the engine's run).
+    #[inline]
+    unsafe fn push_owned(&self, v: u64) {
+        // safety: the caller's contract.
+        if !unsafe { self.own.push(v) } {
+            self.shared.push(v)
+        }
     }
     #[inline]
     fn pop(&self) -> Option<u64> {
-        self.0.pop()
+        self.own.pop().or_else(|| self.shared.pop())
     }
     #[inline]
     fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.own.is_empty() && self.shared.is_empty()
     }
     #[inline]
     fn len(&self) -> usize {
-        self.0.len()
+        self.own.len() + self.shared.len()
     }
 }
 
@@ -82,6 +103,9 @@ struct ReadyQueue(Mutex<std::collections::VecDeque<u64>>);
 impl ReadyQueue {
     fn push(&self, v: u64) {
         self.0.lock().push_back(v)
+    }
+    unsafe fn push_owned(&self, v: u64) {
+        self.push(v)
     }
     fn pop(&self) -> Option<u64> {
         self.0.lock().pop_front()
@@ -193,6 +217,20 @@ impl EngineShared {
         1 << q
     }
 
+    /// [`EngineShared::push_queue_quiet`] by the orchestrator: into the queue's ring of
+    /// the one submitting thread (no locked instruction; the shared queue when it is
+    /// full).
+    ///
+    /// # Safety
+    /// Only one thread at a time calls this on an engine (its run's orchestrator; calls
+    /// of successive runs are ordered by the runs' start and end).
+    #[inline]
+    pub(crate) unsafe fn push_owned_quiet(&self, id: TaskId, q: usize) -> u64 {
+        // safety: the caller's contract.
+        unsafe { self.queues[q].push_owned(id.0) };
+        1 << q
+    }
+
     /// Wake for the queues of `mask` (bits from [`EngineShared::push_ready_quiet`]).
     #[inline]
     #[doc(hidden)]
@@ -208,6 +246,13 @@ impl EngineShared {
     pub fn wake_for_queued(&self, mask: u64) {
         self.sleep
             .wake_for_mask(mask, |q| !self.queues[q].is_empty());
+    }
+
+    /// Is a core parked that could take a task of one of the queues of `mask`? Plain
+    /// loads, no fence: a hint (see `Orchestrator::look_at_wakes`).
+    #[inline]
+    pub(crate) fn parked_for(&self, mask: u64) -> bool {
+        self.sleep.parked_for(mask)
     }
 
     /// Wake parked cores (work may be queued that a spinner cannot take).
