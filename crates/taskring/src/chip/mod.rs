@@ -316,6 +316,8 @@ impl ChipWorker {
             direct_quiet: std::sync::atomic::AtomicU8::new(0),
             thieves: core::Thieves::new(1 + cores),
         });
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        shared.eng.set_cpu_share(cores, cpus);
         // Slot 0 of the thieves: the orchestrator's deque (it helps direct replays).
         let (direct_local, stealer) = core::DirectLocal::new(0);
         shared.thieves.set(0, stealer);

@@ -159,10 +159,30 @@ impl fmt::Display for ArgError {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum ArgTensor {
-    Existing(ArgTag, Tensor),
-    Spec(TensorSpec),
+/// How a tensor argument was added: an existing tensor with its direction, or the spec
+/// of an output the runtime allocates (kept in the argument's tensor entry: its shape,
+/// rank and dtype; the rest of that entry is zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ArgKind {
+    Existing(ArgTag),
+    Spec,
+}
+
+/// The entry of an output spec in [`TaskArgs`]'s tensor array.
+#[inline(always)]
+fn spec_entry(spec: &TensorSpec) -> Tensor {
+    Tensor {
+        addr: 0,
+        buf_bytes: 0,
+        offset: 0,
+        owner: TaskId::INVALID,
+        shape: spec.shape,
+        strides: [0; crate::tensor::MAX_DIMS],
+        ndims: spec.ndims,
+        dtype: spec.dtype,
+        version: 0,
+        manual_dep: false,
+    }
 }
 
 /// The arguments of one task, built without heap allocation. Misuse is recorded and
@@ -204,7 +224,12 @@ pub(crate) enum ArgTensor {
 /// ```
 #[derive(Clone)]
 pub struct TaskArgs {
-    tensors: [MaybeUninit<ArgTensor>; MAX_TASK_TENSORS],
+    /// The tensors (an output spec's shape, rank and dtype: `spec_entry`), and beside
+    /// them how each was added. Two arrays, not one of an enum: a tensor is then stored
+    /// with one plain copy (an enum around it was built on the stack and copied again
+    /// with loads that straddled the stores just made, a stall on every argument).
+    tensors: [MaybeUninit<Tensor>; MAX_TASK_TENSORS],
+    kinds: [MaybeUninit<ArgKind>; MAX_TASK_TENSORS],
     n_tensors: usize,
     scalars: [MaybeUninit<u64>; MAX_TASK_SCALARS],
     n_scalars: usize,
@@ -246,11 +271,27 @@ unsafe fn init_prefix<T>(a: &[MaybeUninit<T>], n: usize) -> &[T] {
 }
 
 impl TaskArgs {
-    /// The tensors added so far, in argument order.
+    /// How each tensor argument so far was added, in argument order.
     #[inline]
-    pub(crate) fn tensors(&self) -> &[ArgTensor] {
+    pub(crate) fn kinds(&self) -> &[ArgKind] {
         // safety: push_tensor initialises entry n_tensors before incrementing it.
+        unsafe { init_prefix(&self.kinds, self.n_tensors) }
+    }
+    /// The tensor entries so far, in argument order (an output spec's: `spec_entry`).
+    #[inline]
+    pub(crate) fn tensor_entries(&self) -> &[Tensor] {
+        // safety: as for `kinds`.
         unsafe { init_prefix(&self.tensors, self.n_tensors) }
+    }
+    /// The spec of tensor argument `i`, an output spec ([`ArgKind::Spec`]).
+    #[inline]
+    pub(crate) fn spec_at(&self, i: usize) -> TensorSpec {
+        let t = &self.tensor_entries()[i];
+        TensorSpec {
+            shape: t.shape,
+            ndims: t.ndims,
+            dtype: t.dtype,
+        }
     }
     /// The scalars added so far (bit patterns).
     #[inline]
@@ -271,18 +312,21 @@ impl TaskArgs {
     pub fn new() -> TaskArgs {
         TaskArgs::default()
     }
+    #[cold]
     fn record(&mut self, e: ArgError) {
         if self.error.is_none() {
             self.error = Some(e);
         }
     }
-    fn push_tensor(&mut self, t: ArgTensor) -> &mut Self {
+    #[inline]
+    fn push_tensor(&mut self, kind: ArgKind, t: &Tensor) -> &mut Self {
         if self.n_scalars > 0 {
             self.record(ArgError::TensorAfterScalar);
         } else if self.n_tensors == MAX_TASK_TENSORS {
             self.record(ArgError::TooManyTensors);
         } else {
-            self.tensors[self.n_tensors] = MaybeUninit::new(t);
+            self.tensors[self.n_tensors].write(*t);
+            self.kinds[self.n_tensors].write(kind);
             self.n_tensors += 1;
         }
         self
@@ -290,36 +334,44 @@ impl TaskArgs {
     /// A tensor with an explicit tag. With [`ArgTag::Output`] only `t`'s shape and dtype
     /// count: the runtime allocates a new buffer of that shape, as for
     /// [`TaskArgs::output`] (`t`'s address, strides and offset are not used).
+    #[inline]
     pub fn tensor(&mut self, tag: ArgTag, t: Tensor) -> &mut Self {
         if tag == ArgTag::Output {
-            return self.push_tensor(ArgTensor::Spec(TensorSpec {
+            return self.output(TensorSpec {
                 shape: t.shape,
                 ndims: t.ndims,
                 dtype: t.dtype,
-            }));
+            });
         }
-        self.push_tensor(ArgTensor::Existing(tag, t))
+        self.push_tensor(ArgKind::Existing(tag), &t)
     }
+    #[inline]
     pub fn input(&mut self, t: Tensor) -> &mut Self {
         self.tensor(ArgTag::Input, t)
     }
+    #[inline]
     pub fn inout(&mut self, t: Tensor) -> &mut Self {
         self.tensor(ArgTag::Inout, t)
     }
+    #[inline]
     pub fn output_existing(&mut self, t: Tensor) -> &mut Self {
         self.tensor(ArgTag::OutputExisting, t)
     }
+    #[inline]
     pub fn no_dep(&mut self, t: Tensor) -> &mut Self {
         self.tensor(ArgTag::NoDep, t)
     }
     /// A runtime-allocated output (tag OUTPUT).
+    #[inline]
     pub fn output(&mut self, spec: TensorSpec) -> &mut Self {
-        self.push_tensor(ArgTensor::Spec(spec))
+        self.push_tensor(ArgKind::Spec, &spec_entry(&spec))
     }
+    #[inline]
     pub fn scalar(&mut self, s: Scalar) -> &mut Self {
         self.scalar_raw(s.bits(), matches!(s, Scalar::F64(_)))
     }
     /// A scalar as a bit pattern; `is_float`: the bits are an `f64`'s, else an `i64`'s.
+    #[inline]
     pub fn scalar_raw(&mut self, bits: u64, is_float: bool) -> &mut Self {
         if self.n_scalars == MAX_TASK_SCALARS {
             self.record(ArgError::TooManyScalars);
@@ -334,10 +386,12 @@ impl TaskArgs {
     }
     /// Explicit dependency: wait for `id` and keep its outputs alive until this task
     /// is released (WAIT | RETAIN).
+    #[inline]
     pub fn dep(&mut self, id: TaskId) -> &mut Self {
         self.dep_flags(id, shared::DEP_WAIT | shared::DEP_RETAIN)
     }
     /// Explicit ordering-only dependency (WAIT).
+    #[inline]
     pub fn dep_wait(&mut self, id: TaskId) -> &mut Self {
         self.dep_flags(id, shared::DEP_WAIT)
     }

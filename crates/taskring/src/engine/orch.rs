@@ -849,8 +849,9 @@ impl<'r> Orchestrator<'r> {
             ring as u8,
             self.st.rings[ring].next.wrapping_add(d.counted as u32),
         ));
-        for a in args.tensors() {
-            if let ArgTensor::Spec(s) = a {
+        for (i, &kind) in args.kinds().iter().enumerate() {
+            if kind == ArgKind::Spec {
+                let s = args.spec_at(i);
                 let nd = s.ndims as usize;
                 if nd == 0 || nd > MAX_DIMS {
                     // (A real submit would fail here: stop counting.)

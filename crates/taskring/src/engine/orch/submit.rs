@@ -28,7 +28,7 @@ use super::{Blocked, PREFETCH_AHEAD};
 use crate::engine::ring::{align_output, OUTPUT_ALIGN_BYTES};
 use crate::engine::shared::{self, DEP_RETAIN, DEP_WAIT};
 use crate::engine::{
-    ArgTag, ArgTensor, KernelRef, RuntimeFailure, TaskArgs, TensorSpec, FANIN_INLINE,
+    ArgKind, ArgTag, KernelRef, RuntimeFailure, TaskArgs, TensorSpec, FANIN_INLINE,
     MAX_TASK_TENSORS,
 };
 use crate::tensor::{TaskId, Tensor, TensorError, MAX_DIMS};
@@ -97,14 +97,14 @@ impl CanonicalArgs {
 /// The canonical group of a tensor argument: 0 inputs, 1 inouts, 2 outputs (OUTPUT,
 /// OUTPUT_EXISTING), 3 no_dep.
 #[inline(always)]
-fn canonical_group(a: &ArgTensor) -> u8 {
+fn canonical_group(a: ArgKind) -> u8 {
     match a {
-        ArgTensor::Existing(ArgTag::Input, _) => 0,
-        ArgTensor::Existing(ArgTag::Inout, _) => 1,
-        ArgTensor::Existing(ArgTag::OutputExisting, _) | ArgTensor::Spec(_) => 2,
+        ArgKind::Existing(ArgTag::Input) => 0,
+        ArgKind::Existing(ArgTag::Inout) => 1,
+        ArgKind::Existing(ArgTag::OutputExisting) | ArgKind::Spec => 2,
         // (`TaskArgs::tensor` turns a tensor tagged OUTPUT into a spec.)
-        ArgTensor::Existing(ArgTag::Output, _) => 2,
-        ArgTensor::Existing(ArgTag::NoDep, _) => 3,
+        ArgKind::Existing(ArgTag::Output) => 2,
+        ArgKind::Existing(ArgTag::NoDep) => 3,
     }
 }
 
@@ -112,11 +112,11 @@ fn canonical_group(a: &ArgTensor) -> u8 {
 /// stable (argument order within a group). Most submits list their arguments in
 /// canonical order already: then `order` is the identity and nothing is sorted.
 #[inline(always)]
-fn canonical_order(argv: &[ArgTensor], order: &mut [u8; MAX_TASK_TENSORS]) {
+fn canonical_order(argv: &[ArgKind], order: &mut [u8; MAX_TASK_TENSORS]) {
     let mut group = [0u8; MAX_TASK_TENSORS];
     let mut count = [0usize; 4];
     let mut sorted = true;
-    for (i, a) in argv.iter().enumerate() {
+    for (i, &a) in argv.iter().enumerate() {
         let g = canonical_group(a);
         sorted &= i == 0 || g >= group[i - 1];
         group[i] = g;
@@ -336,17 +336,19 @@ impl<'r> Orchestrator<'r> {
         alloc: bool,
         c: &mut CanonicalArgs,
     ) -> Result<(), RuntimeFailure> {
-        let argv = args.tensors();
-        canonical_order(argv, &mut c.order);
-        for k in 0..argv.len() {
-            let a = &argv[c.order[k] as usize];
+        let kinds = args.kinds();
+        let entries = args.tensor_entries();
+        canonical_order(kinds, &mut c.order);
+        for k in 0..kinds.len() {
+            let i = c.order[k] as usize;
             let n = c.n;
-            let tag = match a {
-                ArgTensor::Existing(tag, t) => {
-                    c.tensors[n].write(*t);
-                    *tag
+            let tag = match kinds[i] {
+                ArgKind::Existing(tag) => {
+                    c.tensors[n].write(entries[i]);
+                    tag
                 }
-                ArgTensor::Spec(s) => {
+                ArgKind::Spec => {
+                    let s = &args.spec_at(i);
                     if !output_spec_ok(s) {
                         let e = output_spec_error(s).unwrap_or_default();
                         return Err(self.invalid(ring, format!("{what}: tensor {n} (OUTPUT): {e}")));
@@ -362,7 +364,7 @@ impl<'r> Orchestrator<'r> {
                     self.invalid(ring, "alloc(): only runtime-allocated outputs are allowed")
                 );
             }
-            if matches!(a, ArgTensor::Existing(..)) {
+            if matches!(kinds[i], ArgKind::Existing(..)) {
                 if let Err(e) = t.validate() {
                     let name = tag.name();
                     return Err(self.invalid(ring, format!("{what}: tensor {n} ({name}): {e}")));
@@ -694,11 +696,11 @@ mod tests {
     use super::*;
     use crate::tensor::DType;
 
-    fn input() -> ArgTensor {
-        ArgTensor::Existing(ArgTag::Input, Tensor::from_raw(0x1000, &[4], DType::F32))
+    fn input() -> ArgKind {
+        ArgKind::Existing(ArgTag::Input)
     }
-    fn tagged(tag: ArgTag) -> ArgTensor {
-        ArgTensor::Existing(tag, Tensor::from_raw(0x2000, &[4], DType::F32))
+    fn tagged(tag: ArgTag) -> ArgKind {
+        ArgKind::Existing(tag)
     }
     fn spec(shape: &[u32]) -> TensorSpec {
         TensorSpec {
@@ -711,7 +713,7 @@ mod tests {
             dtype: DType::F32,
         }
     }
-    fn order_of(argv: &[ArgTensor]) -> Vec<u8> {
+    fn order_of(argv: &[ArgKind]) -> Vec<u8> {
         let mut order = [0xff; MAX_TASK_TENSORS];
         canonical_order(argv, &mut order);
         order[..argv.len()].to_vec()
@@ -723,7 +725,7 @@ mod tests {
             input(),
             input(),
             tagged(ArgTag::Inout),
-            ArgTensor::Spec(spec(&[2])),
+            ArgKind::Spec,
             tagged(ArgTag::OutputExisting),
             tagged(ArgTag::NoDep),
         ];
@@ -736,12 +738,12 @@ mod tests {
         // no_dep, output, inout, input, output_existing, input, spec
         let argv = [
             tagged(ArgTag::NoDep),
-            ArgTensor::Spec(spec(&[1])),
+            ArgKind::Spec,
             tagged(ArgTag::Inout),
             input(),
             tagged(ArgTag::OutputExisting),
             input(),
-            ArgTensor::Spec(spec(&[3])),
+            ArgKind::Spec,
         ];
         // inputs 3, 5; inout 2; outputs in argument order 1, 4, 6; no_dep 0.
         assert_eq!(order_of(&argv), [3, 5, 2, 1, 4, 6, 0]);

@@ -159,6 +159,12 @@ impl Sleep {
         self.spin.spinning.load(Relaxed) > 0 && queue_takes(self.spin.kind.load(Relaxed), q)
     }
 
+    /// Cores parked at this moment (a hint).
+    #[inline]
+    pub(crate) fn parked(&self) -> usize {
+        self.sleepers.iter().map(|s| s.load(Relaxed)).sum()
+    }
+
     /// Is a core parked that can run a task of one of the queues of `mask` (bit `q`:
     /// queue index `q`)? Plain loads, no fence: a hint.
     #[inline]

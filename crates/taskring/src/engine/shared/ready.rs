@@ -47,6 +47,11 @@ pub struct EngineShared {
     run_open: AtomicBool,
     /// Cores in a long park ([`EngineShared::park_queue_long`]): opening a run wakes them.
     long_parked: AtomicUsize,
+    /// The cores' threads and the CPUs they share with the orchestrator
+    /// ([`EngineShared::set_cpu_share`]): while it submits, the orchestrator wakes a
+    /// parked core only if fewer than `awake_cap` cores are awake.
+    cores: AtomicUsize,
+    awake_cap: AtomicUsize,
 }
 
 /// A ready queue: lock-free normally; under loom (which cannot see inside crossbeam) a
@@ -178,6 +183,8 @@ impl EngineShared {
             unbounded: CachePadded::new(AtomicBool::new(false)),
             run_open: AtomicBool::new(false),
             long_parked: AtomicUsize::new(0),
+            cores: AtomicUsize::new(0),
+            awake_cap: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -248,11 +255,26 @@ impl EngineShared {
             .wake_for_mask(mask, |q| !self.queues[q].is_empty());
     }
 
-    /// Is a core parked that could take a task of one of the queues of `mask`? Plain
-    /// loads, no fence: a hint (see `Orchestrator::look_at_wakes`).
+    /// Is a core parked that could take a task of one of the queues of `mask`, and may a
+    /// submitting orchestrator wake it ([`EngineShared::set_cpu_share`])? Plain loads, no
+    /// fence: a hint (see `Orchestrator::look_at_wakes`).
     #[inline]
     pub(crate) fn parked_for(&self, mask: u64) -> bool {
         self.sleep.parked_for(mask)
+            && self.cores.load(Relaxed).saturating_sub(self.sleep.parked())
+                < self.awake_cap.load(Relaxed)
+    }
+
+    /// `cores` core threads run on a machine of `cpus` CPUs, beside the orchestrator.
+    /// While the orchestrator submits it takes one CPU, so it wakes a parked core only
+    /// while fewer than `cpus - 1` cores (at least 1) are awake: a core woken beyond
+    /// that would share a CPU with a core or with the orchestrator, and on a 2-CPU
+    /// machine a chain's next task is taken by the one awake core as soon as it is
+    /// done. When the orchestrator stops submitting (a wait for space, the end of the
+    /// program) it pays what it owes regardless.
+    pub fn set_cpu_share(&self, cores: usize, cpus: usize) {
+        self.cores.store(cores, Relaxed);
+        self.awake_cap.store(cpus.saturating_sub(1).max(1), Relaxed);
     }
 
     /// Wake parked cores (work may be queued that a spinner cannot take).
