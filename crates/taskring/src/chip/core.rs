@@ -108,6 +108,7 @@ const IDLE_CORES_SPIN: SpinThenPark = SpinThenPark {
     checks: 999,
     spin_checks: 99,
     yield_every: 0,
+    backoff: 1,
 };
 /// The settle's sleep between two looks at the cores after its spin phase.
 const IDLE_CORES_SLEEP: Duration = Duration::from_micros(200);
@@ -591,9 +592,9 @@ enum Step {
     Abandoned,
 }
 
-/// A core's idle protocol: one core at a time may spin (bounded; a yield every 32
-/// checks so the orchestrator is not starved on small machines), the others park at
-/// once. While a core spins, pushes skip the wake-up syscall (see `Sleep`).
+/// A core's idle protocol: one core at a time may spin (bounded, backing off; yields
+/// every 32 checks so the orchestrator is not starved on small machines), the others
+/// park at once. While a core spins, pushes skip the wake-up syscall (see `Sleep`).
 #[derive(Default)]
 struct Idle {
     /// Empty looks at the queues since the core last held a task.
@@ -608,11 +609,14 @@ struct Idle {
 
 impl Idle {
     /// The spinning core's looks at the queues before it parks (fewer than `checks`:
-    /// the look that ends the phase is the one that gives up), a yield on every 32nd.
+    /// the look that ends the phase is the one that gives up), backing off to 32 spin
+    /// hints between looks, and yielding on every 32nd (up to 32 times). B3's
+    /// independent tasks ran in 0.6–0.7× the time of one hint per look and 2048 looks.
     const SPIN: SpinThenPark = SpinThenPark {
-        checks: 2048,
+        checks: 256,
         spin_checks: u32::MAX,
         yield_every: 32,
+        backoff: 32,
     };
     /// A core in a long park looks again after this long even without a wake-up.
     const PARK: Duration = Duration::from_millis(100);

@@ -317,7 +317,7 @@ impl ChipWorker {
             thieves: core::Thieves::new(1 + cores),
         });
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        shared.eng.set_cpu_share(cores, cpus);
+        shared.eng.set_cpu_share(&kinds, cpus);
         // Slot 0 of the thieves: the orchestrator's deque (it helps direct replays).
         let (direct_local, stealer) = core::DirectLocal::new(0);
         shared.thieves.set(0, stealer);

@@ -657,6 +657,7 @@ const RETIRE_SPIN: SpinThenPark = SpinThenPark {
     checks: 40,
     spin_checks: 32,
     yield_every: 0,
+    backoff: 1,
 };
 
 /// How a direct replay's caller waits before it parks: a short replay is over within
@@ -666,6 +667,7 @@ const DIRECT_SPIN: SpinThenPark = SpinThenPark {
     checks: 2000,
     spin_checks: u32::MAX,
     yield_every: 16,
+    backoff: 1,
 };
 
 /// Wait until every ring's watermark reached its last submitted task (or a failure,

@@ -11,9 +11,10 @@
 //! (`core::IDLE_CORES_SPIN`), the mailbox's and the node's waits
 //! (`node::mailbox::MAILBOX_SPIN`).
 
-/// A spin phase: `checks` looks at a condition, and between two looks a pause — a spin
-/// hint for the first `spin_checks` pauses, a yield after them, and a yield on every
-/// `yield_every`-th pause (0: never).
+/// A spin phase: `checks` looks at a condition, and between two looks a pause — spin
+/// hints for the first `spin_checks` pauses, yields after them, and yields on every
+/// `yield_every`-th pause (0: never). Pause `n` is `min(n, backoff)` hints or yields: a
+/// waiter that has looked long looks less often.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SpinThenPark {
     /// Looks at the condition before the waiter parks.
@@ -22,6 +23,12 @@ pub(crate) struct SpinThenPark {
     pub spin_checks: u32,
     /// Yield on every this many pauses (0: only after `spin_checks`).
     pub yield_every: u32,
+    /// Most spin hints (or yields) in one pause (1: one per pause). A core waiting for
+    /// work backs off: every look at the ready queues reads lines the orchestrator
+    /// writes with each push, and a look per hint made every push wait for those lines;
+    /// and where threads outnumber CPUs its yields give the thread it waits for
+    /// several turns.
+    pub backoff: u32,
 }
 
 impl SpinThenPark {
@@ -29,9 +36,13 @@ impl SpinThenPark {
     #[inline]
     pub(crate) fn pause(&self, n: u32) {
         if n > self.spin_checks || (self.yield_every != 0 && n.is_multiple_of(self.yield_every)) {
-            std::thread::yield_now();
+            for _ in 0..n.clamp(1, self.backoff.max(1)) {
+                std::thread::yield_now();
+            }
         } else {
-            std::hint::spin_loop();
+            for _ in 0..n.clamp(1, self.backoff.max(1)) {
+                std::hint::spin_loop();
+            }
         }
     }
 
@@ -59,6 +70,7 @@ mod tests {
             checks: 10,
             spin_checks: 4,
             yield_every: 3,
+            backoff: 1,
         };
         let mut looks = 0;
         assert!(!p.spin(|| {

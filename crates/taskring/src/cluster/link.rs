@@ -47,6 +47,7 @@ const WAIT_SPIN: crate::chip::spin::SpinThenPark = crate::chip::spin::SpinThenPa
     checks: 600,
     spin_checks: 50,
     yield_every: 0,
+    backoff: 1,
 };
 /// Longest sleep of a dispatch thread waiting for its reply.
 const REPLY_MAX_SLEEP: Duration = Duration::from_millis(1);

@@ -124,6 +124,11 @@ enum Push {
     /// could take an owed task is seen parked (`parked_for`, no fence), else kept; after
     /// the last push it is paid (`wake_for_queued`: only for queues still holding a task).
     Owed,
+    /// [`Push::Owed`] on an engine whose cores share 2 CPUs with the orchestrator
+    /// (`set_cpu_share`): the looks at the debt wake a core only while none is awake
+    /// (or none awake can run the task); the payment after the last push is fenced and
+    /// not limited.
+    Shared,
 }
 
 /// Cores of `cores` kinds; the main thread pushes `tasks` (woken as `push` says), waits
@@ -156,7 +161,14 @@ fn scenario(cores: &'static [usize], tasks: &'static [usize], push: Push) {
                 eng.push_queue(TaskId(i as u64), k);
             }
         }
-        Push::Owed => {
+        Push::Owed | Push::Shared => {
+            if push == Push::Shared {
+                let kinds: Vec<_> = cores
+                    .iter()
+                    .map(|&k| crate::engine::shared::queue_kind(k))
+                    .collect();
+                eng.set_cpu_share(&kinds, 2);
+            }
             let mut debt = 0;
             for (i, &k) in tasks.iter().enumerate() {
                 // `Orchestrator::look_at_wakes`: paid only if a core that could take an
@@ -216,6 +228,20 @@ fn owed_wake_ups_paid_only_for_queued_tasks_lose_none() {
 #[test]
 fn owed_wake_ups_of_mixed_kinds_lose_none() {
     model(2, || scenario(&[AIC, AIV], &[AIC, ANY, AIV], Push::Owed));
+}
+
+/// Two AIV cores sharing 2 CPUs with the submitting thread: its looks at the debt wake at
+/// most one of them, and no task is left unseen.
+#[test]
+fn wake_ups_limited_while_submitting_lose_none() {
+    model(2, || scenario(&[AIV, AIV], &[AIV, AIV, AIV], Push::Shared));
+}
+
+/// An AIC and an AIV core sharing 2 CPUs with the submitting thread, tasks of both
+/// kinds: with the limit no task is left unseen either.
+#[test]
+fn wake_ups_limited_while_submitting_respect_kinds() {
+    model(2, || scenario(&[AIC, AIV], &[AIV, AIC, AIV], Push::Shared));
 }
 
 /// Two lanes with a core each (an L3 node's dispatch threads); tasks of both lanes, a

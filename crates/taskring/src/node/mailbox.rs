@@ -181,6 +181,7 @@ pub(crate) const MAILBOX_SPIN: SpinThenPark = SpinThenPark {
     checks: 20,
     spin_checks: 0,
     yield_every: 0,
+    backoff: 1,
 };
 
 /// How a chip waits for its next request: 200 yields before it sleeps. Requests of a
@@ -192,6 +193,7 @@ pub(crate) const REQUEST_SPIN: SpinThenPark = SpinThenPark {
     checks: 200,
     spin_checks: 0,
     yield_every: 0,
+    backoff: 1,
 };
 
 /// Wait until `cond()` holds, spinning briefly, then sleeping on `word` (which the other

@@ -33,9 +33,29 @@ pub struct Sleep {
     /// The spinning core (written as cores start and stop spinning, read by every
     /// wake-up): a cache line of its own, away from the read-mostly fields.
     spin: CachePadded<Spin>,
+    /// How many cores may be awake while the orchestrator submits ([`Share`]).
+    share: CachePadded<Share>,
     m: Mutex<()>,
     /// One per queue index of the sleepers' kind (or lane).
     cv: Box<[Condvar]>,
+}
+
+/// The CPUs the cores share with a submitting orchestrator: a submit's look at its owed
+/// wake-ups ([`Sleep::parked_for`]) wakes a core only while fewer than `awake_cap` cores
+/// are awake (`cores` minus the parked ones). Unbounded until [`Sleep::set_share`].
+struct Share {
+    /// Core threads per kind (queue indices 0..3: AIC, AIV, Any).
+    cores: [AtomicUsize; LANE0],
+    awake_cap: AtomicUsize,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Share {
+            cores: [0; LANE0].map(AtomicUsize::new),
+            awake_cap: AtomicUsize::new(usize::MAX),
+        }
+    }
 }
 
 /// The spinning idle core, if any ([`Sleep`]).
@@ -53,6 +73,7 @@ impl Sleep {
         Sleep {
             sleepers: (0..queues).map(|_| AtomicUsize::new(0)).collect(),
             spin: CachePadded::new(Spin::default()),
+            share: CachePadded::new(Share::default()),
             m: Mutex::new(()),
             cv: (0..queues).map(|_| Condvar::new()).collect(),
         }
@@ -118,6 +139,37 @@ impl Sleep {
         fence(SeqCst);
     }
 
+    /// Core threads of each kind (`cores[k]`: queue index `k`) share `cpus` CPUs with
+    /// the orchestrator: a submit's wake-ups keep at most `cpus - 1` cores (at least 1)
+    /// awake — unless no awake core can run the task.
+    pub(crate) fn set_share(&self, cores: [usize; LANE0], cpus: usize) {
+        for (c, n) in self.share.cores.iter().zip(cores) {
+            c.store(n, Relaxed);
+        }
+        self.share
+            .awake_cap
+            .store(cpus.saturating_sub(1).max(1), Relaxed);
+    }
+
+    /// May a submit wake a core for a task of queue index `q` ([`Share`])? Yes while
+    /// fewer than the cap are awake, and when no awake core can run the task (an AIV
+    /// task while only an AIC core is awake). Plain loads: a core parking or waking at
+    /// this moment may be miscounted, which costs a wake-up too many or a late one (the
+    /// debt is kept, and paid with a fence when the orchestrator stops submitting).
+    #[inline]
+    fn room_to_wake(&self, q: usize) -> bool {
+        if q >= LANE0 {
+            return true;
+        }
+        let awake = |k: usize| {
+            self.share.cores[k]
+                .load(Relaxed)
+                .saturating_sub(self.sleepers[k].load(Relaxed))
+        };
+        (0..LANE0).map(awake).sum::<usize>() < self.share.awake_cap.load(Relaxed)
+            || !runners(q).iter().any(|&k| awake(k) > 0)
+    }
+
     /// Wake for a task of queue index `kind` (see the type doc).
     #[inline]
     pub(crate) fn wake_for(&self, kind: usize) {
@@ -159,12 +211,6 @@ impl Sleep {
         self.spin.spinning.load(Relaxed) > 0 && queue_takes(self.spin.kind.load(Relaxed), q)
     }
 
-    /// Cores parked at this moment (a hint).
-    #[inline]
-    pub(crate) fn parked(&self) -> usize {
-        self.sleepers.iter().map(|s| s.load(Relaxed)).sum()
-    }
-
     /// Is a core parked that can run a task of one of the queues of `mask` (bit `q`:
     /// queue index `q`)? Plain loads, no fence: a hint.
     #[inline]
@@ -173,7 +219,7 @@ impl Sleep {
         while m != 0 {
             let q = m.trailing_zeros() as usize;
             m &= m - 1;
-            if self.any_runner_parked(q) {
+            if self.any_runner_parked(q) && self.room_to_wake(q) {
                 return true;
             }
         }

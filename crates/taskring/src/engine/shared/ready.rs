@@ -47,11 +47,6 @@ pub struct EngineShared {
     run_open: AtomicBool,
     /// Cores in a long park ([`EngineShared::park_queue_long`]): opening a run wakes them.
     long_parked: AtomicUsize,
-    /// The cores' threads and the CPUs they share with the orchestrator
-    /// ([`EngineShared::set_cpu_share`]): while it submits, the orchestrator wakes a
-    /// parked core only if fewer than `awake_cap` cores are awake.
-    cores: AtomicUsize,
-    awake_cap: AtomicUsize,
 }
 
 /// A ready queue: lock-free normally; under loom (which cannot see inside crossbeam) a
@@ -183,8 +178,6 @@ impl EngineShared {
             unbounded: CachePadded::new(AtomicBool::new(false)),
             run_open: AtomicBool::new(false),
             long_parked: AtomicUsize::new(0),
-            cores: AtomicUsize::new(0),
-            awake_cap: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -261,20 +254,24 @@ impl EngineShared {
     #[inline]
     pub(crate) fn parked_for(&self, mask: u64) -> bool {
         self.sleep.parked_for(mask)
-            && self.cores.load(Relaxed).saturating_sub(self.sleep.parked())
-                < self.awake_cap.load(Relaxed)
     }
 
-    /// `cores` core threads run on a machine of `cpus` CPUs, beside the orchestrator.
-    /// While the orchestrator submits it takes one CPU, so it wakes a parked core only
-    /// while fewer than `cpus - 1` cores (at least 1) are awake: a core woken beyond
-    /// that would share a CPU with a core or with the orchestrator, and on a 2-CPU
-    /// machine a chain's next task is taken by the one awake core as soon as it is
-    /// done. When the orchestrator stops submitting (a wait for space, the end of the
-    /// program) it pays what it owes regardless.
-    pub fn set_cpu_share(&self, cores: usize, cpus: usize) {
-        self.cores.store(cores, Relaxed);
-        self.awake_cap.store(cpus.saturating_sub(1).max(1), Relaxed);
+    /// The chip's cores (their kinds) run on a machine of `cpus` CPUs, beside the
+    /// orchestrator. While the orchestrator submits it takes a CPU, so a submit's look
+    /// at its owed wake-ups (`Orchestrator::look_at_wakes`) wakes a parked core only
+    /// while fewer than `cpus - 1` cores (at least 1) are awake, unless none of them can
+    /// run the task: a core woken beyond that would share a CPU with a core or with the
+    /// orchestrator (on a 2-CPU machine a chain's next task is taken by the one awake
+    /// core as soon as it is done; waking the other only made the three threads take
+    /// turns). The fenced payments — a wait for space, the end of the program — and the
+    /// cores' own wake-ups are not limited. Without this call (an L3 node's dispatch
+    /// threads) nothing is.
+    pub fn set_cpu_share(&self, cores: &[CoreKind], cpus: usize) {
+        let mut per_kind = [0usize; LANE0];
+        for &k in cores {
+            per_kind[queue_index(k)] += 1;
+        }
+        self.sleep.set_share(per_kind, cpus);
     }
 
     /// Wake parked cores (work may be queued that a spinner cannot take).
