@@ -660,6 +660,16 @@ const RETIRE_SPIN: SpinThenPark = SpinThenPark {
     backoff: 1,
 };
 
+/// How a helping orchestrator whose program has ended looks for ready tasks between two
+/// it runs (`wait_retired`): up to 256 looks, backing off to 8 spin hints, yielding on
+/// every 16th (the cores may need this CPU).
+const HELP_SPIN: SpinThenPark = SpinThenPark {
+    checks: 256,
+    spin_checks: u32::MAX,
+    yield_every: 16,
+    backoff: 8,
+};
+
 /// How a direct replay's caller waits before it parks: a short replay is over within
 /// microseconds, so spin, yielding on every 16th look (the cores may need this CPU), and
 /// sleep only after 2000 looks (a wake-up costs microseconds).
@@ -688,7 +698,23 @@ fn wait_retired(
     };
     let fatal = || sh.eng.fatal.load(Acquire);
     if let Some(h) = help {
-        while !all_retired() && !fatal() && h() {}
+        // Help while there is work: when nothing is ready, look for a while — a core's
+        // completion makes the next tasks ready within microseconds (a stencil's next
+        // step), and the wait below is woken only by the end of the run. A look that
+        // finds a task this thread may not run (or that a core took first) ends the
+        // help.
+        loop {
+            if all_retired() || fatal() {
+                break;
+            }
+            if h() {
+                continue;
+            }
+            let more = HELP_SPIN.spin(|| all_retired() || fatal() || sh.eng.ready_len() > 0);
+            if !more || all_retired() || fatal() || !h() {
+                break;
+            }
+        }
     }
     if !RETIRE_SPIN.spin(|| all_retired() || fatal()) {
         if let Some(h) = hook {

@@ -449,3 +449,56 @@ impl EngineShared {
         self.sleep.wake();
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Park a thread as a core of queue index `q` until shutdown; wait until it counts
+    /// as parked.
+    fn parked_core(eng: &Arc<EngineShared>, q: usize) -> std::thread::JoinHandle<()> {
+        let before = eng.idle_cores();
+        let e = eng.clone();
+        let h = std::thread::spawn(move || {
+            while !e.shutdown.load(SeqCst) {
+                e.park_queue_or(q, Duration::from_secs(5), || false);
+            }
+        });
+        while eng.idle_cores() == before {
+            std::thread::yield_now();
+        }
+        h
+    }
+
+    fn stop(eng: &EngineShared, cores: Vec<std::thread::JoinHandle<()>>) {
+        eng.shutdown.store(true, SeqCst);
+        eng.wake_all_cores();
+        for c in cores {
+            c.join().unwrap();
+        }
+    }
+
+    /// An AIC core awake and an AIV core parked, on 2 CPUs: a submit may wake the AIV
+    /// core for an AIV task (no awake core can run it), not for an `Any` task (the
+    /// awake AIC core will take it); with both parked it may wake for either; and an
+    /// engine that was not told its CPU share is not limited.
+    #[test]
+    fn a_submit_wakes_within_the_cpu_share() {
+        let (aic, aiv, any) = (1 << 0, 1 << 1, 1 << 2);
+        let eng = Arc::new(EngineShared::default());
+        eng.set_cpu_share(&[CoreKind::Aic, CoreKind::Aiv], 2);
+        let c_aiv = parked_core(&eng, 1);
+        assert!(eng.parked_for(aiv), "only the parked core can run it");
+        assert!(!eng.parked_for(any), "the awake AIC core takes it");
+        assert!(!eng.parked_for(aic), "no parked core runs AIC tasks");
+        let c_aic = parked_core(&eng, 0);
+        assert!(eng.parked_for(any) && eng.parked_for(aic), "no core awake");
+        stop(&eng, vec![c_aiv, c_aic]);
+
+        let free = Arc::new(EngineShared::default());
+        let c = parked_core(&free, 1);
+        assert!(free.parked_for(any) && free.parked_for(aiv));
+        stop(&free, vec![c]);
+    }
+}
