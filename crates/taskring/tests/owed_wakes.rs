@@ -1,6 +1,7 @@
 //! The orchestrator's owed wake-ups (`Orchestrator::wake_debt`): a submit's ready task
-//! wakes no parked core at once; the wake-up is paid at the orchestrator's next call
-//! into the engine. What must still hold, through the public API:
+//! wakes no parked core at once; a later submit pays the wake-up when it sees a parked
+//! core that is needed, and a wait for space or the end of the program pays whatever is
+//! still owed. What must still hold, through the public API:
 //! - a task does not wait for the orchestrator's next call: while user code runs after
 //!   a submit, a parked core finds the task within a few milliseconds (cores park
 //!   briefly while a run is open);

@@ -432,17 +432,18 @@ pub struct Orchestrator<'r> {
     /// overflowing submit, with a lower bound). Off for executors that cannot tell a
     /// counted submit from a dispatched one (an L3 node records its tasks at submit).
     pub(crate) count_scope_overflow: bool,
-    /// Queues (bits of [`EngineShared::push_ready_quiet`]) that got a ready task from
+    /// Queues (bits of [`EngineShared::push_owned_quiet`]) that got a ready task from
     /// this orchestrator whose wake-up of a parked core is still owed. A submit's ready
-    /// push wakes nobody at once: the orchestrator's next call into the engine pays the
-    /// debt (the next submit, a wait for space, the end of the program), unless by then
-    /// the task was taken — by a spinning core, or by the orchestrator itself at the
-    /// end of the program. A program of one task then costs no wake-up and no hand-off
-    /// to a core; a longer program pays one wake-up per push as before, one submit
-    /// later (and only if nobody took the task meanwhile). While user code runs between
-    /// two submits, a parked core looks at the queues every millisecond anyway (cores
-    /// park briefly while a run is open: `Idle::RUN_PARK` in `chip/core.rs`), which
-    /// bounds how late the owed task can start.
+    /// push wakes nobody at once. The next submit looks at the debt
+    /// ([`Orchestrator::look_at_wakes`]: plain loads) and pays it only when a parked
+    /// core could take an owed task and the CPU share allows waking it, else keeps it;
+    /// a wait for space, the end of the program and the drop pay it (fenced) —
+    /// unless by then the task was taken, by a spinning core or by the orchestrator
+    /// itself at the end of the program. A program of one task then costs no wake-up
+    /// and no hand-off to a core. While user code runs between two submits, a parked
+    /// core looks at the queues every millisecond anyway (cores park briefly while a
+    /// run is open: `Idle::RUN_PARK` in `chip/core.rs`), which bounds how late an owed
+    /// task can start.
     wake_debt: std::cell::Cell<u64>,
 }
 

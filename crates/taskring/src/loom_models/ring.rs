@@ -402,10 +402,11 @@ fn slot_reuse_and_stale_claims() {
 
 /// 3b. The last two references on a completed task T0 are released concurrently — a
 /// consumer's RETAIN claim on a core, the scope on the orchestrator. Whichever is last
-/// consumes T0; the other one's CONSUMED check may come late, after the orchestrator
-/// already re-prepared T0's slot (window 1) for T1 and claimed it. That late check must
-/// be ordered with the re-prepare by the slot lock (loom checks the lock's critical
-/// sections and `prepare` against each other) and must leave T1 alone.
+/// consumes T0 (a release and its CONSUMED check are one critical section), and the
+/// orchestrator then re-prepares T0's slot (window 1) for T1, without the lock, and
+/// claims it. Every critical section of T0 must happen before that re-prepare (loom
+/// checks the lock's critical sections and `prepare` against each other through the
+/// slot's witness cell) and T1 must be left alone.
 #[test]
 fn late_consumed_check_vs_reprepare() {
     model(3, || {
@@ -433,7 +434,7 @@ fn late_consumed_check_vs_reprepare() {
         assert_eq!(
             s.state.load(Relaxed),
             PENDING,
-            "T1 touched by T0's late check"
+            "T1 touched by a release of T0"
         );
         assert_eq!(s.fanout_count.load(Relaxed), SCOPE_BIT + 1);
         assert_eq!(s.fanout_refcount.load(Relaxed), 0);

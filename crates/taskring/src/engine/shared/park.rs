@@ -11,7 +11,10 @@ use std::time::Duration;
 
 /// Parking for idle cores. A waker that pushed work checks the sleepers after a SeqCst
 /// fence; a sleeper registers, fences, re-checks for work under the mutex, then waits.
-/// Either the waker sees the sleeper, or the sleeper sees the work.
+/// Either the waker sees the sleeper, or the sleeper sees the work. (An orchestrator's
+/// submit owes its wake-up instead of making it: a later look without a fence,
+/// [`Sleep::parked_for`], decides whether to pay it now through this protocol, and a
+/// wait for space or the end of the program always pays it so.)
 ///
 /// One wake-up per push: sleepers wait on the condition variable of their queue index
 /// (core kind), and a push wakes one sleeper that can run its task — of its own kind

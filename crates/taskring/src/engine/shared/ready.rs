@@ -55,7 +55,7 @@ pub struct EngineShared {
 /// Two parts: the orchestrator's own ring ([`OwnerRing`], pushed by
 /// [`ReadyQueue::push_owned`]: the one thread that submits) and a `SegQueue` for every
 /// other push (completions on the cores, the orchestrator's when its ring is full). A pop
-/// takes from the ring first. The ring's push is two plain stores, no locked
+/// takes from the shared queue first. The ring's push is two plain stores, no locked
 /// instruction: a submit that makes its task ready at once (the usual case when each
 /// task's producers finished before it was submitted) then waits for no cache line the
 /// cores hold.
@@ -81,9 +81,12 @@ impl ReadyQueue {
             self.shared.push(v)
         }
     }
+    /// The shared queue first: its tasks were made ready by completions (or overflowed
+    /// the ring), and were submitted before the ones a submit just made ready — the
+    /// older the task, the sooner its slot can retire.
     #[inline]
     fn pop(&self) -> Option<u64> {
-        self.own.pop().or_else(|| self.shared.pop())
+        self.shared.pop().or_else(|| self.own.pop())
     }
     #[inline]
     fn is_empty(&self) -> bool {
@@ -264,8 +267,10 @@ impl EngineShared {
     /// orchestrator (on a 2-CPU machine a chain's next task is taken by the one awake
     /// core as soon as it is done; waking the other only made the three threads take
     /// turns). The fenced payments — a wait for space, the end of the program — and the
-    /// cores' own wake-ups are not limited. Without this call (an L3 node's dispatch
-    /// threads) nothing is.
+    /// cores' own wake-ups are not limited, nor are lane tasks (an L3 node's dispatches).
+    /// A core running a long kernel counts as awake: on a machine with fewer CPUs than
+    /// cores + 1, an independent task submitted meanwhile may wait for a parked core's
+    /// next look (at most `RUN_PARK`, 1 ms) or for the orchestrator's next wait.
     pub fn set_cpu_share(&self, cores: &[CoreKind], cpus: usize) {
         let mut per_kind = [0usize; LANE0];
         for &k in cores {
