@@ -73,8 +73,8 @@ test-rust: mpi
 
 # Model checks (loom; a separate build with --cfg loom), inside the crate
 # (crates/taskring/src/loom_models): the ring/completion core (ring), the chip's abort
-# handshake (chip), the mailbox's wake-up elision (mailbox) and idle cores parking and
-# waking (park).
+# handshake (chip), the mailbox's wake-up elision (mailbox), idle cores parking and
+# waking (park) and the orchestrator's own ready ring (queue).
 test-loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --lib loom_models::
 

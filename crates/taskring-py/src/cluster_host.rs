@@ -248,38 +248,9 @@ mod with_mpi {
         run_and_reply(py, node, call, &task, Outputs::default())
     }
 
-    /// Checks the buffers a Python caller gives for a task's shipped tensors of one kind
-    /// (`what`: "inputs", "outputs"; `sizes`, the tensors' byte sizes in order): one
-    /// address per tensor, each the start of the tensor's bytes inside one shared-memory
-    /// region of this process (a `SharedMem`, a `shared_array`), no two overlapping.
+    /// [`shm::check_buffers`] as a Python `ValueError`.
     fn check_buffers(what: &str, sizes: &[usize], addrs: &[u64]) -> PyResult<()> {
-        if sizes.len() != addrs.len() {
-            return Err(PyValueError::new_err(format!(
-                "the task has {} shipped {what}, got {} buffers",
-                sizes.len(),
-                addrs.len()
-            )));
-        }
-        let mut spans = Vec::with_capacity(addrs.len());
-        for (i, (&addr, &size)) in addrs.iter().zip(sizes).enumerate() {
-            let size = size as u64;
-            let inside = shm::locate(addr, 0).is_some_and(|(_, len, off)| size <= len - off);
-            if !inside {
-                return Err(PyValueError::new_err(format!(
-                    "buffer {i} of the task's {what} ({size} bytes at {addr:#x}) is not inside one SharedMem of this process"
-                )));
-            }
-            spans.push((addr, addr + size, i));
-        }
-        spans.sort_unstable();
-        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
-            return Err(PyValueError::new_err(format!(
-                "buffers {} and {} of the task's {what} overlap",
-                w[0].2.min(w[1].2),
-                w[0].2.max(w[1].2)
-            )));
-        }
-        Ok(())
+        shm::check_buffers(what, sizes, addrs).map_err(PyValueError::new_err)
     }
 
     /// The buffers at `addrs`, each of its size in `sizes` (pairs past the shorter list

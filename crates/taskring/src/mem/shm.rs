@@ -123,6 +123,42 @@ pub fn locate(addr: u64, bytes: u64) -> Option<(u64, u64, u64)> {
     (off + bytes <= info.len).then_some((info.id, info.len, off))
 }
 
+/// Checks the buffers a caller gives by raw address for a task's shipped tensors of one
+/// kind (`what`: "inputs", "outputs"; `sizes`, the tensors' byte sizes in order): one
+/// address per tensor, each the start of the tensor's bytes inside one shared-memory
+/// region of this process, no two overlapping. The error names the first buffer that
+/// is not (an L4 host's Python code hands these addresses to the runtime, which then
+/// reads or writes them without the GIL).
+pub fn check_buffers(what: &str, sizes: &[usize], addrs: &[u64]) -> Result<(), String> {
+    if sizes.len() != addrs.len() {
+        return Err(format!(
+            "the task has {} shipped {what}, got {} buffers",
+            sizes.len(),
+            addrs.len()
+        ));
+    }
+    let mut spans = Vec::with_capacity(addrs.len());
+    for (i, (&addr, &size)) in addrs.iter().zip(sizes).enumerate() {
+        let size = size as u64;
+        let inside = locate(addr, 0).is_some_and(|(_, len, off)| size <= len - off);
+        if !inside {
+            return Err(format!(
+                "buffer {i} of the task's {what} ({size} bytes at {addr:#x}) is not inside one SharedMem of this process"
+            ));
+        }
+        spans.push((addr, addr + size, i));
+    }
+    spans.sort_unstable();
+    if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+        return Err(format!(
+            "buffers {} and {} of the task's {what} overlap",
+            w[0].2.min(w[1].2),
+            w[0].2.max(w[1].2)
+        ));
+    }
+    Ok(())
+}
+
 /// Base address of a region registered in this process.
 fn local_base(id: u64) -> Option<(u64, u64)> {
     REGISTRY
@@ -244,6 +280,43 @@ impl Drop for RegionMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What an L4 host's raw addresses must be: inside one region of this process,
+    /// one per tensor, not overlapping. A heap array, a null pointer, a buffer running
+    /// past its region's end, two buffers sharing bytes and a wrong count are refused,
+    /// naming the buffer.
+    #[test]
+    fn raw_buffers_are_checked_before_use() {
+        let a = SharedBuffer::new(8192).unwrap();
+        let b = SharedBuffer::new(4096).unwrap();
+        let (pa, pb) = (a.as_ptr() as u64, b.as_ptr() as u64);
+        assert_eq!(
+            check_buffers("inputs", &[4096, 4096, 100], &[pa, pa + 4096, pb]),
+            Ok(())
+        );
+        assert_eq!(check_buffers("outputs", &[], &[]), Ok(()));
+        let heap = Box::new([0u8; 64]);
+        let e = check_buffers("inputs", &[64], &[heap.as_ptr() as u64]).unwrap_err();
+        assert!(
+            e.starts_with("buffer 0 of the task's inputs (64 bytes at"),
+            "{e}"
+        );
+        assert!(
+            e.ends_with("is not inside one SharedMem of this process"),
+            "{e}"
+        );
+        let e = check_buffers("outputs", &[8, 8], &[pb, 0]).unwrap_err();
+        assert!(e.starts_with("buffer 1 of the task's outputs"), "{e}");
+        let e = check_buffers("inputs", &[4097], &[pb]).unwrap_err();
+        assert!(
+            e.starts_with("buffer 0 of the task's inputs (4097 bytes"),
+            "{e}"
+        );
+        let e = check_buffers("inputs", &[100, 8, 100], &[pa, pb, pa + 50]).unwrap_err();
+        assert_eq!(e, "buffers 0 and 2 of the task's inputs overlap");
+        let e = check_buffers("outputs", &[8, 8], &[pa]).unwrap_err();
+        assert_eq!(e, "the task has 2 shipped outputs, got 1 buffers");
+    }
 
     #[test]
     fn locate_and_map_in_process() {
