@@ -10,9 +10,10 @@
 //! `SlotState`'s lock, `RingShared::prepare` / `advance`, `ArenaShared::complete` /
 //! `release_ref` (the release and the CONSUMED check), the ready queues and the parking lots, and the
 //! orchestrator's fan-in steps of `shared/fanin.rs` — `claim_fanin` (submit step 4,
-//! over `ArenaShared::claim`), `write_fanin_record` (the fanin part of step 6) and
-//! `wire_and_publish` (step 7: `begin_wiring`, `link`, the release of WAIT-only claims,
-//! `publish`), the very functions `engine/orch/submit.rs` calls.
+//! over `ArenaShared::claim` for RETAIN edges and `ArenaShared::peek` for WAIT-only
+//! ones), `write_fanin_record` (the fanin part of step 6) and `wire_and_publish` (step
+//! 7: `begin_wiring`, `link`, `publish`), the very functions `engine/orch/submit.rs`
+//! calls.
 //!
 //! Still replicated here, not the orchestrator's own code: the order of calls around
 //! those functions ([`open`] and [`wire`]: prepare, claims, payload, wiring — the
@@ -117,7 +118,10 @@ fn open(a: &ArenaShared, id: TaskId, deps: &[(TaskId, u64)]) -> Sub {
     let mut edges: Vec<FaninEdge> = deps.iter().map(|&(p, f)| FaninEdge::new(p, f)).collect();
     let c = claim_fanin(a, &mut edges);
     edges.truncate(c.kept);
-    assert!(edges.iter().all(|e| e.claimed));
+    // A RETAIN edge is claimed; a WAIT-only one never is.
+    assert!(edges
+        .iter()
+        .all(|e| e.claimed == (e.flags & DEP_RETAIN != 0)));
     // safety: prepared and not yet published; every payload field is valid at zero.
     unsafe {
         let pl = ring.payload_mut(id.local()).as_mut_ptr();
@@ -137,9 +141,9 @@ fn open(a: &ArenaShared, id: TaskId, deps: &[(TaskId, u64)]) -> Sub {
 /// publication). Dependency nodes are taken from `node` on in the consumer ring's pool.
 /// Returns whether the task is ready now (counted in `marks`; the caller pushes or runs
 /// it).
-fn wire(a: &ArenaShared, eng: &EngineShared, marks: &Marks, s: &Sub, node: u64) -> bool {
+fn wire(a: &ArenaShared, marks: &Marks, s: &Sub, node: u64) -> bool {
     let i = marks.at(s.id);
-    let ready = wire_and_publish(a, eng, s.id, &s.claimed, s.waits, node, || {
+    let ready = wire_and_publish(a, s.id, &s.claimed, s.waits, node, || {
         marks.wired[i].store(true, Release)
     });
     if ready {
@@ -149,9 +153,9 @@ fn wire(a: &ArenaShared, eng: &EngineShared, marks: &Marks, s: &Sub, node: u64) 
 }
 
 /// Submit a task without dependencies: it is ready at once.
-fn submit_root(a: &ArenaShared, eng: &EngineShared, marks: &Marks, id: TaskId) {
+fn submit_root(a: &ArenaShared, marks: &Marks, id: TaskId) {
     let s = open(a, id, &[]);
-    assert!(wire(a, eng, marks, &s, 0));
+    assert!(wire(a, marks, &s, 0));
 }
 
 /// The orchestrator's back-pressure (orch.rs `alloc_slot` / `wait_or_fail`): wait on
@@ -255,14 +259,19 @@ fn finish(a: &ArenaShared, eng: &EngineShared, ring: usize) {
 
 /// 1. A producer's completion races the claim + wiring of its consumer. Whether P
 /// completes before the claim, between claim and link, or after the link, C becomes
-/// ready exactly once, never before its wiring ended, and everything retires.
-fn claim_vs_completion(flags: u64) {
+/// ready exactly once, never before its wiring ended, and everything retires. With
+/// `scope_ended`, P's scope ended before C's submit, so P's completion may consume it
+/// between C's look at it and the link (a WAIT-only edge holds no reference on P).
+fn claim_vs_completion(flags: u64, scope_ended: bool) {
     model(3, move || {
         let a = Arc::new(arena([4; 4], 4));
         let eng = Arc::new(EngineShared::default());
         let (p, c) = (TaskId::new(0, 0), TaskId::new(0, 1));
         let marks = Arc::new(Marks::new(&[p, c]));
-        submit_root(&a, &eng, &marks, p);
+        submit_root(&a, &marks, p);
+        if scope_ended {
+            a.release_ref(p, SCOPE_BIT, &eng);
+        }
 
         let core = {
             let (a, eng, marks) = (a.clone(), eng.clone(), marks.clone());
@@ -270,7 +279,7 @@ fn claim_vs_completion(flags: u64) {
         };
         // The orchestrator submits C (depends on P) meanwhile.
         let s = open(&a, c, &[(p, flags)]);
-        let ready_at_publish = wire(&a, &eng, &marks, &s, 0);
+        let ready_at_publish = wire(&a, &marks, &s, 0);
         core.join().unwrap();
 
         // Ready exactly once: by the publication or by P's completion (which ran it).
@@ -284,7 +293,9 @@ fn claim_vs_completion(flags: u64) {
             "C did not complete"
         );
         // The scope ends.
-        a.release_ref(p, SCOPE_BIT, &eng);
+        if !scope_ended {
+            a.release_ref(p, SCOPE_BIT, &eng);
+        }
         a.release_ref(c, SCOPE_BIT, &eng);
         assert_retired(&a, 0, &[p, c]);
         assert_eq!(a.rings[0].last_alive.load(Relaxed), 2);
@@ -293,12 +304,17 @@ fn claim_vs_completion(flags: u64) {
 
 #[test]
 fn claim_vs_completion_wait_retain() {
-    claim_vs_completion(WR);
+    claim_vs_completion(WR, false);
 }
 
 #[test]
 fn claim_vs_completion_wait_only() {
-    claim_vs_completion(DEP_WAIT);
+    claim_vs_completion(DEP_WAIT, false);
+}
+
+#[test]
+fn claim_vs_completion_wait_only_producer_consumed_meanwhile() {
+    claim_vs_completion(DEP_WAIT, true);
 }
 
 /// 2. P's completion fans out to C1 and C2, which complete on two cores concurrently
@@ -311,11 +327,11 @@ fn fanout_and_scope_release() {
         let eng = Arc::new(EngineShared::default());
         let (p, c1, c2) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
         let marks = Arc::new(Marks::new(&[p, c1, c2]));
-        submit_root(&a, &eng, &marks, p);
+        submit_root(&a, &marks, p);
         let s1 = open(&a, c1, &[(p, WR)]);
-        assert!(!wire(&a, &eng, &marks, &s1, 0));
+        assert!(!wire(&a, &marks, &s1, 0));
         let s2 = open(&a, c2, &[(p, WR)]);
-        assert!(!wire(&a, &eng, &marks, &s2, 1));
+        assert!(!wire(&a, &marks, &s2, 1));
 
         // Core X completes P, keeps one consumer and pushes the other; core Y pops it.
         let done = Arc::new(AtomicU32::new(0));
@@ -360,7 +376,7 @@ fn slot_reuse_and_stale_claims() {
         let marks = Arc::new(Marks::new(&t));
         let done = Arc::new(AtomicU32::new(0));
 
-        submit_root(&a, &eng, &marks, t[0]);
+        submit_root(&a, &marks, t[0]);
         eng.push_ready(t[0], CoreKind::Any);
         let cores: Vec<_> = (0..2)
             .map(|_| {
@@ -374,7 +390,7 @@ fn slot_reuse_and_stale_claims() {
         admit(&a, &eng, t[1]);
         let s1 = open(&a, t[1], &[(t[0], WR)]);
         assert!(s1.claimed.is_empty(), "claimed a consumed task");
-        assert!(wire(&a, &eng, &marks, &s1, 0));
+        assert!(wire(&a, &marks, &s1, 0));
         eng.push_ready(t[1], CoreKind::Any);
         a.release_ref(t[1], SCOPE_BIT, &eng);
 
@@ -385,7 +401,7 @@ fn slot_reuse_and_stale_claims() {
             s2.claimed.is_empty(),
             "claimed a task whose slot was reused"
         );
-        assert!(wire(&a, &eng, &marks, &s2, 0));
+        assert!(wire(&a, &marks, &s2, 0));
         eng.push_ready(t[2], CoreKind::Any);
         a.release_ref(t[2], SCOPE_BIT, &eng);
 
@@ -414,7 +430,7 @@ fn late_consumed_check_vs_reprepare() {
         let eng = Arc::new(EngineShared::default());
         let (t0, t1, d) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(1, 0));
         let marks = Arc::new(Marks::new(&[t0, t1, d]));
-        submit_root(&a, &eng, &marks, t0);
+        submit_root(&a, &marks, t0);
         // A consumer D (ring 1) holds a RETAIN claim on T0; T0 completes.
         assert_eq!(a.claim(t0, DEP_RETAIN), Claim::Claimed { pending: false });
         run_chain(&a, &eng, &marks, t0);
@@ -427,7 +443,7 @@ fn late_consumed_check_vs_reprepare() {
         // The orchestrator ends T0's scope, waits for the window and reuses the slot.
         a.release_ref(t0, SCOPE_BIT, &eng);
         admit(&a, &eng, t1);
-        submit_root(&a, &eng, &marks, t1);
+        submit_root(&a, &marks, t1);
         assert_eq!(a.claim(t1, DEP_RETAIN), Claim::Claimed { pending: false });
         core.join().unwrap();
         let s = a.slot(t1);
@@ -456,10 +472,10 @@ fn fanout_release_vs_consumer_slot_reuse() {
         let (c, c2) = (TaskId::new(1, 0), TaskId::new(1, 1));
         let marks = Arc::new(Marks::new(&[p, q, r, c, c2]));
         for t in [p, q, r] {
-            submit_root(&a, &eng, &marks, t);
+            submit_root(&a, &marks, t);
         }
         let s = open(&a, c, &[(p, WR), (q, WR)]);
-        assert!(!wire(&a, &eng, &marks, &s, 0));
+        assert!(!wire(&a, &marks, &s, 0));
 
         let cores: Vec<_> = [p, q]
             .into_iter()
@@ -474,7 +490,7 @@ fn fanout_release_vs_consumer_slot_reuse() {
         admit(&a, &eng, c2);
         let s2 = open(&a, c2, &[(r, WR)]);
         assert_eq!(s2.waits, 1);
-        assert!(!wire(&a, &eng, &marks, &s2, 2));
+        assert!(!wire(&a, &marks, &s2, 2));
         for core in cores {
             core.join().unwrap();
         }
@@ -563,7 +579,7 @@ fn concurrent_consumption_advances_the_watermark() {
         let ids = [TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2)];
         let marks = Arc::new(Marks::new(&ids));
         for &t in &ids {
-            submit_root(&a, &eng, &marks, t);
+            submit_root(&a, &marks, t);
             run_chain(&a, &eng, &marks, t);
         }
         let others: Vec<_> = ids[1..]

@@ -599,11 +599,12 @@ impl<'r> Orchestrator<'r> {
         Ok(())
     }
 
-    /// Step 4, claims ([`shared::claim_fanin`]): claim every producer of
-    /// `self.st.fanin` under its lock and keep only the claimed edges (a producer gone,
-    /// or completed with a WAIT-only edge, is dropped). Returns the claimed WAIT edges
-    /// (each needs a dependency node) and the live producers (claimed, or completed but
-    /// not yet consumed: the spill demand).
+    /// Step 4, claims ([`shared::claim_fanin`]): claim the producer of every RETAIN edge
+    /// of `self.st.fanin` under its lock, look at the producer of every WAIT-only edge
+    /// without one, and keep only the edges still needed (a producer gone, or completed
+    /// with a WAIT-only edge, is dropped). Returns the kept WAIT edges (each needs a
+    /// dependency node) and the live producers (kept, or completed but not yet
+    /// consumed: the spill demand).
     #[inline(always)]
     fn claim_fanin(&mut self) -> (u32, usize) {
         if self.st.fanin.is_empty() {
@@ -666,21 +667,13 @@ impl<'r> Orchestrator<'r> {
     }
 
     /// Step 7, wiring and publication ([`shared::wire_and_publish`]): link the task
-    /// behind each claimed WAIT producer (dependency nodes from `dep_start`), release
-    /// the WAIT-only claims, then the `+1` of `fanin_count`; the task is pushed to a
+    /// behind each kept WAIT producer (dependency nodes from `dep_start`), then release
+    /// the `+1` of `fanin_count`; the task is pushed to a
     /// ready queue here if no producer is left to do it (exactly once, `shared/slot.rs`).
     #[inline(always)]
     fn wire_and_publish(&self, task: &Submitted, waits: u32, dep_start: u64) {
         let id = task.id;
-        let ready = shared::wire_and_publish(
-            self.sh,
-            self.eng,
-            id,
-            &self.st.fanin,
-            waits,
-            dep_start,
-            || {},
-        );
+        let ready = shared::wire_and_publish(self.sh, id, &self.st.fanin, waits, dep_start, || {});
         if ready {
             // The wake-up is owed, not made: see `Orchestrator::wake_debt`.
             // safety: the orchestrator of the engine's run is the one thread that

@@ -4,11 +4,11 @@
 //!
 //! Reference accounting of a task T (as in upstream's completion path):
 //! - `fanout_count` = `SCOPE_BIT` (the owning scope's reference, set when T's slot is
-//!   prepared) + one per consumer claim (orchestrator, under T's lock) + one for T's own
-//!   completion (taken in completion step 1, under T's lock);
-//! - `fanout_refcount` += `SCOPE_BIT` at scope end, += 1 per released claim (a WAIT-only
-//!   claim at the end of its consumer's wiring, a RETAIN claim when the consumer is
-//!   released after completing), += 1 at the end of T's completion;
+//!   prepared) + one per consumer claim (orchestrator, under T's lock: a RETAIN edge; a
+//!   WAIT-only edge takes no reference, `fanin.rs`) + one for T's own completion (taken
+//!   in completion step 1, under T's lock);
+//! - `fanout_refcount` += `SCOPE_BIT` at scope end, += 1 per released claim (when the
+//!   consumer is released after completing), += 1 at the end of T's completion;
 //! - T is CONSUMED when COMPLETED and `fanout_refcount == fanout_count`, decided under
 //!   T's lock — the same lock the orchestrator's claim takes, so "claim vs consume"
 //!   cannot race: a claim either sees CONSUMED (and drops the edge) or happens before.
@@ -24,8 +24,8 @@
 //!    entries), then the completion's own reference, which may consume T.
 //!
 //! Without the completion's own reference, T — COMPLETED since step 1 — could be
-//! consumed by a concurrent last release (its scope ending, a WAIT-only claim released
-//! at the end of a wiring) and its slot re-prepared before step 3 read T's fanin record:
+//! consumed by a concurrent last release (its scope ending, a consumer's RETAIN claim
+//! released) and its slot re-prepared before step 3 read T's fanin record:
 //! the completion would read the next task's record and release that task's RETAIN
 //! claims a second time.
 
@@ -76,16 +76,33 @@ impl ArenaShared {
         r
     }
 
-    /// Orchestrator, submit step 7: wire `consumer` behind the claimed producer `p`
-    /// (a WAIT edge), under `p`'s lock. If `p` has not completed, dependency node `node`
-    /// (an index into the pool of `consumer`'s ring, reserved for this submit) is
-    /// written and prepended to `p`'s fanout list, and `true` is returned; if `p` has
-    /// completed, nothing is linked and `false` is returned (count the edge as done for
-    /// [`SlotState::publish`]).
+    /// Orchestrator, submit step 4 for a WAIT-only edge: where producer `p` stands,
+    /// without a lock or a reference (a WAIT-only edge needs none: only the
+    /// orchestrator re-prepares a slot, so `p`'s slot holds `p` or nothing until the
+    /// submit's `link`, which decides under the lock). `None`: gone (CONSUMED, or its slot
+    /// holds a later task); `Some(true)`: completed; `Some(false)`: not yet.
+    #[inline]
+    pub fn peek(&self, p: TaskId) -> Option<bool> {
+        let s = self.slot(p);
+        let state = s.state.load(Acquire);
+        if s.local.load(Relaxed) != p.local() || state > COMPLETED {
+            None
+        } else {
+            Some(state == COMPLETED)
+        }
+    }
+
+    /// Orchestrator, submit step 7: wire `consumer` behind the producer `p` (a WAIT
+    /// edge; claimed if it also retains), under `p`'s lock. If `p` has not completed,
+    /// dependency node `node` (an index into the pool of `consumer`'s ring, reserved for
+    /// this submit) is written and prepended to `p`'s fanout list, and `true` is
+    /// returned; if `p` has completed or is gone (a WAIT-only edge holds no reference:
+    /// `p` may have been consumed since `peek`), nothing is linked and `false` is
+    /// returned (count the edge as done for [`SlotState::publish`]).
     pub fn link(&self, p: TaskId, consumer: TaskId, node: usize) -> bool {
         let s = self.slot(p);
         s.lock();
-        let linked = s.state.load(Acquire) < COMPLETED;
+        let linked = s.local.load(Relaxed) == p.local() && s.state.load(Acquire) < COMPLETED;
         if linked {
             let cell = &self.rings[consumer.ring()].dep_nodes[node];
             let next = s.fanout_head.load(Relaxed);

@@ -7,17 +7,16 @@
 //!
 //! The arguments are in the module docs of `completion.rs` (claim vs consume, the
 //! references a claim takes and who releases them) and `slot.rs` (readiness): a claim
-//! is taken under the producer's lock; a WAIT-only claim is released after the links,
-//! so the producer is not consumed before its consumer is linked behind it (were it
-//! consumed, `link` would still find it finished under its lock: only the orchestrator
-//! re-prepares a slot, and it is busy here — so this order is a margin, not a
-//! necessity, and the loom models pass without it); a RETAIN claim is held until the
+//! is taken under the producer's lock, for a RETAIN edge only, and held until the
 //! consumer's completion releases it, which finds it in the fanin record written here;
-//! and the `+1` of `fanin_count` is released last, so the task cannot become ready
-//! while it is still being linked (the models fail when it is released first).
+//! a WAIT-only edge takes no reference — its producer may be consumed before the link,
+//! and `link` then finds it finished or gone under its lock (only the orchestrator
+//! re-prepares a slot, and it is busy here, so the slot cannot hold a later task
+//! meanwhile); and the `+1` of `fanin_count` is released last, so the task cannot
+//! become ready while it is still being linked (the models fail when it is released
+//! first).
 
 use super::completion::{ArenaShared, Claim};
-use super::ready::EngineShared;
 use super::retire::RingShared;
 use super::slot::{DEP_RETAIN, DEP_WAIT};
 use crate::engine::{Payload, FANIN_INLINE};
@@ -48,19 +47,22 @@ impl FaninEdge {
 /// What [`claim_fanin`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaninClaims {
-    /// The claimed edges, now `edges[..kept]` (in their order).
+    /// The kept edges, now `edges[..kept]` (in their order).
     pub kept: usize,
-    /// Claimed WAIT edges: each needs a dependency node, and `fanin_count = waits + 1`.
+    /// Kept WAIT edges: each needs a dependency node, and `fanin_count = waits + 1`.
     pub waits: u32,
-    /// Live producers — claimed, or completed but not yet consumed — for the spill
-    /// demand (`orch/submit.rs`, `spill_demand`).
+    /// Live producers — kept, or completed but not yet consumed — for the spill demand
+    /// (`orch/submit.rs`, `spill_demand`).
     pub live: usize,
 }
 
-/// Step 4, claims: claim the producer of every edge of `edges` under its lock
-/// ([`ArenaShared::claim`]) and move the claimed edges, marked `claimed`, to the front
-/// (`edges[..kept]`, order kept); an edge whose producer is gone, or completed with a
-/// WAIT-only edge, is dropped (what is left behind `kept` is unspecified).
+/// Step 4, claims: claim the producer of every RETAIN edge under its lock
+/// ([`ArenaShared::claim`]); look at the producer of every WAIT-only edge without a
+/// lock ([`ArenaShared::peek`]: such an edge needs no reference, `link` decides under
+/// the lock). The kept edges — claimed ones marked `claimed`, and WAIT-only edges to a
+/// producer not completed yet — move to the front (`edges[..kept]`, order kept); an edge
+/// whose producer is gone, or completed with a WAIT-only edge, is dropped (what is left
+/// behind `kept` is unspecified).
 #[inline(always)]
 pub fn claim_fanin(sh: &ArenaShared, edges: &mut [FaninEdge]) -> FaninClaims {
     let mut c = FaninClaims {
@@ -70,6 +72,22 @@ pub fn claim_fanin(sh: &ArenaShared, edges: &mut [FaninEdge]) -> FaninClaims {
     };
     for i in 0..edges.len() {
         let e = edges[i];
+        if e.flags & DEP_RETAIN == 0 {
+            match sh.peek(e.producer) {
+                Some(false) => {
+                    c.live += 1;
+                    c.waits += (e.flags & DEP_WAIT != 0) as u32;
+                    edges[c.kept] = FaninEdge {
+                        claimed: false,
+                        ..e
+                    };
+                    c.kept += 1;
+                }
+                Some(true) => c.live += 1,
+                None => {}
+            }
+            continue;
+        }
         match sh.claim(e.producer, e.flags) {
             Claim::Claimed { .. } => {
                 c.live += 1;
@@ -121,8 +139,8 @@ pub unsafe fn write_fanin_record(
 /// Step 7, wiring and publication of task `id` with its claimed `edges` ([`claim_fanin`]:
 /// `waits` of them WAIT edges): `fanin_count = waits + 1`, then link `id` behind each
 /// WAIT producer (dependency nodes from `dep_start` in the pool of `id`'s ring; a
-/// producer completed meanwhile counts as a done edge), release the WAIT-only claims,
-/// call `wired` (the wiring has ended), and release the `+1` with the done edges.
+/// producer completed or gone meanwhile counts as a done edge), call `wired` (the
+/// wiring has ended), and release the `+1` with the done edges.
 /// Returns whether the task is ready now: then the caller pushes it to a ready queue;
 /// otherwise its last producer's completion will (exactly once, `slot.rs`).
 ///
@@ -130,7 +148,6 @@ pub unsafe fn write_fanin_record(
 #[inline(always)]
 pub fn wire_and_publish(
     sh: &ArenaShared,
-    eng: &EngineShared,
     id: TaskId,
     edges: &[FaninEdge],
     waits: u32,
@@ -152,11 +169,6 @@ pub fn wire_and_publish(
                 node_i += 1;
             } else {
                 done += 1;
-            }
-        }
-        for e in edges {
-            if e.flags & DEP_RETAIN == 0 {
-                sh.release_ref(e.producer, 1, eng);
             }
         }
     }

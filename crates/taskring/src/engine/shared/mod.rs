@@ -18,9 +18,9 @@
 //! watermark).
 //!
 //! Orchestrator side: [`RingShared::prepare`], the fan-in steps of `fanin.rs`
-//! ([`claim_fanin`] over [`ArenaShared::claim`]; [`write_fanin_record`];
-//! [`wire_and_publish`] over [`SlotState::begin_wiring`], [`ArenaShared::link`],
-//! [`ArenaShared::release_ref`] for WAIT-only claims and [`SlotState::publish`]),
+//! ([`claim_fanin`] over [`ArenaShared::claim`] and [`ArenaShared::peek`];
+//! [`write_fanin_record`]; [`wire_and_publish`] over [`SlotState::begin_wiring`],
+//! [`ArenaShared::link`] and [`SlotState::publish`]),
 //! [`SlotState::mark_completed`] (inline completion) and [`ArenaShared::release_ref`]
 //! (scope end). Core side: [`ArenaShared::complete`], the ready queues and parking of
 //! [`EngineShared`].
