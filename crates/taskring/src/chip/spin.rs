@@ -35,14 +35,11 @@ impl SpinThenPark {
     /// Pause number `n` (counted from 1) of the spin phase.
     #[inline]
     pub(crate) fn pause(&self, n: u32) {
+        let times = n.clamp(1, self.backoff.max(1));
         if n > self.spin_checks || (self.yield_every != 0 && n.is_multiple_of(self.yield_every)) {
-            for _ in 0..n.clamp(1, self.backoff.max(1)) {
-                std::thread::yield_now();
-            }
+            (0..times).for_each(|_| std::thread::yield_now());
         } else {
-            for _ in 0..n.clamp(1, self.backoff.max(1)) {
-                std::hint::spin_loop();
-            }
+            (0..times).for_each(|_| std::hint::spin_loop());
         }
     }
 
