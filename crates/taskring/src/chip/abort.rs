@@ -45,23 +45,34 @@ pub fn task_of(state: u64) -> Option<TaskId> {
 #[inline]
 #[cfg_attr(not(all(test, loom)), allow(dead_code))] // used by the loom models
 pub fn search(state: &AtomicU64, eng: &EngineShared, kind: CoreKind) -> Option<TaskId> {
-    search_or(state, eng, crate::engine::shared::queue_index(kind), || {
-        None
-    })
+    search_or(
+        state,
+        eng,
+        crate::engine::shared::queue_index(kind),
+        false,
+        || None,
+    )
 }
 
 /// [`search`] for a core of queue index `q` (a kind's or a lane's), and where the ready
 /// queues are empty `more()` (a direct replay's steal from another thread's deque), in
-/// the same SEARCHING window.
+/// the same SEARCHING window. `all`: take the orchestrator's unpublished pushes too
+/// ([`EngineShared::pop_queue_all`]).
 #[inline]
 pub fn search_or(
     state: &AtomicU64,
     eng: &EngineShared,
     q: usize,
+    all: bool,
     more: impl FnOnce() -> Option<TaskId>,
 ) -> Option<TaskId> {
     state.store(CORE_SEARCHING, SeqCst);
-    let t = eng.pop_queue(q).or_else(more);
+    let popped = if all {
+        eng.pop_queue_all(q)
+    } else {
+        eng.pop_queue(q)
+    };
+    let t = popped.or_else(more);
     if t.is_none() {
         state.store(CORE_IDLE, SeqCst);
     }

@@ -524,7 +524,9 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                 // Only a failed direct replay leaves tasks here (`direct_step` hands
                 // them out before it returns None): they must never meet another run.
                 local.clear();
-                match abort::search_or(busy, eng, core.queue, steal) {
+                // A core back from a park takes what the orchestrator pushed but has not
+                // published yet (it may be in user code between two submits).
+                match abort::search_or(busy, eng, core.queue, idle.parked, steal) {
                     Some(t) => {
                         idle.found(eng);
                         t

@@ -411,6 +411,9 @@ impl ChipWorker {
         o.probe = Some(&probe);
         o.count_scope_overflow = !self.node_engine;
         let result = orchestrate(&mut o, name, body, args);
+        // The help below, and spinning cores, see the program's last batch of ready
+        // tasks (the orchestrator's ring publishes in batches).
+        o.publish_ready();
         // The program's last ready tasks woke no core yet (`Orchestrator::wake_debt`):
         // run what this thread can itself first (the whole program, when it was one
         // task), and wake cores only for what is left.

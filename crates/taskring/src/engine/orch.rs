@@ -442,8 +442,9 @@ pub struct Orchestrator<'r> {
     /// itself at the end of the program. A program of one task then costs no wake-up
     /// and no hand-off to a core. While user code runs between two submits, a parked
     /// core looks at the queues every millisecond anyway (cores park briefly while a
-    /// run is open: `Idle::RUN_PARK` in `chip/core.rs`), which bounds how late an owed
-    /// task can start.
+    /// run is open: `Idle::RUN_PARK` in `chip/core.rs`), and takes the pushes not yet
+    /// published too ([`EngineShared::pop_queue_all`]; the orchestrator's ring publishes
+    /// in batches), which bounds how late an owed task can start. Paying publishes.
     wake_debt: std::cell::Cell<u64>,
 }
 
@@ -558,8 +559,20 @@ impl<'r> Orchestrator<'r> {
     pub(crate) fn pay_wakes(&self) {
         let debt = self.wake_debt.replace(0);
         if debt != 0 {
+            // safety: the orchestrator of the engine's run is the one thread that
+            // pushes to its rings.
+            unsafe { self.eng.publish_owned(debt) };
             self.eng.wake_for_queued(debt);
         }
+    }
+
+    /// Publish the ready tasks pushed since the last payment (the ring publishes in
+    /// batches, `engine/shared/owner_ring.rs`) without waking anyone: a spinning core
+    /// takes them now.
+    #[inline]
+    pub(crate) fn publish_ready(&self) {
+        // safety: as in `pay_wakes`.
+        unsafe { self.eng.publish_owned(self.wake_debt.get()) };
     }
 
     /// A submit's look at the wake-up debt: paid ([`Orchestrator::pay_wakes`]) only when
@@ -743,6 +756,7 @@ impl<'r> Orchestrator<'r> {
         };
         self.sample("end", frame.site);
         self.st.scopes.pop();
+        self.publish_ready();
         if let Some(c) = self.st.capture.as_deref_mut() {
             c.end_scope();
         }

@@ -450,6 +450,7 @@ impl<X: Executor> Level<X> {
                 dispatch: &dispatch,
             };
             orch(&mut g)?;
+            g.o.publish_ready();
             // Dispatches still queued run here, on this thread: a one-task run then
             // costs no hand-off to a dispatch thread and back.
             help_at_end(g.o.end_helper.filter(|_| inline), hook_ref.get(), || {

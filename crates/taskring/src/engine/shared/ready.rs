@@ -58,16 +58,29 @@ pub struct EngineShared {
 /// takes from the shared queue first. The ring's push is two plain stores, no locked
 /// instruction: a submit that makes its task ready at once (the usual case when each
 /// task's producers finished before it was submitted) then waits for no cache line the
-/// cores hold.
+/// cores hold. The ring publishes in batches ([`OWNER_BATCH`] pushes) for a kind's
+/// queue, at every push for a lane's.
 #[cfg(not(loom))]
-#[derive(Default)]
 struct ReadyQueue {
     own: OwnerRing,
     shared: crossbeam_queue::SegQueue<u64>,
 }
 
+/// Pushes per publication of the orchestrator's ring of a kind's queue (see
+/// `owner_ring.rs`). The orchestrator publishes the rest when it pays its owed
+/// wake-ups (a parked core could take a task; a wait for space; the end of the
+/// program) and at a scope's end; a core that parked and found nothing published
+/// takes what is written ([`EngineShared::pop_queue_all`]).
+pub(crate) const OWNER_BATCH: usize = 32;
+
 #[cfg(not(loom))]
 impl ReadyQueue {
+    fn new(batch: usize) -> ReadyQueue {
+        ReadyQueue {
+            own: OwnerRing::with_batch(batch),
+            shared: crossbeam_queue::SegQueue::new(),
+        }
+    }
     #[inline]
     fn push(&self, v: u64) {
         self.shared.push(v)
@@ -88,6 +101,18 @@ impl ReadyQueue {
     fn pop(&self) -> Option<u64> {
         self.shared.pop().or_else(|| self.own.pop())
     }
+    /// [`ReadyQueue::pop`], the ring's unpublished entries included.
+    #[inline]
+    fn pop_all(&self) -> Option<u64> {
+        self.shared.pop().or_else(|| self.own.pop_written())
+    }
+    /// # Safety
+    /// As [`ReadyQueue::push_owned`].
+    #[inline]
+    unsafe fn publish(&self) {
+        // safety: the caller's contract.
+        unsafe { self.own.publish() };
+    }
     #[inline]
     fn is_empty(&self) -> bool {
         self.own.is_empty() && self.shared.is_empty()
@@ -104,14 +129,21 @@ struct ReadyQueue(Mutex<std::collections::VecDeque<u64>>);
 
 #[cfg(loom)]
 impl ReadyQueue {
+    fn new(_batch: usize) -> ReadyQueue {
+        ReadyQueue::default()
+    }
     fn push(&self, v: u64) {
         self.0.lock().push_back(v)
     }
     unsafe fn push_owned(&self, v: u64) {
         self.push(v)
     }
+    unsafe fn publish(&self) {}
     fn pop(&self) -> Option<u64> {
         self.0.lock().pop_front()
+    }
+    fn pop_all(&self) -> Option<u64> {
+        self.pop()
     }
     fn is_empty(&self) -> bool {
         self.0.lock().is_empty()
@@ -171,7 +203,9 @@ impl EngineShared {
     pub fn with_lanes(lanes: usize) -> Self {
         let n = LANE0 + lanes.min(MAX_LANES);
         EngineShared {
-            queues: (0..n).map(|_| ReadyQueue::default()).collect(),
+            queues: (0..n)
+                .map(|q| ReadyQueue::new(if q < LANE0 { OWNER_BATCH } else { 1 }))
+                .collect(),
             sleep: Sleep::new(n),
             progress: Progress::default(),
             fatal: AtomicBool::new(false),
@@ -293,25 +327,52 @@ impl EngineShared {
 
     /// Take a ready task for a core of queue index `q`: a kind's core its own queue,
     /// then `Any`'s; a core of kind `Any` (a one-core chip; the orchestrator's help)
-    /// every queue, lanes last; a lane's core its lane's queue only.
+    /// every queue, lanes last; a lane's core its lane's queue only. Tasks the
+    /// orchestrator pushed but has not published yet are not taken.
     #[inline]
     #[doc(hidden)]
     pub fn pop_queue(&self, q: usize) -> Option<TaskId> {
+        self.pop_queue_in(q, ReadyQueue::pop)
+    }
+
+    /// [`EngineShared::pop_queue`], the orchestrator's unpublished pushes included: for
+    /// a core that parked (woken, or after its timeout: the orchestrator may be in user
+    /// code between two submits, and its batch unpublished).
+    #[inline]
+    #[doc(hidden)]
+    pub fn pop_queue_all(&self, q: usize) -> Option<TaskId> {
+        self.pop_queue_in(q, ReadyQueue::pop_all)
+    }
+
+    #[inline(always)]
+    fn pop_queue_in(&self, q: usize, pop: impl Fn(&ReadyQueue) -> Option<u64>) -> Option<TaskId> {
         if q >= LANE0 {
-            return self.queues[q].pop().map(TaskId);
+            return pop(&self.queues[q]).map(TaskId);
         }
         if q != 2 {
-            if let Some(t) = self.queues[q].pop() {
+            if let Some(t) = pop(&self.queues[q]) {
                 return Some(TaskId(t));
             }
-            return self.queues[2].pop().map(TaskId);
+            return pop(&self.queues[2]).map(TaskId);
         }
-        self.queues[2]
-            .pop()
-            .or_else(|| self.queues[0].pop())
-            .or_else(|| self.queues[1].pop())
-            .or_else(|| self.queues[LANE0..].iter().find_map(|l| l.pop()))
+        pop(&self.queues[2])
+            .or_else(|| pop(&self.queues[0]))
+            .or_else(|| pop(&self.queues[1]))
+            .or_else(|| self.queues[LANE0..].iter().find_map(&pop))
             .map(TaskId)
+    }
+
+    /// Publish the orchestrator's pushes to the queues of `mask` (bits of
+    /// [`EngineShared::push_owned_quiet`]).
+    ///
+    /// # Safety
+    /// As [`EngineShared::push_owned_quiet`]: called by the run's orchestrator.
+    #[inline]
+    pub(crate) unsafe fn publish_owned(&self, mask: u64) {
+        for q in queues_of(mask) {
+            // safety: the caller's contract.
+            unsafe { self.queues[q].publish() };
+        }
     }
 
     /// Any task a core of `kind` could take?
@@ -337,7 +398,7 @@ impl EngineShared {
     /// Drop every queued task (abort).
     pub fn drain_queues(&self) {
         for q in &self.queues {
-            while q.pop().is_some() {}
+            while q.pop_all().is_some() {}
         }
     }
 
