@@ -76,7 +76,7 @@ test-rust: mpi
 # handshake (chip), the mailbox's wake-up elision (mailbox), idle cores parking and
 # waking (park) and the orchestrator's own ready ring (queue).
 test-loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --lib loom_models::
+	RUSTFLAGS="--cfg loom" CARGO_PROFILE_RELEASE_LTO=false CARGO_TARGET_DIR=target/loom $(CARGO) test --locked --release -p taskring --lib loom_models::
 
 # Fuzz tests of the frame decoders, PTO2_RING_* parsing and the scope-stats reader /
 # sizing advisor (crates/taskring/tests/fuzz.rs) with the long budget: FUZZ_CASES per
