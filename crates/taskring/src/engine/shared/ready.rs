@@ -55,7 +55,7 @@ pub struct EngineShared {
 /// Two parts: the orchestrator's own ring ([`OwnerRing`], pushed by
 /// [`ReadyQueue::push_owned`]: the one thread that submits) and a `SegQueue` for every
 /// other push (completions on the cores, the orchestrator's when its ring is full). A pop
-/// takes from the shared queue first. The ring's push is two plain stores, no locked
+/// takes from the shared queue first. The ring's push is plain stores, no locked
 /// instruction: a submit that makes its task ready at once (the usual case when each
 /// task's producers finished before it was submitted) then waits for no cache line the
 /// cores hold. The ring publishes in batches ([`OWNER_BATCH`] pushes) for a kind's
