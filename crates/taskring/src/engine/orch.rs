@@ -1140,7 +1140,7 @@ impl<'r> Orchestrator<'r> {
             if let Some(start) = pool.try_alloc(need) {
                 let used = pool.used();
                 r.peak_deps = r.peak_deps.max(used.max(r.deps.used()));
-                return Ok(start);
+                return Ok(start as u64);
             }
             self.wait_or_fail(ring, which, need, what, &mut clock)?;
         }

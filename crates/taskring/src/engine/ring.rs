@@ -138,6 +138,8 @@ pub struct LinearPool {
     pub capacity: u64,
     pub top: u64,
     pub tail: u64,
+    /// `top % capacity`, kept as `top` moves (no division per reservation).
+    top_index: u64,
 }
 
 impl LinearPool {
@@ -146,11 +148,13 @@ impl LinearPool {
             capacity,
             top: 0,
             tail: 0,
+            top_index: 0,
         }
     }
     pub fn reset(&mut self) {
         self.top = 0;
         self.tail = 0;
+        self.top_index = 0;
     }
     #[inline]
     pub fn used(&self) -> u64 {
@@ -160,13 +164,21 @@ impl LinearPool {
     pub fn free(&self) -> u64 {
         self.capacity - self.used()
     }
-    /// Reserve `n` consecutive linear indices; `None` if they do not fit now.
+    /// Reserve `n` consecutive linear indices; `None` if they do not fit now. Returns
+    /// the physical index of the first ([`LinearPool::index`] of it; the rest follow
+    /// it, wrapping at `capacity`).
     #[inline]
-    pub(crate) fn try_alloc(&mut self, n: u64) -> Option<u64> {
+    pub(crate) fn try_alloc(&mut self, n: u64) -> Option<usize> {
         if self.free() >= n {
-            let start = self.top;
+            let start = self.top_index;
             self.top += n;
-            Some(start)
+            // n <= free <= capacity: one subtraction wraps it.
+            self.top_index += n;
+            if self.top_index >= self.capacity {
+                self.top_index -= self.capacity;
+            }
+            debug_assert_eq!(self.top_index, self.top % self.capacity);
+            Some(start as usize)
         } else {
             None
         }
@@ -330,8 +342,12 @@ mod tests {
         assert_eq!(p.try_alloc(1), Some(3));
         assert_eq!(p.free(), 0);
         p.retire_to(2);
-        assert_eq!(p.try_alloc(2), Some(4));
+        // Linear indices 4 and 5: physical 0 and 1.
+        assert_eq!(p.try_alloc(2), Some(0));
         assert_eq!(p.index(5), 1);
         assert_eq!(p.used(), 4);
+        p.retire_to(6);
+        assert_eq!(p.try_alloc(3), Some(2), "linear 6..9, physical 2, 3, 0");
+        assert_eq!(p.try_alloc(1), Some(1));
     }
 }

@@ -138,9 +138,10 @@ pub unsafe fn write_fanin_record(
 
 /// Step 7, wiring and publication of task `id` with its claimed `edges` ([`claim_fanin`]:
 /// `waits` of them WAIT edges): `fanin_count = waits + 1`, then link `id` behind each
-/// WAIT producer (dependency nodes from `dep_start` in the pool of `id`'s ring; a
-/// producer completed or gone meanwhile counts as a done edge), call `wired` (the
-/// wiring has ended), and release the `+1` with the done edges.
+/// WAIT producer (dependency nodes from index `dep_start`, below the pool's length, on,
+/// wrapping, in the pool of `id`'s ring; a producer completed or gone meanwhile counts
+/// as a done edge), call `wired` (the wiring has ended), and release the `+1` with the
+/// done edges.
 /// Returns whether the task is ready now: then the caller pushes it to a ready queue;
 /// otherwise its last producer's completion will (exactly once, `slot.rs`).
 ///
@@ -159,14 +160,19 @@ pub fn wire_and_publish(
     me.begin_wiring(waits);
     let mut done = 0u32;
     if !edges.is_empty() {
-        let mut node_i = dep_start;
-        let n_nodes = rs.dep_nodes.len() as u64;
+        let n_nodes = rs.dep_nodes.len();
+        let mut node = dep_start as usize;
+        debug_assert!(node < n_nodes);
         for e in edges {
             if e.flags & DEP_WAIT == 0 {
                 continue;
             }
-            if sh.link(e.producer, id, (node_i % n_nodes) as usize) {
-                node_i += 1;
+            if sh.link(e.producer, id, node) {
+                // The next node, wrapping (no division per edge).
+                node += 1;
+                if node == n_nodes {
+                    node = 0;
+                }
             } else {
                 done += 1;
             }

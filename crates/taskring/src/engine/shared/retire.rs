@@ -47,6 +47,13 @@ unsafe impl Send for RingShared {}
 
 impl RingShared {
     pub fn new(window: u64, dep_pool: u64) -> Result<RingShared, ReserveError> {
+        // `slot`, `payload` and `payload_mut` index by `local & mask` unchecked: the
+        // tables have `window` entries and `mask = window - 1` (sizes are validated
+        // powers of two).
+        assert!(
+            window.is_power_of_two(),
+            "task window {window} is not a power of two"
+        );
         Ok(RingShared {
             window,
             mask: (window - 1) as u32,
@@ -63,7 +70,8 @@ impl RingShared {
 
     #[inline]
     pub fn slot(&self, local: u32) -> &SlotState {
-        &self.slots[(local & self.mask) as usize]
+        // safety: `local & mask < window`, the table's length (`RingShared::new`).
+        unsafe { self.slots.get_unchecked((local & self.mask) as usize) }
     }
 
     /// Hint that local id `local` will be submitted soon: prefetch, for writing, its
@@ -80,7 +88,12 @@ impl RingShared {
     /// The caller must hold publication of `local` (see the module doc) and no `&mut`.
     #[inline]
     pub unsafe fn payload(&self, local: u32) -> &Payload {
-        self.payloads[(local & self.mask) as usize].with(|p| (*p).assume_init_ref())
+        // safety: in bounds as in `slot`; the publication is the caller's contract.
+        unsafe {
+            self.payloads
+                .get_unchecked((local & self.mask) as usize)
+                .with(|p| (*p).assume_init_ref())
+        }
     }
 
     /// # Safety
@@ -88,7 +101,12 @@ impl RingShared {
     #[inline]
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn payload_mut(&self, local: u32) -> &mut MaybeUninit<Payload> {
-        self.payloads[(local & self.mask) as usize].with_mut(|p| &mut *p)
+        // safety: in bounds as in `slot`; exclusive use is the caller's contract.
+        unsafe {
+            self.payloads
+                .get_unchecked((local & self.mask) as usize)
+                .with_mut(|p| &mut *p)
+        }
     }
 
     /// Prepare the slot of `local` and publish it as the ring's newest task
