@@ -243,18 +243,37 @@ fn place_outputs(c: &mut CanonicalArgs, base: u64, outputs: &mut TaskOutputs) {
 impl<'r> Orchestrator<'r> {
     /// Submit (module doc of [`super`], steps 1–7), or count it while a SCOPE_DEADLOCK is
     /// being counted. `inline_complete`: an `alloc()` (outputs only, completes at once).
+    #[inline(always)]
     pub(super) fn submit_impl(
         &mut self,
         kernel: Option<KernelRef>,
         args: &TaskArgs,
         inline_complete: bool,
     ) -> Result<TaskOutputs, RuntimeFailure> {
+        // The outputs are written where the caller's result goes: returned from the
+        // (large, not inlined) body they were a ~0.5 KiB copy per submit.
+        let mut out = std::mem::MaybeUninit::<TaskOutputs>::uninit();
+        self.submit_into(kernel, args, inline_complete, &mut out)?;
+        // safety: `submit_into` returned Ok, so it wrote `out`.
+        Ok(unsafe { out.assume_init() })
+    }
+
+    /// [`Orchestrator::submit_impl`]'s body: on success the task's outputs are in `out`.
+    #[inline(never)]
+    fn submit_into(
+        &mut self,
+        kernel: Option<KernelRef>,
+        args: &TaskArgs,
+        inline_complete: bool,
+        out: &mut MaybeUninit<TaskOutputs>,
+    ) -> Result<(), RuntimeFailure> {
         // The last submits' ready pushes woke nobody yet (`wake_debt`): now they do, if
         // a core that could take them is parked.
         self.look_at_wakes();
         self.check_fatal()?;
         if self.dry.is_some() {
-            return self.count_dry(args);
+            out.write(self.count_dry(args)?);
+            return Ok(());
         }
         self.st.fanin.clear();
         let ring = self.current_ring();
@@ -269,11 +288,12 @@ impl<'r> Orchestrator<'r> {
         self.canonicalize(args, what, ring, inline_complete, &mut c)?;
         self.check_call(kernel, args, &c, what, ring)?;
         let Some(frame) = self.admit(ring, what)? else {
-            return self.count_dry(args);
+            out.write(self.count_dry(args)?);
+            return Ok(());
         };
         let (id, base) = self.take_slot(ring, c.heap_bytes, what)?;
-        let mut outputs = TaskOutputs::new(id);
-        place_outputs(&mut c, base, &mut outputs);
+        let outputs = out.write(TaskOutputs::new(id));
+        place_outputs(&mut c, base, outputs);
         let manual = frame.manual || self.in_manual_scope();
         let finished_producers = self.gather_fanin(args, &c, manual);
         if !manual && c.tm_inserts > 0 {
@@ -309,8 +329,7 @@ impl<'r> Orchestrator<'r> {
             what,
             queue: kernel.map_or(2, |k| k.0.ready_queue()) as u8,
         };
-        self.finish_submit(&task, c.tensors(), args.scalars(), finished_producers)?;
-        Ok(outputs)
+        self.finish_submit(&task, c.tensors(), args.scalars(), finished_producers)
     }
 
     /// Latch and return an INVALID_ARGS failure of ring `ring`.
