@@ -1084,7 +1084,8 @@ impl<'r> Orchestrator<'r> {
                 format!("{what}: its outputs need {heap_bytes} bytes (each output rounded up to 1 KiB) but ring {ring}'s ring_heap={heap_size} bytes; {fit}"),
             )));
         }
-        let mut clock = Backstop::new();
+        // Built at the first wait (most submits never wait).
+        let mut clock: Option<Backstop> = None;
         loop {
             self.observe(ring);
             let r = &mut self.st.rings[ring];
@@ -1103,7 +1104,13 @@ impl<'r> Orchestrator<'r> {
             } else {
                 Blocked::Window
             };
-            self.wait_or_fail(ring, blocked, heap_bytes, what, &mut clock)?;
+            self.wait_or_fail(
+                ring,
+                blocked,
+                heap_bytes,
+                what,
+                clock.get_or_insert_with(Backstop::new),
+            )?;
         }
     }
 
@@ -1129,7 +1136,8 @@ impl<'r> Orchestrator<'r> {
                 format!("{what}: the task needs {need} {noun}{extra} but ring {ring}'s ring_dep_pool={cap} entries; a ring_dep_pool of at least {need} entries is needed"),
             )));
         }
-        let mut clock = Backstop::new();
+        // Built at the first wait (most submits never wait).
+        let mut clock: Option<Backstop> = None;
         loop {
             self.observe(ring);
             let r = &mut self.st.rings[ring];
@@ -1142,7 +1150,13 @@ impl<'r> Orchestrator<'r> {
                 r.peak_deps = r.peak_deps.max(used.max(r.deps.used()));
                 return Ok(start as u64);
             }
-            self.wait_or_fail(ring, which, need, what, &mut clock)?;
+            self.wait_or_fail(
+                ring,
+                which,
+                need,
+                what,
+                clock.get_or_insert_with(Backstop::new),
+            )?;
         }
     }
 
@@ -1163,7 +1177,8 @@ impl<'r> Orchestrator<'r> {
                 format!("{what}: needs {need} tensormap entries"),
             )));
         }
-        let mut clock = Backstop::new();
+        // Built at the first wait (most submits never wait).
+        let mut clock: Option<Backstop> = None;
         loop {
             if self.st.tensormap.free() >= need {
                 return Ok(());
@@ -1173,7 +1188,13 @@ impl<'r> Orchestrator<'r> {
             if self.st.tensormap.free() >= need {
                 return Ok(());
             }
-            self.wait_or_fail(ring, Blocked::Tensormap, need as u64, what, &mut clock)?;
+            self.wait_or_fail(
+                ring,
+                Blocked::Tensormap,
+                need as u64,
+                what,
+                clock.get_or_insert_with(Backstop::new),
+            )?;
         }
     }
 
