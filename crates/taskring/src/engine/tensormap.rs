@@ -276,7 +276,10 @@ impl TensorMap {
         let mut prev = NIL;
         let mut cur = self.head(b);
         while cur != NIL {
-            let e = &self.pool[cur as usize];
+            // safety: every index in a chain (a bucket head of this epoch, an entry's
+            // `next`) was handed out by `insert`, below `pool.len()`; a stale bucket
+            // reads as empty (`head`), so no chain reaches an earlier epoch's links.
+            let e = unsafe { self.pool.get_unchecked(cur as usize) };
             let next = e.next;
             let mut unlink = false;
             if e.tensor.addr == probe.addr {
