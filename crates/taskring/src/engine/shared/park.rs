@@ -9,6 +9,19 @@ use crate::sync::{fence, AtomicUsize, Condvar, Mutex};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
+/// The queue indices whose bits `mask` has, lowest first.
+#[inline]
+pub(crate) fn queues_of(mask: u64) -> impl Iterator<Item = usize> {
+    let mut m = mask;
+    std::iter::from_fn(move || {
+        (m != 0).then(|| {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            q
+        })
+    })
+}
+
 /// Parking for idle cores. A waker that pushed work checks the sleepers after a SeqCst
 /// fence; a sleeper registers, fences, re-checks for work under the mutex, then waits.
 /// Either the waker sees the sleeper, or the sleeper sees the work. (An orchestrator's
@@ -190,11 +203,8 @@ impl Sleep {
     /// wrongly: the caller's own push is in what it reads.
     #[inline]
     pub(crate) fn wake_for_mask(&self, mask: u64, queued: impl Fn(usize) -> bool) {
-        let mut m = mask;
         let mut fenced = false;
-        while m != 0 {
-            let q = m.trailing_zeros() as usize;
-            m &= m - 1;
+        for q in queues_of(mask) {
             if !queued(q) {
                 continue;
             }
@@ -218,15 +228,7 @@ impl Sleep {
     /// queue index `q`)? Plain loads, no fence: a hint.
     #[inline]
     pub(crate) fn parked_for(&self, mask: u64) -> bool {
-        let mut m = mask;
-        while m != 0 {
-            let q = m.trailing_zeros() as usize;
-            m &= m - 1;
-            if self.any_runner_parked(q) && self.room_to_wake(q) {
-                return true;
-            }
-        }
-        false
+        queues_of(mask).any(|q| self.any_runner_parked(q) && self.room_to_wake(q))
     }
 
     /// Is a core parked that can run a task of queue index `q`?

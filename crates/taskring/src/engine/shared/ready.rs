@@ -9,7 +9,7 @@
 
 #[cfg(not(loom))]
 use super::owner_ring::OwnerRing;
-use super::park::{Progress, Sleep, LANE0};
+use super::park::{queues_of, Progress, Sleep, LANE0};
 use crate::kernel::CoreKind;
 use crate::sync::Ordering::*;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Mutex};
@@ -167,19 +167,6 @@ pub(crate) fn lane_queue(lane: usize) -> usize {
 
 /// Lanes an engine has at most: every queue's bit fits a `u64` mask.
 pub(crate) const MAX_LANES: usize = 64 - LANE0;
-
-/// The queue indices whose bits `mask` has, lowest first.
-#[inline]
-fn queues_of(mask: u64) -> impl Iterator<Item = usize> {
-    let mut m = mask;
-    std::iter::from_fn(move || {
-        (m != 0).then(|| {
-            let q = m.trailing_zeros() as usize;
-            m &= m - 1;
-            q
-        })
-    })
-}
 
 /// The core kind of queue index `q` (the inverse of [`queue_index`]; 2 and above: Any).
 #[inline]
