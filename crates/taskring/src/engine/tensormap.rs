@@ -6,6 +6,15 @@
 //! (`producer.local >= last_alive[producer.ring]`); dead entries are unlinked lazily by
 //! the lookups that meet them, or by [`TensorMap::sweep`] when the pool runs dry.
 //!
+//! The bucket of a base address ([`TensorMap::bucket_of`]) keeps neighbours apart: the
+//! address space is cut into blocks of as many 64-byte lines as there are buckets; a
+//! block's lines map one-to-one onto the buckets, turned by a multiplicative hash of
+//! the block number. Buffers laid out one after the other (cells of a grid, a
+//! program's tiles) then take buckets of their own, in order, within a block (across a
+//! block's edge the two parts are turned apart and may meet), where a hash of the whole
+//! address puts two of them in one bucket about as often as not once the map holds as
+//! many entries as buckets; buffers a block or more apart still land spread out.
+//!
 //! Reset for a new run is O(1): buckets carry an epoch stamp; a stale stamp reads as an
 //! empty bucket.
 //!
@@ -220,10 +229,15 @@ impl TensorMap {
         self.head(Self::bucket_of(addr)) == NIL
     }
 
+    /// The bucket of base address `addr` (module doc): its 64-byte line within its
+    /// block of `TENSORMAP_BUCKETS` lines, turned by a hash of the block.
     #[inline]
     fn bucket_of(addr: u64) -> usize {
-        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TENSORMAP_BUCKETS.trailing_zeros()))
-            as usize
+        let bits = TENSORMAP_BUCKETS.trailing_zeros();
+        let line = addr >> 6;
+        let block = line >> bits;
+        let rotate = block.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits);
+        (line.wrapping_add(rotate) as usize) & (TENSORMAP_BUCKETS - 1)
     }
 
     #[inline]
@@ -470,6 +484,43 @@ mod tests {
         seen.clear();
         m.lookup(&t, false, &la, |p| seen.push(p));
         assert!(seen.is_empty());
+    }
+
+    /// Neighbouring buffers take buckets of their own; buffers a block apart, or at a
+    /// stride that walks line and block together, still spread over the buckets.
+    #[test]
+    fn buckets_keep_neighbours_apart_and_spread_strides() {
+        let distinct = |addrs: &mut dyn Iterator<Item = u64>| {
+            let mut seen = vec![false; TENSORMAP_BUCKETS];
+            addrs
+                .filter(|&a| !std::mem::replace(&mut seen[TensorMap::bucket_of(a)], true))
+                .count()
+        };
+        let n = TENSORMAP_BUCKETS as u64;
+        // The n lines of a block: one bucket each.
+        for block in [0u64, 0x7f00_0000_0000 / (64 * n), 12345] {
+            let start = block * 64 * n;
+            let d = distinct(&mut (0..n).map(|k| start + 64 * k));
+            assert_eq!(d, TENSORMAP_BUCKETS);
+        }
+        // n lines in a row across a block's edge: each part one bucket per line, the
+        // two parts overlapping by at most the shorter one.
+        for start in [
+            0x7f00_0000_1240u64,
+            0x5555_5555_5540,
+            64 * n * 7 + 64 * (n / 2),
+        ] {
+            let d = distinct(&mut (0..n).map(|k| start + 64 * k));
+            assert!(d >= TENSORMAP_BUCKETS / 2, "from {start:#x}: {d} buckets");
+        }
+        // Two 64-byte buffers in one line share the line's bucket (the key is the base).
+        assert_eq!(TensorMap::bucket_of(0x1000), TensorMap::bucket_of(0x1010));
+        // Strides of a block, a page, and a block plus a line: well spread (a perfect
+        // spread of random throws fills 1 - 1/e of the buckets).
+        for stride in [64 * n, 4096, 64 * n + 64, 1 << 20] {
+            let d = distinct(&mut (0..n).map(|k| 0x10_0000_0000 + stride * k));
+            assert!(d > TENSORMAP_BUCKETS / 2, "stride {stride}: {d} buckets");
+        }
     }
 
     #[test]
