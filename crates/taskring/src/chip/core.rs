@@ -515,6 +515,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
             .map(|i| TaskId(i as u64))
     };
     let deque_work = || direct_on() && sh.thieves.any();
+    let mut held = Held::default();
     loop {
         // (Never ABANDONED here: only a RUNNING word is given up on, and the core
         // returns as soon as it lost `begin_completion`.)
@@ -550,11 +551,14 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
         };
         idle.spins = 0;
         if !abort::admit(busy, eng, task) {
+            // The run failed (its end does not wait for retirements) and the core says
+            // IDLE: the arena may go to another run, so what it held is dropped.
+            held.forget();
             continue;
         }
         let job = sh.direct.load(Acquire);
         let step = if job.is_null() {
-            run_ring_task(sh, core, task)
+            run_ring_task(sh, core, task, &mut held)
         } else {
             // safety: installed for the whole direct replay, removed only after every
             // core went idle; an abandoned core touches nothing after its kernel.
@@ -582,6 +586,71 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
         if next.is_none() {
             abort::release(busy);
         }
+    }
+}
+
+/// The watermark advances a core owes ([`ArenaShared::complete_held`]): tasks whose
+/// completion consumed them while the core went on to the next task of a chain it runs
+/// (the first consumer each completion made ready), all of one run.
+///
+/// Paid — one advance per ring for all of them — when the chain ends (before the core
+/// lets go of the run), every [`Held::MOST`] tasks, as soon as the orchestrator waits
+/// (for space, or for the end of the run), and when a kernel failed; dropped when the
+/// run failed under the core (the end of a failed run waits for no retirement). An
+/// orchestrator short of space advances the watermark itself before it waits, so what
+/// a core holds delays it only while it is already asleep, by at most the task the
+/// core is running.
+struct Held {
+    arena: *const ArenaShared,
+    /// Bit `r`: a consumption of ring `r` not advanced over.
+    rings: u8,
+    n: u32,
+}
+
+impl Default for Held {
+    fn default() -> Held {
+        Held {
+            arena: std::ptr::null(),
+            rings: 0,
+            n: 0,
+        }
+    }
+}
+
+impl Held {
+    /// The most consumptions a core holds.
+    const MOST: u32 = 32;
+
+    #[inline]
+    fn hold(&mut self, arena: &ArenaShared, ring: usize) {
+        self.arena = arena;
+        self.rings |= 1 << ring;
+        self.n += 1;
+    }
+
+    /// Forget what is held (the run failed; its arena is not touched again).
+    #[inline]
+    fn forget(&mut self) {
+        self.rings = 0;
+        self.n = 0;
+    }
+
+    /// Advance every ring held. The caller still says COMPLETING a task of the run whose
+    /// arena this is (the settle waits for it), so the arena is the run's.
+    #[inline]
+    fn pay(&mut self, eng: &EngineShared) {
+        if self.rings == 0 {
+            return;
+        }
+        debug_assert!(!self.arena.is_null());
+        // safety: see above; `rings != 0` only after `hold` set `arena`.
+        let arena = unsafe { &*self.arena };
+        for r in 0..4 {
+            if self.rings & (1 << r) != 0 {
+                arena.retired(r, eng);
+            }
+        }
+        self.forget();
     }
 }
 
@@ -705,7 +774,7 @@ impl Idle {
 /// kernel (recorded on the swimlane when it is on), a failure latched, else the
 /// completion, keeping the first consumer it made ready that this core can run.
 #[inline]
-fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId) -> Step {
+fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId, held: &mut Held) -> Step {
     let eng = &sh.eng;
     let arena_ptr = sh.arena.load(Acquire);
     if arena_ptr.is_null() {
@@ -734,19 +803,26 @@ fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId) -> Step {
     }
     if let Some((k, msg)) = failed {
         eng.fail(task_failed(k, task, msg));
+        held.pay(eng);
         return Step::Next(None);
     }
     let mut next = None;
     // safety: the task ran (or is a dummy) and is completed exactly once, here.
-    unsafe {
-        arena.complete(task, eng, |c| {
+    let consumed = unsafe {
+        arena.complete_held(task, eng, |c| {
             let cq = arena.rings[c.ring()].payload(c.local()).queue as usize;
             if next.is_none() && queue_takes(core.queue, cq) {
                 next = Some(c);
             } else {
                 eng.push_queue(c, cq);
             }
-        });
+        })
+    };
+    if consumed {
+        held.hold(arena, task.ring());
+    }
+    if held.rings != 0 && (next.is_none() || held.n >= Held::MOST || eng.progress.has_waiter()) {
+        held.pay(eng);
     }
     Step::Next(next)
 }

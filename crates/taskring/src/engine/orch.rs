@@ -761,6 +761,8 @@ impl<'r> Orchestrator<'r> {
             c.end_scope();
         }
         let tasks = &self.st.scope_tasks[frame.begin..];
+        // Rings with a task this loop consumed: their watermarks advance once, after it.
+        let mut consumed = 0u8;
         for (i, &id) in tasks.iter().enumerate() {
             // The slots' lines were last written by the cores that completed the tasks:
             // ask for them a few releases ahead, so that the misses overlap instead of
@@ -768,7 +770,14 @@ impl<'r> Orchestrator<'r> {
             if let Some(&ahead) = tasks.get(i + SCOPE_PREFETCH_AHEAD) {
                 crate::mem::prefetch_write(self.sh.slot(ahead) as *const _ as *const u8, 1);
             }
-            self.sh.release_ref(id, SCOPE_BIT, self.eng);
+            if self.sh.release_ref_held(id, SCOPE_BIT) {
+                consumed |= 1 << id.ring();
+            }
+        }
+        for r in 0..4 {
+            if consumed & (1 << r) != 0 {
+                self.sh.retired(r, self.eng);
+            }
         }
         self.st.scope_tasks.truncate(frame.begin);
         if matches!(&self.dry, Some(d) if self.st.scopes.len() < d.level) {
@@ -1307,6 +1316,12 @@ impl<'r> Orchestrator<'r> {
         } else {
             std::slice::from_ref(&ring)
         };
+        // A core running a chain of tasks advances the watermark once at its end (or
+        // once the orchestrator sleeps here): advance over what it consumed so far
+        // instead of waiting for that (the advance combines, any thread may make it).
+        for &r in rings {
+            self.sh.rings[r].advance();
+        }
         if let Some(h) = self.helper {
             if h() {
                 return;

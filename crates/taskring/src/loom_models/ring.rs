@@ -8,7 +8,7 @@
 //!
 //! Each model drives the real protocol functions of `engine/shared/` on loom threads:
 //! `SlotState`'s lock, `RingShared::prepare` / `advance`, `ArenaShared::complete` /
-//! `release_ref` (the release and the CONSUMED check), the ready queues and the parking lots, and the
+//! `complete_held` / `retired` / `release_ref` (the release and the CONSUMED check), the ready queues and the parking lots, and the
 //! orchestrator's fan-in steps of `shared/fanin.rs` — `claim_fanin` (submit step 4,
 //! over `ArenaShared::claim` for RETAIN edges and `ArenaShared::peek` for WAIT-only
 //! ones), `write_fanin_record` (the fanin part of step 6) and `wire_and_publish` (step
@@ -22,7 +22,8 @@
 //! reservations (the models pass node indices by hand and have at most
 //! `FANIN_INLINE` producers), the push of a task ready at publication (the models
 //! push, or run it on the same thread), the back-pressure wait ([`admit`], after
-//! `alloc_slot` / `wait_or_fail`), the core loop ([`core_loop`], [`run_chain`]) and the
+//! `alloc_slot` / `wait_or_fail`), the core loop ([`core_loop`], [`run_chain`],
+//! [`run_chain_held`]) and the
 //! end of a run ([`finish`]). Windows and pools are tiny (1–4 slots) so that slots are
 //! reused.
 //!
@@ -152,6 +153,16 @@ fn wire(a: &ArenaShared, marks: &Marks, s: &Sub, node: u64) -> bool {
     ready
 }
 
+/// Submit `t[0]` and each further task behind the one before it (a WAIT edge; node
+/// `i - 1` for `t[i]`): the chain waits for `t[0]`'s run.
+fn submit_chain(a: &ArenaShared, marks: &Marks, t: &[TaskId]) {
+    submit_root(a, marks, t[0]);
+    for i in 1..t.len() {
+        let s = open(a, t[i], &[(t[i - 1], DEP_WAIT)]);
+        assert!(!wire(a, marks, &s, i as u64 - 1));
+    }
+}
+
 /// Submit a task without dependencies: it is ready at once.
 fn submit_root(a: &ArenaShared, marks: &Marks, id: TaskId) {
     let s = open(a, id, &[]);
@@ -224,6 +235,39 @@ fn run_chain_counted(
         };
         if let Some(d) = done {
             d.fetch_add(1, Release);
+        }
+    }
+}
+
+/// [`run_chain`] as the core runs it (chip/core.rs `run_ring_task`, `Held`): a
+/// completion that consumes its task does not advance the watermark; the core pays the
+/// advances it holds — once per ring — when the chain ends, or after a task once the
+/// orchestrator waits for space.
+fn run_chain_held(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
+    let mut next = Some(t);
+    let mut held = 0u8;
+    while let Some(t) = next.take() {
+        // safety: `t` is published, ran (nothing to run), and is completed once, here.
+        let consumed = unsafe {
+            a.complete_held(t, eng, |c| {
+                marks.on_ready(a, c);
+                if next.is_none() {
+                    next = Some(c);
+                } else {
+                    eng.push_ready(c, CoreKind::Any);
+                }
+            })
+        };
+        if consumed {
+            held |= 1 << t.ring();
+        }
+        if held != 0 && (next.is_none() || eng.progress.has_waiter()) {
+            for r in 0..4 {
+                if held & (1 << r) != 0 {
+                    a.retired(r, eng);
+                }
+            }
+            held = 0;
         }
     }
 }
@@ -359,6 +403,68 @@ fn fanout_and_scope_release() {
         assert!(eng.queues_empty());
         assert_retired(&a, 0, &[p, c1, c2]);
         assert_eq!(a.rings[0].last_alive.load(Relaxed), 3);
+    });
+}
+
+/// 2b. Consumptions a core holds while it runs a chain (`chip/core.rs` `Held`) never
+/// strand the orchestrator: T0 -> T1 -> T2 is a chain the core runs in one go, every
+/// scope already ended, so each completion consumes its task and the core holds the
+/// advance; T3 needs T0 retired (window 4). The orchestrator advances the watermark
+/// itself before it waits (orch.rs `wait_for_space`) and the core pays once it sees
+/// the waiter or its chain ends: in every interleaving T3 is admitted (a lost
+/// wake-up is a deadlock under loom) and everything retires.
+#[test]
+fn held_advances_never_strand_a_waiting_orchestrator() {
+    model(2, || {
+        let a = Arc::new(arena([4; 4], 4));
+        let eng = Arc::new(EngineShared::default());
+        let t: Vec<TaskId> = (0..4).map(|l| TaskId::new(0, l)).collect();
+        let marks = Arc::new(Marks::new(&t));
+        submit_chain(&a, &marks, &t[..3]);
+        for &x in &t[..3] {
+            a.release_ref(x, SCOPE_BIT, &eng);
+        }
+        let core = {
+            let (a, eng, marks, t0) = (a.clone(), eng.clone(), marks.clone(), t[0]);
+            thread::spawn(move || run_chain_held(&a, &eng, &marks, t0))
+        };
+        // T3 waits for T0's retirement: advance first, then wait (`wait_for_space`).
+        a.rings[0].advance();
+        admit(&a, &eng, t[3]);
+        submit_root(&a, &marks, t[3]);
+        a.release_ref(t[3], SCOPE_BIT, &eng);
+        core.join().unwrap();
+        run_chain(&a, &eng, &marks, t[3]);
+        for &x in &t[1..3] {
+            assert_eq!(marks.ready_count(x), 1);
+        }
+        assert_retired(&a, 0, &t);
+        assert_eq!(a.rings[0].last_alive.load(Relaxed), 4);
+    });
+}
+
+/// 2c. A core pays what it holds when its chain ends: the end of the run waits only for
+/// a ring's last retirement (`wait_end`, which advances nothing), here after the chain
+/// is over and with no waiter while it ran.
+#[test]
+fn a_chain_pays_its_held_advances_when_it_ends() {
+    model(2, || {
+        let a = Arc::new(arena([4; 4], 4));
+        let eng = Arc::new(EngineShared::default());
+        let t: Vec<TaskId> = (0..3).map(|l| TaskId::new(0, l)).collect();
+        let marks = Arc::new(Marks::new(&t));
+        submit_chain(&a, &marks, &t[..3]);
+        let core = {
+            let (a, eng, marks, t0) = (a.clone(), eng.clone(), marks.clone(), t[0]);
+            thread::spawn(move || run_chain_held(&a, &eng, &marks, t0))
+        };
+        // The scopes end while the chain runs: some completions consume, some not.
+        for &x in &t {
+            a.release_ref(x, SCOPE_BIT, &eng);
+        }
+        core.join().unwrap();
+        finish(&a, &eng, 0);
+        assert_retired(&a, 0, &t);
     });
 }
 

@@ -145,22 +145,31 @@ impl ArenaShared {
     /// ([`SlotState::prepare`]). (One locked instruction per release, not two.)
     #[inline]
     pub fn release_ref(&self, p: TaskId, amount: u32, eng: &EngineShared) {
+        if self.release_ref_held(p, amount) {
+            self.retired(p.ring(), eng);
+        }
+    }
+
+    /// [`ArenaShared::release_ref`] without the watermark advance: returns true if the
+    /// release consumed `p`; the caller then owes [`ArenaShared::retired`] of `p`'s ring.
+    #[inline]
+    pub(crate) fn release_ref_held(&self, p: TaskId, amount: u32) -> bool {
         let s = self.slot(p);
         s.lock();
         s.fanout_refcount
             .store(s.fanout_refcount.load(Relaxed) + amount, Release);
         let consumed = s.try_consume_locked();
         s.unlock();
-        if consumed {
-            self.retired(p, eng);
-        }
+        consumed
     }
 
-    /// `id` was just consumed: advance its ring's watermark, and wake the orchestrator
-    /// if it waits for space.
+    /// A task of ring `ring` was consumed: advance the ring's watermark over the
+    /// consumed prefix, and wake the orchestrator if it waits for space. One call
+    /// covers every consumption before it (the advance scans), so a thread that
+    /// consumed several tasks may make it once, after the last.
     #[inline]
-    fn retired(&self, id: TaskId, eng: &EngineShared) {
-        let ring = &self.rings[id.ring()];
+    pub fn retired(&self, ring: usize, eng: &EngineShared) {
+        let ring = &self.rings[ring];
         if ring.advance() {
             eng.progress
                 .notify_advance(|| ring.last_alive.load(Acquire) == ring.current.load(Acquire));
@@ -175,7 +184,31 @@ impl ArenaShared {
     // Inline: the core loop's hot path (it was inlined into it while this module and
     // the chip's shared a codegen unit; a separate module must not cost a call).
     #[inline]
-    pub unsafe fn complete(&self, id: TaskId, eng: &EngineShared, mut ready: impl FnMut(TaskId)) {
+    pub unsafe fn complete(&self, id: TaskId, eng: &EngineShared, ready: impl FnMut(TaskId)) {
+        // safety: the caller's contract.
+        if unsafe { self.complete_held(id, eng, ready) } {
+            self.retired(id.ring(), eng);
+        }
+    }
+
+    /// [`ArenaShared::complete`], except that when the completion's own release
+    /// consumes `id` the watermark is not advanced: returns true then, and the caller
+    /// owes [`ArenaShared::retired`] of `id`'s ring — before it lets go of the run (the
+    /// arena may be reused after), and as soon as the orchestrator waits for space
+    /// ([`Progress::has_waiter`](super::park::Progress::has_waiter)). A core finishing a run of
+    /// tasks, each the first consumer its predecessor made ready, advances once for all
+    /// of them instead of once each (an advance is several SeqCst atomics on lines the
+    /// orchestrator reads).
+    ///
+    /// # Safety
+    /// As [`ArenaShared::complete`].
+    #[inline]
+    pub unsafe fn complete_held(
+        &self,
+        id: TaskId,
+        eng: &EngineShared,
+        mut ready: impl FnMut(TaskId),
+    ) -> bool {
         let ring = &self.rings[id.ring()];
         let s = ring.slot(id.local());
         s.lock();
@@ -221,6 +254,6 @@ impl ArenaShared {
                 self.release_ref(TaskId(e & !DEP_FLAGS), 1, eng);
             }
         }
-        self.release_ref(id, 1, eng);
+        self.release_ref_held(id, 1)
     }
 }

@@ -321,6 +321,13 @@ const ANY_MOVE: usize = 1;
 const RING_END: usize = 2;
 
 impl Progress {
+    /// Is the orchestrator waiting (or about to wait) for a retirement? A plain load: a
+    /// waiter that arrives after it is seen at the caller's next look.
+    #[inline]
+    pub fn has_waiter(&self) -> bool {
+        self.waiting.load(Relaxed) != NOBODY
+    }
+
     /// Wake the waiter, whatever it waits for.
     #[inline]
     pub fn notify(&self) {
