@@ -1028,23 +1028,30 @@ impl<'r> Orchestrator<'r> {
     // ----- capacity -----------------------------------------------------------------
 
     /// Catch up with the ring's watermark: free slots, heap bytes and pool entries.
+    #[inline(always)]
     fn observe(&mut self, ring: usize) {
         let la = self.sh.rings[ring].last_alive.load(Acquire);
-        let r = &mut self.st.rings[ring];
-        if la != r.seen_la {
-            let last = r.slots[((la - 1) & r.mask) as usize];
-            let old_tail = r.heap.tail;
-            r.heap.retire_to(la, last.heap_end);
-            let t = r.heap.tail;
-            r.heap_retired += if t >= old_tail {
-                t - old_tail
-            } else {
-                r.heap.size - old_tail + t
-            };
-            r.deps.retire_to(last.dep_mark);
-            r.spill.retire_to(last.spill_mark);
-            r.seen_la = la;
+        if la != self.st.rings[ring].seen_la {
+            self.catch_up(ring, la);
         }
+    }
+
+    /// [`Orchestrator::observe`] when the watermark moved to `la`.
+    #[inline(never)]
+    fn catch_up(&mut self, ring: usize, la: u32) {
+        let r = &mut self.st.rings[ring];
+        let last = r.slots[((la - 1) & r.mask) as usize];
+        let old_tail = r.heap.tail;
+        r.heap.retire_to(la, last.heap_end);
+        let t = r.heap.tail;
+        r.heap_retired += if t >= old_tail {
+            t - old_tail
+        } else {
+            r.heap.size - old_tail + t
+        };
+        r.deps.retire_to(last.dep_mark);
+        r.spill.retire_to(last.spill_mark);
+        r.seen_la = la;
     }
 
     /// Is the ring's head task pinned so that it can never retire while we wait?
@@ -1123,7 +1130,46 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
+    /// `need` consecutive entries of `ring`'s dependency pool (`Blocked::Deps`) or
+    /// spill pool (`Blocked::Spill`): their start. Waits for retirements while they do
+    /// not fit; a demand beyond the pool, or no progress, is the DEP_POOL_OVERFLOW
+    /// failure. The room-at-once case is inlined into the submit; the rest is
+    /// [`Orchestrator::reserve_pool_waiting`].
+    #[inline(always)]
     fn reserve_pool(
+        &mut self,
+        ring: usize,
+        need: u64,
+        which: Blocked,
+        what: What,
+    ) -> Result<u64, RuntimeFailure> {
+        if need <= self.sizing.dep_pool[ring] {
+            self.observe(ring);
+            if let Some(start) = self.try_pool(ring, need, which) {
+                return Ok(start);
+            }
+        }
+        self.reserve_pool_waiting(ring, need, which, what)
+    }
+
+    /// Take `need` entries of the pool if they fit now (peak updated).
+    #[inline(always)]
+    fn try_pool(&mut self, ring: usize, need: u64, which: Blocked) -> Option<u64> {
+        let r = &mut self.st.rings[ring];
+        let pool = match which {
+            Blocked::Spill => &mut r.spill,
+            _ => &mut r.deps,
+        };
+        let start = pool.try_alloc(need)?;
+        let used = pool.used();
+        r.peak_deps = r.peak_deps.max(used.max(r.deps.used()));
+        Some(start as u64)
+    }
+
+    /// [`Orchestrator::reserve_pool`] when the entries do not fit at once.
+    #[cold]
+    #[inline(never)]
+    fn reserve_pool_waiting(
         &mut self,
         ring: usize,
         need: u64,
@@ -1149,15 +1195,8 @@ impl<'r> Orchestrator<'r> {
         let mut clock: Option<Backstop> = None;
         loop {
             self.observe(ring);
-            let r = &mut self.st.rings[ring];
-            let pool = match which {
-                Blocked::Spill => &mut r.spill,
-                _ => &mut r.deps,
-            };
-            if let Some(start) = pool.try_alloc(need) {
-                let used = pool.used();
-                r.peak_deps = r.peak_deps.max(used.max(r.deps.used()));
-                return Ok(start as u64);
+            if let Some(start) = self.try_pool(ring, need, which) {
+                return Ok(start);
             }
             self.wait_or_fail(
                 ring,
