@@ -43,7 +43,6 @@ pub(super) struct Submitted {
     pub(super) inline_complete: bool,
     pub(super) n_inputs: usize,
     pub(super) scalar_float_mask: u16,
-    pub(super) what: What,
     /// The ready queue ([`crate::kernel::Kernel::ready_queue`]; a dummy task: `Any`'s).
     pub(super) queue: u8,
 }
@@ -277,27 +276,24 @@ impl<'r> Orchestrator<'r> {
         }
         self.st.fanin.clear();
         let ring = self.current_ring();
-        let what = What {
-            kernel,
-            alloc: inline_complete,
-        };
+        let what = What::new(kernel, inline_complete);
         if let Some(e) = args.error {
             return Err(self.invalid(ring, format!("{what}: {e}")));
         }
         let mut c = CanonicalArgs::new();
-        self.canonicalize(args, what, ring, inline_complete, &mut c)?;
-        self.check_call(kernel, args, &c, what, ring)?;
-        let Some(frame) = self.admit(ring, what)? else {
+        self.canonicalize(args, &what, ring, inline_complete, &mut c)?;
+        self.check_call(kernel, args, &c, &what, ring)?;
+        let Some(frame) = self.admit(ring, &what)? else {
             out.write(self.count_dry(args)?);
             return Ok(());
         };
-        let (id, base) = self.take_slot(ring, c.heap_bytes, what)?;
+        let (id, base) = self.take_slot(ring, c.heap_bytes, &what)?;
         let outputs = out.write(TaskOutputs::new(id));
         place_outputs(&mut c, base, outputs);
         let manual = frame.manual || self.in_manual_scope();
         let finished_producers = self.gather_fanin(args, &c, manual);
         if !manual && c.tm_inserts > 0 {
-            self.insert_writers(&c, id, ring, what)?;
+            self.insert_writers(&c, id, ring, &what)?;
         }
         if self.st.recording {
             let head = super::super::replay::TaskHead {
@@ -326,7 +322,6 @@ impl<'r> Orchestrator<'r> {
             inline_complete,
             n_inputs: c.n_inputs,
             scalar_float_mask: args.scalar_float_mask,
-            what,
             queue: kernel.map_or(2, |k| k.0.ready_queue()) as u8,
         };
         self.finish_submit(&task, c.tensors(), args.scalars(), finished_producers)
@@ -350,7 +345,7 @@ impl<'r> Orchestrator<'r> {
     fn canonicalize(
         &self,
         args: &TaskArgs,
-        what: What,
+        what: &What,
         ring: usize,
         alloc: bool,
         c: &mut CanonicalArgs,
@@ -419,7 +414,7 @@ impl<'r> Orchestrator<'r> {
         kernel: Option<KernelRef>,
         args: &TaskArgs,
         c: &CanonicalArgs,
-        what: What,
+        what: &What,
         ring: usize,
     ) -> Result<(), RuntimeFailure> {
         if let Some(k) = kernel {
@@ -445,7 +440,7 @@ impl<'r> Orchestrator<'r> {
     /// (the caller returns [`Orchestrator::count_dry`]) and reported at its end with the
     /// window that would have held it.
     #[inline(always)]
-    fn admit(&mut self, ring: usize, what: What) -> Result<Option<ScopeFrame>, RuntimeFailure> {
+    fn admit(&mut self, ring: usize, what: &What) -> Result<Option<ScopeFrame>, RuntimeFailure> {
         let window = self.sizing.task_window[ring];
         let (frame, owned) = self.innermost_scope();
         if owned + 1 < window {
@@ -480,7 +475,7 @@ impl<'r> Orchestrator<'r> {
         &mut self,
         ring: usize,
         heap_bytes: u64,
-        what: What,
+        what: &What,
     ) -> Result<(TaskId, u64), RuntimeFailure> {
         let (local, heap_off, heap_end) = self.alloc_slot(ring, heap_bytes, what)?;
         let id = TaskId::new(ring as u8, local);
@@ -562,7 +557,7 @@ impl<'r> Orchestrator<'r> {
         c: &CanonicalArgs,
         id: TaskId,
         ring: usize,
-        what: What,
+        what: &What,
     ) -> Result<(), RuntimeFailure> {
         self.reserve_tensormap(c.tm_inserts, ring, what)?;
         for (t, &tag) in c.tensors().iter().zip(c.tags()) {
@@ -586,12 +581,13 @@ impl<'r> Orchestrator<'r> {
         scalars: &[u64],
         finished_producers: usize,
     ) -> Result<(), RuntimeFailure> {
-        let (ring, local, what) = (task.id.ring(), task.id.local(), task.what);
+        let (ring, local) = (task.id.ring(), task.id.local());
+        let what = What::new(task.kernel, task.inline_complete);
         let (waits, live_edges) = self.claim_fanin();
         // 6. fanin record + dependency nodes.
         let spill_need = spill_demand(live_edges, finished_producers);
         let spill_start = if spill_need > 0 {
-            self.reserve_pool(ring, spill_need, Blocked::Spill, what)?
+            self.reserve_pool(ring, spill_need, Blocked::Spill, &what)?
         } else {
             0
         };
@@ -599,7 +595,7 @@ impl<'r> Orchestrator<'r> {
         // running at claim time: the pool demand of a program then does not depend on
         // how fast its producers happen to complete (so sizes that fit once fit again).
         let dep_start = if waits > 0 {
-            self.reserve_pool(ring, waits as u64, Blocked::Deps, what)?
+            self.reserve_pool(ring, waits as u64, Blocked::Deps, &what)?
         } else {
             0
         };
