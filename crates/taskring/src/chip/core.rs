@@ -597,9 +597,9 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
 /// lets go of the run), every [`Held::MOST`] tasks, as soon as the orchestrator waits
 /// (for space, or for the end of the run), and when a kernel failed; dropped when the
 /// run failed under the core (the end of a failed run waits for no retirement). An
-/// orchestrator short of space advances the watermark itself before it waits, so what
-/// a core holds delays it only while it is already asleep, by at most the task the
-/// core is running.
+/// orchestrator short of space counts a consumed task at the watermark as space and
+/// advances over it itself (`wait_for_space`), so what a core holds delays it only in
+/// the race with its going to sleep, by at most the task the core is running.
 struct Held {
     arena: *const ArenaShared,
     /// Bit `r`: a consumption of ring `r` not advanced over.

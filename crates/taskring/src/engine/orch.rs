@@ -1351,26 +1351,34 @@ impl<'r> Orchestrator<'r> {
         } else {
             std::slice::from_ref(&ring)
         };
-        // A core running a chain of tasks advances the watermark once at its end (or
-        // once the orchestrator sleeps here): advance over what it consumed so far
-        // instead of waiting for that (the advance combines, any thread may make it).
-        for &r in rings {
-            self.sh.rings[r].advance();
+        let sh = self.sh;
+        let eng = self.eng;
+        // A core running a chain of tasks advances the watermark once at its end, every
+        // 32 tasks, or once it sees the orchestrator asleep here (`chip/core.rs`
+        // `Held`): so the watermark counts as moved as soon as the task at it is
+        // consumed, and the orchestrator advances over it itself (the advance
+        // combines; any thread may make it) instead of waiting for the core.
+        let moved = || {
+            eng.fatal.load(Acquire)
+                || rings.iter().any(|&r| {
+                    let rs = &sh.rings[r];
+                    rs.last_alive.load(Acquire) != seen[if rings.len() == 1 { 0 } else { r }]
+                        || (rs.head_consumed() && {
+                            rs.advance();
+                            true
+                        })
+                })
+        };
+        // Back to submitting at once if something was freed — before helping, which
+        // would first run a whole task.
+        if moved() {
+            return;
         }
         if let Some(h) = self.helper {
             if h() {
                 return;
             }
         }
-        let sh = self.sh;
-        let eng = self.eng;
-        let moved = || {
-            eng.fatal.load(Acquire)
-                || rings.iter().any(|&r| {
-                    sh.rings[r].last_alive.load(Acquire)
-                        != seen[if rings.len() == 1 { 0 } else { r }]
-                })
-        };
         for i in 0..64 {
             if moved() {
                 return;

@@ -122,6 +122,13 @@ impl RingShared {
         self.last_alive.store(0, Relaxed);
     }
 
+    /// Is the task at the watermark consumed (an advance would move it)? Plain loads.
+    #[inline]
+    pub fn head_consumed(&self) -> bool {
+        let la = self.last_alive.load(Acquire);
+        la < self.current.load(Acquire) && self.slot(la).state.load(Acquire) == CONSUMED
+    }
+
     /// Advance `last_alive` over the consumed prefix (called after consuming a task).
     /// Returns true if this call moved it.
     ///
