@@ -1071,6 +1071,7 @@ impl<'r> Orchestrator<'r> {
         }
     }
 
+    #[inline(always)]
     fn alloc_slot(
         &mut self,
         ring: usize,

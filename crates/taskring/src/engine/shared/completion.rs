@@ -99,6 +99,7 @@ impl ArenaShared {
     /// returned; if `p` has completed or is gone (a WAIT-only edge holds no reference:
     /// `p` may have been consumed since `peek`), nothing is linked and `false` is
     /// returned (count the edge as done for [`SlotState::publish`]).
+    #[inline(always)]
     pub fn link(&self, p: TaskId, consumer: TaskId, node: usize) -> bool {
         let s = self.slot(p);
         s.lock();
