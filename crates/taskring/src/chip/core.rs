@@ -645,11 +645,7 @@ impl Held {
         debug_assert!(!self.arena.is_null());
         // safety: see above; `rings != 0` only after `hold` set `arena`.
         let arena = unsafe { &*self.arena };
-        for r in 0..4 {
-            if self.rings & (1 << r) != 0 {
-                arena.retired(r, eng);
-            }
-        }
+        arena.retired_rings(self.rings, eng);
         self.forget();
     }
 }

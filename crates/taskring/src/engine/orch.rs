@@ -774,11 +774,7 @@ impl<'r> Orchestrator<'r> {
                 consumed |= 1 << id.ring();
             }
         }
-        for r in 0..4 {
-            if consumed & (1 << r) != 0 {
-                self.sh.retired(r, self.eng);
-            }
-        }
+        self.sh.retired_rings(consumed, self.eng);
         self.st.scope_tasks.truncate(frame.begin);
         if matches!(&self.dry, Some(d) if self.st.scopes.len() < d.level) {
             // The overflowing scope ended: its count is complete.

@@ -262,11 +262,7 @@ fn run_chain_held(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId)
             held |= 1 << t.ring();
         }
         if held != 0 && (next.is_none() || eng.progress.has_waiter()) {
-            for r in 0..4 {
-                if held & (1 << r) != 0 {
-                    a.retired(r, eng);
-                }
-            }
+            a.retired_rings(held, eng);
             held = 0;
         }
     }

@@ -177,6 +177,17 @@ impl ArenaShared {
         }
     }
 
+    /// [`ArenaShared::retired`] of every ring whose bit is set in `rings` (bit `r`: ring
+    /// `r`), for a thread that consumed tasks of several rings and advances once after.
+    #[inline]
+    pub fn retired_rings(&self, rings: u8, eng: &EngineShared) {
+        let mut m = rings;
+        while m != 0 {
+            self.retired(m.trailing_zeros() as usize, eng);
+            m &= m - 1;
+        }
+    }
+
     /// Run the completion protocol of `id` (module doc, steps 1–3). Consumers that
     /// become ready are handed to `ready`.
     ///
