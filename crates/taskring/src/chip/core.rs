@@ -305,8 +305,15 @@ pub(super) fn direct_step(
     local: &mut DirectLocal,
     mut budget: u32,
 ) -> Option<u32> {
+    // Every later task is a successor (checked at capture) or comes from a deque, a
+    // root or a steal, all the graph's own.
+    assert!(
+        (i as usize) < job.tasks(),
+        "direct replay: task {i} out of range"
+    );
     loop {
-        let r = job.run(i);
+        // safety: `i` is a task of the graph (above).
+        let r = unsafe { job.run(i) };
         if core.is_some_and(|c| !abort::begin_completion(&c.state, TaskId(i as u64))) {
             return None;
         }
@@ -327,22 +334,24 @@ pub(super) fn direct_step(
         // One wake-up per batch of successors made ready (a fan-out makes many at once).
         let mut queued = 0u64;
         let mut kept = false;
-        let sink = job.complete(i, |s| {
-            let sk = job.kind(s);
-            if !can_run(kind, sk) {
-                queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
-            } else if next.is_none() {
-                next = Some(s);
-            } else {
-                if !kept && local.deque.is_empty() {
-                    // The deque gets work: a parked core of a kind that can run it may
-                    // steal it (the wake-up is skipped while a core spins).
-                    queued |= 1 << crate::engine::shared::queue_index(kind);
+        // safety: as `run`'s.
+        let sink = unsafe {
+            job.complete(i, |s, sk| {
+                if !can_run(kind, sk) {
+                    queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
+                } else if next.is_none() {
+                    next = Some(s);
+                } else {
+                    if !kept && local.deque.is_empty() {
+                        // The deque gets work: a parked core of a kind that can run it may
+                        // steal it (the wake-up is skipped while a core spins).
+                        queued |= 1 << crate::engine::shared::queue_index(kind);
+                    }
+                    kept = true;
+                    local.deque.push(pack(s, sk));
                 }
-                kept = true;
-                local.deque.push(pack(s, sk));
-            }
-        });
+            })
+        };
         if queued != 0 {
             eng.wake_for_queues(queued);
         }

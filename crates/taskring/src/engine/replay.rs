@@ -301,16 +301,23 @@ impl Recorder {
 }
 
 /// A task as the direct executor reads it (see [`Direct`]): everything a thread needs
-/// to run task `i` and complete it, in 32 bytes.
+/// to run task `i` and complete it, with its first tensor argument, in one 64-byte
+/// line. A chain's next task is then the next line, and a task's run and completion
+/// read one record instead of three arrays (task, first tensor, successor list):
+/// a replay streams one line per task, not three streams of 68 bytes in all.
 #[derive(Clone, Copy)]
+#[repr(C, align(64))]
 struct XTask {
+    /// Its first tensor argument (any value when it has none).
+    first: XTensor,
     /// Index into [`Direct::kernels`]; [`XTask::NO_KERNEL`] for alloc and dummy tasks.
     kernel: u32,
-    /// First of its tensors in [`Direct::tensors`] (`n_tensors` of them).
-    tensors: u32,
+    /// Its tensors after the first in [`Direct::tensors`], from here on.
+    more: u32,
     /// First of its scalars in [`Graph::scalars`] (`n_scalars` of them).
     scalars: u32,
-    /// First of its successors in [`Graph::succ`] (`n_succ` of them).
+    /// Its only successor when `n_succ` is 1, else the first of its successors in
+    /// [`Graph::succ`].
     succ: u32,
     n_succ: u32,
     /// Its predecessors.
@@ -324,9 +331,20 @@ struct XTask {
 
 impl XTask {
     const NO_KERNEL: u32 = u32::MAX;
+
+    /// Its successors (`succ`: the graph's successor array).
+    #[inline]
+    fn successors<'s>(&'s self, succ: &'s [u32]) -> &'s [u32] {
+        if self.n_succ == 1 {
+            std::slice::from_ref(&self.succ)
+        } else {
+            // safety: `Direct::check` checked every multi-successor range is in `succ`.
+            unsafe { succ.get_unchecked(self.succ as usize..(self.succ + self.n_succ) as usize) }
+        }
+    }
 }
 
-const _: () = assert!(std::mem::size_of::<XTask>() == 32);
+const _: () = assert!(std::mem::size_of::<XTask>() == 64);
 
 /// A tensor argument as the direct executor reads it: the view (shared by every
 /// tensor of the same shape, strides, dtype and buffer size) and what differs.
@@ -342,10 +360,24 @@ struct XTensor {
     view: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<XTensor>() == 32);
+
+impl XTensor {
+    /// The first tensor of a task without tensors (never read).
+    const NONE: XTensor = XTensor {
+        rel: 0,
+        offset: 0,
+        owner: TaskId::INVALID,
+        base: 0,
+        view: 0,
+    };
+}
+
 /// The direct executor's compact form of a graph, built once at capture: a replay of a
-/// large graph reads mostly this, and it streams through memory — 32 bytes per task and
-/// 32 per tensor argument (against ~180 per task with one tensor in the recorded form,
-/// kept for the rings path), the views deduplicated (patterns repeat a handful).
+/// large graph reads mostly this, and it streams through memory — 64 bytes per task
+/// with its first tensor argument, 32 per further tensor argument (against ~180 per
+/// task with one tensor in the recorded form, kept for the rings path), the views
+/// deduplicated (patterns repeat a handful).
 struct Direct {
     tasks: Vec<XTask>,
     tensors: Vec<XTensor>,
@@ -379,8 +411,9 @@ impl Direct {
                         kernels.len() as u32 - 1
                     })
                 });
-                let first = tensors.len() as u32;
-                for rt in slice(&r.tensors, t.tensors) {
+                let mut first = XTensor::NONE;
+                let more = tensors.len() as u32;
+                for (j, rt) in slice(&r.tensors, t.tensors).iter().enumerate() {
                     let mut v = rt.view;
                     let (addr, offset, owner) = (v.addr, v.offset, v.owner);
                     (v.addr, v.offset, v.owner) = (0, 0, TaskId::INVALID);
@@ -394,20 +427,31 @@ impl Direct {
                         Base::Own => (1 + n_args + i as u32, rt.rel),
                         Base::Fixed => (0, addr),
                     };
-                    tensors.push(XTensor {
+                    let x = XTensor {
                         rel,
                         offset,
                         owner,
                         base,
                         view,
-                    });
+                    };
+                    if j == 0 {
+                        first = x;
+                    } else {
+                        tensors.push(x);
+                    }
                 }
+                let n_succ = succ_off[i + 1] - succ_off[i];
                 XTask {
+                    first,
                     kernel,
-                    tensors: first,
+                    more,
                     scalars: t.scalars.0,
-                    succ: succ_off[i],
-                    n_succ: succ_off[i + 1] - succ_off[i],
+                    succ: if n_succ == 1 {
+                        succ[succ_off[i] as usize]
+                    } else {
+                        succ_off[i]
+                    },
+                    n_succ,
                     fanin_n: fanin_n[i],
                     scalar_float_mask: t.head.scalar_float_mask,
                     n_tensors: (t.tensors.1 - t.tensors.0) as u8,
@@ -433,15 +477,35 @@ impl Direct {
         let n = self.tasks.len();
         let succ_len = succ.len();
         assert!(succ.iter().all(|&s| (s as usize) < n));
+        let in_bounds = |x: &XTensor| {
+            (x.view as usize) < self.views.len() && (x.base as usize) < 1 + n_args + n
+        };
         for t in &self.tasks {
             assert!(t.n_tensors as usize <= MAX_TASK_TENSORS);
-            assert!(t.tensors as usize + t.n_tensors as usize <= self.tensors.len());
+            let more = (t.n_tensors as usize).saturating_sub(1);
+            assert!(t.more as usize + more <= self.tensors.len());
+            assert!(t.n_tensors == 0 || in_bounds(&t.first));
             assert!(t.scalars as usize + t.n_scalars as usize <= scalars.len());
-            assert!(t.succ as usize + t.n_succ as usize <= succ_len);
+            if t.n_succ == 1 {
+                assert!((t.succ as usize) < n);
+            } else {
+                assert!(t.succ as usize + t.n_succ as usize <= succ_len);
+            }
         }
-        for x in &self.tensors {
-            assert!((x.view as usize) < self.views.len());
-            assert!((x.base as usize) < 1 + n_args + n);
+        assert!(self.tensors.iter().all(in_bounds));
+    }
+
+    /// Task `t`'s `j`th tensor record (`j < t.n_tensors`).
+    ///
+    /// # Safety
+    /// `j < t.n_tensors` and `t` checked by [`Direct::check`].
+    #[inline]
+    unsafe fn tensor<'s>(&'s self, t: &'s XTask, j: usize) -> &'s XTensor {
+        if j == 0 {
+            &t.first
+        } else {
+            // safety: (caller) `Direct::check` checked `t.more + n_tensors - 1`.
+            unsafe { self.tensors.get_unchecked(t.more as usize + j - 1) }
         }
     }
 }
@@ -620,7 +684,8 @@ impl<'a> DirectJob<'a> {
         let t = &d.tasks[i as usize];
         (0..t.n_tensors as usize)
             .map(|j| {
-                let x = &d.tensors[t.tensors as usize + j];
+                // safety: `j < n_tensors`, and `t` was checked at capture.
+                let x = unsafe { d.tensor(t, j) };
                 let mut v = d.views[x.view as usize];
                 v.addr = self.addrs[x.base as usize].wrapping_add(x.rel);
                 v.offset = x.offset;
@@ -632,25 +697,29 @@ impl<'a> DirectJob<'a> {
 
     /// Run task `i`'s kernel (nothing for alloc and dummy tasks): `Err(message)` if it
     /// returned an error or panicked.
+    ///
+    /// # Safety
+    /// `i < self.tasks()` (a chain's next task is a successor, checked at capture; the
+    /// caller checks the index it starts from: one bounds check per task was three).
     #[inline]
-    pub(crate) fn run(&self, i: u32) -> Result<(), String> {
+    pub(crate) unsafe fn run(&self, i: u32) -> Result<(), String> {
         let d = &self.g.direct;
-        let t = &d.tasks[i as usize];
+        // safety: (caller) `i` is a task.
+        let t = unsafe { d.tasks.get_unchecked(i as usize) };
         let Some(&k) = d.kernels.get(t.kernel as usize) else {
             return Ok(());
         };
         let n = t.n_tensors as usize;
         let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
-        // safety: for the unchecked reads below, `Direct::build` checked that every
+        // safety: for the unchecked reads below, `Direct::check` checked that every
         // task's tensor and scalar ranges lie in `d.tensors` and `g.scalars`, that
         // `n_tensors <= MAX_TASK_TENSORS`, and that every view index is in `d.views`
         // and every base index below `1 + n_args + tasks` (the length of `addrs`,
         // checked in `DirectJob::new`). This is the replay's per-task path: the bounds
         // checks and iterator adapters were a fifth of its instructions.
         unsafe {
-            let rec = d.tensors.as_ptr().add(t.tensors as usize);
             for j in 0..n {
-                let x = &*rec.add(j);
+                let x = d.tensor(t, j);
                 let mut v = *d.views.get_unchecked(x.view as usize);
                 v.addr = self
                     .addrs
@@ -680,32 +749,34 @@ impl<'a> DirectJob<'a> {
         k.call(&call)
     }
 
-    /// Task `i` completed: its successors that became ready are handed to `ready`.
-    /// Returns true when it is a sink (a task without successors): the caller counts it
-    /// and reports its sinks with [`DirectJob::finish_sinks`] — the last of those calls
-    /// means every sink, so every task, ran (each task has a path to a sink and runs
-    /// before it).
+    /// Task `i` completed: its successors that became ready are handed to `ready`, with
+    /// the core kind each needs. Returns true when it is a sink (a task without
+    /// successors): the caller counts it and reports its sinks with
+    /// [`DirectJob::finish_sinks`] — the last of those calls means every sink, so every
+    /// task, ran (each task has a path to a sink and runs before it).
+    ///
+    /// # Safety
+    /// `i < self.tasks()` (as [`DirectJob::run`]).
     #[inline]
-    pub(crate) fn complete(&self, i: u32, mut ready: impl FnMut(u32)) -> bool {
+    pub(crate) unsafe fn complete(&self, i: u32, mut ready: impl FnMut(u32, CoreKind)) -> bool {
         let (g, x) = (self.g, &self.g.direct.tasks);
-        let t = &x[i as usize];
-        // safety: `Direct::build` checked that every successor range lies in `g.succ`
-        // and every successor is a task index (`counters` has one per task).
+        // safety: (caller) `i` is a task; `Direct::check` checked that every successor
+        // is a task index (`counters` has one per task).
         unsafe {
-            let succ = g.succ.as_ptr().add(t.succ as usize);
-            for j in 0..t.n_succ as usize {
-                let s = *succ.add(j);
+            let t = x.get_unchecked(i as usize);
+            for &s in t.successors(&g.succ) {
                 // A task with one predecessor is ready now: no counter to count.
-                let n = x.get_unchecked(s as usize).fanin_n;
+                let st = x.get_unchecked(s as usize);
+                let n = st.fanin_n;
                 if n == 1
                     || self.counters.get_unchecked(s as usize).fetch_add(1, AcqRel) + 1
                         == n as u64 * self.gen
                 {
-                    ready(s);
+                    ready(s, st.kind);
                 }
             }
+            t.n_succ == 0
         }
-        t.n_succ == 0
     }
 
     /// `n` sinks completed (counted by their threads, see `chip::core::DirectLocal`):

@@ -202,7 +202,7 @@ pub(crate) fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 impl KernelRef {
     /// Run the kernel on a core: `Err(message)` if it returned an error or panicked
     /// (the panic's text; a kernel's panic never unwinds into the runtime).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn call(&self, call: &KernelCall<'_>) -> Result<(), String> {
         use std::panic::{catch_unwind, AssertUnwindSafe};
         catch_unwind(AssertUnwindSafe(|| self.0.try_run(call)))
