@@ -69,7 +69,7 @@
 use super::abort;
 use super::spin::SpinThenPark;
 use super::ChipShared;
-use crate::engine::replay::DirectJob;
+use crate::engine::replay::{DirectJob, TaskArgsCache};
 use crate::engine::shared::{queue_takes, ArenaShared, EngineShared};
 use crate::engine::{RuntimeFailure, StatusCode};
 use crate::kernel::{CoreKind, KernelCall, KernelRef};
@@ -311,9 +311,10 @@ pub(super) fn direct_step(
         (i as usize) < job.tasks(),
         "direct replay: task {i} out of range"
     );
+    let mut args = TaskArgsCache::new();
     loop {
         // safety: `i` is a task of the graph (above).
-        let r = unsafe { job.run(i) };
+        let r = unsafe { job.run(i, &mut args) };
         if core.is_some_and(|c| !abort::begin_completion(&c.state, TaskId(i as u64))) {
             return None;
         }

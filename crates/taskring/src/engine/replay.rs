@@ -301,19 +301,17 @@ impl Recorder {
 }
 
 /// A task as the direct executor reads it (see [`Direct`]): everything a thread needs
-/// to run task `i` and complete it, with its first tensor argument, in one 64-byte
-/// line. A chain's next task is then the next line, and a task's run and completion
-/// read one record instead of three arrays (task, first tensor, successor list):
-/// a replay streams one line per task, not three streams of 68 bytes in all.
+/// to run task `i` and complete it, in 32 bytes, two tasks to a cache line. A task
+/// with a single successor holds it here (a chain's next task is then read from this
+/// record, not from a successor array).
 #[derive(Clone, Copy)]
-#[repr(C, align(64))]
+#[repr(C, align(32))]
 struct XTask {
-    /// Its first tensor argument (any value when it has none).
-    first: XTensor,
     /// Index into [`Direct::kernels`]; [`XTask::NO_KERNEL`] for alloc and dummy tasks.
     kernel: u32,
-    /// Its tensors after the first in [`Direct::tensors`], from here on.
-    more: u32,
+    /// First of its tensors in [`Direct::tensors`] (`n_tensors` of them; tasks with the
+    /// same tensor records share them).
+    tensors: u32,
     /// First of its scalars in [`Graph::scalars`] (`n_scalars` of them).
     scalars: u32,
     /// Its only successor when `n_succ` is 1, else the first of its successors in
@@ -344,11 +342,11 @@ impl XTask {
     }
 }
 
-const _: () = assert!(std::mem::size_of::<XTask>() == 64);
+const _: () = assert!(std::mem::size_of::<XTask>() == 32);
 
 /// A tensor argument as the direct executor reads it: the view (shared by every
 /// tensor of the same shape, strides, dtype and buffer size) and what differs.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct XTensor {
     /// Its address: `addrs[base] + rel` (see [`DirectJob`]: 0 for a fixed address, then
     /// the program arguments, then the tasks' output blocks).
@@ -362,22 +360,12 @@ struct XTensor {
 
 const _: () = assert!(std::mem::size_of::<XTensor>() == 32);
 
-impl XTensor {
-    /// The first tensor of a task without tensors (never read).
-    const NONE: XTensor = XTensor {
-        rel: 0,
-        offset: 0,
-        owner: TaskId::INVALID,
-        base: 0,
-        view: 0,
-    };
-}
-
 /// The direct executor's compact form of a graph, built once at capture: a replay of a
-/// large graph reads mostly this, and it streams through memory — 64 bytes per task
-/// with its first tensor argument, 32 per further tensor argument (against ~180 per
-/// task with one tensor in the recorded form, kept for the rings path), the views
-/// deduplicated (patterns repeat a handful).
+/// large graph reads mostly this, and it streams through memory — 32 bytes per task,
+/// and 32 per tensor argument of a task whose tensor records no earlier task has
+/// (a chain on one buffer, a fan-out's consumers of one producer share theirs), the
+/// views deduplicated (patterns repeat a handful). The recorded form, ~180 bytes per
+/// task with one tensor, is kept for the rings path.
 struct Direct {
     tasks: Vec<XTask>,
     tensors: Vec<XTensor>,
@@ -393,10 +381,16 @@ impl Direct {
         fanin_n: &[u32],
         kinds: &[CoreKind],
     ) -> Direct {
+        use std::hash::BuildHasher;
         let n_args = r.args.len() as u32;
         let (mut kernels, mut kernel_at) = (Vec::new(), HashMap::new());
         let (mut views, mut view_at) = (Vec::new(), HashMap::new());
-        let mut tensors = Vec::with_capacity(r.tensors.len());
+        // Tensor lists seen: a hash of the list -> where it starts in `tensors` (a list
+        // whose hash another list took is stored again: rare, and still correct).
+        let mut list_at: HashMap<u64, u32> = HashMap::new();
+        let hasher = std::collections::hash_map::RandomState::new();
+        let mut tensors = Vec::new();
+        let mut list: Vec<XTensor> = Vec::with_capacity(MAX_TASK_TENSORS);
         let tasks = r
             .tasks
             .iter()
@@ -411,9 +405,8 @@ impl Direct {
                         kernels.len() as u32 - 1
                     })
                 });
-                let mut first = XTensor::NONE;
-                let more = tensors.len() as u32;
-                for (j, rt) in slice(&r.tensors, t.tensors).iter().enumerate() {
+                list.clear();
+                for rt in slice(&r.tensors, t.tensors) {
                     let mut v = rt.view;
                     let (addr, offset, owner) = (v.addr, v.offset, v.owner);
                     (v.addr, v.offset, v.owner) = (0, 0, TaskId::INVALID);
@@ -427,24 +420,28 @@ impl Direct {
                         Base::Own => (1 + n_args + i as u32, rt.rel),
                         Base::Fixed => (0, addr),
                     };
-                    let x = XTensor {
+                    list.push(XTensor {
                         rel,
                         offset,
                         owner,
                         base,
                         view,
-                    };
-                    if j == 0 {
-                        first = x;
-                    } else {
-                        tensors.push(x);
-                    }
+                    });
                 }
+                let h = hasher.hash_one(list.as_slice());
+                let shared = list_at.get(&h).copied().filter(|&at| {
+                    tensors.get(at as usize..at as usize + list.len()) == Some(list.as_slice())
+                });
+                let first = shared.unwrap_or_else(|| {
+                    let at = tensors.len() as u32;
+                    tensors.extend_from_slice(&list);
+                    list_at.entry(h).or_insert(at);
+                    at
+                });
                 let n_succ = succ_off[i + 1] - succ_off[i];
                 XTask {
-                    first,
                     kernel,
-                    more,
+                    tensors: first,
                     scalars: t.scalars.0,
                     succ: if n_succ == 1 {
                         succ[succ_off[i] as usize]
@@ -454,7 +451,7 @@ impl Direct {
                     n_succ,
                     fanin_n: fanin_n[i],
                     scalar_float_mask: t.head.scalar_float_mask,
-                    n_tensors: (t.tensors.1 - t.tensors.0) as u8,
+                    n_tensors: list.len() as u8,
                     n_scalars: (t.scalars.1 - t.scalars.0) as u8,
                     n_inputs: t.head.n_inputs,
                     kind: kinds[i],
@@ -477,14 +474,9 @@ impl Direct {
         let n = self.tasks.len();
         let succ_len = succ.len();
         assert!(succ.iter().all(|&s| (s as usize) < n));
-        let in_bounds = |x: &XTensor| {
-            (x.view as usize) < self.views.len() && (x.base as usize) < 1 + n_args + n
-        };
         for t in &self.tasks {
             assert!(t.n_tensors as usize <= MAX_TASK_TENSORS);
-            let more = (t.n_tensors as usize).saturating_sub(1);
-            assert!(t.more as usize + more <= self.tensors.len());
-            assert!(t.n_tensors == 0 || in_bounds(&t.first));
+            assert!(t.tensors as usize + t.n_tensors as usize <= self.tensors.len());
             assert!(t.scalars as usize + t.n_scalars as usize <= scalars.len());
             if t.n_succ == 1 {
                 assert!((t.succ as usize) < n);
@@ -492,20 +484,9 @@ impl Direct {
                 assert!(t.succ as usize + t.n_succ as usize <= succ_len);
             }
         }
-        assert!(self.tensors.iter().all(in_bounds));
-    }
-
-    /// Task `t`'s `j`th tensor record (`j < t.n_tensors`).
-    ///
-    /// # Safety
-    /// `j < t.n_tensors` and `t` checked by [`Direct::check`].
-    #[inline]
-    unsafe fn tensor<'s>(&'s self, t: &'s XTask, j: usize) -> &'s XTensor {
-        if j == 0 {
-            &t.first
-        } else {
-            // safety: (caller) `Direct::check` checked `t.more + n_tensors - 1`.
-            unsafe { self.tensors.get_unchecked(t.more as usize + j - 1) }
+        for x in &self.tensors {
+            assert!((x.view as usize) < self.views.len());
+            assert!((x.base as usize) < 1 + n_args + n);
         }
     }
 }
@@ -586,6 +567,30 @@ impl Graph {
             let r = t.head.id.ring();
             *b = at[r];
             at[r] += t.head.heap_bytes;
+        }
+    }
+}
+
+/// A thread's tensors of the last task it ran of a direct replay, on its stack: a
+/// task whose tensor records are the last task's (a chain on one buffer, the consumers
+/// of one producer: see [`Direct`]) takes them as they are, and no task's run reads a
+/// view or writes a tensor. (Each tensor built was a 104-byte copy of the view from
+/// the heap into a stack buffer; whether a process's heap and stack addresses met in
+/// their low 12 bits decided whether a replayed chain task took ~10 or ~15 ns.)
+pub(crate) struct TaskArgsCache {
+    buf: [std::mem::MaybeUninit<Tensor>; MAX_TASK_TENSORS],
+    /// Where the tensor records of `buf` start in `Direct::tensors` (`u32::MAX`: none).
+    list: u32,
+    n: usize,
+}
+
+impl TaskArgsCache {
+    /// Empty: valid for one replay (one `DirectJob`) at a time.
+    pub(crate) fn new() -> TaskArgsCache {
+        TaskArgsCache {
+            buf: [std::mem::MaybeUninit::uninit(); MAX_TASK_TENSORS],
+            list: u32::MAX,
+            n: 0,
         }
     }
 }
@@ -684,8 +689,7 @@ impl<'a> DirectJob<'a> {
         let t = &d.tasks[i as usize];
         (0..t.n_tensors as usize)
             .map(|j| {
-                // safety: `j < n_tensors`, and `t` was checked at capture.
-                let x = unsafe { d.tensor(t, j) };
+                let x = &d.tensors[t.tensors as usize + j];
                 let mut v = d.views[x.view as usize];
                 v.addr = self.addrs[x.base as usize].wrapping_add(x.rel);
                 v.offset = x.offset;
@@ -696,13 +700,14 @@ impl<'a> DirectJob<'a> {
     }
 
     /// Run task `i`'s kernel (nothing for alloc and dummy tasks): `Err(message)` if it
-    /// returned an error or panicked.
+    /// returned an error or panicked. `args`: the thread's tensors of the last task it
+    /// ran of this replay (see [`TaskArgsCache`]).
     ///
     /// # Safety
     /// `i < self.tasks()` (a chain's next task is a successor, checked at capture; the
     /// caller checks the index it starts from: one bounds check per task was three).
     #[inline]
-    pub(crate) unsafe fn run(&self, i: u32) -> Result<(), String> {
+    pub(crate) unsafe fn run(&self, i: u32, args: &mut TaskArgsCache) -> Result<(), String> {
         let d = &self.g.direct;
         // safety: (caller) `i` is a task.
         let t = unsafe { d.tasks.get_unchecked(i as usize) };
@@ -710,31 +715,36 @@ impl<'a> DirectJob<'a> {
             return Ok(());
         };
         let n = t.n_tensors as usize;
-        let mut buf = [std::mem::MaybeUninit::<Tensor>::uninit(); MAX_TASK_TENSORS];
-        // safety: for the unchecked reads below, `Direct::check` checked that every
-        // task's tensor and scalar ranges lie in `d.tensors` and `g.scalars`, that
-        // `n_tensors <= MAX_TASK_TENSORS`, and that every view index is in `d.views`
-        // and every base index below `1 + n_args + tasks` (the length of `addrs`,
-        // checked in `DirectJob::new`). This is the replay's per-task path: the bounds
-        // checks and iterator adapters were a fifth of its instructions.
-        unsafe {
-            for j in 0..n {
-                let x = d.tensor(t, j);
-                let mut v = *d.views.get_unchecked(x.view as usize);
-                v.addr = self
-                    .addrs
-                    .get_unchecked(x.base as usize)
-                    .wrapping_add(x.rel);
-                v.offset = x.offset;
-                v.owner = x.owner;
-                buf.get_unchecked_mut(j).write(v);
+        if args.list != t.tensors || args.n != n {
+            // safety: for the unchecked reads below, `Direct::check` checked that every
+            // task's tensor and scalar ranges lie in `d.tensors` and `g.scalars`, that
+            // `n_tensors <= MAX_TASK_TENSORS`, and that every view index is in
+            // `d.views` and every base index below `1 + n_args + tasks` (the length of
+            // `addrs`, checked in `DirectJob::new`). This is the replay's per-task
+            // path: the bounds checks and iterator adapters were a fifth of its
+            // instructions.
+            unsafe {
+                let rec = d.tensors.as_ptr().add(t.tensors as usize);
+                for j in 0..n {
+                    let x = &*rec.add(j);
+                    let mut v = *d.views.get_unchecked(x.view as usize);
+                    v.addr = self
+                        .addrs
+                        .get_unchecked(x.base as usize)
+                        .wrapping_add(x.rel);
+                    v.offset = x.offset;
+                    v.owner = x.owner;
+                    args.buf.get_unchecked_mut(j).write(v);
+                }
             }
+            (args.list, args.n) = (t.tensors, n);
         }
-        // safety: the first `n` entries were written just above; the scalars' range is
-        // in `g.scalars` (see above).
+        // safety: the first `n` entries were written for this list (above, or for an
+        // earlier task of the same list: the address table does not change during a
+        // replay); the scalars' range is in `g.scalars` (see above).
         let (tensors, scalars) = unsafe {
             (
-                std::slice::from_raw_parts(buf.as_ptr() as *const Tensor, n),
+                std::slice::from_raw_parts(args.buf.as_ptr() as *const Tensor, n),
                 self.g
                     .scalars
                     .get_unchecked(t.scalars as usize..t.scalars as usize + t.n_scalars as usize),
