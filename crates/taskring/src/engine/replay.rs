@@ -574,9 +574,10 @@ impl Graph {
 /// A thread's tensors of the last task it ran of a direct replay, on its stack: a
 /// task whose tensor records are the last task's (a chain on one buffer, the consumers
 /// of one producer: see [`Direct`]) takes them as they are, and no task's run reads a
-/// view or writes a tensor. (Each tensor built was a 104-byte copy of the view from
-/// the heap into a stack buffer; whether a process's heap and stack addresses met in
-/// their low 12 bits decided whether a replayed chain task took ~10 or ~15 ns.)
+/// view or writes a tensor (each tensor built is a 104-byte copy of its view; for B9's
+/// chain the cache took `direct_step` from 149 to 127 instructions per task).
+/// Two lists may start at the same index (an empty one, and the next list stored), so
+/// the length is compared as well.
 pub(crate) struct TaskArgsCache {
     buf: [std::mem::MaybeUninit<Tensor>; MAX_TASK_TENSORS],
     /// Where the tensor records of `buf` start in `Direct::tensors` (`u32::MAX`: none).
