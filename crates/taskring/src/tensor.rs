@@ -269,29 +269,28 @@ impl Tensor {
     /// Check the invariants of the module doc.
     #[inline]
     pub fn validate(&self) -> Result<(), TensorError> {
-        // The fast test: in 128 bits nothing below can overflow (each term of the extent
-        // is under 2^64, five of them and the offset stay under 2^67, times an element
-        // size of at most 8; the element count saturates). A view that fails it is
-        // looked at again by `validate_slow`, which names the first broken rule in
-        // their order of precedence.
+        // The fast test, in 64 bits with every overflow flagged: each term of the extent
+        // is a product of two 32-bit numbers (under 2^64), and any sum or product that
+        // overflows, like an empty dimension or a zero stride, sends the view to
+        // `validate_slow`, which names the first broken rule in their order of
+        // precedence (a view that passes has no overflow, so its sizes are exact).
         let n = self.ndims as usize;
         if n == 0 || n > MAX_DIMS {
             return Err(TensorError::Rank(n));
         }
-        let (mut zero, mut extent, mut numel) = (false, 1u128, 1u128);
+        let (mut zero, mut ovf, mut extent, mut numel) = (false, false, 1u64, 1u64);
         for i in 0..n {
-            let (d, st) = (self.shape[i], self.strides[i]);
+            let (d, st) = (self.shape[i] as u64, self.strides[i] as u64);
             zero |= (d == 0) | (st == 0);
-            extent += (d.wrapping_sub(1) as u128) * st as u128;
-            numel = numel.saturating_mul(d as u128);
+            let (e, o1) = extent.overflowing_add(d.wrapping_sub(1).wrapping_mul(st));
+            let (m, o2) = numel.overflowing_mul(d);
+            (extent, numel) = (e, m);
+            ovf |= o1 | o2;
         }
         let size = self.dtype.size_bytes() as u64;
-        let end_bytes = (self.offset as u128 + extent) * size as u128;
-        if zero
-            || end_bytes > self.buf_bytes as u128
-            || numel > u64::MAX as u128
-            || self.addr & (size - 1) != 0
-        {
+        let (end, o1) = self.offset.overflowing_add(extent);
+        let (end_bytes, o2) = end.overflowing_mul(size);
+        if zero | ovf | o1 | o2 || end_bytes > self.buf_bytes || self.addr & (size - 1) != 0 {
             return self.validate_slow();
         }
         Ok(())

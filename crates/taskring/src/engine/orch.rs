@@ -446,7 +446,17 @@ pub struct Orchestrator<'r> {
     /// published too ([`EngineShared::pop_queue_all`]; the orchestrator's ring publishes
     /// in batches), which bounds how late an owed task can start. Paying publishes.
     wake_debt: std::cell::Cell<u64>,
+    /// Submits left before the next look at an unpaid debt: a look that finds nobody
+    /// to wake skips the next [`LOOK_SKIP`] submits' looks (a chain's debt stays unpaid
+    /// while its one awake core runs it, and a look is some 40 instructions, a few
+    /// percent of a submit).
+    look_skip: std::cell::Cell<u32>,
 }
+
+/// Submits whose look at an unpaid wake-up debt is skipped after a look that found no
+/// core to wake ([`Orchestrator::look_at_wakes`]): a core that parks meanwhile is seen
+/// at most this many submits later (or by a fenced payment before).
+const LOOK_SKIP: u32 = 15;
 
 impl Drop for Orchestrator<'_> {
     /// A program's owed wake-up is paid at the latest here (its executor usually paid
@@ -549,6 +559,7 @@ impl<'r> Orchestrator<'r> {
             dry: None,
             count_scope_overflow: true,
             wake_debt: std::cell::Cell::new(0),
+            look_skip: std::cell::Cell::new(0),
         }
     }
 
@@ -558,6 +569,7 @@ impl<'r> Orchestrator<'r> {
     #[inline]
     pub(crate) fn pay_wakes(&self) {
         let debt = self.wake_debt.replace(0);
+        self.look_skip.set(0);
         if debt != 0 {
             // safety: the orchestrator of the engine's run is the one thread that
             // pushes to its rings.
@@ -579,13 +591,21 @@ impl<'r> Orchestrator<'r> {
     /// a core that could take one of the owed tasks is parked; otherwise kept for a
     /// later look. The look is plain loads of the parked-core counts (lines the cores
     /// write only when they park or wake), no fence: a core parking at this very moment
-    /// may not be seen yet, and is seen by a later look — the next submit's, or the
-    /// fenced payment of a wait for space, the end of the program or the drop.
+    /// may not be seen yet, and is seen by a later look — one of the next
+    /// [`LOOK_SKIP`]` + 1` submits', or the fenced payment of a wait for space, the end
+    /// of the program or the drop.
     #[inline(always)]
     pub(super) fn look_at_wakes(&self) {
         let debt = self.wake_debt.get();
-        if debt != 0 && self.eng.parked_for(debt) {
-            self.pay_wakes();
+        if debt != 0 {
+            let skip = self.look_skip.get();
+            if skip > 0 {
+                self.look_skip.set(skip - 1);
+            } else if self.eng.parked_for(debt) {
+                self.pay_wakes();
+            } else {
+                self.look_skip.set(LOOK_SKIP);
+            }
         }
     }
 
@@ -951,7 +971,7 @@ impl<'r> Orchestrator<'r> {
             scalar_float_mask: h.scalar_float_mask,
             queue: h.kernel.map_or(2, |k| k.0.ready_queue()) as u8,
         };
-        self.finish_submit(&task, tensors, t.scalars, 0)?;
+        self.finish_submit(&task, &what, tensors, t.scalars, 0)?;
         Ok(base)
     }
 

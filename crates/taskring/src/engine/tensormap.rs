@@ -66,7 +66,9 @@ pub(crate) enum Overlap {
     Other,
 }
 
-/// The overlap test of the module doc.
+/// The overlap test of the module doc. The common cases — a newer probe version, the
+/// same view again — are inlined into the lookup; the rest is [`check_overlap_views`].
+#[inline(always)]
 pub(crate) fn check_overlap(probe: &Tensor, e: &Tensor) -> Overlap {
     if probe.version > e.version {
         return Overlap::Other;
@@ -81,6 +83,13 @@ pub(crate) fn check_overlap(probe: &Tensor, e: &Tensor) -> Overlap {
     {
         return Overlap::Covered;
     }
+    check_overlap_views(probe, e)
+}
+
+/// [`check_overlap`] of two different views of one version: element ranges, then the
+/// per-dimension comparison.
+#[inline(never)]
+fn check_overlap_views(probe: &Tensor, e: &Tensor) -> Overlap {
     let (p0, p1) = (probe.offset, probe.offset + probe.extent());
     let (e0, e1) = (e.offset, e.offset + e.extent());
     if p1 <= e0 || e1 <= p0 {

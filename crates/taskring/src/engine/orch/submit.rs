@@ -54,8 +54,9 @@ struct CanonicalArgs {
     /// Entries `0..n` are initialised (stage 1 writes them in order).
     tensors: [MaybeUninit<Tensor>; MAX_TASK_TENSORS],
     tags: [ArgTag; MAX_TASK_TENSORS],
-    /// Heap bytes of each OUTPUT's block ([`output_block_bytes`]); unused for other tags.
-    out_size: [u64; MAX_TASK_TENSORS],
+    /// Heap bytes of each OUTPUT's block ([`output_block_bytes`]), written for OUTPUT
+    /// entries only (left uninitialised: most submits have no OUTPUT).
+    out_size: [MaybeUninit<u64>; MAX_TASK_TENSORS],
     /// The argument index of each canonical entry (`order[..n]`).
     order: [u8; MAX_TASK_TENSORS],
     n: usize,
@@ -72,7 +73,7 @@ impl CanonicalArgs {
         CanonicalArgs {
             tensors: [const { MaybeUninit::uninit() }; MAX_TASK_TENSORS],
             tags: [ArgTag::Input; MAX_TASK_TENSORS],
-            out_size: [0; MAX_TASK_TENSORS],
+            out_size: [const { MaybeUninit::uninit() }; MAX_TASK_TENSORS],
             order: [0; MAX_TASK_TENSORS],
             n: 0,
             n_inputs: 0,
@@ -221,11 +222,11 @@ fn place_outputs(c: &mut CanonicalArgs, base: u64, outputs: &mut TaskOutputs) {
         if c.tags[i] != ArgTag::Output {
             continue;
         }
-        // safety: entries 0..n are initialised.
-        let t = unsafe { c.tensors[i].assume_init_mut() };
+        // safety: entries 0..n are initialised, and an OUTPUT entry's size with it.
+        let (t, size) = unsafe { (c.tensors[i].assume_init_mut(), c.out_size[i].assume_init()) };
         t.addr = base + off;
         t.owner = id;
-        off += c.out_size[i];
+        off += size;
         outputs.push(t);
         debug_assert!({
             let back = outputs.output(outputs.len() - 1);
@@ -324,7 +325,13 @@ impl<'r> Orchestrator<'r> {
             scalar_float_mask: args.scalar_float_mask,
             queue: kernel.map_or(2, |k| k.0.ready_queue()) as u8,
         };
-        self.finish_submit(&task, c.tensors(), args.scalars(), finished_producers)
+        self.finish_submit(
+            &task,
+            &what,
+            c.tensors(),
+            args.scalars(),
+            finished_producers,
+        )
     }
 
     /// Latch and return an INVALID_ARGS failure of ring `ring`.
@@ -385,8 +392,9 @@ impl<'r> Orchestrator<'r> {
                 }
             }
             if tag == ArgTag::Output {
-                c.out_size[n] = output_block_bytes(t.nbytes());
-                c.heap_bytes = c.heap_bytes.saturating_add(c.out_size[n]);
+                let size = output_block_bytes(t.nbytes());
+                c.out_size[n].write(size);
+                c.heap_bytes = c.heap_bytes.saturating_add(size);
             } else if t.owner.is_valid() {
                 if let Err(msg) = self.check_owner_live(t.owner) {
                     let name = tag.name();
@@ -577,17 +585,17 @@ impl<'r> Orchestrator<'r> {
     pub(super) fn finish_submit(
         &mut self,
         task: &Submitted,
+        what: &What,
         tensors: &[Tensor],
         scalars: &[u64],
         finished_producers: usize,
     ) -> Result<(), RuntimeFailure> {
         let (ring, local) = (task.id.ring(), task.id.local());
-        let what = What::new(task.kernel, task.inline_complete);
         let (waits, live_edges) = self.claim_fanin();
         // 6. fanin record + dependency nodes.
         let spill_need = spill_demand(live_edges, finished_producers);
         let spill_start = if spill_need > 0 {
-            self.reserve_pool(ring, spill_need, Blocked::Spill, &what)?
+            self.reserve_pool(ring, spill_need, Blocked::Spill, what)?
         } else {
             0
         };
@@ -595,7 +603,7 @@ impl<'r> Orchestrator<'r> {
         // running at claim time: the pool demand of a program then does not depend on
         // how fast its producers happen to complete (so sizes that fit once fit again).
         let dep_start = if waits > 0 {
-            self.reserve_pool(ring, waits as u64, Blocked::Deps, &what)?
+            self.reserve_pool(ring, waits as u64, Blocked::Deps, what)?
         } else {
             0
         };
