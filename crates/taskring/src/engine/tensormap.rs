@@ -186,6 +186,11 @@ pub struct TensorMap {
     free_head: u32,
     live: u32,
     peak: u32,
+    /// The task whose INOUT lookup may take an entry it removes as its own
+    /// ([`TensorMap::set_writer`]); `TaskId::INVALID`: none.
+    writer: TaskId,
+    /// `writer`'s lookup took an entry.
+    took: bool,
 }
 
 /// Is `producer` still alive given the per-ring watermarks?
@@ -205,6 +210,8 @@ impl TensorMap {
             free_head: NIL,
             live: 0,
             peak: 0,
+            writer: TaskId::INVALID,
+            took: false,
         })
     }
 
@@ -215,6 +222,29 @@ impl TensorMap {
         self.free_head = NIL;
         self.live = 0;
         self.peak = 0;
+        self.writer = TaskId::INVALID;
+        self.took = false;
+    }
+
+    /// The next INOUT lookups ([`TensorMap::lookup_pending`] with `remove_covered`) are
+    /// `writer`'s, whose one tensormap write is that inout: the first entry such a
+    /// lookup would remove (superseded, retired or completed: every entry of the walk
+    /// is in the probe's bucket) is not removed but becomes the entry
+    /// [`TensorMap::insert`] would add for the probe written by `writer`, in place — a
+    /// chain of INOUTs on one tensor keeps one entry, rewritten by each task.
+    /// `TaskId::INVALID`: no lookup takes an entry. [`TensorMap::take_writer`] ends it.
+    #[inline(always)]
+    pub(crate) fn set_writer(&mut self, writer: TaskId) {
+        self.writer = writer;
+        self.took = false;
+    }
+
+    /// Ends [`TensorMap::set_writer`]: whether a lookup took an entry as the writer's
+    /// (then the writer inserts nothing).
+    #[inline(always)]
+    pub(crate) fn take_writer(&mut self) -> bool {
+        self.writer = TaskId::INVALID;
+        self.took
     }
 
     /// Entries in use (live or not yet unlinked).
@@ -326,7 +356,14 @@ impl TensorMap {
             } else if !alive(e.producer, last_alive) {
                 unlink = true;
             }
-            if unlink {
+            if unlink && remove_covered && self.writer.is_valid() {
+                let e = &mut self.pool[cur as usize];
+                e.tensor = *probe;
+                e.producer = self.writer;
+                self.writer = TaskId::INVALID;
+                self.took = true;
+                prev = cur;
+            } else if unlink {
                 if prev == NIL {
                     self.buckets[b] = Bucket {
                         epoch: self.epoch,
@@ -557,5 +594,73 @@ mod tests {
         assert_eq!(seen, vec![6, 7]);
         assert_eq!(dropped, 6);
         assert_eq!(m.used(), 2);
+    }
+
+    /// A writer's INOUT lookup takes the first entry it would remove as its own: one
+    /// entry where remove + insert would leave one, seen the same by later lookups;
+    /// an INPUT lookup, or a lookup with no writer set, takes nothing.
+    #[test]
+    fn a_writer_takes_a_removed_entry_in_place() {
+        let mut m = TensorMap::new(TENSORMAP_POOL_ENTRIES).unwrap();
+        let t = buf();
+        let la = [0u32; 4];
+        let (a, b, c) = (TaskId::new(1, 0), TaskId::new(1, 1), TaskId::new(1, 2));
+        assert!(m.insert(&t, a));
+        // `writer` looks up `probe` (an inout when `inout`), with producers below `done`
+        // completed: whether it took an entry, the producers reported, the completed.
+        let look = |m: &mut TensorMap, probe: &Tensor, inout: bool, writer: TaskId, done: u32| {
+            let (mut seen, mut gone) = (vec![], 0);
+            m.set_writer(writer);
+            m.lookup_pending(
+                probe,
+                inout,
+                &la,
+                |p| p.local() < done,
+                |p| seen.push(p),
+                |_| gone += 1,
+            );
+            (m.take_writer(), seen, gone)
+        };
+        // Reading takes nothing.
+        assert_eq!(look(&mut m, &t, false, b, 0), (false, vec![a], 0));
+        // b's INOUT depends on a and takes its entry.
+        assert_eq!(look(&mut m, &t, true, b, 0), (true, vec![a], 0));
+        assert_eq!(m.used(), 1);
+        assert_eq!(
+            look(&mut m, &t, false, TaskId::INVALID, 0),
+            (false, vec![b], 0)
+        );
+        // b completed: c's INOUT counts it as done and takes the entry.
+        assert_eq!(look(&mut m, &t, true, c, 2), (true, vec![], 1));
+        assert_eq!(m.used(), 1);
+        // A partial INOUT does not cover c's entry: nothing removed, nothing taken.
+        let d = TaskId::new(1, 3);
+        let half = t.rows_slice(0, 4).unwrap();
+        assert_eq!(look(&mut m, &half, true, d, 0), (false, vec![c], 0));
+        // A retired entry of another buffer in the probe's bucket is taken too.
+        let other = Tensor::from_raw(t.addr + 32, &[4], DType::F32);
+        assert_eq!(
+            TensorMap::bucket_of(other.addr),
+            TensorMap::bucket_of(t.addr)
+        );
+        let e = TaskId::new(1, 9);
+        m.set_writer(e);
+        let mut seen = vec![];
+        m.lookup_pending(
+            &other,
+            true,
+            &[0, 4, 0, 0],
+            |_| false,
+            |p| seen.push(p),
+            |_| {},
+        );
+        assert!(m.take_writer() && seen.is_empty());
+        assert_eq!(m.used(), 1);
+        m.lookup(&other, false, &la, |p| seen.push(p));
+        assert_eq!(seen, vec![e]);
+        // With no writer set, an INOUT removes what it covers.
+        seen.clear();
+        m.lookup(&other, true, &la, |p| seen.push(p));
+        assert_eq!((seen, m.used()), (vec![e], 0));
     }
 }

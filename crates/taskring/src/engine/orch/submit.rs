@@ -292,8 +292,16 @@ impl<'r> Orchestrator<'r> {
         let outputs = out.write(TaskOutputs::new(id));
         place_outputs(&mut c, base, outputs);
         let manual = frame.manual || self.in_manual_scope();
+        // A task whose one tensormap write is an inout may take, in its lookup, the
+        // entry of a writer it supersedes (`TensorMap::set_writer`): later lookups of
+        // the same submit (inouts come after inputs) cannot meet it.
+        let single = !manual && c.tm_inserts == 1;
+        if single {
+            self.st.tensormap.set_writer(id);
+        }
         let finished_producers = self.gather_fanin(args, &c, manual);
-        if !manual && c.tm_inserts > 0 {
+        let replaced = single && self.st.tensormap.take_writer();
+        if !manual && c.tm_inserts > replaced as u32 {
             self.insert_writers(&c, id, ring, &what)?;
         }
         if self.st.recording {
