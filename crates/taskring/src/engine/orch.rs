@@ -77,6 +77,18 @@ struct OrchRing {
     peak_deps: u64,
 }
 
+impl OrchRing {
+    /// The record of local id `local`'s slot.
+    #[inline(always)]
+    fn slot_mut(&mut self, local: u32) -> &mut OrchSlot {
+        let i = (local & self.mask) as usize;
+        debug_assert!(i < self.slots.len());
+        // safety: `slots` holds `mask + 1` records (a power-of-two window, asserted by
+        // `OrchState::new`), so a masked index is in bounds; `&mut self` is unique.
+        unsafe { &mut *self.slots.as_ptr().add(i) }
+    }
+}
+
 /// Highest simultaneous use seen per ring during a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeakUse {
@@ -154,6 +166,12 @@ impl OrchState {
     /// Build for `sizing`; `heap_bases[r]` is the address of ring `r`'s heap.
     pub fn new(sizing: &RingSizing, heap_bases: [u64; 4]) -> Result<OrchState, ReserveError> {
         let mk = |r: usize| -> Result<OrchRing, ReserveError> {
+            // `OrchRing::slot_mut` indexes by mask.
+            assert!(
+                sizing.task_window[r].is_power_of_two(),
+                "task window {} is not a power of 2",
+                sizing.task_window[r]
+            );
             Ok(OrchRing {
                 heap: HeapRing::new(sizing.heap[r]),
                 heap_base: heap_bases[r],
@@ -993,9 +1011,10 @@ impl<'r> Orchestrator<'r> {
 
     fn record_marks(&mut self, ring: usize, local: u32) {
         let r = &mut self.st.rings[ring];
-        let os = &mut r.slots[(local & r.mask) as usize];
-        os.dep_mark = r.deps.top;
-        os.spill_mark = r.spill.top;
+        let (dep_mark, spill_mark) = (r.deps.top, r.spill.top);
+        let os = r.slot_mut(local);
+        os.dep_mark = dep_mark;
+        os.spill_mark = spill_mark;
     }
 
     fn check_owner_live(&self, owner: TaskId) -> Result<(), String> {
@@ -1574,8 +1593,7 @@ fn add_fanin_to(
     p: TaskId,
     flags: u64,
 ) {
-    let r = &mut rings[p.ring()];
-    let os = &mut r.slots[(p.local() & r.mask) as usize];
+    let os = rings[p.ring()].slot_mut(p.local());
     if os.seen_epoch == epoch {
         let e = &mut fanin[os.seen_idx as usize];
         if e.producer == p {

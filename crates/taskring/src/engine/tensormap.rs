@@ -279,9 +279,30 @@ impl TensorMap {
         (line.wrapping_add(rotate) as usize) & (TENSORMAP_BUCKETS - 1)
     }
 
+    /// Bucket `b`'s record. Unchecked: `b` comes from [`TensorMap::bucket_of`], below
+    /// `TENSORMAP_BUCKETS`, the length of `buckets`.
+    #[inline(always)]
+    fn bucket_mut(&mut self, b: usize) -> &mut Bucket {
+        debug_assert!(b < self.buckets.len());
+        // safety: in bounds (above); `&mut self` is unique.
+        unsafe { &mut *self.buckets.as_ptr().add(b) }
+    }
+
+    /// Pool entry `i`. Unchecked: every index the map holds (a bucket head of this
+    /// epoch, an entry's `next`, the free list) was handed out by `insert`, below
+    /// `pool.len()`.
+    #[inline(always)]
+    fn entry_mut(&mut self, i: u32) -> &mut Entry {
+        debug_assert!((i as usize) < self.pool.len());
+        // safety: in bounds (above); `&mut self` is unique.
+        unsafe { &mut *self.pool.as_ptr().add(i as usize) }
+    }
+
     #[inline]
     fn head(&self, b: usize) -> u32 {
-        let bk = self.buckets[b];
+        debug_assert!(b < self.buckets.len());
+        // safety: `b` comes from `bucket_of` (see `bucket_mut`).
+        let bk = unsafe { *self.buckets.as_ptr().add(b) };
         if bk.epoch == self.epoch {
             bk.head
         } else {
@@ -291,7 +312,7 @@ impl TensorMap {
 
     #[inline]
     fn free_entry(&mut self, i: u32) {
-        self.pool[i as usize].next = self.free_head;
+        self.entry_mut(i).next = self.free_head;
         self.free_head = i;
         self.live -= 1;
     }
@@ -357,20 +378,18 @@ impl TensorMap {
                 unlink = true;
             }
             if unlink && remove_covered && self.writer.is_valid() {
-                let e = &mut self.pool[cur as usize];
+                let writer = std::mem::replace(&mut self.writer, TaskId::INVALID);
+                let e = self.entry_mut(cur);
                 e.tensor = *probe;
-                e.producer = self.writer;
-                self.writer = TaskId::INVALID;
+                e.producer = writer;
                 self.took = true;
                 prev = cur;
             } else if unlink {
                 if prev == NIL {
-                    self.buckets[b] = Bucket {
-                        epoch: self.epoch,
-                        head: next,
-                    };
+                    let epoch = self.epoch;
+                    *self.bucket_mut(b) = Bucket { epoch, head: next };
                 } else {
-                    self.pool[prev as usize].next = next;
+                    self.entry_mut(prev).next = next;
                 }
                 self.free_entry(cur);
             } else {
@@ -385,7 +404,7 @@ impl TensorMap {
     pub fn insert(&mut self, t: &Tensor, producer: TaskId) -> bool {
         let idx = if self.free_head != NIL {
             let i = self.free_head;
-            self.free_head = self.pool[i as usize].next;
+            self.free_head = self.entry_mut(i).next;
             i
         } else if (self.bump as usize) < self.pool.len() {
             self.bump += 1;
@@ -395,15 +414,13 @@ impl TensorMap {
         };
         let b = Self::bucket_of(t.addr);
         let head = self.head(b);
-        self.pool[idx as usize] = Entry {
+        *self.entry_mut(idx) = Entry {
             tensor: *t,
             producer,
             next: head,
         };
-        self.buckets[b] = Bucket {
-            epoch: self.epoch,
-            head: idx,
-        };
+        let epoch = self.epoch;
+        *self.bucket_mut(b) = Bucket { epoch, head: idx };
         self.live += 1;
         self.peak = self.peak.max(self.live);
         true

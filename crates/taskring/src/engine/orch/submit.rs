@@ -506,11 +506,12 @@ impl<'r> Orchestrator<'r> {
         self.st.scope_tasks.push(id);
         self.st.tasks += 1;
         let r = &mut self.st.rings[ring];
-        let os = &mut r.slots[(local & r.mask) as usize];
+        let (dep_mark, spill_mark, heap_base) = (r.deps.top, r.spill.top, r.heap_base);
+        let os = r.slot_mut(local);
         os.heap_end = heap_end;
-        os.dep_mark = r.deps.top;
-        os.spill_mark = r.spill.top;
-        Ok((id, r.heap_base + heap_off))
+        os.dep_mark = dep_mark;
+        os.spill_mark = spill_mark;
+        Ok((id, heap_base + heap_off))
     }
 
     /// Step 4, gathering the fan-in into `self.st.fanin` (one edge per producer, flags
