@@ -83,8 +83,8 @@ impl OrchRing {
     fn slot_mut(&mut self, local: u32) -> &mut OrchSlot {
         let i = (local & self.mask) as usize;
         debug_assert!(i < self.slots.len());
-        // safety: `slots` holds `mask + 1` records (a power-of-two window, asserted by
-        // `OrchState::new`), so a masked index is in bounds; `&mut self` is unique.
+        // safety: `slots` holds `mask + 1` records (`OrchState::new`) and `i <= mask`;
+        // `&mut self` is unique.
         unsafe { &mut *self.slots.as_ptr().add(i) }
     }
 }
@@ -166,12 +166,6 @@ impl OrchState {
     /// Build for `sizing`; `heap_bases[r]` is the address of ring `r`'s heap.
     pub fn new(sizing: &RingSizing, heap_bases: [u64; 4]) -> Result<OrchState, ReserveError> {
         let mk = |r: usize| -> Result<OrchRing, ReserveError> {
-            // `OrchRing::slot_mut` indexes by mask.
-            assert!(
-                sizing.task_window[r].is_power_of_two(),
-                "task window {} is not a power of 2",
-                sizing.task_window[r]
-            );
             Ok(OrchRing {
                 heap: HeapRing::new(sizing.heap[r]),
                 heap_base: heap_bases[r],
