@@ -1047,7 +1047,7 @@ impl<'r> Orchestrator<'r> {
 
     fn add_fanin(&mut self, p: TaskId, flags: u64) {
         let st = &mut *self.st;
-        add_fanin_to(&mut st.fanin, &mut st.rings, st.epoch, p, flags);
+        add_fanin_to(&mut st.fanin, &mut st.rings, st.epoch, p, flags, false);
     }
 
     // ----- capacity -----------------------------------------------------------------
@@ -1580,24 +1580,30 @@ fn needed_size(blocked: Blocked, in_use: u64, need: u64, configured: u64) -> Opt
 }
 
 /// Add `p` to the fanin being built, merging flags of duplicates (per-submit epoch).
+/// `fresh`: `p` was just seen not completed ([`FaninEdge::fresh`]).
 fn add_fanin_to(
     fanin: &mut Vec<FaninEdge>,
     rings: &mut [OrchRing; 4],
     epoch: u32,
     p: TaskId,
     flags: u64,
+    fresh: bool,
 ) {
     let os = rings[p.ring()].slot_mut(p.local());
     if os.seen_epoch == epoch {
         let e = &mut fanin[os.seen_idx as usize];
         if e.producer == p {
             e.flags |= flags;
+            e.fresh |= fresh;
             return;
         }
     }
     os.seen_epoch = epoch;
     os.seen_idx = fanin.len() as u32;
-    fanin.push(FaninEdge::new(p, flags));
+    fanin.push(FaninEdge {
+        fresh,
+        ..FaninEdge::new(p, flags)
+    });
 }
 
 /// The no-progress clock, started lazily at the first wait (the uncontended path reads

@@ -557,7 +557,7 @@ impl<'r> Orchestrator<'r> {
                     remove,
                     &la,
                     |p| sh.is_completed(p),
-                    |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT),
+                    |p| add_fanin_to(fanin, rings, epoch, p, DEP_WAIT, true),
                     |_| *done_edges += 1,
                 );
             }

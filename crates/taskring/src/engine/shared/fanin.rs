@@ -30,6 +30,10 @@ pub struct FaninEdge {
     pub flags: u64,
     /// A reference is held on the producer ([`claim_fanin`] sets it).
     pub claimed: bool,
+    /// The producer was seen not completed while this submit gathered its fan-in (the
+    /// tensormap lookup looks): [`claim_fanin`] keeps a WAIT-only edge without looking
+    /// again, and `link` decides under the producer's lock.
+    pub fresh: bool,
 }
 
 impl FaninEdge {
@@ -40,6 +44,7 @@ impl FaninEdge {
             producer,
             flags,
             claimed: false,
+            fresh: false,
         }
     }
 }
@@ -59,7 +64,7 @@ pub struct FaninClaims {
 /// Step 4, claims: claim the producer of every RETAIN edge under its lock
 /// ([`ArenaShared::claim`]); look at the producer of every WAIT-only edge without a
 /// lock ([`ArenaShared::peek`]: such an edge needs no reference, `link` decides under
-/// the lock). The kept edges — claimed ones marked `claimed`, and WAIT-only edges to a
+/// the lock) — unless it is `fresh` (seen pending a moment ago: kept as pending). The kept edges — claimed ones marked `claimed`, and WAIT-only edges to a
 /// producer not completed yet — move to the front (`edges[..kept]`, order kept); an edge
 /// whose producer is gone, or completed with a WAIT-only edge, is dropped (what is left
 /// behind `kept` is unspecified).
@@ -73,7 +78,12 @@ pub fn claim_fanin(sh: &ArenaShared, edges: &mut [FaninEdge]) -> FaninClaims {
     for i in 0..edges.len() {
         let e = edges[i];
         if e.flags & DEP_RETAIN == 0 {
-            match sh.peek(e.producer) {
+            let seen = if e.fresh {
+                Some(false)
+            } else {
+                sh.peek(e.producer)
+            };
+            match seen {
                 Some(false) => {
                     c.live += 1;
                     c.waits += (e.flags & DEP_WAIT != 0) as u32;
