@@ -78,6 +78,17 @@ struct OrchRing {
 }
 
 impl OrchRing {
+    /// The highest use so far: the peaks recorded, and the use now (between two
+    /// catch-ups with the watermark the window, the heap and the pools only fill, so
+    /// their peaks are recorded when a catch-up frees them and read with the use now).
+    fn peaks(&self) -> (u64, u64, u64) {
+        (
+            self.peak_slots.max((self.next - self.seen_la) as u64),
+            self.peak_heap.max(self.heap.used()),
+            self.peak_deps.max(self.deps.used()).max(self.spill.used()),
+        )
+    }
+
     /// The record of local id `local`'s slot.
     #[inline(always)]
     fn slot_mut(&mut self, local: u32) -> &mut OrchSlot {
@@ -303,9 +314,7 @@ impl OrchState {
     pub fn peaks(&self) -> PeakUse {
         let mut p = PeakUse::default();
         for (i, r) in self.rings.iter().enumerate() {
-            p.task_window[i] = r.peak_slots;
-            p.heap[i] = r.peak_heap;
-            p.dep_pool[i] = r.peak_deps;
+            (p.task_window[i], p.heap[i], p.dep_pool[i]) = r.peaks();
         }
         p
     }
@@ -1065,6 +1074,7 @@ impl<'r> Orchestrator<'r> {
     #[inline(never)]
     fn catch_up(&mut self, ring: usize, la: u32) {
         let r = &mut self.st.rings[ring];
+        (r.peak_slots, r.peak_heap, r.peak_deps) = r.peaks();
         let last = r.slots[((la - 1) & r.mask) as usize];
         let old_tail = r.heap.tail;
         r.heap.retire_to(la, last.heap_end);
@@ -1136,8 +1146,6 @@ impl<'r> Orchestrator<'r> {
             if win_ok {
                 if let HeapAlloc::At { offset, end } = r.heap.try_alloc(heap_bytes, local) {
                     r.next += 1;
-                    r.peak_slots = r.peak_slots.max((r.next - r.seen_la) as u64);
-                    r.peak_heap = r.peak_heap.max(r.heap.used());
                     return Ok((local, offset, end));
                 }
             }
@@ -1178,7 +1186,7 @@ impl<'r> Orchestrator<'r> {
         self.reserve_pool_waiting(ring, need, which, what)
     }
 
-    /// Take `need` entries of the pool if they fit now (peak updated).
+    /// Take `need` entries of the pool if they fit now (the peak: `OrchRing::peaks`).
     #[inline(always)]
     fn try_pool(&mut self, ring: usize, need: u64, which: Blocked) -> Option<u64> {
         let r = &mut self.st.rings[ring];
@@ -1186,10 +1194,7 @@ impl<'r> Orchestrator<'r> {
             Blocked::Spill => &mut r.spill,
             _ => &mut r.deps,
         };
-        let start = pool.try_alloc(need)?;
-        let used = pool.used();
-        r.peak_deps = r.peak_deps.max(used.max(r.deps.used()));
-        Some(start as u64)
+        Some(pool.try_alloc(need)? as u64)
     }
 
     /// [`Orchestrator::reserve_pool`] when the entries do not fit at once.
