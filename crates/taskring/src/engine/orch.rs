@@ -613,8 +613,8 @@ impl<'r> Orchestrator<'r> {
     /// later look. The look is plain loads of the parked-core counts (lines the cores
     /// write only when they park or wake), no fence: a core parking at this very moment
     /// may not be seen yet, and is seen by a later look — one of the next
-    /// [`LOOK_SKIP`]` + 1` submits', or the fenced payment of a wait for space, the end
-    /// of the program or the drop.
+    /// [`LOOK_SKIP`] + 1 submits', or the fenced payment of a wait for space, the end of
+    /// the program or the drop.
     #[inline(always)]
     pub(super) fn look_at_wakes(&self) {
         let debt = self.wake_debt.get();

@@ -64,9 +64,10 @@ pub struct FaninClaims {
 /// Step 4, claims: claim the producer of every RETAIN edge under its lock
 /// ([`ArenaShared::claim`]); look at the producer of every WAIT-only edge without a
 /// lock ([`ArenaShared::peek`]: such an edge needs no reference, `link` decides under
-/// the lock) — unless it is `fresh` (seen pending a moment ago: kept as pending). The kept edges — claimed ones marked `claimed`, and WAIT-only edges to a
-/// producer not completed yet — move to the front (`edges[..kept]`, order kept); an edge
-/// whose producer is gone, or completed with a WAIT-only edge, is dropped (what is left
+/// the lock) — unless it is `fresh` (seen pending a moment ago: kept as pending). The
+/// kept edges — claimed ones marked `claimed`, and WAIT-only edges to a producer not
+/// completed yet — move to the front (`edges[..kept]`, order kept); an edge whose
+/// producer is gone, or completed with a WAIT-only edge, is dropped (what is left
 /// behind `kept` is unspecified).
 #[inline(always)]
 pub fn claim_fanin(sh: &ArenaShared, edges: &mut [FaninEdge]) -> FaninClaims {
