@@ -536,8 +536,16 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                 // them out before it returns None): they must never meet another run.
                 local.clear();
                 // A core back from a park takes what the orchestrator pushed but has not
-                // published yet (it may be in user code between two submits).
-                match abort::search_or(busy, eng, core.queue, idle.parked, steal) {
+                // published yet (it may be in user code between two submits). A core that
+                // finds nothing pays what it holds before it says IDLE (`Held`).
+                let more = || {
+                    let t = steal();
+                    if t.is_none() {
+                        held.pay(eng);
+                    }
+                    t
+                };
+                match abort::search_or(busy, eng, core.queue, idle.parked, more) {
                     Some(t) => {
                         idle.found(eng);
                         t
@@ -593,23 +601,28 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
             Step::Abandoned => return,
             Step::Next(n) => next = n,
         }
-        if next.is_none() {
+        // A core holding advances goes on saying it completes the task until its search
+        // says SEARCHING: it holds the run until it paid (`Held`).
+        if next.is_none() && held.rings == 0 {
             abort::release(busy);
         }
     }
 }
 
-/// The watermark advances a core owes ([`ArenaShared::complete_held`]): tasks whose
-/// completion consumed them while the core went on to the next task of a chain it runs
-/// (the first consumer each completion made ready), all of one run.
+/// The watermark advances a core owes ([`ArenaShared::complete_held`]): tasks of one run
+/// whose completion consumed them, while the core went on to its next task (the first
+/// consumer the completion made ready, or one from the ready queues). An advance is
+/// several SeqCst atomics on lines the other cores and the orchestrator write; a core
+/// pays one per ring for all it holds.
 ///
-/// Paid — one advance per ring for all of them — when the chain ends (before the core
-/// lets go of the run), every [`Held::MOST`] tasks, as soon as the orchestrator waits
-/// (for space, or for the end of the run), and when a kernel failed; dropped when the
-/// run failed under the core (the end of a failed run waits for no retirement). An
-/// orchestrator short of space counts a consumed task at the watermark as space and
-/// advances over it itself (`wait_for_space`), so what a core holds delays it only in
-/// the race with its going to sleep, by at most the task the core is running.
+/// Paid when the core finds no task (before it says IDLE: until then it says
+/// COMPLETING or SEARCHING, and the end of the run waits for it), every [`Held::MOST`]
+/// tasks, as soon as the orchestrator waits (for space, or for the end of the run), and
+/// when a kernel failed; dropped when the run failed under the core (the end of a
+/// failed run waits for no retirement). An orchestrator short of space counts a
+/// consumed task at the watermark as space and advances over it itself
+/// (`wait_for_space`), so what a core holds delays it only in the race with its going
+/// to sleep, by at most the task the core is running.
 struct Held {
     arena: *const ArenaShared,
     /// Bit `r`: a consumption of ring `r` not advanced over.
@@ -646,7 +659,8 @@ impl Held {
     }
 
     /// Advance every ring held. The caller still says COMPLETING a task of the run whose
-    /// arena this is (the settle waits for it), so the arena is the run's.
+    /// arena this is, or SEARCHING since (the settle waits for both), so the arena is the
+    /// run's.
     #[inline]
     fn pay(&mut self, eng: &EngineShared) {
         if self.rings == 0 {
@@ -827,7 +841,7 @@ fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId, held: &mut Held) ->
     if consumed {
         held.hold(arena, task.ring());
     }
-    if held.rings != 0 && (next.is_none() || held.n >= Held::MOST || eng.progress.has_waiter()) {
+    if held.rings != 0 && (held.n >= Held::MOST || eng.progress.has_waiter()) {
         held.pay(eng);
     }
     Step::Next(next)

@@ -1388,10 +1388,10 @@ impl<'r> Orchestrator<'r> {
         };
         let sh = self.sh;
         let eng = self.eng;
-        // A core running a chain of tasks advances the watermark once at its end, every
-        // 32 tasks, or once it sees the orchestrator asleep here (`chip/core.rs`
-        // `Held`): so the watermark counts as moved as soon as the task at it is
-        // consumed, and the orchestrator advances over it itself (the advance
+        // A core completing tasks back to back advances the watermark once it finds no
+        // task, every 32 tasks, or once it sees the orchestrator asleep here
+        // (`chip/core.rs` `Held`): so the watermark counts as moved as soon as the task
+        // at it is consumed, and the orchestrator advances over it itself (the advance
         // combines; any thread may make it) instead of waiting for the core.
         let moved = || {
             eng.fatal.load(Acquire)

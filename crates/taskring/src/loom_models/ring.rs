@@ -23,7 +23,7 @@
 //! `FANIN_INLINE` producers), the push of a task ready at publication (the models
 //! push, or run it on the same thread), the back-pressure wait ([`admit`], after
 //! `alloc_slot` / `wait_or_fail`), the core loop ([`core_loop`], [`run_chain`],
-//! [`run_chain_held`]) and the
+//! [`run_held`]) and the
 //! end of a run ([`finish`]). Windows and pools are tiny (1–4 slots) so that slots are
 //! reused.
 //!
@@ -239,14 +239,22 @@ fn run_chain_counted(
     }
 }
 
-/// [`run_chain`] as the core runs it (chip/core.rs `run_ring_task`, `Held`): a
-/// completion that consumes its task does not advance the watermark; the core pays the
-/// advances it holds — once per ring — when the chain ends, or after a task once the
-/// orchestrator waits for space.
-fn run_chain_held(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId) {
-    let mut next = Some(t);
+/// The core as it runs tasks of a ring run (chip/core.rs `core_loop`,
+/// `run_ring_task`, `Held`): the chain from `first`, then tasks popped from the ready
+/// queue, until a pop finds nothing. A completion that consumes its task does not
+/// advance the watermark; the core pays the advances it holds — once per ring — when a
+/// pop finds nothing (before it would say IDLE), or after a task once the orchestrator
+/// waits.
+fn run_held(a: &ArenaShared, eng: &EngineShared, marks: &Marks, first: Option<TaskId>) {
+    let mut next = first;
     let mut held = 0u8;
-    while let Some(t) = next.take() {
+    loop {
+        let Some(t) = next.take().or_else(|| eng.pop_ready(CoreKind::Any)) else {
+            if held != 0 {
+                a.retired_rings(held, eng);
+            }
+            return;
+        };
         // safety: `t` is published, ran (nothing to run), and is completed once, here.
         let consumed = unsafe {
             a.complete_held(t, eng, |c| {
@@ -261,7 +269,7 @@ fn run_chain_held(a: &ArenaShared, eng: &EngineShared, marks: &Marks, t: TaskId)
         if consumed {
             held |= 1 << t.ring();
         }
-        if held != 0 && (next.is_none() || eng.progress.has_waiter()) {
+        if held != 0 && eng.progress.has_waiter() {
             a.retired_rings(held, eng);
             held = 0;
         }
@@ -422,7 +430,7 @@ fn held_advances_never_strand_a_waiting_orchestrator() {
         }
         let core = {
             let (a, eng, marks, t0) = (a.clone(), eng.clone(), marks.clone(), t[0]);
-            thread::spawn(move || run_chain_held(&a, &eng, &marks, t0))
+            thread::spawn(move || run_held(&a, &eng, &marks, Some(t0)))
         };
         // T3 waits for T0's retirement: advance first, then wait (`wait_for_space`).
         a.rings[0].advance();
@@ -452,13 +460,50 @@ fn a_chain_pays_its_held_advances_when_it_ends() {
         submit_chain(&a, &marks, &t[..3]);
         let core = {
             let (a, eng, marks, t0) = (a.clone(), eng.clone(), marks.clone(), t[0]);
-            thread::spawn(move || run_chain_held(&a, &eng, &marks, t0))
+            thread::spawn(move || run_held(&a, &eng, &marks, Some(t0)))
         };
         // The scopes end while the chain runs: some completions consume, some not.
         for &x in &t {
             a.release_ref(x, SCOPE_BIT, &eng);
         }
         core.join().unwrap();
+        finish(&a, &eng, 0);
+        assert_retired(&a, 0, &t);
+    });
+}
+
+/// 2d. A core holds the advances of tasks it pops from the ready queue too, and pays
+/// them when a pop finds nothing: T0, T1, T2 are independent, ready and pushed, every
+/// scope already ended, so each completion consumes its task; T3 needs T0 retired
+/// (window 4). The orchestrator advances over a consumed head itself before it waits;
+/// the core pays once it sees the waiter or finds no task. In every interleaving T3 is
+/// admitted, the end of the run is woken (a lost wake-up is a deadlock under loom), and
+/// everything retires.
+#[test]
+fn advances_held_over_popped_tasks_are_paid_when_the_queue_is_empty() {
+    model(2, || {
+        let a = Arc::new(arena([4; 4], 4));
+        let eng = Arc::new(EngineShared::default());
+        let t: Vec<TaskId> = (0..4).map(|l| TaskId::new(0, l)).collect();
+        let marks = Arc::new(Marks::new(&t));
+        for &x in &t[..3] {
+            submit_root(&a, &marks, x);
+            a.release_ref(x, SCOPE_BIT, &eng);
+            eng.push_ready(x, CoreKind::Any);
+        }
+        let core = {
+            let (a, eng, marks) = (a.clone(), eng.clone(), marks.clone());
+            thread::spawn(move || run_held(&a, &eng, &marks, None))
+        };
+        // T3 waits for T0's retirement: advance first, then wait (`wait_for_space`).
+        a.rings[0].advance();
+        admit(&a, &eng, t[3]);
+        submit_root(&a, &marks, t[3]);
+        a.release_ref(t[3], SCOPE_BIT, &eng);
+        eng.push_ready(t[3], CoreKind::Any);
+        core.join().unwrap();
+        // The core may have stopped before T3 was pushed: run it here then.
+        run_held(&a, &eng, &marks, None);
         finish(&a, &eng, 0);
         assert_retired(&a, 0, &t);
     });

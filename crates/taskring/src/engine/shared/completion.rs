@@ -207,10 +207,9 @@ impl ArenaShared {
     /// consumes `id` the watermark is not advanced: returns true then, and the caller
     /// owes [`ArenaShared::retired`] of `id`'s ring — before it lets go of the run (the
     /// arena may be reused after), and as soon as the orchestrator waits for space
-    /// ([`Progress::has_waiter`](super::park::Progress::has_waiter)). A core finishing a run of
-    /// tasks, each the first consumer its predecessor made ready, advances once for all
-    /// of them instead of once each (an advance is several SeqCst atomics on lines the
-    /// orchestrator reads).
+    /// ([`Progress::has_waiter`](super::park::Progress::has_waiter)). A core completing
+    /// tasks back to back advances once for all of them instead of once each (an advance
+    /// is several SeqCst atomics on lines the other threads write).
     ///
     /// # Safety
     /// As [`ArenaShared::complete`].
