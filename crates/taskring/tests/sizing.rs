@@ -317,3 +317,28 @@ fn the_one_pass_environment_read_agrees_with_getenv() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("CHILD AGREES"), "{stdout}");
 }
+
+#[test]
+fn run_with_sizing_refuses_a_sizing_changed_to_break_a_rule_and_runs_nothing() {
+    let mut w = chip(2);
+    let prog = program_noop();
+    let mut bad = RingSizing::uniform(64, 64 << 10, 256).unwrap();
+    bad.task_window[1] = 48;
+    let e = w.run_with_sizing(&prog, &[], &bad).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgs, "{e}");
+    assert!(
+        e.to_string().contains(
+            "RingSizing: ring_task_window[1] must be a power of 2 in [4, 1073741824], got 48"
+        ),
+        "{e}"
+    );
+    let mut bad = RingSizing::default();
+    bad.dep_pool[3] = 0;
+    let e = w.run_with_sizing(&prog, &[], &bad).unwrap_err();
+    assert_eq!(e.code, StatusCode::InvalidArgs, "{e}");
+    assert!(e.to_string().contains("ring_dep_pool[3]"), "{e}");
+    // Refused before anything ran or was built: the worker runs the next dispatch.
+    let good = RingSizing::uniform(64, 64 << 10, 256).unwrap();
+    let rep = w.run_with_sizing(&prog, &[], &good).unwrap();
+    assert_eq!(rep.tasks, 1);
+}

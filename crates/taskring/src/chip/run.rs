@@ -61,13 +61,18 @@ impl ChipWorker {
         Ok(self.run_inner(program, args, &sizing, hook, &diag)?)
     }
 
-    /// Dispatch `program` on an explicit sizing.
+    /// Dispatch `program` on an explicit sizing. A sizing whose entries break their
+    /// rules (its public fields changed after it was built) is refused with
+    /// INVALID_ARGS and the message of [`RingSizing::from_values`]; nothing runs.
     pub fn run_with_sizing(
         &mut self,
         program: &Program,
         args: &[Arg<'_>],
         sizing: &RingSizing,
     ) -> Result<RunReport, RuntimeFailure> {
+        sizing
+            .validate()
+            .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
         self.run_inner(program, args, sizing, None, &Diagnostics::default())
     }
 

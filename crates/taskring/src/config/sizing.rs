@@ -207,9 +207,17 @@ impl RingSizing {
             dep_pool,
             sources: [[SizeSource::CallConfig; RUNTIME_ENV_RING_COUNT]; 3],
         };
+        sizing.validate()?;
+        Ok(sizing)
+    }
+
+    /// Check every entry against its field's rule, with the error of
+    /// [`from_values`](Self::from_values). A sizing built by this type's constructors
+    /// passes; one whose public fields were changed since may not.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         for ring in 0..RUNTIME_ENV_RING_COUNT {
             for f in RingField::ALL {
-                let v = sizing.get(f)[ring];
+                let v = self.get(f)[ring];
                 if !f.check(v) {
                     return Err(ConfigErrorKind::RingSizingEntry {
                         field: f,
@@ -220,7 +228,7 @@ impl RingSizing {
                 }
             }
         }
-        Ok(sizing)
+        Ok(())
     }
 
     /// Does any entry come from `"auto"`?
