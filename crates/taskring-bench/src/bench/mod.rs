@@ -19,6 +19,7 @@ pub mod b5;
 pub mod b6;
 pub mod b9;
 pub mod baseline;
+pub mod cpus;
 pub mod peers;
 
 use serde::Serialize;

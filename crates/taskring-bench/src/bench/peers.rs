@@ -22,10 +22,20 @@
 //! Bars (`docs/benchmarks.md`): the dynamic path ≤ 1.0× oneTBB built each run, replay ≤
 //! 0.5× oneTBB prebuilt, on every pattern, judged on the chip of `--threads` cores; the
 //! other chip's figures and ratios are in each case's `extra`.
+//!
+//! Before each pattern of each round, the cache-line round trip between the first two
+//! CPUs is measured ([`super::cpus::cross_cpu_rtt`]): on a virtual machine it flips
+//! between two levels as the hypervisor moves the virtual CPUs, and taskring's
+//! hand-offs between threads pay it where the peers' chains, run on one thread, do not.
+//! A sample whose round trip is over twice the run's smallest counts as "far"; each
+//! dynamic case's `extra` has the median of its paired ratios (dynamic sample / the
+//! oneTBB built-each-run sample of the same round) over the near and the far samples.
+//! The bars do not use them.
 
 use super::b3::{helper_config, pattern_args, patterns_param, run_taskring, tree_tasks, Pattern};
 use super::b3::{Rig, LEAVES};
 use super::b9::replay_once;
+use super::cpus::cross_cpu_rtt;
 use super::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -232,7 +242,16 @@ struct Samples {
     replay: Vec<f64>,
     replay_h: Vec<f64>,
     peers: [Vec<PeerSample>; 3],
+    /// The cross-CPU round trip (ns) measured just before the round's samples (None:
+    /// fewer than two CPUs).
+    rtt: Vec<Option<f64>>,
 }
+
+/// Round trips of a probe ([`cross_cpu_rtt`]): ~2.5 ms near, ~10 ms far.
+const RTT_TRIPS: u64 = 20_000;
+
+/// A sample is "far" if its round trip is over this many times the run's smallest.
+const FAR_OVER: f64 = 2.0;
 
 /// One round: every pattern, each runtime once (taskring dynamic and replayed on both
 /// chips, then each peer mode).
@@ -245,6 +264,7 @@ fn round(
     let r = &mut s.rig;
     for (i, p) in r.pats.iter().enumerate() {
         let per = |t: f64| t * 1e9 / p.tasks as f64;
+        m[i].rtt.push(cross_cpu_rtt(RTT_TRIPS));
         m[i].dynamic.push(per(run_taskring(
             &mut r.chip,
             p,
@@ -284,9 +304,60 @@ fn peer_series(v: &[PeerSample], f: impl Fn(&PeerSample) -> f64) -> Series {
     ns(&v.iter().map(f).collect::<Vec<_>>())
 }
 
+/// The median of the paired ratios `a[k] / b[k]` over the rounds `k` that `keep`, and
+/// how many there are.
+fn paired(a: &[f64], b: &[f64], keep: impl Fn(usize) -> bool) -> (usize, f64) {
+    let r: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .enumerate()
+        .filter(|&(k, _)| keep(k))
+        .map(|(_, (x, y))| x / y)
+        .collect();
+    (r.len(), median(&r))
+}
+
+/// Pattern `i`'s dynamic samples against oneTBB built each run, by CPU placement: the
+/// round trip's series, and the near and far samples' paired ratios.
+fn by_placement(m: &Samples, tb: &Series, far_ns: Option<f64>) -> (serde_json::Value, String) {
+    let Some(far_ns) = far_ns else {
+        return (json!(null), "   (one CPU: no round trip)".into());
+    };
+    let rtt: Vec<f64> = m.rtt.iter().map(|x| x.unwrap_or(f64::NAN)).collect();
+    let far = |k: usize| rtt[k] > far_ns;
+    let (nn, rn) = paired(&m.dynamic, &tb.samples, |k| !far(k));
+    let (nf, rf) = paired(&m.dynamic, &tb.samples, far);
+    let (_, all) = paired(&m.dynamic, &tb.samples, |_| true);
+    let line = format!(
+        "{:>8.0} {:>5} {:>7.2} {:>5} {:>7.2} {:>7.2}",
+        median(&rtt),
+        nn,
+        rn,
+        nf,
+        rf,
+        all
+    );
+    let v = json!({
+        "cross_cpu_rtt_ns": ns(&rtt),
+        "far_over_ns": far_ns,
+        "near": {"samples": nn, "dyn_over_tbb_build_paired": rn},
+        "far": {"samples": nf, "dyn_over_tbb_build_paired": rf},
+        "all_paired": all,
+    });
+    (v, line)
+}
+
 /// Pattern `i`'s line and its two cases (dynamic vs oneTBB built each run, replay vs
-/// oneTBB prebuilt); returns its part of the summary.
-fn judge(b: &mut Bench, s: &Setup, m: &Samples, i: usize, threads: usize) -> String {
+/// oneTBB prebuilt); returns its part of the summary and its line of the placement
+/// table.
+fn judge(
+    b: &mut Bench,
+    s: &Setup,
+    m: &Samples,
+    i: usize,
+    threads: usize,
+    far_ns: Option<f64>,
+) -> (String, String) {
     let p = &s.rig.pats[i];
     let (dy, dh, rp, rh) = (
         ns(&m.dynamic),
@@ -303,6 +374,7 @@ fn judge(b: &mut Bench, s: &Setup, m: &Samples, i: usize, threads: usize) -> Str
     });
     let r_dyn = dy.median / tb.median;
     let r_rep = rp.median / tp.median;
+    let (placement, pline) = by_placement(m, &tb, far_ns);
     b.say(&format!(
         "   {:<12} {:>7} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
         p.name,
@@ -354,6 +426,7 @@ fn judge(b: &mut Bench, s: &Setup, m: &Samples, i: usize, threads: usize) -> Str
             "ratio_vs_tbb_prebuilt": dy.median / tp.median,
             "ratio_vs_omp": dy.median / om.median,
             "orchestrator_helps": helper(&dh, &tb),
+            "by_cpu_placement": placement,
         })),
     );
     b.push(
@@ -378,7 +451,10 @@ fn judge(b: &mut Bench, s: &Setup, m: &Samples, i: usize, threads: usize) -> Str
             "orchestrator_helps": helper(&rh, &tp),
         })),
     );
-    format!("{} {:.2}x/{:.2}x", p.name, r_dyn, r_rep)
+    (
+        format!("{} {:.2}x/{:.2}x", p.name, r_dyn, r_rep),
+        format!("   {:<12} {pline}", p.name),
+    )
 }
 
 pub fn run(opts: &Opts) -> Result<Report, String> {
@@ -417,12 +493,32 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         "(h)",
         "dyn/omp"
     ));
-    let parts: Vec<String> = (0..n)
-        .map(|i| judge(&mut b, &s, &m[i], i, threads))
+    let rtts: Vec<f64> = m
+        .iter()
+        .flat_map(|x| x.rtt.iter().flatten())
+        .copied()
         .collect();
+    let far_ns =
+        (!rtts.is_empty()).then(|| FAR_OVER * rtts.iter().copied().fold(f64::INFINITY, f64::min));
+    let (parts, plines): (Vec<String>, Vec<String>) = (0..n)
+        .map(|i| judge(&mut b, &s, &m[i], i, threads, far_ns))
+        .unzip();
+    b.say(&format!(
+        "   by CPU placement (cross-CPU cache-line round trip before each round; far: over {}): dyn / tbb_bld, median of paired ratios",
+        far_ns.map_or("-".into(), |f| format!("{f:.0} ns"))
+    ));
+    b.say(&format!(
+        "   {:<12} {:>8} {:>5} {:>7} {:>5} {:>7} {:>7}",
+        "pattern", "rtt_ns", "near", "ratio", "far", "ratio", "all"
+    ));
+    for l in &plines {
+        b.say(l);
+    }
+    let far_count = far_ns.map_or(0, |f| rtts.iter().filter(|&&x| x > f).count());
     let summary = format!(
-        "dynamic / oneTBB built each run, replay / oneTBB prebuilt: {}",
-        parts.join(", ")
+        "dynamic / oneTBB built each run, replay / oneTBB prebuilt: {}; far CPU placement in {far_count} of {} samples",
+        parts.join(", "),
+        rtts.len()
     );
     Ok(b.finish_as(
         "peers",
@@ -443,6 +539,11 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             "patterns": patterns_param(&s.rig.pats),
             "fanin_leaves": LEAVES,
             "reps": reps,
+            "cross_cpu_rtt": {
+                "trips": RTT_TRIPS,
+                "when": "before each pattern of each round",
+                "far_if_over": format!("{FAR_OVER}x the run's smallest"),
+            },
         }),
         summary,
     ))

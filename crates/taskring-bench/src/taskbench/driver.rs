@@ -153,47 +153,26 @@ fn ring_sizing(opts: &Opts, graphs: &[Arc<Graph>]) -> Result<RingSizing, String>
 /// `-pin 1`: the calling (orchestrator) thread on the first CPU this process may use,
 /// core thread k (named `taskring-core<k>-…`) on the (k+1)-th, modulo those CPUs.
 fn pin_threads() -> Result<(), String> {
-    // safety: plain syscalls on a zeroed cpu_set_t of the right size.
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
-            return Err(format!(
-                "-pin: sched_getaffinity: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &allowed))
-            .collect();
-        let pin = |tid: libc::pid_t, cpu: usize| -> Result<(), String> {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(format!(
-                    "-pin: sched_setaffinity of thread {tid} to CPU {cpu}: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            Ok(())
+    use crate::bench::cpus::{allowed_cpus, pin_thread};
+    let cpus = allowed_cpus().map_err(|e| format!("-pin: {e}"))?;
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    let pin = |tid, cpu| pin_thread(tid, cpu).map_err(|e| format!("-pin: {e}"));
+    pin(0, cpus[0])?;
+    let dir = std::fs::read_dir("/proc/self/task").map_err(|e| format!("-pin: {e}"))?;
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
         };
-        if cpus.is_empty() {
-            return Ok(());
-        }
-        pin(0, cpus[0])?;
-        let dir = std::fs::read_dir("/proc/self/task").map_err(|e| format!("-pin: {e}"))?;
-        for e in dir.flatten() {
-            let Some(tid) = e.file_name().to_str().and_then(|s| s.parse().ok()) else {
-                continue;
-            };
-            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-            let Some(k) = comm.strip_prefix("taskring-core").and_then(|r| {
-                let d: String = r.chars().take_while(|c| c.is_ascii_digit()).collect();
-                d.parse::<usize>().ok()
-            }) else {
-                continue;
-            };
-            pin(tid, cpus[(k + 1) % cpus.len()])?;
-        }
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let Some(k) = comm.strip_prefix("taskring-core").and_then(|r| {
+            let d: String = r.chars().take_while(|c| c.is_ascii_digit()).collect();
+            d.parse::<usize>().ok()
+        }) else {
+            continue;
+        };
+        pin(tid, cpus[(k + 1) % cpus.len()])?;
     }
     Ok(())
 }
