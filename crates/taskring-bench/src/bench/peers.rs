@@ -24,13 +24,13 @@
 //! other chip's figures and ratios are in each case's `extra`.
 //!
 //! Before each pattern of each round, the cache-line round trip between the first two
-//! CPUs is measured ([`super::cpus::cross_cpu_rtt`]): on a virtual machine it flips
-//! between two levels as the hypervisor moves the virtual CPUs, and taskring's
+//! CPUs is measured ([`super::cpus::cross_cpu_rtt`]): on a virtual machine it moves
+//! between levels as the hypervisor moves the virtual CPUs (on the machines of
+//! `docs/performance.md`: ~35 ns, ~100–130 ns and ~400–550 ns), and taskring's
 //! hand-offs between threads pay it where the peers' chains, run on one thread, do not.
-//! A sample whose round trip is over twice the run's smallest counts as "far"; each
-//! dynamic case's `extra` has the median of its paired ratios (dynamic sample / the
-//! oneTBB built-each-run sample of the same round) over the near and the far samples.
-//! The bars do not use them.
+//! Each dynamic case's `extra` has the median of its paired ratios (dynamic sample / the
+//! oneTBB built-each-run sample of the same round) over the samples of each of
+//! [`RTT_BINS`]. The bars do not use them.
 
 use super::b3::{helper_config, pattern_args, patterns_param, run_taskring, tree_tasks, Pattern};
 use super::b3::{Rig, LEAVES};
@@ -247,11 +247,21 @@ struct Samples {
     rtt: Vec<Option<f64>>,
 }
 
-/// Round trips of a probe ([`cross_cpu_rtt`]): ~2.5 ms near, ~10 ms far.
+/// Round trips of a probe ([`cross_cpu_rtt`]): 1 to 11 ms.
 const RTT_TRIPS: u64 = 20_000;
 
-/// A sample is "far" if its round trip is over this many times the run's smallest.
-const FAR_OVER: f64 = 2.0;
+/// The bins of round trips the paired ratios are grouped by: (name, lowest ns).
+const RTT_BINS: [(&str, f64); 3] = [
+    ("under_60ns", 0.0),
+    ("60_250ns", 60.0),
+    ("over_250ns", 250.0),
+];
+
+/// The bin of a round trip (None: not measured).
+fn rtt_bin(ns: Option<f64>) -> Option<usize> {
+    let ns = ns?;
+    RTT_BINS.iter().rposition(|&(_, lo)| ns >= lo)
+}
 
 /// One round: every pattern, each runtime once (taskring dynamic and replayed on both
 /// chips, then each peer mode).
@@ -318,30 +328,31 @@ fn paired(a: &[f64], b: &[f64], keep: impl Fn(usize) -> bool) -> (usize, f64) {
 }
 
 /// Pattern `i`'s dynamic samples against oneTBB built each run, by CPU placement: the
-/// round trip's series, and the near and far samples' paired ratios.
-fn by_placement(m: &Samples, tb: &Series, far_ns: Option<f64>) -> (serde_json::Value, String) {
-    let Some(far_ns) = far_ns else {
+/// round trips, and each bin's count and median paired ratio.
+fn by_placement(m: &Samples, tb: &Series) -> (serde_json::Value, String) {
+    if m.rtt.iter().all(Option::is_none) {
         return (json!(null), "   (one CPU: no round trip)".into());
-    };
+    }
     let rtt: Vec<f64> = m.rtt.iter().map(|x| x.unwrap_or(f64::NAN)).collect();
-    let far = |k: usize| rtt[k] > far_ns;
-    let (nn, rn) = paired(&m.dynamic, &tb.samples, |k| !far(k));
-    let (nf, rf) = paired(&m.dynamic, &tb.samples, far);
+    let mut line = format!("{:>8.0}", median(&rtt));
+    let mut bins = serde_json::Map::new();
+    for (b, (name, _)) in RTT_BINS.iter().enumerate() {
+        let (n, r) = paired(&m.dynamic, &tb.samples, |k| rtt_bin(m.rtt[k]) == Some(b));
+        line += &if n == 0 {
+            format!(" {:>4} {:>6}", 0, "-")
+        } else {
+            format!(" {n:>4} {r:>6.2}")
+        };
+        bins.insert(
+            (*name).into(),
+            json!({"samples": n, "dyn_over_tbb_build_paired": r}),
+        );
+    }
     let (_, all) = paired(&m.dynamic, &tb.samples, |_| true);
-    let line = format!(
-        "{:>8.0} {:>5} {:>7.2} {:>5} {:>7.2} {:>7.2}",
-        median(&rtt),
-        nn,
-        rn,
-        nf,
-        rf,
-        all
-    );
+    line += &format!(" {all:>7.2}");
     let v = json!({
         "cross_cpu_rtt_ns": ns(&rtt),
-        "far_over_ns": far_ns,
-        "near": {"samples": nn, "dyn_over_tbb_build_paired": rn},
-        "far": {"samples": nf, "dyn_over_tbb_build_paired": rf},
+        "bins": bins,
         "all_paired": all,
     });
     (v, line)
@@ -350,14 +361,7 @@ fn by_placement(m: &Samples, tb: &Series, far_ns: Option<f64>) -> (serde_json::V
 /// Pattern `i`'s line and its two cases (dynamic vs oneTBB built each run, replay vs
 /// oneTBB prebuilt); returns its part of the summary and its line of the placement
 /// table.
-fn judge(
-    b: &mut Bench,
-    s: &Setup,
-    m: &Samples,
-    i: usize,
-    threads: usize,
-    far_ns: Option<f64>,
-) -> (String, String) {
+fn judge(b: &mut Bench, s: &Setup, m: &Samples, i: usize, threads: usize) -> (String, String) {
     let p = &s.rig.pats[i];
     let (dy, dh, rp, rh) = (
         ns(&m.dynamic),
@@ -374,7 +378,7 @@ fn judge(
     });
     let r_dyn = dy.median / tb.median;
     let r_rep = rp.median / tp.median;
-    let (placement, pline) = by_placement(m, &tb, far_ns);
+    let (placement, pline) = by_placement(m, &tb);
     b.say(&format!(
         "   {:<12} {:>7} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
         p.name,
@@ -493,32 +497,35 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         "(h)",
         "dyn/omp"
     ));
-    let rtts: Vec<f64> = m
-        .iter()
-        .flat_map(|x| x.rtt.iter().flatten())
-        .copied()
-        .collect();
-    let far_ns =
-        (!rtts.is_empty()).then(|| FAR_OVER * rtts.iter().copied().fold(f64::INFINITY, f64::min));
-    let (parts, plines): (Vec<String>, Vec<String>) = (0..n)
-        .map(|i| judge(&mut b, &s, &m[i], i, threads, far_ns))
-        .unzip();
+    let (parts, plines): (Vec<String>, Vec<String>) =
+        (0..n).map(|i| judge(&mut b, &s, &m[i], i, threads)).unzip();
+    b.say("   by CPU placement (cache-line round trip between two CPUs before each round): dyn / tbb_bld, median of paired ratios per round-trip bin");
     b.say(&format!(
-        "   by CPU placement (cross-CPU cache-line round trip before each round; far: over {}): dyn / tbb_bld, median of paired ratios",
-        far_ns.map_or("-".into(), |f| format!("{f:.0} ns"))
-    ));
-    b.say(&format!(
-        "   {:<12} {:>8} {:>5} {:>7} {:>5} {:>7} {:>7}",
-        "pattern", "rtt_ns", "near", "ratio", "far", "ratio", "all"
+        "   {:<12} {:>8} {:>4} {:>6} {:>4} {:>6} {:>4} {:>6} {:>7}",
+        "pattern", "rtt_ns", "n", "<60", "n", "60-250", "n", ">250", "all"
     ));
     for l in &plines {
         b.say(l);
     }
-    let far_count = far_ns.map_or(0, |f| rtts.iter().filter(|&&x| x > f).count());
+    let mut counts = [0usize; RTT_BINS.len()];
+    for b in m
+        .iter()
+        .flat_map(|x| x.rtt.iter())
+        .filter_map(|&r| rtt_bin(r))
+    {
+        counts[b] += 1;
+    }
+    let placement = if counts.iter().sum::<usize>() == 0 {
+        String::new()
+    } else {
+        format!(
+            "; round trips <60/60-250/>250 ns in {}/{}/{} samples",
+            counts[0], counts[1], counts[2]
+        )
+    };
     let summary = format!(
-        "dynamic / oneTBB built each run, replay / oneTBB prebuilt: {}; far CPU placement in {far_count} of {} samples",
+        "dynamic / oneTBB built each run, replay / oneTBB prebuilt: {}{placement}",
         parts.join(", "),
-        rtts.len()
     );
     Ok(b.finish_as(
         "peers",
@@ -542,7 +549,7 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             "cross_cpu_rtt": {
                 "trips": RTT_TRIPS,
                 "when": "before each pattern of each round",
-                "far_if_over": format!("{FAR_OVER}x the run's smallest"),
+                "bins_ns": RTT_BINS.iter().map(|(n, lo)| json!({"bin": n, "from_ns": lo})).collect::<Vec<_>>(),
             },
         }),
         summary,
