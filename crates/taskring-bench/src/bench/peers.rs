@@ -250,17 +250,18 @@ struct Samples {
 /// Round trips of a probe ([`cross_cpu_rtt`]): 1 to 11 ms.
 const RTT_TRIPS: u64 = 20_000;
 
-/// The bins of round trips the paired ratios are grouped by: (name, lowest ns).
-const RTT_BINS: [(&str, f64); 3] = [
-    ("under_60ns", 0.0),
-    ("60_250ns", 60.0),
-    ("over_250ns", 250.0),
+/// The bins of round trips the paired ratios are grouped by: (JSON name, table label,
+/// lowest ns).
+const RTT_BINS: [(&str, &str, f64); 3] = [
+    ("under_60ns", "<60", 0.0),
+    ("60_250ns", "60-250", 60.0),
+    ("over_250ns", ">250", 250.0),
 ];
 
 /// The bin of a round trip (None: not measured).
 fn rtt_bin(ns: Option<f64>) -> Option<usize> {
     let ns = ns?;
-    RTT_BINS.iter().rposition(|&(_, lo)| ns >= lo)
+    RTT_BINS.iter().rposition(|&(_, _, lo)| ns >= lo)
 }
 
 /// One round: every pattern, each runtime once (taskring dynamic and replayed on both
@@ -336,7 +337,7 @@ fn by_placement(m: &Samples, tb: &Series) -> (serde_json::Value, String) {
     let rtt: Vec<f64> = m.rtt.iter().map(|x| x.unwrap_or(f64::NAN)).collect();
     let mut line = format!("{:>8.0}", median(&rtt));
     let mut bins = serde_json::Map::new();
-    for (b, (name, _)) in RTT_BINS.iter().enumerate() {
+    for (b, (name, _, _)) in RTT_BINS.iter().enumerate() {
         let (n, r) = paired(&m.dynamic, &tb.samples, |k| rtt_bin(m.rtt[k]) == Some(b));
         line += &if n == 0 {
             format!(" {:>4} {:>6}", 0, "-")
@@ -500,10 +501,11 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     let (parts, plines): (Vec<String>, Vec<String>) =
         (0..n).map(|i| judge(&mut b, &s, &m[i], i, threads)).unzip();
     b.say("   by CPU placement (cache-line round trip between two CPUs before each round): dyn / tbb_bld, median of paired ratios per round-trip bin");
-    b.say(&format!(
-        "   {:<12} {:>8} {:>4} {:>6} {:>4} {:>6} {:>4} {:>6} {:>7}",
-        "pattern", "rtt_ns", "n", "<60", "n", "60-250", "n", ">250", "all"
-    ));
+    let mut header = format!("   {:<12} {:>8}", "pattern", "rtt_ns");
+    for (_, label, _) in RTT_BINS {
+        header += &format!(" {:>4} {label:>6}", "n");
+    }
+    b.say(&format!("{header} {:>7}", "all"));
     for l in &plines {
         b.say(l);
     }
@@ -518,9 +520,12 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
     let placement = if counts.iter().sum::<usize>() == 0 {
         String::new()
     } else {
+        let join =
+            |f: &dyn Fn(usize) -> String| (0..RTT_BINS.len()).map(f).collect::<Vec<_>>().join("/");
         format!(
-            "; round trips <60/60-250/>250 ns in {}/{}/{} samples",
-            counts[0], counts[1], counts[2]
+            "; round trips {} ns in {} samples",
+            join(&|k| RTT_BINS[k].1.to_string()),
+            join(&|k| counts[k].to_string())
         )
     };
     let summary = format!(
@@ -549,7 +554,7 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             "cross_cpu_rtt": {
                 "trips": RTT_TRIPS,
                 "when": "before each pattern of each round",
-                "bins_ns": RTT_BINS.iter().map(|(n, lo)| json!({"bin": n, "from_ns": lo})).collect::<Vec<_>>(),
+                "bins_ns": RTT_BINS.iter().map(|(n, _, lo)| json!({"bin": n, "from_ns": lo})).collect::<Vec<_>>(),
             },
         }),
         summary,
