@@ -31,7 +31,7 @@ def build(lib: str = LIB) -> str:
     if not os.path.exists(lib) or os.path.getmtime(lib) < os.path.getmtime(src):
         cc = os.environ.get("CC", "cc")
         inc = os.path.join(HERE, "..", "..", "include")
-        subprocess.run([cc, "-O2", "-shared", "-fPIC", "-I", inc, "-o", lib, src, "-lm"], check=True)
+        subprocess.run([cc, "-O3", "-shared", "-fPIC", "-I", inc, "-o", lib, src, "-lm"], check=True)
     return lib
 
 

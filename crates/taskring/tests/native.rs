@@ -19,7 +19,7 @@ fn library() -> &'static PathBuf {
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("libtrkernels_test.{}.so", std::process::id()));
         let st = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-O2", "-shared", "-fPIC", "-I"])
+            .args(["-O3", "-shared", "-fPIC", "-I"])
             .arg(root.join("include"))
             .arg("-o")
             .arg(&out)
