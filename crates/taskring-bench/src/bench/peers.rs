@@ -352,7 +352,7 @@ fn by_placement(m: &Samples, tb: &Series) -> (serde_json::Value, String) {
     let (_, all) = paired(&m.dynamic, &tb.samples, |_| true);
     line += &format!(" {all:>7.2}");
     let v = json!({
-        "cross_cpu_rtt_ns": ns(&rtt),
+        "cross_cpu_rtt_ns": Series::new("ns", rtt),
         "bins": bins,
         "all_paired": all,
     });
