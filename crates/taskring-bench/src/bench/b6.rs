@@ -9,6 +9,7 @@
 //!   the region on first use, then resolves it per task);
 //! - `rt_in_run`: many tiny L2 tasks per L3 run to chip 0 (one in flight per chip):
 //!   run time / tasks;
+//! - `rt_after_busy`: the 1-task round trips right after such a run;
 //! - `throughput_{k}chips`: many tiny L2 tasks per run spread round-robin over k = 1..4
 //!   chip processes, each task with its own `CallConfig`, cycling over three sizings
 //!   (default; window 16/4/4/4 with 4 KiB heaps; window 1024 with 16 MiB heaps) — each
@@ -211,8 +212,20 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
     Ok(v)
 }
 
-/// Round trips to one chip: per rep, the median µs of `rt_batch` 1-task L3 runs (without
-/// and with a tensor), and the µs per task of one run of `many` tasks.
+/// 1-task runs timed right after a run of many tasks (`rt_after_busy`): the node's and
+/// the chip's threads are still in the state that run left them in, and the first
+/// ~200 round trips after it take 1.5-2x the steady ones on the 2-core box.
+const AFTER_BUSY: usize = 100;
+
+/// Untimed 1-task runs for this long after [`AFTER_BUSY`]'s, before the steady round
+/// trips are timed (the state a busy run leaves lasts about a millisecond).
+const SETTLE: Duration = Duration::from_millis(5);
+
+/// Round trips to one chip, per rep: one run of `many` tasks (µs per task); the median µs
+/// of the [`AFTER_BUSY`] 1-task runs after it; then, after [`SETTLE`], the medians of
+/// `rt_batch` 1-task runs without and with a tensor, taken in turn (both see the same
+/// state of the machine: timed one batch after the other, the batch that came first
+/// after the busy run took 1.5-2x the other, whichever it was).
 /// `node` has one chip; `t` is the tensor argument (in shared memory).
 fn round_trips(
     node: &mut Node,
@@ -220,26 +233,34 @@ fn round_trips(
     reps: usize,
     rt_batch: usize,
     many: usize,
-) -> Result<[Series; 3], String> {
+) -> Result<[Series; 4], String> {
     for _ in 0..50 {
         l3_run(node, 1, 1, false, None)?;
         l3_run(node, 1, 1, false, Some(t))?;
     }
-    l3_run(node, many, 1, false, None)?;
-    let (mut r1, mut r1t, mut rin) = (vec![], vec![], vec![]);
+    let (mut r1, mut r1t, mut rin, mut after) = (vec![], vec![], vec![], vec![]);
     for _ in 0..reps {
-        r1.push(median_of(rt_batch, || {
+        rin.push(l3_run(node, many, 1, false, None)? * 1e6 / many as f64);
+        after.push(median_of(AFTER_BUSY, || {
             Ok(l3_run(node, 1, 1, false, None)? * 1e6)
         })?);
-        r1t.push(median_of(rt_batch, || {
-            Ok(l3_run(node, 1, 1, false, Some(t))? * 1e6)
-        })?);
-        rin.push(l3_run(node, many, 1, false, None)? * 1e6 / many as f64);
+        let t0 = Instant::now();
+        while t0.elapsed() < SETTLE {
+            l3_run(node, 1, 1, false, None)?;
+        }
+        let (mut a, mut b) = (Vec::with_capacity(rt_batch), Vec::with_capacity(rt_batch));
+        for _ in 0..rt_batch {
+            a.push(l3_run(node, 1, 1, false, None)? * 1e6);
+            b.push(l3_run(node, 1, 1, false, Some(t))? * 1e6);
+        }
+        r1.push(median(&a));
+        r1t.push(median(&b));
     }
     Ok([
         Series::new("µs", r1),
         Series::new("µs", r1t),
         Series::new("µs", rin),
+        Series::new("µs", after),
     ])
 }
 
@@ -247,13 +268,13 @@ fn round_trips(
 fn judge_round_trips(
     b: &mut Bench,
     pp: &Series,
-    [r1, r1t, rin]: &[Series; 3],
+    [r1, r1t, rin, after]: &[Series; 4],
     rt_batch: usize,
     many: usize,
 ) {
     b.say(&format!(
-        "   round trip: 1 task per L3 run {:.1} µs ({:.1} with a tensor), {:.1} µs/task with {many} tasks per run; baseline {:.2} µs",
-        r1.median, r1t.median, rin.median, pp.median
+        "   round trip: 1 task per L3 run {:.1} µs ({:.1} with a tensor; {:.1} in the {AFTER_BUSY} runs after a busy run), {:.1} µs/task with {many} tasks per run; baseline {:.2} µs",
+        r1.median, r1t.median, after.median, rin.median, pp.median
     ));
     let ratio = r1.median / pp.median;
     b.push(
@@ -286,6 +307,21 @@ fn judge_round_trips(
             pp.clone(),
             "taskring round trip / ping-pong round trip",
             r1t.median / pp.median,
+        ),
+    );
+    b.push(
+        Case::new(
+            "rt_after_busy",
+            &format!(
+                "median µs of the {AFTER_BUSY} 1-task L3 runs right after a run of {many} tasks"
+            ),
+            after.clone(),
+        )
+        .with_baseline(
+            "shared-memory futex ping-pong",
+            pp.clone(),
+            "taskring round trip / ping-pong round trip",
+            after.median / pp.median,
         ),
     );
     b.push(
