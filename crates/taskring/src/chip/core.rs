@@ -512,7 +512,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
     let busy = &core.state;
     let eng = &sh.eng;
     let mut next: Option<TaskId> = None;
-    let mut idle = Idle::default();
+    let mut idle = Idle::new(eng);
     // During a direct replay a core out of work steals from the other threads'
     // deques too (while its state says SEARCHING: the settle waits for it), and does
     // not park while one holds a task.
@@ -559,7 +559,7 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                         if quiet & (1 << crate::engine::shared::queue_index(kind)) != 0 {
                             // A direct replay whose caller helps, or with little for
                             // this core: park now (see `DirectJob::quiet`).
-                            idle.spins = Idle::SPIN.checks;
+                            idle.spins = idle.spin.checks;
                         }
                         idle.step(eng, core.queue, &deque_work);
                         continue;
@@ -686,8 +686,9 @@ enum Step {
 /// A core's idle protocol: one core at a time may spin (bounded, backing off; yields
 /// every 32 checks so the orchestrator is not starved on small machines), the others
 /// park at once. While a core spins, pushes skip the wake-up syscall (see `Sleep`).
-#[derive(Default)]
 struct Idle {
+    /// [`Idle::SPIN`], or [`Idle::DISPATCH_SPIN`] for the cores of a next-level engine.
+    spin: SpinThenPark,
     /// Empty looks at the queues since the core last held a task.
     spins: u32,
     /// This core is the spinning one.
@@ -709,6 +710,18 @@ impl Idle {
         yield_every: 32,
         backoff: 32,
     };
+    /// [`Idle::SPIN`]'s first 32 looks, for the dispatch threads of a next-level engine
+    /// (an L3 node's, rank 0's of L4: the engine has lanes). Their tasks are whole
+    /// dispatches of microseconds, and the long spin costs more than the wake-ups it
+    /// saves: after a run of many tasks the spinning thread competes for the CPUs with
+    /// the orchestrator and the chip processes, and can take a lone dispatch of the next
+    /// runs, which their orchestrator would run itself (`help_at_end`). With the long
+    /// spin a node's 1-task round trips took 4.3–5.1 µs for about a millisecond after
+    /// each such run, against 2.5–3.3 µs with this one (B6's `rt_after_busy`).
+    const DISPATCH_SPIN: SpinThenPark = SpinThenPark {
+        checks: 32,
+        ..Self::SPIN
+    };
     /// A core in a long park looks again after this long even without a wake-up.
     const PARK: Duration = Duration::from_millis(100);
     /// A short park: a task the orchestrator made ready may wait for its wake-up until
@@ -721,6 +734,20 @@ impl Idle {
     /// that serves short runs back to back stay in short parks, so that a run's
     /// opening seldom pays a wake-up; an idle chip's cores look every `PARK`.
     const SHORT_PARKS: u32 = 100;
+
+    fn new(eng: &EngineShared) -> Idle {
+        Idle {
+            spin: if eng.lanes() > 0 {
+                Self::DISPATCH_SPIN
+            } else {
+                Self::SPIN
+            },
+            spins: 0,
+            spinning: false,
+            parked: false,
+            short_parks: 0,
+        }
+    }
 
     /// A task was found: stop spinning (the sleep protocol learns work was found).
     #[inline]
@@ -752,8 +779,8 @@ impl Idle {
             self.spinning = eng.try_spin(q);
         }
         self.spins += 1;
-        if self.spinning && self.spins < Self::SPIN.checks {
-            Self::SPIN.pause(self.spins);
+        if self.spinning && self.spins < self.spin.checks {
+            self.spin.pause(self.spins);
         } else if self.spinning {
             // Give up spinning; look once more (a push may have skipped its wake-up
             // while we spun), then park.
