@@ -212,20 +212,19 @@ fn ping_pong(n: usize, reps: usize) -> Result<Vec<f64>, String> {
     Ok(v)
 }
 
-/// 1-task runs timed right after a run of many tasks (`rt_after_busy`): the node's and
-/// the chip's threads are still in the state that run left them in, and the first
-/// ~200 round trips after it take 1.5-2x the steady ones on the 2-core box.
+/// 1-task runs timed right after a run of many tasks (`rt_after_busy`): what a serving
+/// loop sees after a large dispatch, while the node's idle dispatch threads are still
+/// in the state that run left them in (`Idle::DISPATCH_SPIN`, taskring's `chip/core.rs`).
 const AFTER_BUSY: usize = 100;
 
 /// Untimed 1-task runs for this long after [`AFTER_BUSY`]'s, before the steady round
-/// trips are timed (the state a busy run leaves lasts about a millisecond).
+/// trips are timed.
 const SETTLE: Duration = Duration::from_millis(5);
 
 /// Round trips to one chip, per rep: one run of `many` tasks (µs per task); the median µs
 /// of the [`AFTER_BUSY`] 1-task runs after it; then, after [`SETTLE`], the medians of
-/// `rt_batch` 1-task runs without and with a tensor, taken in turn (both see the same
-/// state of the machine: timed one batch after the other, the batch that came first
-/// after the busy run took 1.5-2x the other, whichever it was).
+/// `rt_batch` 1-task runs without and with a tensor, taken in turn (so that both see the
+/// same state of the machine).
 /// `node` has one chip; `t` is the tensor argument (in shared memory).
 fn round_trips(
     node: &mut Node,
@@ -238,6 +237,7 @@ fn round_trips(
         l3_run(node, 1, 1, false, None)?;
         l3_run(node, 1, 1, false, Some(t))?;
     }
+    l3_run(node, many, 1, false, None)?;
     let (mut r1, mut r1t, mut rin, mut after) = (vec![], vec![], vec![], vec![]);
     for _ in 0..reps {
         rin.push(l3_run(node, many, 1, false, None)? * 1e6 / many as f64);
