@@ -14,7 +14,7 @@
  * code 200); write a NUL-terminated message of at most errlen bytes (including the
  * NUL) into err first and it becomes part of the error text.
  *
- * Build a library with e.g.:  cc -O2 -shared -fPIC -o libmykernels.so mykernels.c
+ * Build a library with e.g.:  cc -O3 -shared -fPIC -o libmykernels.so mykernels.c
  * Load it with taskring.load_kernel("./libmykernels.so", "my_symbol") (Python) or
  * taskring::NativeKernel::load(path, "my_symbol", CoreKind::Aiv) (Rust).
  */

@@ -683,9 +683,9 @@ enum Step {
     Abandoned,
 }
 
-/// A core's idle protocol: one core at a time may spin (bounded, backing off; yields
-/// every 32 checks so the orchestrator is not starved on small machines), the others
-/// park at once. While a core spins, pushes skip the wake-up syscall (see `Sleep`).
+/// A core's idle protocol: one core at a time may spin (bounded, backing off; a chip's
+/// core yields every 32 checks so the orchestrator is not starved on small machines),
+/// the others park at once. While a core spins, pushes skip the wake-up syscall (see `Sleep`).
 struct Idle {
     /// [`Idle::SPIN`], or [`Idle::DISPATCH_SPIN`] for the cores of a next-level engine.
     spin: SpinThenPark,
@@ -710,14 +710,15 @@ impl Idle {
         yield_every: 32,
         backoff: 32,
     };
-    /// [`Idle::SPIN`]'s first 32 looks, for the dispatch threads of a next-level engine
-    /// (an L3 node's, rank 0's of L4: the engine has lanes). Their tasks are whole
-    /// dispatches of microseconds, and the long spin costs more than the wake-ups it
-    /// saves: after a run of many tasks the spinning thread competes for the CPUs with
-    /// the orchestrator and the chip processes, and can take a lone dispatch of the next
-    /// runs, which their orchestrator would run itself (`help_at_end`). With the long
-    /// spin a node's 1-task round trips took 4.3–5.1 µs for about a millisecond after
-    /// each such run, against 2.5–3.3 µs with this one (B6's `rt_after_busy`).
+    /// [`Idle::SPIN`]'s first 32 looks (31 pauses of spin hints, no yield), for the
+    /// dispatch threads of a next-level engine (an L3 node's, rank 0's of L4: the engine
+    /// has lanes). Their tasks are whole dispatches of microseconds, and the long spin
+    /// costs more than the wake-ups it saves: after a run of many tasks the spinning
+    /// thread competes for the CPUs with the orchestrator and the chip processes, and can
+    /// take a lone dispatch of the next runs, which their orchestrator would run itself
+    /// (`help_at_end`). With the long spin a node's 1-task round trips took 4.3–5.1 µs
+    /// for about a millisecond after each such run, against 2.4–3.3 µs with this one
+    /// (B6's `rt_after_busy`).
     const DISPATCH_SPIN: SpinThenPark = SpinThenPark {
         checks: 32,
         ..Self::SPIN

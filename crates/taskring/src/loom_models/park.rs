@@ -13,7 +13,7 @@
 //! `--cfg loom` the engine's `sync` facade is loom's, and a timed condvar wait never
 //! times out, so a lost wake-up is a deadlock that loom reports). What is replicated:
 //! a core's idle loop (`chip::core`'s `Idle`: pop, else spin if no other core spins —
-//! here one look instead of 2048 — else park, and park again without spinning after a
+//! here one look instead of up to 256 — else park, and park again without spinning after a
 //! park that found nothing; a spin that ends empty-handed wakes every
 //! sleeper if tasks are queued, since a push that saw a spinner skipped its wake-up;
 //! after a park or a spin that found a task, pass the wake-up on), and the pushing
@@ -89,7 +89,8 @@ fn core(eng: &EngineShared, kind: usize, tasks: &[usize], taken: &AtomicU32) {
         }
         // A core back from a park that found nothing parks again (it does not spin).
         if !spinning && !parked && eng.try_spin(kind) {
-            // One look while spinning (the real loop looks up to 2048 times).
+            // One look while spinning (the real loop looks up to 256 times, 32 in a
+            // next-level engine's dispatch threads).
             spinning = true;
             thread::yield_now();
             continue;
