@@ -4,8 +4,8 @@
 //! On a virtual machine the second figure is not fixed: the hypervisor moves the
 //! virtual CPUs between physical ones, and on the 2-vCPU machines of
 //! `docs/performance.md` the round trip sits at ~35 ns, ~100–130 ns or ~400–550 ns for
-//! seconds at a time. Every hand-off between the orchestrator and a core pays it, so the peers
-//! benchmark measures it next to each sample.
+//! seconds at a time. Every hand-off between the orchestrator and a core pays it, so the
+//! peers benchmark measures it next to each sample.
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Instant;

@@ -685,7 +685,8 @@ enum Step {
 
 /// A core's idle protocol: one core at a time may spin (bounded, backing off; a chip's
 /// core yields every 32 checks so the orchestrator is not starved on small machines),
-/// the others park at once. While a core spins, pushes skip the wake-up syscall (see `Sleep`).
+/// the others park at once. While a core spins, pushes skip the wake-up syscall (see
+/// `Sleep`).
 struct Idle {
     /// [`Idle::SPIN`], or [`Idle::DISPATCH_SPIN`] for the cores of a next-level engine.
     spin: SpinThenPark,

@@ -6,9 +6,9 @@
 //! the engine's progress signal, a sleep), and so is what it checks between parks.
 //!
 //! Each waiter names its [`SpinThenPark`] beside its code: the core's idle protocol
-//! (`core::Idle::SPIN`, `core::Idle::DISPATCH_SPIN`), the run's wait for retirement (`run::RETIRE_SPIN`), a direct
-//! replay's wait (`run::DIRECT_SPIN`), the settle's wait for idle cores
-//! (`core::IDLE_CORES_SPIN`), the mailbox's and the node's waits
+//! (`core::Idle::SPIN`, `core::Idle::DISPATCH_SPIN`), the run's wait for retirement
+//! (`run::RETIRE_SPIN`), a direct replay's wait (`run::DIRECT_SPIN`), the settle's wait
+//! for idle cores (`core::IDLE_CORES_SPIN`), the mailbox's and the node's waits
 //! (`node::mailbox::MAILBOX_SPIN`).
 
 /// A spin phase: `checks` looks at a condition, and between two looks a pause — spin

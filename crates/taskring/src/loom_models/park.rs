@@ -13,8 +13,8 @@
 //! `--cfg loom` the engine's `sync` facade is loom's, and a timed condvar wait never
 //! times out, so a lost wake-up is a deadlock that loom reports). What is replicated:
 //! a core's idle loop (`chip::core`'s `Idle`: pop, else spin if no other core spins —
-//! here one look instead of up to 256 — else park, and park again without spinning after a
-//! park that found nothing; a spin that ends empty-handed wakes every
+//! here one look instead of up to 256 — else park, and park again without spinning
+//! after a park that found nothing; a spin that ends empty-handed wakes every
 //! sleeper if tasks are queued, since a push that saw a spinner skipped its wake-up;
 //! after a park or a spin that found a task, pass the wake-up on), and the pushing
 //! thread.
