@@ -9,12 +9,25 @@ For each dependence pattern, every driver runs the same Task Bench graph: fixed 
 per driver:
 
   FLOP/s      = Total FLOPs / elapsed
-  peak        = the best per-grain median FLOP/s of the driver's sweep (its own peak)
+  peak        = the median of the driver's --peak-top (3) best per-grain median FLOP/s
+                (its own peak; one fast grain on a loaded machine does not set it)
   efficiency  = FLOP/s / peak
   granularity = elapsed * cores / tasks   (the average task duration, per core)
   METG(50%)   = the smallest granularity at which efficiency is still >= 50%, walking
                 from large to small grains until two consecutive grains fall below 50%
-                (a single dip is noise); also reported: the log-interpolated crossing
+                (a single dip is noise); also reported: the log-interpolated crossing,
+                the METG by Task Bench's own rule (scripts/chart_metg.py: mean elapsed,
+                the finest grain anywhere >= 50%, linear interpolation) against the
+                same peak, and the METG range: the METG grain if every grain ran at its
+                reps' upper quartile FLOP/s, and at their lower quartile
+
+A sweep is too noisy to judge when its best --peak-top grains lie more than
+--peak-spread (10%) of its peak apart, when its two quartile METGs lie more than
+--metg-grains (2) grains apart (or one is undefined), or when more than --busy-grains
+(25%) of its grains were measured while other processes used more than --quiet of the
+CPUs. A comparison or bar resting on such a sweep is reported as "too noisy to judge"
+instead of met or missed. With --repeat, the figures are medians over the clean sweeps
+when they are a majority; otherwise the figure is too noisy to judge.
 
 Each comparison of taskring with a baseline is made twice: with each driver's own peak,
 and with a common peak, the larger of the two drivers' peaks, so a driver with a slower
@@ -57,7 +70,8 @@ ring space and is woken by every retirement).
 --repeat N runs the whole sweep N times and reports the median METGs over them; each
 sweep is kept in the JSON. Before each grain, the script waits (at most --max-wait s)
 until other processes use less than --quiet of the CPUs, and records how busy the machine
-was. Results go to bench-results/b1_<pattern>.json, plus a PNG plot when matplotlib is
+was and its load average; the summary gives the load average at the start and end and
+how busy the CPUs were before the grains (median, max). Results go to bench-results/b1_<pattern>.json, plus a PNG plot when matplotlib is
 installed. The script prints a one-line summary per pattern.
 
 Bars (docs/benchmarks.md, B1): stencil_1d METG <= 1.0x the in-repo OpenMP driver; trivial
@@ -67,6 +81,7 @@ under the common peak.
 usage: python3 benches/taskbench/metg.py [PATTERN ...] [--steps 1000] [--width CORES]
        [--radix 3] [--ngraphs 1] [--iter-max 65536] [--iter-min 1] [--fine-below 8192]
        [--factor 1.4142] [--reps 7] [--repeat 1] [--threshold 0.5] [--budget 110]
+       [--peak-top 3] [--peak-spread 0.1] [--metg-grains 2] [--busy-grains 0.25]
        [--taskring-bench PATH] [--build] [--task-bench-git URL|DIR] [--no-task-bench]
        [--kernel-only] [--out-dir bench-results]
 """
@@ -253,9 +268,9 @@ def iter_values(a):
     return vals
 
 
-def metg(points, effs, threshold):
-    """(METG, log-interpolated crossing) for `effs`, the efficiency of each of `points`.
-    Walk from the largest grain down; the METG is the smallest granularity still
+def metg_index(effs, threshold):
+    """Index of the METG grain in `effs` (efficiencies, largest grain first), or None.
+    Walk from the largest grain down; the METG grain is the smallest one still
     >= threshold before two consecutive grains fall below it (one isolated dip is treated
     as noise: libgomp's default spin policy and a shared machine both produce single slow
     medians)."""
@@ -267,6 +282,13 @@ def metg(points, effs, threshold):
             below += 1
             if below >= 2:
                 break
+    return last
+
+
+def metg(points, effs, threshold):
+    """(METG, log-interpolated crossing) for `effs`, the efficiency of each of `points`
+    (the METG grain of `metg_index`)."""
+    last = metg_index(effs, threshold)
     if last is None:
         return None, None
     g = points[last]["granularity_s"]
@@ -282,12 +304,161 @@ def metg_at(points, peak, threshold, key="flops_per_s"):
     return metg(points, [p[key] / peak for p in points], threshold)
 
 
+class NoiseLimits:
+    """When a driver's sweep is too noisy to judge (the defaults of the command line's
+    --peak-top, --peak-spread, --metg-grains, --quiet and --busy-grains)."""
+
+    def __init__(self, peak_top=3, peak_spread=0.10, metg_grains=2, quiet=0.3, busy_grains=0.25):
+        self.peak_top = peak_top  # grains whose median rate makes the peak
+        self.peak_spread = peak_spread  # largest (best - worst) / peak among them
+        self.metg_grains = metg_grains  # largest distance, in grains, of the quartile METGs
+        self.quiet = quiet  # a grain is "busy" when other processes used more of the CPUs
+        self.busy_grains = busy_grains  # largest fraction of busy grains
+
+
+def make_point(it, tasks, deps, flops, elapsed_all, cores, busy=None, waited=0.0, loadavg=None):
+    """One grain of one driver: the median elapsed time of its reps and what follows from
+    it, plus the rates at the reps' lower and upper quartile (the grain's spread)."""
+    m = statistics.median(elapsed_all)
+    rates = sorted(flops / e for e in elapsed_all)
+    if len(rates) > 1:
+        q = statistics.quantiles(rates, n=4, method="inclusive")
+        q1, q3 = q[0], q[2]
+    else:
+        q1 = q3 = rates[0]
+    rate = flops / m
+    return {
+        "iter": it,
+        "tasks": tasks,
+        "dependencies": deps,
+        "flops": flops,
+        "elapsed_s_median": m,
+        "elapsed_s_all": list(elapsed_all),
+        "flops_per_s": rate,
+        "flops_per_s_q1": q1,
+        "flops_per_s_q3": q3,
+        "rep_spread": (q3 - q1) / rate,
+        "granularity_s": m * cores / tasks,
+        "best_flops_per_s": flops / min(elapsed_all),
+        "best_granularity_s": min(elapsed_all) * cores / tasks,
+        "machine_busy_before": busy,
+        "loadavg_before": loadavg,
+        "waited_s": waited,
+    }
+
+
+def robust_peak(rates, top):
+    """(peak, best): the median of the `top` highest of `rates` (one per grain), and
+    those rates, highest first. One fast grain on a loaded machine does not set it."""
+    best = sorted(rates, reverse=True)[:max(1, top)]
+    return statistics.median(best), best
+
+
+def taskbench_rule_metg(points, peak, threshold, cores):
+    """METG by Task Bench's own rule (scripts/chart_metg.py at the pinned commit): the
+    efficiency of each grain's *mean* elapsed time against `peak`, the smallest
+    granularity of any grain at or above `threshold` (no walk: a late fast grain counts),
+    interpolated linearly toward the next grain when that one is finer. Upstream divides
+    by a fixed peak of the machine; here `peak` is the driver's."""
+    g, e = [], []
+    for p in points:
+        mean = statistics.fmean(p["elapsed_s_all"])
+        g.append(mean * cores / p["tasks"])
+        e.append(p["flops"] / mean / peak)
+    above = [k for k in range(len(points)) if e[k] >= threshold]
+    if not above:
+        return None
+    k = min(above, key=lambda i: g[i])
+    if k + 1 < len(points) and g[k + 1] < g[k] and e[k] != e[k + 1]:
+        f = (e[k] - threshold) / (e[k] - e[k + 1])
+        return g[k] + f * (g[k + 1] - g[k])
+    return g[k]
+
+
+def analyze(points, threshold, lim, cores):
+    """One driver's sweep: its robust peak, each grain's efficiency, its METG, the METG's
+    range over the reps' quartiles, and why the sweep is too noisy to judge (an empty
+    list: it can be judged)."""
+    rates = [p["flops_per_s"] for p in points]
+    peak, best = robust_peak(rates, lim.peak_top)
+    for p in points:
+        p["efficiency"] = p["flops_per_s"] / peak
+    m, mi, rng, apart = metg_with_range(points, peak, threshold)
+    spread = (best[0] - best[-1]) / peak
+    noise = []
+    if spread > lim.peak_spread:
+        noise.append(f"its best {len(best)} grains spread {spread:.0%} of its peak (> {lim.peak_spread:.0%})")
+    if apart is None:
+        noise.append("a quartile of its reps never reaches the threshold")
+    elif apart > lim.metg_grains:
+        noise.append(f"its METG at the reps' quartiles lies {apart} grains apart "
+                     f"({fmt_us(rng[0])} to {fmt_us(rng[1])}; > {lim.metg_grains})")
+    busy = [p for p in points if p.get("machine_busy_before") is not None and p["machine_busy_before"] > lim.quiet]
+    if len(busy) > lim.busy_grains * len(points):
+        noise.append(f"{len(busy)} of {len(points)} grains measured while other processes used "
+                     f"> {lim.quiet:.0%} of the CPUs")
+    return {
+        "peak_flops_per_s": peak,
+        "peak_best_flops_per_s": best,
+        "peak_spread": spread,
+        "single_best_flops_per_s": max(rates),
+        "above_peak_grains": [{"iter": p["iter"], "flops_per_s": p["flops_per_s"]}
+                              for p in points if p["flops_per_s"] > peak * (1 + lim.peak_spread)],
+        "metg_s": m,
+        "metg_interpolated_s": mi,
+        "metg_range_s": rng,
+        "metg_taskbench_rule_s": taskbench_rule_metg(points, peak, threshold, cores),
+        "noise": noise,
+    }
+
+
+def metg_with_range(points, peak, threshold):
+    """(METG, its log-interpolated crossing, its range, the range in grains) of one
+    driver's points against `peak`. The range is [finer, coarser]: the METG grain if
+    every grain ran at its reps' upper quartile FLOP/s, and at their lower quartile;
+    the distance is None when a quartile never reaches the threshold."""
+    m, mi = metg_at(points, peak, threshold)
+    k_lo = metg_index([p["flops_per_s_q3"] / peak for p in points], threshold)
+    k_hi = metg_index([p["flops_per_s_q1"] / peak for p in points], threshold)
+    apart = None if k_lo is None or k_hi is None else abs(k_lo - k_hi)
+    return m, mi, quartile_range(points, k_lo, k_hi), apart
+
+
+def quartile_range(points, k_lo, k_hi):
+    """[finer, coarser] granularity of the METG grains `k_lo` and `k_hi` (None where a
+    quartile never reaches the threshold)."""
+    gs = [points[k]["granularity_s"] for k in (k_lo, k_hi) if k is not None]
+    if len(gs) < 2:
+        return [gs[0] if gs else None, None]
+    return [min(gs), max(gs)]
+
+
+def busy_summary(points):
+    """(median, max) fraction of the CPUs other processes used before the grains."""
+    b = [p["machine_busy_before"] for p in points if p.get("machine_busy_before") is not None]
+    return (statistics.median(b), max(b)) if b else (None, None)
+
+
 def fmt_ratio(r):
     return "n/a" if r is None else f"{r:.2f}x"
 
 
 def fmt_us(s):
     return "n/a" if s is None else f"{s * 1e6:.2f} us"
+
+
+def fmt_range(r, ratio=False):
+    """"[lo-hi]" of a METG range (µs) or a ratio range; "[lo-open]" where a side is open."""
+    if not r or (r[0] is None and r[1] is None):
+        return "[n/a]"
+    f = (lambda x: "open" if x is None else f"{x:.2f}") if ratio else \
+        (lambda x: "open" if x is None else f"{x * 1e6:.2f}")
+    return f"[{f(r[0])}-{f(r[1])}]"
+
+
+def fmt_peak(d):
+    """A driver's peak and how far apart the grains it is the median of lie."""
+    return f"{d['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, best grains within {d['peak_spread']:.1%}"
 
 
 def med(vals):
@@ -310,7 +481,7 @@ def interleaved(drivers, reps, args_of):
     return runs
 
 
-def sweep(a, pattern, drivers, cores):
+def sweep(a, pattern, drivers, cores, lim):
     iters = iter_values(a)
     data = {name: [] for name in drivers}
     t_start = time.time()
@@ -320,8 +491,9 @@ def sweep(a, pattern, drivers, cores):
         if time.time() - t_start - waited_total > a.budget:
             truncated = True
             break
-        waited, busy = wait_quiet(a.quiet, a.max_wait) if a.quiet < 1 else (0.0, None)
+        waited, busy = wait_quiet(a.quiet, a.max_wait) if a.quiet < 1 else (0.0, cpu_busy())
         waited_total += waited
+        load = machine()["loadavg"].split()[:1]
         runs = interleaved(drivers, a.reps, lambda name: graph_args(a, pattern, it))
         totals = {(rs[0]["tasks"], rs[0]["flops"]) for rs in runs.values()}
         if len(totals) != 1:
@@ -329,35 +501,18 @@ def sweep(a, pattern, drivers, cores):
                      + ", ".join(f"{n}: {rs[0]['tasks']} tasks, {rs[0]['flops']} FLOPs" for n, rs in runs.items()))
         for name in drivers:
             rs = runs[name]
-            el = [r["elapsed"] for r in rs]
-            m = statistics.median(el)
-            tasks, flops = rs[0]["tasks"], rs[0]["flops"]
-            data[name].append({
-                "iter": it,
-                "tasks": tasks,
-                "dependencies": rs[0]["deps"],
-                "flops": flops,
-                "elapsed_s_median": m,
-                "elapsed_s_all": el,
-                "flops_per_s": flops / m,
-                "granularity_s": m * cores / tasks,
-                "best_flops_per_s": flops / min(el),
-                "best_granularity_s": min(el) * cores / tasks,
-                "machine_busy_before": busy,
-                "waited_s": waited,
-            })
+            data[name].append(make_point(it, rs[0]["tasks"], rs[0]["deps"], rs[0]["flops"],
+                                         [r["elapsed"] for r in rs], cores, busy, waited,
+                                         float(load[0]) if load else None))
         if a.verbose:
             line = "  ".join(f"{n}: {data[n][-1]['granularity_s'] * 1e6:9.2f} us {data[n][-1]['flops_per_s'] / 1e9:7.2f} GF/s"
                              for n in drivers)
             print(f"  iter {it:>8}  {line}", file=sys.stderr)
     res = {}
     for name, pts in data.items():
-        peak = max(p["flops_per_s"] for p in pts)
-        best_peak = max(p["best_flops_per_s"] for p in pts)
-        for p in pts:
-            p["efficiency"] = p["flops_per_s"] / peak
-        m, mi = metg_at(pts, peak, a.threshold)
-        # best-of-reps variant (interference only adds time)
+        an = analyze(pts, a.threshold, lim, cores)
+        # best-of-reps variant (interference only adds time), with the same robust peak
+        best_peak, _ = robust_peak([p["best_flops_per_s"] for p in pts], lim.peak_top)
         bpts = [{"granularity_s": p["best_granularity_s"], "best_flops_per_s": p["best_flops_per_s"]} for p in pts]
         mb, _ = metg_at(bpts, best_peak, a.threshold, "best_flops_per_s")
         cmd, env, family = drivers[name]
@@ -365,10 +520,8 @@ def sweep(a, pattern, drivers, cores):
             "family": family,
             "command": cmd,
             "env": {k: v for k, v in env.items() if k.startswith("OMP_")},
-            "peak_flops_per_s": peak,
+            **an,
             "largest_grain_flops_per_s": pts[0]["flops_per_s"],
-            "metg_s": m,
-            "metg_interpolated_s": mi,
             "metg_best_of_reps_s": mb,
             "floor_granularity_s": pts[-1]["granularity_s"],
             "points": pts,
@@ -378,28 +531,57 @@ def sweep(a, pattern, drivers, cores):
 
 def compare(res, family, threshold):
     """taskring against each configuration of `family`, with own peaks and with the
-    common peak of each pair: {config: {...}}."""
+    common peak of each pair, and why the comparison is too noisy to judge (either
+    sweep's noise): {config: {"own": {...}, "common": {...}}}."""
     tr = res["taskring"]
     out = {}
     for name, r in res.items():
         if r["family"] != family:
             continue
+        noise = [f"taskring: {x}" for x in tr["noise"]] + [f"{name}: {x}" for x in r["noise"]]
         common = max(tr["peak_flops_per_s"], r["peak_flops_per_s"])
-        mt, mti = metg_at(tr["points"], common, threshold)
-        mb, mbi = metg_at(r["points"], common, threshold)
+        mt, mti, rt, _ = metg_with_range(tr["points"], common, threshold)
+        mb, mbi, rb, _ = metg_with_range(r["points"], common, threshold)
         out[name] = {
             "own": {"taskring_s": tr["metg_s"], "baseline_s": r["metg_s"],
                     "taskring_interpolated_s": tr["metg_interpolated_s"],
-                    "baseline_interpolated_s": r["metg_interpolated_s"]},
+                    "baseline_interpolated_s": r["metg_interpolated_s"],
+                    "taskring_range_s": tr["metg_range_s"], "baseline_range_s": r["metg_range_s"],
+                    "noise": noise},
             "common": {"peak_flops_per_s": common, "taskring_s": mt, "baseline_s": mb,
-                       "taskring_interpolated_s": mti, "baseline_interpolated_s": mbi},
+                       "taskring_interpolated_s": mti, "baseline_interpolated_s": mbi,
+                       "taskring_range_s": rt, "baseline_range_s": rb, "noise": noise},
         }
     return out
 
 
+def judged_sweeps(noises):
+    """(indices of the sweeps the figures are taken from, noisy?): the clean sweeps when
+    they are a majority, else all of them, marked too noisy to judge."""
+    clean = [k for k, n in enumerate(noises) if not n]
+    if 2 * len(clean) > len(noises):
+        return clean, False
+    return list(range(len(noises))), True
+
+
+def merge_ranges(ranges):
+    """The widest [finer, coarser] over several METG ranges (None when one is open)."""
+    los = [r[0] for r in ranges]
+    his = [r[1] for r in ranges]
+    return [None if None in los else min(los), None if None in his else max(his)]
+
+
+def ratio_range(tr_range, bl_range):
+    """[lowest, highest] taskring / baseline METG ratio over the two quartile ranges."""
+    (t0, t1), (b0, b1) = tr_range, bl_range
+    return [ratio(t0, b1), ratio(t1, b0)]
+
+
 def aggregate(sweeps, family):
-    """The medians over sweeps of one family's comparisons, and per peak definition the
-    baseline configuration with the lowest median METG."""
+    """One family's comparisons over the sweeps: per configuration and peak definition
+    the medians over the judged sweeps (`judged_sweeps`), and per peak definition the
+    baseline configuration with the lowest median METG among those that can be judged
+    (among all when none can)."""
     configs = sweeps[0]["comparisons"].get(family, {})
     if not configs:
         return None
@@ -407,17 +589,76 @@ def aggregate(sweeps, family):
     for name in configs:
         agg[name] = {}
         for peak in ("own", "common"):
-            agg[name][peak] = {k: med([sw["comparisons"][family][name][peak][k] for sw in sweeps])
-                               for k in configs[name][peak]}
+            per = [sw["comparisons"][family][name][peak] for sw in sweeps]
+            used, noisy = judged_sweeps([c["noise"] for c in per])
+            c = {k: med([per[i][k] for i in used]) for k in configs[name][peak]
+                 if k not in ("noise", "taskring_range_s", "baseline_range_s")}
+            c["taskring_range_s"] = merge_ranges([per[i]["taskring_range_s"] for i in used])
+            c["baseline_range_s"] = merge_ranges([per[i]["baseline_range_s"] for i in used])
+            c["noisy"] = noisy
+            c["sweeps_judged"] = len(used) if not noisy else 0
+            c["noise_per_sweep"] = [p["noise"] for p in per]
+            agg[name][peak] = c
     out = {"configs": agg}
     for peak in ("own", "common"):
-        scored = [n for n in agg if agg[n][peak]["baseline_s"]]
+        scored = [n for n in agg if agg[n][peak]["baseline_s"] and not agg[n][peak]["noisy"]] \
+            or [n for n in agg if agg[n][peak]["baseline_s"]]
         best = min(scored, key=lambda n: agg[n][peak]["baseline_s"]) if scored else next(iter(agg))
         c = agg[best][peak]
         out[peak] = {"baseline": best, **c, "ratio": ratio(c["taskring_s"], c["baseline_s"]),
+                     "ratio_range": ratio_range(c["taskring_range_s"], c["baseline_range_s"]),
                      "ratio_per_sweep": [ratio(sw["comparisons"][family][best][peak]["taskring_s"],
                                                sw["comparisons"][family][best][peak]["baseline_s"]) for sw in sweeps]}
     return out
+
+
+def aggregate_driver(sweeps, name):
+    """One driver over the sweeps: medians over the judged sweeps (`judged_sweeps`)."""
+    per = [sw["drivers"][name] for sw in sweeps]
+    used, noisy = judged_sweeps([d["noise"] for d in per])
+    pick = lambda k: med([per[i][k] for i in used])
+    return {
+        "metg_s": pick("metg_s"),
+        "metg_interpolated_s": pick("metg_interpolated_s"),
+        "metg_range_s": merge_ranges([per[i]["metg_range_s"] for i in used]),
+        "metg_taskbench_rule_s": pick("metg_taskbench_rule_s"),
+        "metg_per_sweep_s": [d["metg_s"] for d in per],
+        "peak_flops_per_s": pick("peak_flops_per_s"),
+        "peak_spread": pick("peak_spread"),
+        "single_best_flops_per_s": pick("single_best_flops_per_s"),
+        "floor_granularity_s": pick("floor_granularity_s"),
+        "noisy": noisy,
+        "sweeps_judged": 0 if noisy else len(used),
+        "noise_per_sweep": [d["noise"] for d in per],
+        "command": per[0]["command"],
+        "env": per[0]["env"],
+    }
+
+
+def judge_bars(pattern, comparisons, taskring):
+    """Each bar of `pattern`: {"desc", "value", "verdict", "met", "noise"}. The verdict is
+    "met", "missed", "not measured" (no such baseline in this run) or "too noisy to
+    judge" (a sweep it rests on is; `met` is then None, as for "not measured")."""
+    bars = []
+    for family, peak, kind, val, desc in BARS.get(pattern, []):
+        c = comparisons.get(family)
+        if kind == "abs":
+            got, noisy = taskring["metg_s"], taskring["noisy"]
+            noise = [f"taskring: {x}" for n in taskring["noise_per_sweep"] for x in n]
+        elif c is None:
+            bars.append({"desc": desc, "value": None, "verdict": "not measured", "met": None, "noise": []})
+            continue
+        else:
+            got, noisy = c[peak]["ratio"], c[peak]["noisy"]
+            noise = [x for n in c[peak]["noise_per_sweep"] for x in n]
+        if noisy:
+            verdict, met = "too noisy to judge", None
+        else:
+            met = got is not None and got <= val
+            verdict = "met" if met else "missed"
+        bars.append({"desc": desc, "value": got, "verdict": verdict, "met": met,
+                     "noise": sorted(set(noise))})
+    return bars
 
 
 def plot(path, pattern, res, threshold):
@@ -431,11 +672,12 @@ def plot(path, pattern, res, threshold):
     for name, r in res.items():
         xs = [p["granularity_s"] * 1e6 for p in r["points"]]
         ys = [p["efficiency"] for p in r["points"]]
-        ax.plot(xs, ys, marker="o", ms=3, label=f"{name} (METG {fmt_us(r['metg_s'])})")
+        noisy = " , too noisy to judge" if r["noise"] else ""
+        ax.plot(xs, ys, marker="o", ms=3, label=f"{name} (METG {fmt_us(r['metg_s'])}{noisy})")
     ax.axhline(threshold, color="gray", ls="--", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("task granularity (us) = elapsed x cores / tasks")
-    ax.set_ylabel("efficiency (FLOP/s / own peak)")
+    ax.set_ylabel("efficiency (FLOP/s / own peak: median of the best grains)")
     ax.set_title(f"B1 Task Bench {pattern}: efficiency vs task granularity")
     ax.invert_xaxis()
     ax.legend()
@@ -514,6 +756,14 @@ def main():
                     help="seconds of measuring per pattern before smaller grains are skipped (waits excluded)")
     ap.add_argument("--quiet", type=float, default=0.3,
                     help="before each grain, wait until other processes use less than this fraction of the CPUs (1 = never wait)")
+    ap.add_argument("--peak-top", type=int, default=3,
+                    help="a driver's peak is the median of its best this many per-grain median FLOP/s")
+    ap.add_argument("--peak-spread", type=float, default=0.10,
+                    help="a sweep whose best --peak-top grains lie further apart than this fraction of its peak is too noisy to judge")
+    ap.add_argument("--metg-grains", type=int, default=2,
+                    help="a sweep whose METG at the reps' upper and lower quartiles lie more grains apart is too noisy to judge")
+    ap.add_argument("--busy-grains", type=float, default=0.25,
+                    help="a sweep with more than this fraction of grains measured while other processes used > --quiet of the CPUs is too noisy to judge")
     ap.add_argument("--max-wait", type=float, default=15.0, help="longest wait for a quiet machine per grain (s)")
     ap.add_argument("--cores", type=int, default=0, help="worker threads of every driver (default: CPUs)")
     ap.add_argument("--taskring-bench", "--taskring", dest="taskring",
@@ -540,12 +790,16 @@ def main():
     ap.add_argument("--kernel-reps", type=int, default=15)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench-results"))
     ap.add_argument("--no-plot", action="store_true")
-    ap.add_argument("--strict", action="store_true", help="exit with status 1 when a bar is missed")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit with status 1 when a bar is missed, 2 when none is missed but one is too noisy to judge")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
 
     mach = machine()
     cores = a.cores or mach["nproc"]
+    if a.peak_top < 1:
+        sys.exit("metg.py: --peak-top must be >= 1")
+    lim = NoiseLimits(a.peak_top, a.peak_spread, a.metg_grains, a.quiet, a.busy_grains)
     if a.width <= 0:
         a.width = cores
     if a.reps < 5 or a.kernel_reps < 5:
@@ -604,13 +858,13 @@ def main():
                 # (Task Bench's driver takes -worker; it has no warm-up runs.)
                 drivers[name] = ([exe, "-worker", str(cores)] + extra, env, family)
     os.makedirs(a.out_dir, exist_ok=True)
-    ok = True
+    ok, unjudged = True, False
     for pattern in a.patterns:
         load0 = machine()["loadavg"]
         t0 = time.time()
         sweeps = []
         for rep in range(a.repeat):
-            res, dur, truncated, waited = sweep(a, pattern, drivers, cores)
+            res, dur, truncated, waited = sweep(a, pattern, drivers, cores, lim)
             sweeps.append({
                 "drivers": res,
                 "comparisons": {f: compare(res, f, a.threshold) for f in families},
@@ -621,48 +875,41 @@ def main():
             if a.repeat > 1:
                 print(f"  sweep {rep + 1}/{a.repeat} ({pattern}) done in {dur:.0f} s", file=sys.stderr, flush=True)
 
-        agg_drivers = {}
-        for name in drivers:
-            agg_drivers[name] = {
-                "metg_s": med([sw["drivers"][name]["metg_s"] for sw in sweeps]),
-                "metg_interpolated_s": med([sw["drivers"][name]["metg_interpolated_s"] for sw in sweeps]),
-                "metg_per_sweep_s": [sw["drivers"][name]["metg_s"] for sw in sweeps],
-                "peak_flops_per_s": med([sw["drivers"][name]["peak_flops_per_s"] for sw in sweeps]),
-                "floor_granularity_s": med([sw["drivers"][name]["floor_granularity_s"] for sw in sweeps]),
-                "command": sweeps[0]["drivers"][name]["command"],
-                "env": sweeps[0]["drivers"][name]["env"],
-            }
+        agg_drivers = {name: aggregate_driver(sweeps, name) for name in drivers}
         comparisons = {f: aggregate(sweeps, f) for f in families}
-
-        bars = []
-        for family, peak, kind, val, desc in BARS.get(pattern, []):
-            c = comparisons.get(family)
-            if kind == "abs":
-                got = agg_drivers["taskring"]["metg_s"]
-            else:
-                got = c[peak]["ratio"] if c else None
-            met = None if (kind == "ratio" and c is None) else (got is not None and got <= val)
-            bars.append({"desc": desc, "value": got, "met": met})
-            if met is False:
+        bars = judge_bars(pattern, comparisons, agg_drivers["taskring"])
+        for b in bars:
+            if b["verdict"] == "missed":
                 ok = False
+            elif b["verdict"] == "too noisy to judge":
+                unjudged = True
 
         tr = agg_drivers["taskring"]
-        parts = [f"b1 {pattern}: METG(50%) taskring {fmt_us(tr['metg_s'])} (peak {tr['peak_flops_per_s'] / 1e9:.1f} GFLOP/s)"]
+        load1 = machine()["loadavg"]
+        parts = [f"b1 {pattern}: METG(50%) taskring {fmt_us(tr['metg_s'])} {fmt_range(tr['metg_range_s'])} "
+                 f"(peak {fmt_peak(tr)})"]
         for family in families:
             c = comparisons[family]
             o, cm = c["own"], c["common"]
             parts.append(
-                f"{FAMILY_TITLE[family]}: own peaks {fmt_us(o['baseline_s'])} ({o['baseline']}, peak "
-                f"{agg_drivers[o['baseline']]['peak_flops_per_s'] / 1e9:.1f}) = {fmt_ratio(o['ratio'])}; common peak "
-                f"{cm['peak_flops_per_s'] / 1e9:.1f}: taskring {fmt_us(cm['taskring_s'])} vs {fmt_us(cm['baseline_s'])} "
-                f"({cm['baseline']}) = {fmt_ratio(cm['ratio'])}")
+                f"{FAMILY_TITLE[family]}: own peaks {fmt_us(o['baseline_s'])} {fmt_range(o['baseline_range_s'])} "
+                f"({o['baseline']}, peak {fmt_peak(agg_drivers[o['baseline']])}) = {fmt_ratio(o['ratio'])} "
+                f"{fmt_range(o['ratio_range'], ratio=True)}; common peak {cm['peak_flops_per_s'] / 1e9:.1f}: taskring "
+                f"{fmt_us(cm['taskring_s'])} vs {fmt_us(cm['baseline_s'])} ({cm['baseline']}) = {fmt_ratio(cm['ratio'])} "
+                f"{fmt_range(cm['ratio_range'], ratio=True)}")
         for ref in ("taskring_unpinned", "taskring_cores_plus_orch"):
             if ref in agg_drivers:
                 parts.append(f"{ref} {fmt_us(agg_drivers[ref]['metg_s'])}")
-        parts.append("bars: " + ("; ".join(f"{b['desc']}: {'not measured' if b['met'] is None else ('met' if b['met'] else 'MISSED')}"
-                                           for b in bars) or "none"))
+        parts.append("bars: " + ("; ".join(
+            f"{b['desc']}: " + (b["verdict"].upper() if b["verdict"] in ("missed", "too noisy to judge") else b["verdict"])
+            + (f" ({'; '.join(b['noise'])})" if b["verdict"] == "too noisy to judge" else "")
+            for b in bars) or "none"))
+        busy = [busy_summary(sw["drivers"]["taskring"]["points"]) for sw in sweeps]
+        busy_med = med([b[0] for b in busy])
+        busy_max = max((b[1] for b in busy if b[1] is not None), default=None)
         parts.append(f"{a.repeat} sweep(s) x {a.reps} reps, {cores} cores, nproc {mach['nproc']}, {mach['cpu_model']}, "
-                     f"load {load0}")
+                     f"load {load0} -> {load1}, CPUs busy before a grain "
+                     + ("not measured" if busy_med is None else f"median {busy_med:.0%}, max {busy_max:.0%}"))
         summary = "; ".join(parts)
         doc = {
             "schema": 2,
@@ -671,7 +918,7 @@ def main():
             "command": " ".join([sys.executable, os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
             "unix_time": int(t0),
             "duration_s": time.time() - t0,
-            "machine": {**mach, "loadavg_start": load0, "loadavg_end": machine()["loadavg"]},
+            "machine": {**mach, "loadavg_start": load0, "loadavg_end": load1},
             "params": {
                 "pattern": pattern,
                 "steps": a.steps,
@@ -688,13 +935,20 @@ def main():
                 "omp_build": f"{a.cc} -O2 -fopenmp",
                 "task_bench_build": "upstream Makefiles: core -O3 (-mavx2 -mfma when the CPU has AVX2), openmp -O3 -march=native",
                 "quiet_threshold": a.quiet,
+                "noise_limits": vars(lim),
                 "definitions": {
-                    "efficiency": "median FLOP/s / peak (own: the driver's best per-grain median FLOP/s; common: the larger of the two compared drivers' peaks)",
+                    "peak_flops_per_s": f"the median of the driver's {lim.peak_top} highest per-grain median FLOP/s (peak_best_flops_per_s); peak_spread: (highest - lowest of them) / peak",
+                    "efficiency": "median FLOP/s / peak (own: the driver's peak; common: the larger of the two compared drivers' peaks)",
                     "granularity_s": "median elapsed x cores / tasks",
-                    "metg_s": "smallest granularity with efficiency >= threshold, walking down from the largest grain until two consecutive grains fall below it; with --repeat, the median over sweeps",
+                    "metg_s": "smallest granularity with efficiency >= threshold, walking down from the largest grain until two consecutive grains fall below it; with --repeat, the median over the judged sweeps",
+                    "metg_range_s": "[finer, coarser]: the METG grain when every grain runs at its reps' upper / lower quartile FLOP/s, against the same peak",
+                    "metg_taskbench_rule_s": "Task Bench's own rule (scripts/chart_metg.py): mean elapsed, the smallest granularity of any grain >= threshold, linear interpolation to the next grain; against the same peak",
                     "metg_best_of_reps_s": "the same on the fastest of the reps at each grain (the primary figures use medians)",
                     "machine_busy_before": "fraction of all CPUs busy (other processes) just before the grain was measured",
-                    "comparisons": "per baseline family and peak definition: the wait policy with the lowest median METG, taskring's and its METG, the ratio taskring / baseline",
+                    "noise": f"why a sweep is too noisy to judge: its best grains spread > {lim.peak_spread:.0%} of its peak, its quartile METGs > {lim.metg_grains} grains apart or undefined, or > {lim.busy_grains:.0%} of its grains measured with other processes using > {lim.quiet:.0%} of the CPUs",
+                    "judged sweeps": "with --repeat, the clean sweeps when they are a majority (medians over them), else all sweeps, and the figure is too noisy to judge",
+                    "comparisons": "per baseline family and peak definition: the configuration with the lowest median METG among those that can be judged, taskring's and its METG, the ratio taskring / baseline and its range over the quartile METGs",
+                    "bars": "verdict met / missed / not measured / too noisy to judge (met is then null)",
                 },
             },
             "drivers": agg_drivers,
@@ -711,8 +965,11 @@ def main():
             if not plot(png, pattern, sweeps[-1]["drivers"], a.threshold):
                 print("metg.py: matplotlib not available; no plot", file=sys.stderr)
         print(summary, flush=True)
-    # Like `taskring-bench`: a missed bar is reported, not an error exit (--strict: exit 1).
-    return 0 if (ok or not a.strict) else 1
+    # Like `taskring-bench`: a missed bar is reported, not an error exit (--strict: exit 1,
+    # or 2 when no bar is missed but one is too noisy to judge).
+    if not a.strict:
+        return 0
+    return 1 if not ok else (2 if unjudged else 0)
 
 
 if __name__ == "__main__":
