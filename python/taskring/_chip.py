@@ -17,7 +17,10 @@ class ChipWorker:
     without one. ``prewarm=True`` builds the arena of that config's sizing (the default
     sizing when ``config`` is None) before the worker is ready; ``prewarm=<RunConfig or
     CallConfig, or a list of them>`` builds those instead (up to the cache's slots);
-    ``prewarm=False`` builds nothing ahead. ``device_memory`` (bytes) is the chip's
+    ``prewarm=False`` builds nothing ahead. A sizing with ``"auto"`` entries is not
+    prewarmed (its sizes are learned at its first dispatch); a prewarm that does not fit
+    the device memory fails, except the default sizing's when nothing was asked for,
+    which is then skipped with a warning. ``device_memory`` (bytes) is the chip's
     device memory, against which every cached arena is charged at its device footprint
     (default ``TASKRING_DEVICE_MEMORY`` or 64 GiB)."""
 
@@ -32,6 +35,9 @@ class ChipWorker:
         platform_check(config)
         self._config = as_call_config(config)
         self._config.validate()
+        # The default sizing, built when nothing was asked for, is skipped with a
+        # warning where it does not fit the device memory.
+        self._prewarm_if_fits = prewarm is True and config is None
         if prewarm is True:
             pre = [self._config]
         elif prewarm is False or prewarm is None:
@@ -54,7 +60,8 @@ class ChipWorker:
         """Start the chip (idempotent)."""
         if self._chip is None:
             self._chip = _native.Chip(
-                cores=self._cores, arena_cache_slots=self._slots, prewarm=self._prewarm, device_memory=self._device_memory
+                cores=self._cores, arena_cache_slots=self._slots, prewarm=self._prewarm, device_memory=self._device_memory,
+                prewarm_if_fits=self._prewarm_if_fits,
             )
         return self
 

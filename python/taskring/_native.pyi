@@ -582,6 +582,7 @@ class Chip:
         prewarm: Iterable[CallConfig | _ToCallConfig] | None = None,
         aic_cores: int | None = None,
         device_memory: int | None = None,
+        prewarm_if_fits: bool = False,
     ) -> Self:
         """`prewarm`: CallConfigs (or RunConfigs) whose sizings are built now."""
 
@@ -759,6 +760,7 @@ class Node:
         chip_cores: int = 0,
         prewarm: _ConfigLike = None,
         device_memory: int | None = None,
+        prewarm_if_fits: bool = False,
     ) -> Self:
         """`callables`: `(orchestration, name, signature)` triples (handles 0, 1, ...); `owners`: a dict address -> worker of device tensors."""
 

@@ -189,11 +189,16 @@ class _L2Worker(_ChipsWorker, level=2):
     def init(self, prewarm_config: Any = None) -> "_L2Worker":
         if self._chip is not None:
             return self
-        # Without a prewarm config the chip builds the default sizing's arena.
+        # Without a prewarm config the chip builds the default sizing's arena where it
+        # fits the device memory (a warning where it does not).
         cfg = as_call_config(prewarm_config)
         cfg.validate()
         self._chip = _native.Chip(
-            cores=self.chip_cores, arena_cache_slots=self.arena_cache_slots, prewarm=[cfg], device_memory=self.device_memory
+            cores=self.chip_cores,
+            arena_cache_slots=self.arena_cache_slots,
+            prewarm=[cfg],
+            device_memory=self.device_memory,
+            prewarm_if_fits=prewarm_config is None,
         )
         return self
 
@@ -244,7 +249,8 @@ class _L3Worker(_ChipsWorker, level=3):
     def init(self, prewarm_config: Any = None) -> "_L3Worker":
         if self._node is not None:
             return self
-        # Without a prewarm config every chip builds the default sizing's arena.
+        # Without a prewarm config every chip builds the default sizing's arena where it
+        # fits the chip's device memory (a warning where it does not).
         cfg = as_call_config(prewarm_config)
         cfg.validate()
         callables: List[Tuple[Callable[..., object], str, Sequence[int]]] = [
@@ -259,6 +265,7 @@ class _L3Worker(_ChipsWorker, level=3):
             chip_cores=self.chip_cores,
             prewarm=cfg,
             device_memory=self.device_memory,
+            prewarm_if_fits=prewarm_config is None,
         )
         return self
 

@@ -96,9 +96,11 @@ def test_a_need_that_grows_with_the_data_fails_once_and_grows():
         with pytest.raises(RuntimeFailure) as ei:
             w.run(data_dependent, out, config=cfg)
         assert ei.value.name == "SCOPE_DEADLOCK"
-        assert "auto: ring_task_window[1] grows from 8 to 64 for the next dispatch" in str(ei.value)
+        assert "auto: ring_task_window[1] grows from 8 to 64, and the next dispatch of this program with these arguments learns its need again" in str(ei.value)
+        rep = w.run(data_dependent, out, config=cfg)  # learns again, on the defaults
+        assert rep.ring_sizing.task_window[1] == taskring.DEFAULT_RING_TASK_WINDOW
         rep = w.run(data_dependent, out, config=cfg)
-        assert rep.ring_sizing.task_window[1] == 64
+        assert rep.ring_sizing.task_window[1] == 64  # 40 live + 1, x 1.25 -> 64
 
 
 def test_the_learning_dispatch_keeps_a_prewarmed_arena():
@@ -131,3 +133,230 @@ def test_l3_tasks_with_auto_sizing():
         assert t1.ring_sizing.source("ring_heap", 1) == "call_config" and t1.ring_sizing.heap[1] == 1 << 16
         assert t1.ring_sizing.source("ring_task_window", 1) == "auto" and t1.ring_sizing.task_window[1] == 32
         assert t0.arena_bytes < reps[0].tasks[0].arena_bytes  # learned, smaller than the first pass
+
+
+# ----- what is learned belongs to the program, not to its name -----------------------------
+
+
+def make_step(live):
+    """A factory: every program it makes is named ``step``."""
+
+    @taskring.program(signature=[OUT])
+    def step(rt, out):
+        with rt.scope():
+            for i in range(live):
+                rt.submit(K.scale, inputs=[out], outputs=[rt.spec(out.shape, out.dtype)], scalars=[float(i)])
+
+    return step
+
+
+def test_two_programs_of_one_name_learn_apart():
+    small, big = make_step(2), make_step(200)
+    assert small.name == big.name == "step"
+    out = np.ones(16, np.float32)
+    with ChipWorker(prewarm=False) as w:
+        for _ in range(2):
+            w.run(small, out, config=AUTO)
+        # the big one learns for itself: no failure on the small one's sizes
+        w.run(big, out, config=AUTO)
+        rep = w.run(big, out, config=AUTO)
+        assert rep.ring_sizing.task_window[1] == 256  # 201 x 1.25 -> 256
+        assert w.run(small, out, config=AUTO).ring_sizing.task_window[1] == 4
+
+
+def test_two_programs_of_one_name_learn_apart_at_l3():
+    small, big = make_step(2), make_step(200)
+    with taskring.Worker(level=3, device_ids=[0]) as w:
+        hs, hb = w.register(small), w.register(big)
+        w.init(RunConfig(ring_task_window=16, ring_heap=1 << 16, ring_dep_pool=64))
+        out = taskring.shared_array((16,))
+
+        def orch(o, args, cfg):
+            o.submit_next_level(hs, [out], AUTO, worker=0)
+            o.submit_next_level(hb, [out], AUTO, worker=0)
+
+        w.run(orch)
+        rep = w.run(orch)
+        assert [t.ring_sizing.task_window[1] for t in rep.tasks] == [4, 256]
+
+
+# ----- scalar values do not split the key unless they change the graph ----------------------
+
+
+@taskring.program(signature=[IN, OUT, SCALAR])
+def scaled(rt, a, out, step):
+    with rt.scope():
+        t = rt.submit(K.scale, inputs=[a], outputs=[rt.spec(a.shape, a.dtype)], scalars=[float(step)]).outputs[0]
+        rt.submit(K.copy, inputs=[t], outputs=[out])
+
+
+def test_a_step_counter_does_not_make_every_dispatch_a_learning_one():
+    a = np.ones(16, np.float32)
+    out = np.zeros_like(a)
+    with ChipWorker(prewarm=False) as w:
+        w.run(scaled, a, out, 0, config=AUTO)
+        learned = w.run(scaled, a, out, 1, config=AUTO).ring_sizing
+        builds = w.arena_stats.builds
+        for step in range(2, 40):
+            rep = w.run(scaled, a, out, step, config=AUTO)
+            assert rep.arena_hit and rep.ring_sizing.key() == learned.key()
+            np.testing.assert_array_equal(out, a * step)
+        assert w.arena_stats.builds == builds
+
+
+N_TASKS = [4]
+
+
+@taskring.program(signature=[OUT, SCALAR])
+def n_live(rt, out, n):
+    with rt.scope():
+        for i in range(n):
+            rt.submit(K.scale, inputs=[out], outputs=[rt.spec(out.shape, out.dtype)], scalars=[float(i)])
+
+
+def test_scalars_that_change_the_graph_split_the_key_after_one_failure():
+    out = np.ones(16, np.float32)
+    cfg = RunConfig(ring_task_window="auto")
+    with ChipWorker(prewarm=False) as w:
+        w.run(n_live, out, 4, config=cfg)
+        assert w.run(n_live, out, 4, config=cfg).ring_sizing.task_window[1] == 8
+        with pytest.raises(RuntimeFailure) as ei:
+            w.run(n_live, out, 40, config=cfg)
+        assert "the next dispatch of this program with these scalar values learns its need again" in str(ei.value)
+        # from now on each set of scalar values learns for itself: no more failures
+        for n in (40, 400, 4, 100, 40):
+            w.run(n_live, out, n, config=cfg)
+        assert w.run(n_live, out, 4, config=cfg).ring_sizing.task_window[1] == 8
+        assert w.run(n_live, out, 400, config=cfg).ring_sizing.task_window[1] == 512
+
+
+# ----- a jump in need costs one failed dispatch, whatever the resource ----------------------
+
+
+@taskring.program(signature=[OUT])
+def wide(rt, out):
+    """LIVE[0] tasks live at once in one scope, each with a 4 KiB runtime output and two
+    producers: the window, the heap and the dependency pool all grow with LIVE[0]."""
+    with rt.scope():
+        made = [out, out]
+        for _ in range(LIVE[0]):
+            made.append(rt.submit(K.add, inputs=made[-2:], outputs=[rt.spec(out.shape, out.dtype)]).outputs[0])
+
+
+@pytest.mark.parametrize("jump", [40, 400, 4000])
+def test_a_jump_in_need_costs_one_failed_dispatch(jump):
+    out = np.ones(1024, np.float32)
+    with ChipWorker(prewarm=False) as w:
+        LIVE[0] = 4
+        try:
+            w.run(wide, out, config=AUTO)
+            w.run(wide, out, config=AUTO)
+            LIVE[0] = jump
+            failures = 0
+            for _ in range(6):
+                try:
+                    w.run(wide, out, config=AUTO)
+                    break
+                except RuntimeFailure as e:
+                    assert "learns its need again" in str(e), str(e)
+                    failures += 1
+            assert failures == 1
+            w.run(wide, out, config=AUTO)  # and the learned sizing holds it
+        finally:
+            LIVE[0] = 4
+
+
+# ----- the learned sizing comes down again after a spike ------------------------------------
+
+
+def test_the_learned_sizing_shrinks_after_a_run_of_smaller_needs():
+    out = np.ones(16, np.float32)
+    cfg = RunConfig(ring_task_window="auto")
+    with ChipWorker(prewarm=False) as w:
+        try:
+            LIVE[0] = 4
+            w.run(data_dependent, out, config=cfg)
+            small = w.run(data_dependent, out, config=cfg).ring_sizing.task_window[1]
+            LIVE[0] = 400
+            with pytest.raises(RuntimeFailure):
+                w.run(data_dependent, out, config=cfg)
+            w.run(data_dependent, out, config=cfg)  # learns the spike
+            LIVE[0] = 4
+            sizes = [w.run(data_dependent, out, config=cfg).ring_sizing.task_window[1] for _ in range(40)]
+            assert sizes[0] == 512 and sizes[-1] == small == 8
+            # once down, it stays down
+            assert sizes.index(small) < 40 and all(s == small for s in sizes[sizes.index(small):])
+        finally:
+            LIVE[0] = 4
+
+
+# ----- capture, replay and prewarm with auto -------------------------------------------------
+
+
+def test_capture_and_replay_with_auto_use_the_learned_sizing_on_a_small_chip():
+    a = np.arange(256, dtype=np.float32).reshape(16, 16)
+    want = np.zeros_like(a)
+    taskring.run(scaled_sum, a, want)
+    with ChipWorker(prewarm=False, device_memory=64 << 20) as w:
+        w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
+        learned = w.run(scaled_sum, a, np.zeros_like(a), config=AUTO).ring_sizing
+        assert learned.task_window[1] == 32
+        out = np.zeros_like(a)
+        g = w.capture(scaled_sum, a, out, config=AUTO)
+        np.testing.assert_array_equal(out, want)
+        assert g.report.ring_sizing.key() == learned.key()
+        out2 = np.zeros_like(a)
+        rep = g.replay(a, out2, config=AUTO)
+        np.testing.assert_array_equal(out2, want)
+        assert rep.ring_sizing.key() == learned.key()
+
+
+def test_capture_with_auto_first_teaches_the_chip():
+    a = np.ones((16, 16), np.float32)
+    with ChipWorker(prewarm=False, device_memory=64 << 20) as w:
+        g = w.capture(scaled_sum, a, np.zeros_like(a), config=AUTO)
+        assert g.report.device_memory.arena_bytes <= 64 << 20
+        rep = w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
+        assert rep.ring_sizing.task_window[1] == 32  # learned from the capture's graph
+
+
+def test_auto_prewarms_build_nothing_and_a_default_prewarm_that_cannot_fit_warns(capfd):
+    a = np.ones((4, 4), np.float32)
+    with ChipWorker(AUTO, device_memory=16 << 20) as w:
+        assert w.arena_stats.resident == [] and w.arena_stats.builds == 0
+        w.run(scaled_sum, a, np.zeros_like(a))
+    with ChipWorker(device_memory=16 << 20) as w:  # the default prewarm: 1.19 GB
+        assert w.arena_stats.resident == []
+        w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
+    err = capfd.readouterr().err
+    assert err.count("taskring: no arena is built ahead: the arena for this sizing") == 1, err
+    # a prewarm that was asked for and cannot fit still fails
+    with pytest.raises(RuntimeFailure) as ei:
+        ChipWorker(RunConfig(ring_heap=1 << 28), device_memory=16 << 20)
+    assert ei.value.name == "DEVICE_OUT_OF_MEMORY"
+    rep = taskring.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
+    assert rep.ring_sizing.source("ring_heap", 0) == "auto"
+
+
+def test_l3_auto_prewarm_on_a_small_device():
+    with taskring.Worker(level=3, device_ids=[0], device_memory=16 << 20) as w:
+        h = w.register(scaled_sum)
+        w.init(AUTO)
+        assert w.arena_stats(0).resident == []
+        a = taskring.shared_array((16, 16))
+        out = taskring.shared_array((16, 16))
+        a[:] = 1.0
+        w.run(lambda o, args, cfg: o.submit_next_level(h, [a, out], AUTO, worker=0))
+    with taskring.Worker(level=3, device_ids=[0], device_memory=16 << 20) as w:
+        w.register(scaled_sum)
+        w.init()  # the default prewarm does not fit: a warning, not a failure
+        assert w.arena_stats(0).resident == []
+
+
+def test_the_report_does_not_count_a_dropped_learning_arena():
+    a = np.ones((4, 4), np.float32)
+    with ChipWorker(prewarm=False) as w:
+        rep = w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
+        assert rep.device_memory.used_bytes == w.arena_stats.resident_bytes == 0
+        rep = w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
+        assert rep.device_memory.used_bytes == w.arena_stats.resident_bytes == rep.device_memory.arena_bytes

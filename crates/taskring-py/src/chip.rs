@@ -73,7 +73,9 @@ impl PyChip {
 impl PyChip {
     /// `prewarm`: CallConfigs (or RunConfigs) whose sizings are built now.
     #[new]
-    #[pyo3(signature = (cores=0, arena_cache_slots=4, prewarm=None, aic_cores=None, device_memory=None))]
+    /// `prewarm_if_fits`: a prewarm that does not fit the device memory is skipped with a
+    /// warning instead of failing (the default sizing built when none was asked for).
+    #[pyo3(signature = (cores=0, arena_cache_slots=4, prewarm=None, aic_cores=None, device_memory=None, prewarm_if_fits=false))]
     fn new(
         py: Python<'_>,
         cores: usize,
@@ -81,6 +83,7 @@ impl PyChip {
         prewarm: Option<&Bound<'_, PyAny>>,
         aic_cores: Option<usize>,
         device_memory: Option<u64>,
+        prewarm_if_fits: bool,
     ) -> PyResult<Self> {
         let mut sizings: Vec<RingSizing> = vec![];
         if let Some(p) = prewarm {
@@ -100,9 +103,13 @@ impl PyChip {
             cores,
             aic_cores,
             arena_cache_slots,
-            prewarm: sizings,
             ..ChipOptions::default()
         };
+        if prewarm_if_fits {
+            opts.prewarm_if_fits = sizings;
+        } else {
+            opts.prewarm = sizings;
+        }
         if let Some(b) = device_memory {
             opts.device_memory = b;
         }

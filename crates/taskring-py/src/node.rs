@@ -79,6 +79,7 @@ const NEW_NODE: Params = Params {
         "chip_cores",
         "prewarm",
         "device_memory",
+        "prewarm_if_fits",
     ],
     required: 3,
     keyword_only: &[],
@@ -96,6 +97,8 @@ struct NodeArgs<'py> {
     prewarm: Option<Bound<'py, PyAny>>,
     /// Each chip's device memory in bytes (None: the default).
     device_memory: Option<u64>,
+    /// A prewarm that does not fit a chip's device memory is a warning, not a failure.
+    prewarm_if_fits: bool,
 }
 
 impl Default for NodeArgs<'_> {
@@ -106,6 +109,7 @@ impl Default for NodeArgs<'_> {
             chip_cores: 0,
             prewarm: None,
             device_memory: None,
+            prewarm_if_fits: false,
         }
     }
 }
@@ -239,6 +243,7 @@ impl PyNode {
             arena_cache_slots: o.arena_cache_slots,
             chip_cores: o.chip_cores,
             prewarm,
+            prewarm_if_fits: o.prewarm_if_fits,
             blocking_hook: Some(Arc::new(gil_hook)),
             ..NodeOptions::default()
         };
@@ -277,7 +282,7 @@ impl PyNode {
     #[new]
     #[pyo3(
         signature = (*args, **kwargs),
-        text_signature = "(device_ids, callables, owners, chip_processes=True, arena_cache_slots=4, chip_cores=0, prewarm=None, device_memory=None)"
+        text_signature = "(device_ids, callables, owners, chip_processes=True, arena_cache_slots=4, chip_cores=0, prewarm=None, device_memory=None, prewarm_if_fits=False)"
     )]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let a = NEW_NODE.bind(args, kwargs)?;
@@ -293,6 +298,7 @@ impl PyNode {
             chip_cores: a.extract(5)?.unwrap_or(d.chip_cores),
             prewarm: a.extract_optional(6)?,
             device_memory: a.extract_optional(7)?,
+            prewarm_if_fits: a.extract(8)?.unwrap_or(d.prewarm_if_fits),
         };
         PyNode::start(device_ids, &callables, owners, o)
     }

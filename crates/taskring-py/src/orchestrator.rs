@@ -347,11 +347,14 @@ impl PyScope {
 
 /// A Rust `Program` running the Python orchestration `orch(rt, *args)`. A Python
 /// exception fails the run (EXPLICIT_ORCH_FATAL, with the exception's text) and is
-/// kept in the returned slot, so the caller can re-raise the original.
+/// kept in the returned slot, so the caller can re-raise the original. The program's
+/// identity is the Python object's (`id(orch)`; the program keeps it alive), so every
+/// dispatch of one function shares what automatic sizing learns of it.
 pub fn python_program(orch: Py<PyAny>, name: &str) -> (Program, Arc<PendingErr>) {
     let pending: Arc<PendingErr> = Arc::new(Mutex::new(None));
     let pending_ref = pending.clone();
-    let program = Program::new(name, move |o, args| {
+    let identity = orch.as_ptr() as usize;
+    let program = Program::with_identity(name, identity, move |o, args| {
         Python::attach(|py| {
             let keep = |e: PyErr, what: &str| {
                 let text = format!("{what}: {}", py_err_text(py, &e));

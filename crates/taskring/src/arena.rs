@@ -319,9 +319,20 @@ impl ArenaCache {
     /// cached arena gone (nothing is evicted then), else evict the least recently used
     /// until it fits.
     fn make_room(&mut self, sizing: &RingSizing) -> Result<(), AcquireError> {
+        self.check_fits(sizing)?;
         let needed = device_footprint(sizing);
-        let outside = self.outside_bytes();
-        if needed > self.capacity.saturating_sub(outside) {
+        while self.used_bytes().saturating_add(needed) > self.capacity && !self.arenas.is_empty() {
+            self.arenas.pop();
+            self.stats.evictions += 1;
+        }
+        Ok(())
+    }
+
+    /// Could an arena of `sizing` fit, with every idle cached arena evicted? The
+    /// refusal names the free bytes and what holds the rest. Evicts nothing.
+    pub(crate) fn check_fits(&self, sizing: &RingSizing) -> Result<(), AcquireError> {
+        let needed = device_footprint(sizing);
+        if needed > self.capacity.saturating_sub(self.outside_bytes()) {
             return Err(AcquireError::OutOfMemory {
                 sizing: sizing_words(sizing),
                 needed,
@@ -329,10 +340,6 @@ impl ArenaCache {
                 capacity: self.capacity,
                 held: self.holders(),
             });
-        }
-        while self.used_bytes().saturating_add(needed) > self.capacity && !self.arenas.is_empty() {
-            self.arenas.pop();
-            self.stats.evictions += 1;
         }
         Ok(())
     }

@@ -118,7 +118,7 @@ mod tensor;
 pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
 pub use chip::{
     auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
-    ReplayError, RunError, RunReport, AUTO_HEADROOM,
+    ReplayError, RunError, RunReport, AUTO_HEADROOM, AUTO_KEYS,
 };
 pub use chip::{MAX_CORES, MIN_DEVICE_MEMORY};
 pub use config::{

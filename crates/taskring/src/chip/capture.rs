@@ -125,7 +125,13 @@ impl ChipWorker {
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<Captured, RunError> {
         config.validate()?;
-        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
+        let mut sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
+        // Auto entries: what the chip learned of the program, or the learning sizing
+        // (the capture then teaches the chip the program's need).
+        let auto = sizing.is_auto() && !self.node_engine;
+        if auto {
+            sizing = self.auto_sizing_for(program, args, sizing);
+        }
         let diag = Diagnostics::from_config(config);
         let mut rec = Some(Box::new(Recorder::new(
             args.iter().map(arg_buffer).collect(),
@@ -141,6 +147,9 @@ impl ChipWorker {
             false,
         )?;
         let graph = rec.expect("the recorder comes back from the run").finish();
+        if auto {
+            self.auto_learn_from(program, args, &graph);
+        }
         let sigs = args
             .iter()
             .map(|a| match a {
@@ -400,10 +409,14 @@ impl Captured {
         let (sizing, mut diag) = match config {
             Some(c) => {
                 c.validate().map_err(RunError::from)?;
-                (
-                    RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?,
-                    Diagnostics::from_config(c),
-                )
+                let s = RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?;
+                // Auto entries: the graph's own need (known exactly).
+                let s = if s.is_auto() {
+                    super::auto::sized_for(s, &self.graph)
+                } else {
+                    s
+                };
+                (s, Diagnostics::from_config(c))
             }
             None => (self.sizing, Diagnostics::default()),
         };

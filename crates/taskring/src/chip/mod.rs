@@ -34,7 +34,7 @@ mod report;
 mod run;
 pub(crate) mod spin;
 
-pub use auto::{auto_size, AUTO_HEADROOM};
+pub use auto::{auto_size, AUTO_HEADROOM, AUTO_KEYS};
 pub use capture::{Captured, ReplayError};
 pub use options::{default_device_memory, ChipOptions, Diagnostics, MAX_CORES, MIN_DEVICE_MEMORY};
 pub use report::{DeviceMemory, RunError, RunReport};
@@ -128,10 +128,17 @@ impl Arg<'_> {
 type OrchFn = dyn Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure> + Send + Sync;
 
 /// An orchestration: host code that submits tasks.
+///
+/// A program has an identity besides its name: what automatic sizing (`chip/auto.rs`)
+/// learns belongs to the program, so two programs of one name (two closures made by
+/// one factory) learn apart. Clones share the identity.
 #[derive(Clone)]
 pub struct Program {
     name: String,
     f: Arc<OrchFn>,
+    /// The identity: the address of the closure (`new`) or of the object a binding's
+    /// closure keeps alive (`with_identity`).
+    identity: usize,
 }
 
 impl Program {
@@ -142,13 +149,40 @@ impl Program {
             + Sync
             + 'static,
     ) -> Program {
+        let f: Arc<OrchFn> = Arc::new(f);
+        Program {
+            name: name.to_string(),
+            identity: Arc::as_ptr(&f) as *const () as usize,
+            f,
+        }
+    }
+
+    /// A program whose identity is `identity`, the address of an object that `f` keeps
+    /// alive (so no other object takes that address while the program lives): for
+    /// bindings that wrap the same user function in a new `Program` at each dispatch
+    /// (a Python function's `id`), so the dispatches share what automatic sizing learns.
+    pub fn with_identity(
+        name: &str,
+        identity: usize,
+        f: impl Fn(&mut Orchestrator<'_>, &[Arg<'_>]) -> Result<(), RuntimeFailure>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Program {
         Program {
             name: name.to_string(),
             f: Arc::new(f),
+            identity,
         }
     }
+
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The program's identity (see the type's doc).
+    pub fn identity(&self) -> usize {
+        self.identity
     }
     /// Run the orchestration.
     pub(crate) fn call(
@@ -237,7 +271,7 @@ pub struct ChipWorker {
     stuck: Vec<quarantine::Stuck>,
     /// What `"auto"` dispatches learned, by program and argument signature
     /// (`chip/auto.rs`).
-    auto: std::collections::HashMap<u64, auto::Learned>,
+    auto: auto::AutoTable,
     /// Bytes of device-resident tensors charged to the device memory
     /// ([`ChipWorker::hold_resident_tensors`]).
     resident_tensors: u64,
@@ -301,10 +335,23 @@ impl ChipWorker {
             ArenaCache::new(opts.arena_cache_slots)
         }
         .with_device_memory(opts.device_memory);
-        for s in opts.prewarm.iter().take(cache.slots()) {
+        let slots = cache.slots();
+        for s in opts.prewarm.iter().filter(|s| !s.is_auto()).take(slots) {
             cache
                 .prewarm(s)
                 .map_err(|e| acquire_failure(&e, "prewarm"))?;
+        }
+        for s in opts.prewarm_if_fits.iter().filter(|s| !s.is_auto()) {
+            if cache.stats().resident.len() >= slots {
+                break;
+            }
+            match cache.prewarm(s) {
+                Ok(()) => {}
+                Err(e @ crate::arena::AcquireError::OutOfMemory { .. }) => eprintln!(
+                    "taskring: no arena is built ahead: {e}; each sizing's arena is built at its first dispatch"
+                ),
+                Err(e) => return Err(acquire_failure(&e, "prewarm")),
+            }
         }
         let shared = Arc::new(ChipShared {
             eng: EngineShared::with_lanes(opts.lanes),
@@ -336,7 +383,7 @@ impl ChipWorker {
             id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
             direct_local,
             stuck: Vec::new(),
-            auto: std::collections::HashMap::new(),
+            auto: auto::AutoTable::default(),
             resident_tensors: 0,
         };
         for (i, &kind) in kinds.iter().enumerate() {

@@ -14,8 +14,14 @@ pub struct ChipOptions {
     /// are two or more cores.
     pub aic_cores: Option<usize>,
     pub arena_cache_slots: usize,
-    /// Sizings to build before `new` returns.
+    /// Sizings to build before `new` returns; one that does not fit the device memory
+    /// fails `new` (DEVICE_OUT_OF_MEMORY). A sizing with `"auto"` entries is not built
+    /// (its sizes are learned at its first dispatch).
     pub prewarm: Vec<RingSizing>,
+    /// Sizings to build before `new` returns where they fit the device memory; one that
+    /// does not is skipped with a warning on stderr (the default sizing a worker builds
+    /// when it is given no prewarm of its own). Auto sizings are not built.
+    pub prewarm_if_fits: Vec<RingSizing>,
     /// Allocation backstop (no progress for this long fails the run). Default 500 ms,
     /// or `TASKRING_ALLOC_TIMEOUT_MS`.
     pub backstop: Duration,
@@ -88,6 +94,7 @@ impl Default for ChipOptions {
             aic_cores: None,
             arena_cache_slots: 4,
             prewarm: Vec::new(),
+            prewarm_if_fits: Vec::new(),
             backstop: env_ms("TASKRING_ALLOC_TIMEOUT_MS").unwrap_or(Duration::from_millis(500)),
             scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS")
                 .unwrap_or(Duration::from_secs(10)),

@@ -103,7 +103,16 @@ pub(super) fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     let copts = ChipOptions {
         cores: ctx.opts.chip_cores,
         arena_cache_slots: ctx.opts.arena_cache_slots,
-        prewarm: sizings,
+        prewarm: if ctx.opts.prewarm_if_fits {
+            vec![]
+        } else {
+            sizings.clone()
+        },
+        prewarm_if_fits: if ctx.opts.prewarm_if_fits {
+            sizings
+        } else {
+            vec![]
+        },
         device_memory: ctx.opts.device_memory,
         ..ChipOptions::default()
     };

@@ -170,8 +170,12 @@ pub struct NodeOptions {
     /// Dispatch threads of the node (0 = one per chip). Thread `i` serves the chips of
     /// lane `i % lanes` (`lanes = min(node_cores, chips)`, chip `w` in lane `w % lanes`).
     pub node_cores: usize,
-    /// Sizing every chip builds before it reports ready (validated first).
+    /// Sizing every chip builds before it reports ready (validated first); one that
+    /// does not fit a chip's device memory fails its start, unless `prewarm_if_fits`.
     pub prewarm: Option<CallConfig>,
+    /// A `prewarm` that does not fit a chip's device memory is skipped with a warning
+    /// (the default sizing a worker builds when it is given no prewarm of its own).
+    pub prewarm_if_fits: bool,
     /// Deadline for all chips to report ready.
     pub init_timeout: Duration,
     /// Used by chips around their blocking waits (e.g. releasing an interpreter lock).
@@ -193,6 +197,7 @@ impl Default for NodeOptions {
             chip_cores: 0,
             node_cores: 0,
             prewarm: None,
+            prewarm_if_fits: false,
             init_timeout: Duration::from_secs(30),
             blocking_hook: None,
             chip_timeout: std::env::var("TASKRING_CHIP_TIMEOUT_MS")
