@@ -1,8 +1,9 @@
 """L4: several hosts over MPI (docs/api.md §9) — ``Worker(level=4)`` (``_L4Worker``):
 which rank does what at ``init()``, and a host's serving loop.
 
-Every rank runs the same script. MPI is finalized when the process exits (atexit), not
-when the worker closes: after ``close()`` a script may still use MPI. ``init()`` reads its rank from the MPI launcher's
+Every rank runs the same script. MPI is finalized when the process exits, not when the
+worker closes: after ``close()`` a script may still use MPI; rank 0 exiting with a
+non-zero status (an uncaught exception) ends the job with ``MPI_Abort`` instead. ``init()`` reads its rank from the MPI launcher's
 environment *before* MPI is initialised: a host (ranks 1..N) first starts its L3 node,
 forking its chip processes while it has no MPI threads, then initialises MPI and
 serves rank 0's tasks until rank 0 closes; rank 0 initialises MPI and returns True.
@@ -69,7 +70,7 @@ def _not_a_launch(rank: int, size: int, why: str) -> RuntimeError:
 def _mpi_init_as(rank: int, size: int) -> None:
     """Initialises MPI and checks that it agrees with the launcher's environment: a rank
     that counts on ranks MPI does not have would wait for them forever."""
-    _mpi_init()
+    _mpi_init(rank)
     got = _native.mpi_init()  # MPI is up: the world's (rank, size)
     if tuple(got) != (rank, size):
         raise _not_a_launch(rank, size, f"MPI_Init made it rank {got[0]} of {got[1]}")
@@ -200,14 +201,20 @@ def _check_name(program: Any) -> None:
 _mpi_started = False
 
 
-def _mpi_init() -> None:
+def _mpi_init(rank: int) -> None:
     """MPI is initialised once per process and finalized when the process exits (so a
-    script may still use MPI after its L4 worker closed, e.g. to measure it)."""
+    script may still use MPI after its L4 worker closed, e.g. to measure it).
+
+    Rank 0 finalizes after Python has exited, with the exit status in hand: a non-zero
+    one (an uncaught exception, ``sys.exit(n)``) ends the job with ``MPI_Abort``, as
+    ``MPI_Finalize`` would wait for hosts that may be waiting for rank 0. A host
+    finalizes in ``atexit`` and waits there for the rest of the job."""
     global _mpi_started
     _native.mpi_init()
     if not _mpi_started:
         _mpi_started = True
-        atexit.register(_mpi_finalize)
+        if rank != 0 or not _native.mpi_finalize_at_exit():
+            atexit.register(_mpi_finalize)
 
 
 def _mpi_finalize() -> None:

@@ -59,6 +59,7 @@ __all__ = [
     "mpi_abort",
     "mpi_built",
     "mpi_finalize",
+    "mpi_finalize_at_exit",
     "mpi_init",
     "mpi_launch_env",
     "mpi_pingpong",
@@ -806,6 +807,9 @@ def mpi_init() -> tuple[int, int]:
 
 def mpi_finalize() -> None:
     """`MPI_Finalize` (idempotent)."""
+
+def mpi_finalize_at_exit() -> bool:
+    """Finalize MPI at the process's exit, or `MPI_Abort` with a non-zero exit status; False where that cannot be arranged."""
 
 def mpi_abort(code: int) -> None:
     """`MPI_Abort` of the whole job (exits the process)."""

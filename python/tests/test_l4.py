@@ -185,6 +185,24 @@ def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.parametrize("how,status", [("raise", 1), ("exit", 3), ("ok", 0)])
+def test_rank_0_failing_after_init_ends_the_job_while_its_host_waits_for_it(tmp_path, how, status):
+    # The host waits for a message from rank 0 after serving (as B8's host waits for its
+    # bare ping-pong); MPI_Finalize on rank 0 would wait for that host forever.
+    ran = tmp_path / "ran"
+    p = launch(1, os.path.join(L4, "rank0_raises.py"), how, str(ran), timeout=90)
+    assert ran.exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.returncode == status, p.stdout[-2000:] + p.stderr[-2000:]
+    aborted = f"taskring: rank 0 is exiting with status {status} (an uncaught exception or sys.exit) with MPI initialised; ending the job with MPI_Abort"
+    assert (aborted in p.stderr) == (status != 0), p.stderr[-2000:]
+    if how == "raise":
+        assert "LookupError: rank 0 fails on purpose" in p.stderr
+        assert p.stderr.index("LookupError") < p.stderr.index(aborted)
+    time.sleep(0.3)
+    assert _leftovers(str(ran)) == []
+
+
+@needs_mpi
 def test_a_stopped_host_is_not_responding_within_the_timeout_and_the_job_ends(tmp_path):
     out = tmp_path / "res.json"
     p = launch(2, os.path.join(L4, "stopped_host.py"), str(out), "1000", timeout=90)

@@ -142,6 +142,15 @@ mod with_mpi {
         py.detach(comm::finalize)
     }
 
+    /// Finalize MPI when the process exits — after Python's own exit — or, with a
+    /// non-zero exit status, `MPI_Abort` the job with it (rank 0: a host may be waiting
+    /// for it). False where that cannot be arranged (the caller then finalizes in
+    /// `atexit`).
+    #[pyfunction]
+    pub fn mpi_finalize_at_exit() -> bool {
+        comm::finalize_at_exit()
+    }
+
     /// `MPI_Abort` of the whole job with `code`.
     #[pyfunction]
     pub fn mpi_abort(code: i32) {
@@ -471,6 +480,10 @@ mod without_mpi {
     }
     #[pyfunction]
     pub fn mpi_finalize() {}
+    #[pyfunction]
+    pub fn mpi_finalize_at_exit() -> bool {
+        false
+    }
     #[pyfunction]
     pub fn mpi_abort(code: i32) {
         std::process::exit(code)

@@ -112,6 +112,56 @@ pub fn finalize() {
     drop(UNIVERSE.lock().take());
 }
 
+/// Finalize MPI when this process exits, with its exit status in hand (rank 0; glibc's
+/// `on_exit`, which runs after the embedding's own exit handlers — Python's `atexit`,
+/// where rank 0 closes its worker): status 0 is [`finalize`]; any other status (an
+/// uncaught exception, `sys.exit(n)`) is a line on stderr and `MPI_Abort(status)`.
+/// `MPI_Finalize` waits for every rank, and a host that rank 0 failed to serve may be
+/// waiting for rank 0 in turn (B8's host waits for its bare ping-pong): only an abort
+/// ends that job. Returns false where `on_exit` does not exist (then the embedding
+/// finalizes in its own exit handler, as a host does).
+pub fn finalize_at_exit() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn on_exit(
+                f: extern "C" fn(libc::c_int, *mut libc::c_void),
+                arg: *mut libc::c_void,
+            ) -> libc::c_int;
+        }
+        extern "C" fn at_exit(status: libc::c_int, _: *mut libc::c_void) {
+            end_at_exit(status);
+        }
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        let mut ok = true;
+        // safety: `at_exit` is a plain function with no captured state; glibc calls it
+        // once, from `exit`.
+        REGISTERED.call_once(|| ok = unsafe { on_exit(at_exit, std::ptr::null_mut()) } == 0);
+        ok
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+/// What [`finalize_at_exit`] does at the exit with `status`.
+fn end_at_exit(status: i32) {
+    if !initialized() {
+        return;
+    }
+    if status != 0 {
+        let rank = world().rank;
+        eprintln!(
+            "taskring: rank {rank} is exiting with status {status} (an uncaught exception or \
+             sys.exit) with MPI initialised; ending the job with MPI_Abort (the other ranks \
+             may be waiting for this one)"
+        );
+        abort(status);
+    }
+    finalize();
+}
+
 /// `MPI_Abort` of the whole job.
 pub fn abort(code: i32) -> ! {
     SimpleCommunicator::world().abort(code)
