@@ -441,7 +441,9 @@ def test_heap_deadlock_code_2():
         assert e.name == "HEAP_RING_DEADLOCK"
         assert e.ring == 1
         assert e.configured == 1024
-        assert e.needed == 32 * 1024
+        # 32 KiB for this task's outputs is a lower bound of what holds the run: said in
+        # the description, not given as `needed`
+        assert e.needed is None and "a ring_heap of at least 32768 bytes is needed" in e.description
         assert str(e) == f"{e.name} (code {e.code}) on ring {e.ring}: {e.description}. Hint: {e.hint}"
         # same worker, enough heap
         w.run(big_output, x, out, config=RunConfig(ring_heap=[0, 64 * 1024, 0, 0]))
@@ -900,7 +902,7 @@ def test_heap_full_by_one_scope_is_reported():
     assert time.monotonic() - t0 < 5
     e = ei.value
     assert (e.code, e.name, e.ring, e.configured) == (2, "HEAP_RING_DEADLOCK", 1, 4096)
-    assert e.needed is not None and e.needed > 4096
+    assert e.needed is None and "ring_heap of at least 8192 bytes would be needed" in e.description
 
 
 def test_dep_pool_overflow_code_4():
@@ -917,7 +919,7 @@ def test_dep_pool_overflow_code_4():
             w.run(prog, np.zeros(4, np.float32), config=RunConfig(ring_dep_pool=4))
         e = ei.value
         assert (e.code, e.name, e.ring, e.configured) == (4, "DEP_POOL_OVERFLOW", 1, 4)
-        assert e.needed is not None and e.needed > 4
+        assert e.needed is None and "ring_dep_pool of at least 6 entries" in e.description, e.description
         rep = w.run(prog, np.zeros(4, np.float32), config=RunConfig(ring_dep_pool=64))
         assert rep.tasks == 7
 

@@ -21,17 +21,23 @@ use taskring::{Arg, ChipOptions, ChipWorker, Program, RingSizing, RunError};
 ///
 /// One chip may be used from several Python threads: its calls are serialised by
 /// `chip` (a thread waits for its turn without the GIL), and `close()` waits for the run
-/// in flight. A chip belongs to the process that made it: after `fork()` the child has
-/// none of its threads, so every call there fails at once (and dropping it in the child
-/// frees nothing the parent still owns).
+/// in flight. A call from the run's own orchestration that needs the chip (`close()`,
+/// `run()`, `capture()`, a replay, `arena_stats`) raises `RuntimeError` at once. A chip
+/// belongs to the process that made it: after `fork()` the child has none of its
+/// threads, so every call there fails at once (and dropping it in the child frees
+/// nothing the parent still owns).
 #[pyclass(module = "taskring._native", name = "Chip", frozen)]
 pub struct PyChip {
     chip: Arc<Resident>,
+    /// The chip's core threads (a core given up on is replaced: the count stays).
+    cores: usize,
 }
 
 /// An orchestration to run on the chip: `orchestration(rt, *args)` named `name`, with
 /// `config` (a CallConfig, RunConfig or None).
 struct Orchestration<'a, 'py> {
+    /// The call, as a refusal names it (`"run()"`, `"capture()"`).
+    call: &'static str,
     orchestration: Py<PyAny>,
     name: &'a str,
     args: &'a Bound<'py, PyList>,
@@ -52,7 +58,7 @@ impl PyChip {
         let cfg = call_config_of(py, o.config)?;
         let host = host_args(o.args.iter())?;
         let (program, pending) = python_program(o.orchestration, o.name);
-        let mut guard = self.chip.lock(py)?;
+        let mut guard = self.chip.lock(py, o.call)?;
         let chip = guard
             .as_mut()
             .ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
@@ -117,6 +123,7 @@ impl PyChip {
             .detach(|| ChipWorker::new(opts))
             .map_err(|f| failure_err(py, &f))?;
         Ok(PyChip {
+            cores: chip.cores().len(),
             chip: Arc::new(Resident::new(chip)),
         })
     }
@@ -133,6 +140,7 @@ impl PyChip {
         config: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyRunReport> {
         let o = Orchestration {
+            call: "capture()",
             orchestration,
             name: &name,
             args,
@@ -155,6 +163,7 @@ impl PyChip {
         config: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyCaptured> {
         let o = Orchestration {
+            call: "run()",
             orchestration,
             name: &name,
             args,
@@ -168,7 +177,11 @@ impl PyChip {
 
     fn arena_stats(&self, py: Python<'_>) -> PyResult<PyArenaStats> {
         self.chip.check_process()?;
-        let stats = self.chip.lock(py)?.as_ref().map(|c| c.arena_stats());
+        let stats = self
+            .chip
+            .lock(py, "arena_stats")?
+            .as_ref()
+            .map(|c| c.arena_stats());
         arena_stats_py(
             py,
             stats.ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?,
@@ -177,9 +190,13 @@ impl PyChip {
 
     #[getter]
     fn cores(&self, py: Python<'_>) -> PyResult<usize> {
+        if self.chip.held_here() {
+            // Asked by the chip's own orchestration: the run holds the chip.
+            return Ok(self.cores);
+        }
         Ok(self
             .chip
-            .lock(py)?
+            .lock(py, "cores")?
             .as_ref()
             .map(|c| c.cores().len())
             .unwrap_or(0))
@@ -188,7 +205,7 @@ impl PyChip {
     /// Stop the chip (waits for a run in flight on another thread).
     /// In a forked child, closing forgets the parent's chip without touching it.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let chip = self.chip.lock(py)?.take();
+        let chip = self.chip.lock(py, "close()")?.take();
         match chip {
             Some(c) if self.chip.forked() => std::mem::forget(c),
             Some(c) => {
@@ -202,6 +219,10 @@ impl PyChip {
 
     #[getter]
     fn closed(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.chip.lock(py)?.is_none())
+        // The chip's own orchestration asking: its run holds the chip, open.
+        if self.chip.held_here() {
+            return Ok(false);
+        }
+        Ok(self.chip.lock(py, "closed")?.is_none())
     }
 }

@@ -8,8 +8,10 @@
 
 use crate::errors::PendingErr;
 use parking_lot::{Mutex, MutexGuard};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +32,111 @@ pub fn lock_detached<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<M
         py.detach(|| m.try_lock_for(SIGNAL_CHECK).map(drop));
         py.check_signals()?;
     }
+}
+
+/// A worker's lock, held for a whole run, that knows which thread holds it.
+///
+/// A run's orchestration runs on the thread that holds the lock. A call from there that
+/// needs the lock (`close()`, `run()` on the worker whose run is calling) would wait for
+/// the run, which waits for the orchestration to return: it is refused at once with a
+/// `RuntimeError` ([`reentered`]). Other threads wait for their turn as
+/// [`lock_detached`] does.
+pub struct RunLock<T> {
+    m: Mutex<T>,
+    /// The [`thread_key`] of the thread holding `m`, 0 when none. Written only by that
+    /// thread (when it takes and lets go of `m`); other threads read it only to compare
+    /// with their own key, which it never equals.
+    holder: AtomicU64,
+}
+
+/// Guard of a [`RunLock`]: clears the holder before the lock is let go.
+pub struct RunGuard<'a, T> {
+    g: MutexGuard<'a, T>,
+    holder: &'a AtomicU64,
+}
+
+impl<T> std::ops::Deref for RunGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.g
+    }
+}
+
+impl<T> std::ops::DerefMut for RunGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.g
+    }
+}
+
+impl<T> Drop for RunGuard<'_, T> {
+    fn drop(&mut self) {
+        self.holder.store(0, Relaxed);
+    }
+}
+
+impl<T: Send> RunLock<T> {
+    pub fn new(v: T) -> Self {
+        RunLock {
+            m: Mutex::new(v),
+            holder: AtomicU64::new(0),
+        }
+    }
+
+    /// Does this thread hold the lock (is it running this worker's orchestration)?
+    pub fn held_here(&self) -> bool {
+        self.holder.load(Relaxed) == thread_key()
+    }
+
+    /// `RuntimeError` when this thread holds the lock: `call` (e.g. `"close()"`) was
+    /// made from inside the worker's own orchestration.
+    pub fn check_not_held_here(&self, call: &str) -> PyResult<()> {
+        if self.held_here() {
+            return Err(reentered(call));
+        }
+        Ok(())
+    }
+
+    /// Take the lock for `call`: refused at once on the thread that holds it, else as
+    /// [`lock_detached`] (the GIL released, Ctrl-C raises).
+    pub fn lock<'a>(&'a self, py: Python<'_>, call: &str) -> PyResult<RunGuard<'a, T>> {
+        self.check_not_held_here(call)?;
+        let g = lock_detached(py, &self.m)?;
+        self.holder.store(thread_key(), Relaxed);
+        Ok(RunGuard {
+            g,
+            holder: &self.holder,
+        })
+    }
+
+    /// The lock without waiting (a child of `fork()`, where its holder may be a thread
+    /// that no longer exists).
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.m.try_lock()
+    }
+
+    /// The value, through exclusive access (no locking).
+    pub fn get_mut(&mut self) -> &mut T {
+        self.m.get_mut()
+    }
+}
+
+/// The `RuntimeError` of a call made from inside the orchestration of the worker's own
+/// run (`docs/api.md` §6.1).
+pub fn reentered(call: &str) -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "{call} was called from inside this worker's own orchestration: it would wait for \
+         the run in progress, which waits for the orchestration to return; call it after \
+         run() returns"
+    ))
+}
+
+/// A key of the calling thread, unique in the process and never 0.
+fn thread_key() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static KEY: u64 = NEXT.fetch_add(1, Relaxed);
+    }
+    KEY.with(|k| *k)
 }
 
 thread_local! {

@@ -6,7 +6,7 @@ use crate::conversion::{arg_dirs, worker_index};
 use crate::errors::{
     config_err, forked_err, is_failure, node_err, orchestration_failed, raised_in_run, PendingErr,
 };
-use crate::gil::{gil_hook, interrupt_hook, lock_detached};
+use crate::gil::{gil_hook, interrupt_hook, RunGuard, RunLock};
 use crate::node_orchestrator::PyNodeOrchestrator;
 use crate::orchestrator::{call_bound, python_program};
 use crate::params::Params;
@@ -117,7 +117,8 @@ impl Default for NodeArgs<'_> {
 /// Native part of `taskring.Worker(level=3)`.
 ///
 /// Calls from several threads are serialised by `node` (a thread waits for its turn
-/// without the GIL, and Ctrl-C interrupts that wait); `close()` waits for the run in
+/// without the GIL, and Ctrl-C interrupts that wait; the run's own orchestration calling
+/// `run()` or `close()` raises `RuntimeError` at once); `close()` waits for the run in
 /// flight, after telling it to give up on chips that do not answer. A run waits for
 /// its chips with the GIL released and looks for Ctrl-C every 50 ms: `KeyboardInterrupt`
 /// cancels the run (the worker stays usable; see `taskring::node`). The worker belongs
@@ -125,8 +126,9 @@ impl Default for NodeArgs<'_> {
 /// `close()` (or dropping it) forgets it without touching the parent's chips.
 #[pyclass(module = "taskring._native", name = "Node")]
 pub struct PyNode {
-    /// Held for a whole run; other calls wait for it with the GIL released.
-    node: parking_lot::Mutex<Option<Node>>,
+    /// Held for a whole run; other calls wait for it with the GIL released, and the
+    /// run's own orchestration calling `run()` or `close()` is refused at once.
+    node: RunLock<Option<Node>>,
     callables: Arc<RwLock<Vec<ChipCallable>>>,
     processes: bool,
     owners: Py<PyAny>,
@@ -153,7 +155,7 @@ impl PyNode {
         self.check_process()?;
         let owners = self.owners.clone_ref(py);
         let callables = self.callables.clone();
-        let mut guard = self.lock(py)?;
+        let mut guard = self.lock(py, "run()")?;
         let node = guard
             .as_mut()
             .filter(|_| !self.closing.load(Ordering::SeqCst))
@@ -199,9 +201,10 @@ impl PyNode {
         r.map_err(|e| node_err(py, e))
     }
 
-    /// The node, locked (waiting without the GIL while a run holds it; Ctrl-C raises).
-    fn lock<'a>(&'a self, py: Python<'_>) -> PyResult<parking_lot::MutexGuard<'a, Option<Node>>> {
-        lock_detached(py, &self.node)
+    /// The node, locked for `call` (waiting without the GIL while a run holds it;
+    /// Ctrl-C raises; refused on the thread whose run holds it).
+    fn lock<'a>(&'a self, py: Python<'_>, call: &str) -> PyResult<RunGuard<'a, Option<Node>>> {
+        self.node.lock(py, call)
     }
 
     fn check_process(&self) -> PyResult<()> {
@@ -258,7 +261,7 @@ impl PyNode {
             handle: parking_lot::Mutex::new(Some(handle)),
             pid: std::process::id(),
             closing: AtomicBool::new(false),
-            node: parking_lot::Mutex::new(Some(node)),
+            node: RunLock::new(Some(node)),
             callables: reg,
             processes: o.chip_processes,
             owners,
@@ -385,11 +388,13 @@ impl PyNode {
             }
             return Ok(());
         }
+        // From the run's own orchestration: refused before anything changes.
+        self.node.check_not_held_here("close()")?;
         self.closing.store(true, Ordering::SeqCst);
         if let Some(h) = self.handle.lock().as_ref() {
             h.request_close();
         }
-        let taken = self.lock(py)?.take();
+        let taken = self.lock(py, "close()")?.take();
         if let Some(mut n) = taken {
             py.detach(move || n.close());
         }

@@ -87,7 +87,7 @@ impl PyCaptured {
             }
         }
         let host = host_args(args.iter())?;
-        let mut guard = self.chip.lock(py)?;
+        let mut guard = self.chip.lock(py, "replay()")?;
         let Some(w) = guard.as_mut() else {
             return Err(PyValueError::new_err(
                 "this captured program's ChipWorker is closed; capture it again on an open worker",

@@ -1,28 +1,28 @@
 //! The resident chip behind a `ChipWorker`, shared with the programs captured on it: the
-//! Rust `ChipWorker` behind its lock (taken with the GIL released), and the process it
-//! belongs to.
+//! Rust `ChipWorker` behind its lock (taken with the GIL released; refused on the thread
+//! whose run holds it, see [`RunLock`]), and the process it belongs to.
 
 use crate::errors::forked_err;
-use crate::gil::lock_detached;
-use parking_lot::{Mutex, MutexGuard};
+use crate::gil::{RunGuard, RunLock};
 use pyo3::prelude::*;
 use taskring::ChipWorker;
 
 /// A resident simulated chip: None once closed.
 ///
-/// Calls are serialised by the lock (a thread waits for its turn without the GIL). A
+/// Calls are serialised by the lock (a thread waits for its turn without the GIL; the
+/// run's own orchestration calling back into its worker is refused at once). A
 /// chip belongs to the process that made it: after `fork()` the child has none of its
 /// threads, so every call there fails at once, and dropping it in the child frees
 /// nothing the parent still owns.
 pub struct Resident {
-    chip: Mutex<Option<ChipWorker>>,
+    chip: RunLock<Option<ChipWorker>>,
     pid: u32,
 }
 
 impl Resident {
     pub fn new(chip: ChipWorker) -> Self {
         Resident {
-            chip: Mutex::new(Some(chip)),
+            chip: RunLock::new(Some(chip)),
             pid: std::process::id(),
         }
     }
@@ -40,10 +40,20 @@ impl Resident {
         std::process::id() != self.pid
     }
 
-    /// The chip (None once closed), locked for this thread; waits for a run in flight
-    /// with the GIL released.
-    pub fn lock<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, Option<ChipWorker>>> {
-        lock_detached(py, &self.chip)
+    /// The chip (None once closed), locked for this thread to do `call` (e.g.
+    /// `"run()"`, named in the refusal); waits for a run in flight with the GIL
+    /// released.
+    pub fn lock<'a>(
+        &'a self,
+        py: Python<'_>,
+        call: &str,
+    ) -> PyResult<RunGuard<'a, Option<ChipWorker>>> {
+        self.chip.lock(py, call)
+    }
+
+    /// Is this thread running an orchestration on the chip?
+    pub fn held_here(&self) -> bool {
+        self.chip.held_here()
     }
 }
 

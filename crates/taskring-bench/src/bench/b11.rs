@@ -27,11 +27,19 @@
 //!   and whose arena is dropped afterwards; later dispatches get need × 1.25 rounded up.
 //!
 //! The ways run on separate nodes with the same device memory (1 GiB per chip), their
-//! dispatches interleaved: per sample, `batch` dispatches of each way in turn, after two
-//! warm-up dispatches of each way (for (c): the learning dispatch and one learned one),
-//! which are reported apart and not measured. After the repetitions each chip reports
-//! its arena cache (`Node::chip_arena_stats`: resident device bytes); the chip task
-//! reports of the measured dispatches give each chip's distinct sizings (the sum of
+//! dispatches interleaved in rounds: per round, `batch` dispatches of each way in turn
+//! (the first way rotating), one dispatches/s sample per way. Rounds come in blocks,
+//! each block on fresh nodes (made in a rotating order) after two warm-up dispatches of
+//! each way (for (c): the learning dispatch and one learned one), which are reported
+//! apart and not measured; a first block warms up the process and is reported, not
+//! judged. Throughput against (a) is judged per round (the two ways' samples of one
+//! round form a ratio), per block (the median of its rounds' ratios) and over the blocks
+//! (their geometric mean with a 95 % interval, `paired.rs`): the bar is met when the
+//! whole interval is at or above it, missed when the whole interval is below it, and
+//! undecided otherwise. Blocks are added until every verdict is decided or a cap is
+//! reached. After the first measured block each chip reports its arena cache
+//! (`Node::chip_arena_stats`: resident device bytes); the chip task
+//! reports of that block's measured dispatches give each chip's distinct sizings (the sum of
 //! their `device_footprint`) and its peak use. Then the tight variant: 4 chips of
 //! 256 MiB, where (a)'s arena (≈ 539 MB) cannot fit and its dispatch fails with
 //! DEVICE_OUT_OF_MEMORY, while (b)'s arenas (≈ 135 MB on chip 0) do; (c) gets one
@@ -42,6 +50,7 @@
 //! DEVICE_OUT_OF_MEMORY while (b) runs, and (c) runs every dispatch after its learning
 //! one.
 
+use super::paired::{BlockedRatios, PairedRatios, Verdict};
 use super::*;
 use parking_lot::RwLock;
 use serde_json::json;
@@ -70,6 +79,10 @@ const TILE: u32 = 256;
 const ROOMY: u64 = 1 << 30;
 /// Device memory per chip in the tight variant ((a) cannot fit, (b) can).
 const TIGHT: u64 = 256 << 20;
+/// The bars: (b) and (c) reserve at most this share of (a)'s device memory …
+const MEM_BAR: f64 = 0.25;
+/// … at no less than this share of its throughput.
+const TPUT_BAR: f64 = 0.95;
 /// Callable handles.
 const ATTN: u32 = 0;
 const ELEMENTWISE: u32 = 1;
@@ -409,19 +422,33 @@ impl WayResult {
     }
 }
 
-/// The main variant: the runnable ways on nodes of `ROOMY` chips, dispatches
-/// interleaved, `reps` samples of `batch` dispatches each.
-fn main_variant(
-    ways: &[(Way, (CallConfig, CallConfig))],
-    reps: usize,
+/// How the main variant's throughput is sampled: blocks of `rounds` rounds, each block
+/// on fresh nodes; at least `min_blocks`, then more until every throughput verdict
+/// against (a) is decided, at most `max_blocks` or `max_time` of measuring.
+struct Plan {
+    rounds: usize,
     batch: usize,
+    min_blocks: usize,
+    max_blocks: usize,
+    max_time: Duration,
+}
+
+/// One block of the main variant: the runnable ways on fresh nodes of `ROOMY` chips
+/// (made in an order rotated by `block`), two warm-up dispatches each, then `rounds`
+/// rounds of `batch` dispatches of each way in turn, the first way rotating.
+fn main_block(
+    ways: &[(Way, (CallConfig, CallConfig))],
+    block: usize,
+    plan: &Plan,
     prog: &mut Progress,
 ) -> Result<Vec<WayResult>, String> {
     let tensors = Tensors::new()?;
-    let mut nodes = ways
-        .iter()
-        .map(|_| make_node(ROOMY))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut made: Vec<Option<Node>> = ways.iter().map(|_| None).collect();
+    for i in 0..ways.len() {
+        let k = (i + block) % ways.len();
+        made[k] = Some(make_node(ROOMY)?);
+    }
+    let mut nodes: Vec<Node> = made.into_iter().flatten().collect();
     let mut usage: Vec<Usage> = ways.iter().map(|_| Usage::default()).collect();
     // Warm-up, not measured: each chip builds its arenas; under (c) each chip learns
     // each program's need on the first dispatch and runs the learned sizing on the
@@ -435,21 +462,21 @@ fn main_variant(
         warm_resident.push(resident_of(node)?);
     }
     let mut samples: Vec<Vec<f64>> = ways.iter().map(|_| vec![]).collect();
-    for rep in 0..reps {
+    for round in 0..plan.rounds {
         // The ways take turns going first (machine noise hits them alike).
         let mut order: Vec<usize> = (0..ways.len()).collect();
-        order.rotate_left(rep % ways.len().max(1));
+        order.rotate_left(round % ways.len().max(1));
         for k in order {
             let (node, (_, cfgs)) = (&mut nodes[k], &ways[k]);
-            let mut reports = Vec::with_capacity(batch);
+            let mut reports = Vec::with_capacity(plan.batch);
             let t0 = Instant::now();
-            for _ in 0..batch {
+            for _ in 0..plan.batch {
                 reports.push(dispatch(node, &tensors, cfgs)?);
             }
-            samples[k].push(batch as f64 / t0.elapsed().as_secs_f64());
+            samples[k].push(plan.batch as f64 / t0.elapsed().as_secs_f64());
             reports.iter().for_each(|r| usage[k].add(r));
         }
-        prog.tick("dispatches");
+        prog.tick("rounds");
     }
     let mut out = vec![];
     for ((((node, (way, _)), u), s), (wu, wr)) in nodes
@@ -475,6 +502,81 @@ fn main_variant(
         });
     }
     Ok(out)
+}
+
+/// The main variant's blocks, measured after one warm-up block.
+struct Blocks {
+    /// The first measured block's results (its memory figures; every block resolves
+    /// the same sizings), each way's throughput samples being those of all blocks.
+    res: Vec<WayResult>,
+    /// Per way (in `ways` order) and measured block, the rounds' dispatches/s.
+    per_block: Vec<Vec<Vec<f64>>>,
+    /// Per way and measured block, the resident bytes of all chips after the block.
+    resident: Vec<Vec<u64>>,
+    /// The warm-up block's per-round ratios of each way over the first (reported, not
+    /// judged: in several runs the first block after the process started lay furthest
+    /// from the others).
+    warmup_ratios: Vec<Vec<f64>>,
+    /// What stopped the blocks.
+    stop: &'static str,
+}
+
+/// The main variant: one warm-up block, then blocks of `main_block` as `plan` says.
+fn main_variant(ways: &[(Way, (CallConfig, CallConfig))], plan: &Plan) -> Result<Blocks, String> {
+    let mut prog = Progress::new("b11", (plan.max_blocks + 1) * plan.rounds);
+    let warm = main_block(ways, 0, plan, &mut prog)?;
+    let warmup_ratios = warm
+        .iter()
+        .map(|r| PairedRatios::new(&r.tput.samples, &warm[0].tput.samples).ratios)
+        .collect();
+    let t0 = Instant::now();
+    let mut first: Option<Vec<WayResult>> = None;
+    let mut per_block: Vec<Vec<Vec<f64>>> = ways.iter().map(|_| vec![]).collect();
+    let mut resident: Vec<Vec<u64>> = ways.iter().map(|_| vec![]).collect();
+    let mut stop = "the block limit";
+    for block in 1..=plan.max_blocks {
+        let res = main_block(ways, block, plan, &mut prog)?;
+        for (k, r) in res.iter().enumerate() {
+            per_block[k].push(r.tput.samples.clone());
+            resident[k].push(WayResult::total(&r.resident));
+        }
+        first.get_or_insert(res);
+        if block >= plan.min_blocks {
+            let decided = per_block[1..]
+                .iter()
+                .all(|x| throughput_vs(x, &per_block[0]).at_least(TPUT_BAR) != Verdict::Undecided);
+            if decided {
+                stop = "every verdict decided";
+                break;
+            }
+            if t0.elapsed() >= plan.max_time {
+                stop = "the time limit";
+                break;
+            }
+        }
+    }
+    prog.done();
+    let mut res = first.ok_or("no block ran")?;
+    for (r, blocks) in res.iter_mut().zip(&per_block) {
+        r.tput = Series::new("dispatches/s", blocks.concat());
+    }
+    Ok(Blocks {
+        res,
+        per_block,
+        resident,
+        warmup_ratios,
+        stop,
+    })
+}
+
+/// Way `x`'s throughput over (a)'s: per block the rounds' paired ratios.
+fn throughput_vs(x: &[Vec<f64>], a: &[Vec<f64>]) -> BlockedRatios {
+    BlockedRatios::new(
+        x.iter()
+            .zip(a)
+            .map(|(x, a)| PairedRatios::new(x, a))
+            .collect(),
+    )
 }
 
 /// Each chip's resident arena bytes.
@@ -611,22 +713,26 @@ fn is_device_oom(text: &str) -> bool {
     ))
 }
 
-/// One way's figures against (a): reserved ratio, throughput ratio, each bar met.
+/// One way's figures against (a): the reserved ratio and its bar, the throughput's
+/// paired ratios per round in blocks and their verdict.
 struct Judged {
     mem_ratio: f64,
-    tput_ratio: f64,
     mem_ok: bool,
-    tput_ok: bool,
+    tput: BlockedRatios,
+    tput_verdict: Verdict,
+    /// The ratio of the two ways' median throughputs over all rounds (for reference).
+    medians_ratio: f64,
 }
 
-fn judge(a: &WayResult, x: &WayResult) -> Judged {
+fn judge(a: &WayResult, x: &WayResult, x_blocks: &[Vec<f64>], a_blocks: &[Vec<f64>]) -> Judged {
     let mem_ratio = WayResult::total(&x.resident) as f64 / WayResult::total(&a.resident) as f64;
-    let tput_ratio = x.tput.median / a.tput.median;
+    let tput = throughput_vs(x_blocks, a_blocks);
     Judged {
         mem_ratio,
-        tput_ratio,
-        mem_ok: mem_ratio <= 0.25,
-        tput_ok: tput_ratio >= 0.95,
+        mem_ok: mem_ratio <= MEM_BAR,
+        tput_verdict: tput.at_least(TPUT_BAR),
+        medians_ratio: x.tput.median / a.tput.median,
+        tput,
     }
 }
 
@@ -655,13 +761,35 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         opts,
     );
     let reps = opts.reps.max(5);
-    let batch = if opts.quick { 10 } else { 100 };
+    let plan = if opts.quick {
+        Plan {
+            rounds: 10,
+            batch: 10,
+            min_blocks: 3,
+            max_blocks: 5,
+            max_time: Duration::from_secs(15),
+        }
+    } else {
+        Plan {
+            rounds: 25,
+            batch: 20,
+            min_blocks: reps,
+            max_blocks: 40.max(reps),
+            max_time: Duration::from_secs(90),
+        }
+    };
+    let batch = plan.batch;
     let tight_n = 3;
     let ways: Vec<_> = WAYS.iter().map(|&w| (w, w.configs())).collect();
-    let samples = 3 * reps;
-    let mut prog = Progress::new("b11", samples);
-    let res = main_variant(&ways, samples, batch, &mut prog)?;
-    prog.done();
+    let Blocks {
+        res,
+        per_block,
+        resident: block_resident,
+        warmup_ratios,
+        stop,
+    } = main_variant(&ways, &plan)?;
+    let blocks = per_block[0].len();
+    let samples = res[0].tput.samples.len();
     table(&b, &res);
     let find = |w: Way| {
         res.iter()
@@ -690,15 +818,25 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         au.not_auto
     ));
 
-    let (jb, jc) = (judge(a, pt), judge(a, au));
+    let way_index = |w: Way| WAYS.iter().position(|&x| x == w).unwrap_or(0);
+    let blocks_of = |w: Way| &per_block[way_index(w)];
+    let (jb, jc) = (
+        judge(a, pt, blocks_of(Way::PerTask), blocks_of(Way::Global)),
+        judge(a, au, blocks_of(Way::Auto), blocks_of(Way::Global)),
+    );
+    b.say(&format!(
+        "   throughput: {blocks} blocks (fresh nodes each, after a warm-up block) of {} rounds of {batch} dispatches per way, stopped by {stop}; per round each way's dispatches/s over (a)'s, the median per block, the geometric mean over blocks",
+        plan.rounds
+    ));
     for (w, j) in [(Way::PerTask, &jb), (Way::Auto, &jc)] {
         b.say(&format!(
-            "   {}/(a): reserved {:.1} % (bar ≤ 25 %: {}), throughput {:.3}x (bar ≥ 0.95x: {})",
+            "   {}/(a): reserved {:.1} % (bar ≤ 25 %: {}), throughput {} (bar ≥ 0.95×: {}); ratio of the medians over all rounds {:.3}×",
             tag(w),
             100.0 * j.mem_ratio,
             pf(j.mem_ok),
-            j.tput_ratio,
-            pf(j.tput_ok)
+            j.tput.line(),
+            j.tput_verdict.word(),
+            j.medians_ratio
         ));
     }
     let (ra, rb, rc) = (
@@ -757,7 +895,7 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         let mut c = Case::new(
             r.way.label(),
             &format!(
-                "dispatches/s of one L3 run (1 attention-like task on chip {BIG_CHIP}, {SMALL_TASKS} element-wise tasks over {CHIPS} chips), median of {samples} batches of {batch}, the ways interleaved"
+                "dispatches/s of one L3 run (1 attention-like task on chip {BIG_CHIP}, {SMALL_TASKS} element-wise tasks over {CHIPS} chips), one sample per round of {batch} dispatches, {samples} rounds in {blocks} blocks, the ways interleaved"
             ),
             r.tput.clone(),
         )
@@ -769,12 +907,18 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         };
         if let Some(j) = j {
             let t = tag(r.way);
+            let mut extra = r.json();
+            extra["throughput_vs_a"] = json!({ "paired": j.tput.json(),
+                "verdict": j.tput_verdict, "ratio_of_medians": j.medians_ratio });
             c = c
                 .with_baseline(
                     "a_global",
                     a.tput.clone(),
-                    &format!("{} throughput / global throughput", r.way.label()),
-                    j.tput_ratio,
+                    &format!(
+                        "geometric mean over blocks of the median over a block's rounds of ({} dispatches/s / global dispatches/s in the same round)",
+                        r.way.label()
+                    ),
+                    j.tput.mean,
                 )
                 .bar(
                     format!(
@@ -784,9 +928,14 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
                     j.mem_ok,
                 )
                 .bar(
-                    format!("{t} at ≥ 0.95× (a)'s throughput ({:.3}×)", j.tput_ratio),
-                    j.tput_ok,
-                );
+                    format!(
+                        "{t} at ≥ 0.95× (a)'s throughput: {}, {}",
+                        j.tput.line(),
+                        j.tput_verdict.word()
+                    ),
+                    j.tput_verdict == Verdict::Met,
+                )
+                .extra(extra);
         }
         b.push(c);
     }
@@ -827,7 +976,7 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         .extra(json!({ "ways": tight_json })),
     );
     let summary = format!(
-        "reserved (a) {} MB, (b) {} MB = {:.1} % ({}), (c) {} MB = {:.1} % ({}); throughput vs (a) {:.0}/s: (b) {:.3}x ({}), (c) {:.3}x ({}); tight {} MiB: (a) DEVICE_OUT_OF_MEMORY {}, (b) runs {}, (c) runs {}",
+        "reserved (a) {} MB, (b) {} MB = {:.1} % ({}), (c) {} MB = {:.1} % ({}); throughput vs (a) {:.0}/s over {} blocks of paired rounds, [95 % CI] (block medians): (b) {:.3}x [{}] ({:.3}-{:.3}) {}, (c) {:.3}x [{}] ({:.3}-{:.3}) {}; tight {} MiB: (a) DEVICE_OUT_OF_MEMORY {}, (b) runs {}, (c) runs {}; load {} -> {}",
         mb(ra),
         mb(rb),
         100.0 * jb.mem_ratio,
@@ -836,14 +985,23 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         100.0 * jc.mem_ratio,
         pf(jc.mem_ok),
         a.tput.median,
-        jb.tput_ratio,
-        pf(jb.tput_ok),
-        jc.tput_ratio,
-        pf(jc.tput_ok),
+        blocks,
+        jb.tput.mean,
+        jb.tput.ci_text(),
+        jb.tput.block_range().0,
+        jb.tput.block_range().1,
+        jb.tput_verdict.word(),
+        jc.tput.mean,
+        jc.tput.ci_text(),
+        jc.tput.block_range().0,
+        jc.tput.block_range().1,
+        jc.tput_verdict.word(),
         TIGHT >> 20,
         pf(a_oom),
         pf(b_runs),
         pf(c_runs),
+        b.machine.loadavg_start,
+        loadavg(),
     );
     let configs: Vec<_> = ways
         .iter()
@@ -854,7 +1012,15 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
         .collect();
     Ok(b.finish_as(
         "b11",
-        json!({ "reps": reps, "samples": samples, "dispatches_per_sample": batch, "chips": CHIPS, "chip_cores": 1,
+        json!({ "reps": reps, "blocks": blocks, "rounds": samples, "rounds_per_block": plan.rounds,
+            "dispatches_per_round": batch,
+            "plan": { "min_blocks": plan.min_blocks, "max_blocks": plan.max_blocks,
+                "max_time_s": plan.max_time.as_secs_f64(), "stopped_by": stop },
+            "warmup_block_ratios": WAYS.iter().zip(&warmup_ratios)
+                .map(|(w, r)| json!({ "way": w.label(), "ratios_over_a": r })).collect::<Vec<_>>(),
+            "resident_bytes_per_block": WAYS.iter().zip(&block_resident)
+                .map(|(w, r)| json!({ "way": w.label(), "total": r })).collect::<Vec<_>>(),
+            "chips": CHIPS, "chip_cores": 1,
             "big_chip": BIG_CHIP, "small_tasks_per_dispatch": SMALL_TASKS,
             "small_task_bytes": SMALL_ELEMS * 4, "attention_buffers_bytes": 3 * ATTN_ELEMS as u64 * 4,
             "attention_tasks_in_scope": ATTN_TILES + 2,

@@ -20,6 +20,7 @@ pub mod b6;
 pub mod b9;
 pub mod baseline;
 pub mod cpus;
+pub mod paired;
 pub mod peers;
 
 use serde::Serialize;

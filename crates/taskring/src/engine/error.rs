@@ -159,11 +159,17 @@ impl RuntimeFailure {
     }
     /// The code's hint; for a capacity failure whose needed size is known, led by the
     /// `runtime_env` value that would have held it (e.g. `runtime_env
-    /// ring_task_window[1] >= 64; raise ring_task_window ...`).
+    /// ring_task_window[1] >= 64; raise ring_task_window ...`); when it is not known,
+    /// by the entry to raise and how to learn its size in one run.
     pub fn hint(&self) -> String {
-        match (self.resource, self.ring, self.needed) {
-            (Some(r), Some(ring), Some(n)) if r != Resource::Tensormap => format!(
+        match (self.resource, self.ring, self.needed, self.configured) {
+            (Some(r), Some(ring), Some(n), _) if r != Resource::Tensormap => format!(
                 "runtime_env {}[{ring}] >= {n}; {}",
+                r.name(),
+                self.code.hint()
+            ),
+            (Some(r), Some(ring), None, Some(c)) if r != Resource::Tensormap => format!(
+                "runtime_env {}[{ring}] > {c}; the size that holds the run is not known from this failure: \"auto\" for that entry learns it in one dispatch (or run with enable_scope_stats and use taskring sizing); {}",
                 r.name(),
                 self.code.hint()
             ),

@@ -536,12 +536,13 @@ impl DryScope {
                 "no valid ring_task_window (at most {max} slots) holds that many; split the scope"
             ),
         };
+        // Only a complete count knows the window that holds the scope.
         RuntimeFailure::capacity(
             StatusCode::ScopeDeadlock,
             ring,
             Resource::TaskWindow,
             window,
-            needed,
+            needed.filter(|_| complete),
             format!("{what}: {count} and ring {ring}'s ring_task_window={window} holds at most {} live tasks; {fit}", window - 1),
         )
     }
@@ -1132,7 +1133,9 @@ impl<'r> Orchestrator<'r> {
                 ring,
                 Resource::Heap,
                 heap_size,
-                needed,
+                // A lower bound (other live tasks hold bytes too): not a size that holds
+                // the run.
+                None,
                 format!("{what}: its outputs need {heap_bytes} bytes (each output rounded up to 1 KiB) but ring {ring}'s ring_heap={heap_size} bytes; {fit}"),
             )));
         }
@@ -1218,7 +1221,8 @@ impl<'r> Orchestrator<'r> {
                 ring,
                 Resource::DepPool,
                 cap,
-                Some(need),
+                // A lower bound, as for the heap above.
+                None,
                 format!("{what}: the task needs {need} {noun}{extra} but ring {ring}'s ring_dep_pool={cap} entries; a ring_dep_pool of at least {need} entries is needed"),
             )));
         }
@@ -1532,7 +1536,8 @@ impl Shortage {
             self.ring,
             self.resource,
             self.configured,
-            self.needed,
+            // What is live now plus this submit: a lower bound of what holds the run.
+            None,
             format!(
                 "{what}: provable head-of-line deadlock: the ring's oldest live task {head:?} is held by a scope that is still open, and no scope can end while the orchestrator waits here ({}); {fit}",
                 self.usage(),
