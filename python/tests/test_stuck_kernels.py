@@ -5,6 +5,8 @@ ends."""
 
 import importlib.util
 import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -109,3 +111,65 @@ def test_a_stuck_native_kernel_at_l3_ends_its_chip(lib, monkeypatch):
         o[:] = 5.0
         time.sleep(1.8)  # past the moment the stale kernel would have written
         assert (o == 5.0).all()
+
+
+# ----- Ctrl-C during a long native kernel at L2 -----------------------------------------------
+
+
+def _sigint_after(seconds):
+    """SIGINT to this (main) thread `seconds` from now; returns the timer and the old
+    handler (a process started in the background may inherit SIGINT ignored)."""
+    main = threading.main_thread().ident
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(seconds, lambda: signal.pthread_kill(main, signal.SIGINT))
+    timer.start()
+    return timer, old
+
+
+def _wait_for(cond, limit_s=20.0):
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < limit_s, "the kernel never returned"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("where", ["wait", "orchestration"])
+def test_ctrl_c_during_a_long_native_kernel_at_l2_raises_before_the_kernel_returns(lib, where):
+    """Ctrl-C while the run waits for a native kernel (or while its orchestration still
+    runs Python, after submitting it) raises KeyboardInterrupt at once: the kernel, which
+    writes its output only when it returns, has not returned yet. The kernel is set
+    aside as after SCHEDULER_TIMEOUT (docs/api.md §6.1): runs over its memory are refused
+    until it returns, other runs go ahead."""
+    sleep_fill = taskring.load_kernel(lib, "tr_sleep_fill")
+    fill = taskring.load_kernel(lib, "tr_fill")
+
+    @taskring.program(signature=[OUT])
+    def late(rt, out):
+        rt.submit(sleep_fill, outputs=[out], scalars=[4000.0, 42.0])
+        if where == "orchestration":
+            time.sleep(30)  # Ctrl-C arrives here: the orchestration raises
+
+    @taskring.program(signature=[OUT, SCALAR])
+    def fill_with(rt, out, v):
+        rt.submit(fill, outputs=[out], scalars=[v])
+
+    with ChipWorker(cores=2, prewarm=False) as w:
+        x, y = np.zeros(64, np.float32), np.zeros(64, np.float32)
+        timer, old = _sigint_after(0.5)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                w.run(late, x)
+        finally:
+            timer.join()
+            signal.signal(signal.SIGINT, old)
+        assert (x == 0).all()  # raised before the kernel returned
+        with pytest.raises(RuntimeFailure) as ei:
+            w.run(fill_with, x[8:16], 1.0)
+        assert ei.value.name == "SCHEDULER_TIMEOUT"
+        assert "argument 0 overlaps memory that kernel 'tr_sleep_fill'" in str(ei.value)
+        assert "when an earlier run was interrupted" in str(ei.value)
+        w.run(fill_with, y, 2.0)  # other memory runs, on a replaced core
+        assert (y == 2.0).all()
+        _wait_for(lambda: (x == 42.0).all())
+        w.run(fill_with, x, 3.0)  # the kernel returned: x is free again
+        assert (x == 3.0).all()

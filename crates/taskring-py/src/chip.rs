@@ -3,8 +3,8 @@
 
 use crate::config::call_config_of;
 use crate::conversion::host_args;
-use crate::errors::{failure_err, run_err, same_failure_said_fully};
-use crate::gil::gil_hook;
+use crate::errors::{failure_err, raised_in_run, run_err, same_failure_said_fully, PendingErr};
+use crate::gil::interrupt_hook;
 use crate::kernel::interrupt_python_kernels;
 use crate::orchestrator::python_program;
 use crate::replay::PyCaptured;
@@ -45,14 +45,24 @@ struct Orchestration<'a, 'py> {
 }
 
 impl PyChip {
-    /// Run `o` on the chip through `go` (a run or a capture, with the GIL released while
-    /// the runtime waits). An exception the orchestration raised is raised in place of
-    /// the run's result.
+    /// Run `o` on the chip through `go` (a run or a capture, given the blocking hook: the
+    /// GIL released while the runtime waits, the signal handlers run between the wait's
+    /// slices). Ctrl-C (an exception a signal handler raised) interrupts the run at once
+    /// (`taskring::RunInterrupter`: a kernel still running is set aside) and is raised
+    /// in place of its result, as is an exception the orchestration raised; a
+    /// `KeyboardInterrupt` raised in the orchestration interrupts the run's wait for its
+    /// kernels the same way.
     fn drive<R>(
         &self,
         py: Python<'_>,
         o: Orchestration<'_, '_>,
-        go: impl FnOnce(&mut ChipWorker, &Program, &[Arg<'static>], &CallConfig) -> Result<R, RunError>,
+        go: impl FnOnce(
+            &mut ChipWorker,
+            &Program,
+            &[Arg<'static>],
+            &CallConfig,
+            &dyn Fn(bool),
+        ) -> Result<R, RunError>,
     ) -> PyResult<R> {
         self.chip.check_process()?;
         let cfg = call_config_of(py, o.config)?;
@@ -62,17 +72,37 @@ impl PyChip {
         let chip = guard
             .as_mut()
             .ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
-        let r = go(chip, &program, &host, &cfg);
+        let on_signal = chip.interrupter();
+        let (signal_hook, interrupt) =
+            interrupt_hook(move || on_signal.interrupt("a signal handler raised (Ctrl-C)"));
+        let on_raise = chip.interrupter();
+        let raised = pending.clone();
+        let hook = move |blocking: bool| {
+            signal_hook(blocking);
+            if !blocking && orchestration_interrupted(&raised) {
+                on_raise.interrupt("the orchestration raised KeyboardInterrupt");
+            }
+        };
+        let r = go(chip, &program, &host, &cfg, &hook);
         if r.is_err() {
             interrupt_python_kernels(py, &chip.abandoned_threads());
         }
         drop(guard);
         drop(host);
-        if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(e) = raised_in_run(&interrupt, &pending, |_| false) {
             return Err(same_failure_said_fully(py, e, r.as_ref().err()));
         }
         r.map_err(|e| run_err(py, e))
     }
+}
+
+/// Did the orchestration raise `KeyboardInterrupt` (kept in `pending`)? Asked by the
+/// run's blocking hook after a wait's slice, with the GIL taken back.
+fn orchestration_interrupted(pending: &PendingErr) -> bool {
+    let held = pending.lock().unwrap_or_else(|p| p.into_inner());
+    held.as_ref().is_some_and(|e| {
+        Python::attach(|py| e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py))
+    })
 }
 
 #[pymethods]
@@ -140,14 +170,14 @@ impl PyChip {
         config: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyRunReport> {
         let o = Orchestration {
-            call: "capture()",
+            call: "run()",
             orchestration,
             name: &name,
             args,
             config,
         };
-        let rep = self.drive(py, o, |chip, program, host, cfg| {
-            chip.run_with_hook(program, host, cfg, &gil_hook)
+        let rep = self.drive(py, o, |chip, program, host, cfg, hook| {
+            chip.run_with_hook(program, host, cfg, hook)
         })?;
         report_py(py, &rep)
     }
@@ -163,14 +193,14 @@ impl PyChip {
         config: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyCaptured> {
         let o = Orchestration {
-            call: "run()",
+            call: "capture()",
             orchestration,
             name: &name,
             args,
             config,
         };
-        let g = self.drive(py, o, |chip, program, host, cfg| {
-            chip.capture_with_hook(program, host, cfg, Some(&gil_hook))
+        let g = self.drive(py, o, |chip, program, host, cfg, hook| {
+            chip.capture_with_hook(program, host, cfg, Some(hook))
         })?;
         Ok(PyCaptured::new(g, self.chip.clone()))
     }

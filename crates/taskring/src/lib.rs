@@ -116,6 +116,7 @@ mod sync;
 mod tensor;
 
 pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
+pub use chip::RunInterrupter;
 pub use chip::{
     auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
     ReplayError, RunError, RunReport, AUTO_HEADROOM, AUTO_KEYS,

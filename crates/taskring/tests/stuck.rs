@@ -39,6 +39,32 @@ fn chip_with_timeout() -> ChipWorker {
     .unwrap()
 }
 
+/// A program that fills its tensor argument with 1.
+fn fill_ones() -> Program {
+    Program::new("fill", |o, args| {
+        let x = args[0].tensor()?;
+        submit(o, FILL, |t| {
+            t.output_existing(x).scalar(Scalar::F64(1.0));
+        })
+        .map(|_| ())
+    })
+}
+
+/// While a kernel is set aside, a run over other memory goes ahead; then let the kernel
+/// go (`release`) and wait until its entry is lifted.
+fn other_memory_runs_until_released(w: &mut ChipWorker, release: &AtomicBool) {
+    let mut y = vec![0f32; 64];
+    w.run_with_sizing(&fill_ones(), &[host(&mut y, &[64])], &RingSizing::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(y.iter().all(|&v| v == 1.0));
+    release.store(true, Ordering::SeqCst);
+    let t0 = Instant::now();
+    while !w.stuck_kernels().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Run 1's kernel is given up on; run 2 (same sizing, so the same heap offsets) fills a
 /// runtime output with 7, lets the stale kernel go and waits, then copies it out: it
 /// must see 7, not the stale kernel's 42.
@@ -115,13 +141,7 @@ fn a_run_over_a_stuck_kernels_buffer_is_refused_until_it_returns() {
         })
         .map(|_| ())
     });
-    let fill = Program::new("fill", |o, args| {
-        let x = args[0].tensor()?;
-        submit(o, FILL, |t| {
-            t.output_existing(x).scalar(Scalar::F64(1.0));
-        })
-        .map(|_| ())
-    });
+    let fill = fill_ones();
     let mut x = vec![0f32; 64];
     let xp = x.as_mut_ptr() as u64;
     let e = w
@@ -142,17 +162,72 @@ fn a_run_over_a_stuck_kernels_buffer_is_refused_until_it_returns() {
             && e.detail.contains("has not returned"),
         "{e}"
     );
-    let mut y = vec![0f32; 64];
-    w.run_with_sizing(&fill, &[host(&mut y, &[64])], &RingSizing::default())
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(y.iter().all(|&v| v == 1.0));
-    RELEASE.store(true, Ordering::SeqCst);
-    let t0 = Instant::now();
-    while !w.stuck_kernels().is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(5));
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    other_memory_runs_until_released(&mut w, &RELEASE);
     w.run_with_sizing(&fill, &[host(&mut x, &[64])], &RingSizing::default())
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(x.iter().all(|&v| v == 1.0));
+}
+
+/// An interrupted run (`RunInterrupter`, from another thread here; Ctrl-C through a
+/// Python caller's hook) fails at once, before its kernel returns — with a scheduler
+/// timeout far away — and the kernel is set aside as after SCHEDULER_TIMEOUT.
+#[test]
+fn an_interrupted_run_returns_before_its_kernel_and_sets_the_kernel_aside() {
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    let late = fn_kernel("late_interrupted", CoreKind::Any, |call| {
+        STARTED.store(true, Ordering::SeqCst);
+        while !RELEASE.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        write_all(call, 42.0);
+    });
+    let mut w = ChipWorker::new(ChipOptions {
+        cores: 2,
+        scheduler_timeout: Duration::from_secs(600),
+        ..Default::default()
+    })
+    .unwrap();
+    let first = Program::new("first", move |o, args| {
+        let x = args[0].tensor()?;
+        submit(o, late, |t| {
+            t.output_existing(x);
+        })
+        .map(|_| ())
+    });
+    let interrupter = w.interrupter();
+    let t = std::thread::spawn(move || {
+        while !STARTED.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        interrupter.interrupt("the test asked");
+    });
+    let mut x = vec![0f32; 64];
+    let e = w
+        .run_with_sizing(&first, &[host(&mut x, &[64])], &RingSizing::default())
+        .unwrap_err();
+    t.join().unwrap();
+    // The kernel cannot have returned: it waits for RELEASE.
+    assert!(!RELEASE.load(Ordering::SeqCst));
+    assert_eq!(e.code, StatusCode::ExplicitOrchFatal, "{e}");
+    assert!(
+        e.detail
+            .starts_with("the run was interrupted: the test asked"),
+        "{e}"
+    );
+    let stuck = w.stuck_kernels();
+    assert_eq!(stuck.len(), 1);
+    assert_eq!(stuck[0].0, "late_interrupted");
+    let e = w
+        .run_with_sizing(&fill_ones(), &[host(&mut x, &[64])], &RingSizing::default())
+        .unwrap_err();
+    assert!(
+        e.detail
+            .contains("overlaps memory that kernel 'late_interrupted' (")
+            && e.detail.contains("when an earlier run was interrupted"),
+        "{e}"
+    );
+    // Other memory runs: the interrupt was for the run in progress only.
+    other_memory_runs_until_released(&mut w, &RELEASE);
+    assert!(x.iter().all(|&v| v == 42.0));
 }

@@ -38,6 +38,7 @@ pub use auto::{auto_size, AUTO_HEADROOM, AUTO_KEYS};
 pub use capture::{Captured, ReplayError};
 pub use options::{default_device_memory, ChipOptions, Diagnostics, MAX_CORES, MIN_DEVICE_MEMORY};
 pub use report::{DeviceMemory, RunError, RunReport};
+pub use run::RunInterrupter;
 
 use self::core::{core_loop, Core, CORE_IDLE};
 use crate::arena::{ArenaCache, ArenaStats};
@@ -220,6 +221,10 @@ struct ChipShared {
     direct_quiet: std::sync::atomic::AtomicU8,
     /// The stealing ends of the threads' direct-replay deques (`core::DirectLocal`).
     thieves: core::Thieves,
+    /// The run in progress was interrupted ([`RunInterrupter`]): its settle gives up on
+    /// the cores still running kernels without waiting out the scheduler timeout.
+    /// Cleared when the next run opens.
+    interrupted: AtomicBool,
 }
 
 /// A resident simulated chip. See the module doc.
@@ -362,6 +367,7 @@ impl ChipWorker {
             direct: AtomicPtr::new(std::ptr::null_mut()),
             direct_quiet: std::sync::atomic::AtomicU8::new(0),
             thieves: core::Thieves::new(1 + cores),
+            interrupted: AtomicBool::new(false),
         });
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         shared.eng.set_cpu_share(&kinds, cpus);

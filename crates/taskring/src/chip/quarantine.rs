@@ -1,6 +1,7 @@
 //! Memory that a kernel given up on can still write.
 //!
-//! A core whose kernel does not return within the scheduler timeout is given up on and
+//! A core whose kernel does not return within the scheduler timeout, or when its run is
+//! interrupted (`RunInterrupter`, a Python caller's Ctrl-C), is given up on and
 //! replaced (step 4 of the abort handshake, `chip/core.rs`), but its thread cannot be
 //! stopped: a native kernel keeps its task's pointers and may write through them
 //! whenever it wakes. Until that thread ends, the chip sets the memory aside:
@@ -38,9 +39,29 @@ pub(super) struct GivenUp {
     pub thread: Option<ThreadId>,
 }
 
+/// Why a core was given up on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum GivenUpWhy {
+    /// Its kernel did not return within the scheduler timeout.
+    SchedulerTimeout,
+    /// Its run was interrupted (`RunInterrupter`).
+    Interrupted,
+}
+
+impl GivenUpWhy {
+    /// How an error says it: `... given up on on core {c} {when}`.
+    fn when(self) -> &'static str {
+        match self {
+            GivenUpWhy::SchedulerTimeout => "after SCHEDULER_TIMEOUT in an earlier run",
+            GivenUpWhy::Interrupted => "when an earlier run was interrupted",
+        }
+    }
+}
+
 /// One kernel given up on that may still run. See the module doc.
 pub(super) struct Stuck {
     thread: Option<ThreadId>,
+    why: GivenUpWhy,
     kernel: String,
     task: TaskId,
     core: usize,
@@ -63,12 +84,14 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 impl Stuck {
     pub(super) fn new(
         g: &GivenUp,
+        why: GivenUpWhy,
         kernel: Option<&str>,
         tensors: &[Tensor],
         sizing: &RingSizing,
     ) -> Stuck {
         Stuck {
             thread: g.thread,
+            why,
             kernel: kernel.unwrap_or("?").to_string(),
             task: g.task,
             core: g.core,
@@ -81,8 +104,11 @@ impl Stuck {
     /// What the entry says in an error: the kernel, its task and core.
     fn describe(&self) -> String {
         format!(
-            "kernel '{}' ({}, given up on on core {} after SCHEDULER_TIMEOUT in an earlier run)",
-            self.kernel, self.task, self.core
+            "kernel '{}' ({}, given up on on core {} {})",
+            self.kernel,
+            self.task,
+            self.core,
+            self.why.when()
         )
     }
 }

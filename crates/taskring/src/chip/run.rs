@@ -3,7 +3,7 @@
 //! settle the cores, report. A direct replay runs the same way without orchestration.
 
 use super::core::{can_run, direct_step, help_kind, help_one, wait_cores_idle, DirectLocal};
-use super::quarantine::Stuck;
+use super::quarantine::{GivenUp, GivenUpWhy, Stuck};
 use super::report::classify_stall;
 use super::spin::SpinThenPark;
 use super::{Arg, ChipShared, ChipWorker, Diagnostics, OrchBody, Program, RunError, RunReport};
@@ -18,9 +18,53 @@ use crate::kernel::CoreKind;
 use crate::sync::Ordering::*;
 use crate::tensor::TaskId;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Ends the run in progress on a chip at once, from the run's own blocking hook (a
+/// Python caller's Ctrl-C, seen when the hook takes the interpreter back) or from
+/// another thread; between runs it does nothing.
+///
+/// The run fails with EXPLICIT_ORCH_FATAL (`the run was interrupted: {why}`): the
+/// chip's waits end, queued tasks are dropped, and a core whose kernel has not returned
+/// within [`INTERRUPT_GRACE`] is given up on as after SCHEDULER_TIMEOUT (replaced; its
+/// task's memory set aside until the kernel returns, `chip/quarantine.rs`), so the
+/// caller gets control back without waiting for the kernel.
+#[derive(Clone)]
+pub struct RunInterrupter {
+    sh: Arc<ChipShared>,
+}
+
+impl RunInterrupter {
+    /// Interrupt the run in progress; `why` ends its error's text.
+    pub fn interrupt(&self, why: &str) {
+        self.sh.interrupted.store(true, SeqCst);
+        self.sh.eng.fail(RuntimeFailure::new(
+            StatusCode::ExplicitOrchFatal,
+            None,
+            format!("the run was interrupted: {why}"),
+        ));
+    }
+}
+
+/// How long the settle of an interrupted run waits for the cores' kernels to return
+/// before it gives up on those still running: a short kernel finishes and nothing is
+/// set aside; a long one is left to run on.
+const INTERRUPT_GRACE: Duration = Duration::from_millis(20);
+
+/// How often a run that waits for its tasks hands the caller's thread back to the
+/// blocking hook (`hook(false)`, then `hook(true)` again): a Python caller runs its
+/// signal handlers then, so Ctrl-C reaches it within this while a long kernel runs.
+const HOOK_TICK: Duration = Duration::from_millis(50);
+
 impl ChipWorker {
+    /// A handle that interrupts this chip's run in progress ([`RunInterrupter`]).
+    pub fn interrupter(&self) -> RunInterrupter {
+        RunInterrupter {
+            sh: self.shared.clone(),
+        }
+    }
+
     /// Dispatch `program` with `config`: validate it, resolve its sizing against the
     /// process environment now, run.
     pub fn run(
@@ -97,31 +141,55 @@ impl ChipWorker {
         if failure.is_some() {
             self.shared.eng.drain_queues();
         }
-        let mut given_up = Vec::new();
+        let mut given_up: Vec<(GivenUp, GivenUpWhy)> = Vec::new();
         if failure.is_some_and(|e| e.code == StatusCode::SchedulerTimeout) {
-            given_up = self.replace_stuck_cores();
+            let stuck = self.replace_stuck_cores();
+            given_up.extend(stuck.into_iter().map(|g| (g, GivenUpWhy::SchedulerTimeout)));
         }
         if let Some(h) = blocking_hook {
             h(true);
         }
-        let mut idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
-        while !idle {
-            // A kernel of the failed run never returned: give up on its core. A core
-            // that is completing its task instead (it won the race) is not given up on
-            // (the arena is not handed on under it): look again until it is done.
-            given_up.extend(self.replace_stuck_cores());
-            idle = wait_cores_idle(&self.shared, self.scheduler_timeout);
+        // Wait in slices, the hook ticking between them: an interrupt (Ctrl-C seen by
+        // the hook) cuts the wait for a long kernel short (`RunInterrupter`).
+        let mut since = Instant::now();
+        loop {
+            let interrupted = self.shared.interrupted.load(SeqCst);
+            let limit = if interrupted {
+                INTERRUPT_GRACE
+            } else {
+                self.scheduler_timeout
+            };
+            if wait_cores_idle(&self.shared, HOOK_TICK.min(limit)) {
+                break;
+            }
+            if since.elapsed() >= limit {
+                // A kernel of the failed run never returned: give up on its core. A
+                // core that is completing its task instead (it won the race) is not
+                // given up on (the arena is not handed on under it): look again until
+                // it is done.
+                let why = if interrupted {
+                    GivenUpWhy::Interrupted
+                } else {
+                    GivenUpWhy::SchedulerTimeout
+                };
+                let stuck = self.replace_stuck_cores();
+                given_up.extend(stuck.into_iter().map(|g| (g, why)));
+                since = Instant::now();
+            }
+            tick(blocking_hook);
         }
         if let Some(h) = blocking_hook {
             h(false);
         }
         self.shared.eng.drain_queues();
-        for g in &given_up {
+        for (g, why) in &given_up {
+            let why = *why;
             let stuck = match job {
                 Some(job) => {
                     let (_, k) = job.head(g.task.0 as u32);
                     Stuck::new(
                         g,
+                        why,
                         k.as_ref().map(|k| k.name()),
                         &job.tensors(g.task.0 as u32),
                         sizing,
@@ -136,6 +204,7 @@ impl ChipWorker {
                     let p = unsafe { arena.shared.rings[g.task.ring()].payload(g.task.local()) };
                     Stuck::new(
                         g,
+                        why,
                         p.kernel.as_ref().map(|k| k.name()),
                         &p.tensors[..p.n_tensors as usize],
                         sizing,
@@ -259,8 +328,9 @@ impl ChipWorker {
             }
             sh.eng.progress.wait(
                 || job.done() || fatal(),
-                Duration::from_millis(50).min(self.scheduler_timeout),
+                HOOK_TICK.min(self.scheduler_timeout),
             );
+            tick(blocking_hook);
             let c = progress();
             if c != seen {
                 (seen, since) = (c, Instant::now());
@@ -495,6 +565,7 @@ fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Dura
     // none is left to steal.
     sh.thieves.drain();
     wait_cores_idle(sh, timeout);
+    sh.interrupted.store(false, SeqCst);
     super::abort::reopen(&sh.eng);
     let quiet = job.quiet();
     sh.direct_quiet.store(
@@ -606,6 +677,7 @@ fn open_run(sh: &ChipShared, arena: &ArenaShared, tracing: bool, timeout: Durati
     wait_cores_idle(sh, timeout);
     sh.arena
         .store(arena as *const ArenaShared as *mut ArenaShared, Release);
+    sh.interrupted.store(false, SeqCst);
     super::abort::reopen(&sh.eng);
     sh.eng.open_for_cores();
     sh.eng.completed.load(SeqCst)
@@ -688,6 +760,15 @@ const DIRECT_SPIN: SpinThenPark = SpinThenPark {
     backoff: 1,
 };
 
+/// Between two slices of a wait with the hook's release on: hand the thread back to the
+/// hook and take it again ([`HOOK_TICK`]).
+fn tick(hook: Option<&dyn Fn(bool)>) {
+    if let Some(h) = hook {
+        h(false);
+        h(true);
+    }
+}
+
 /// Wait until every ring's watermark reached its last submitted task (or a failure,
 /// or `timeout` without any task completing: SCHEDULER_TIMEOUT with its sub-class).
 fn wait_retired(
@@ -740,10 +821,10 @@ fn wait_retired(
                 }
             }
             // Woken when a ring retired everything (or on a failure): not per task.
-            sh.eng.progress.wait_end(
-                || all_retired() || fatal(),
-                Duration::from_millis(50).min(timeout),
-            );
+            sh.eng
+                .progress
+                .wait_end(|| all_retired() || fatal(), HOOK_TICK.min(timeout));
+            tick(hook);
             let c = sh.eng.completed.load(Relaxed);
             if c != seen {
                 seen = c;
