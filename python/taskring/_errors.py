@@ -9,8 +9,10 @@ class RuntimeFailure(RuntimeError):
     """A run failed. ``code``/``name``/``description``/``hint`` follow upstream's status
     codes (1 SCOPE_DEADLOCK, 2 HEAP_RING_DEADLOCK, 3 FLOW_CONTROL_DEADLOCK,
     4 DEP_POOL_OVERFLOW, 5 INVALID_ARGS, 8 TENSOR_WAIT_TIMEOUT, 11 TENSORMAP_OVERFLOW,
-    100 SCHEDULER_TIMEOUT) plus ours (200 TASK_FAILED, 201 RUNTIME_SETUP). Capacity
-    failures carry ``resource``, ``configured`` and ``needed`` (when known)."""
+    100 SCHEDULER_TIMEOUT) plus ours (200 TASK_FAILED, 201 RUNTIME_SETUP,
+    202 DEVICE_OUT_OF_MEMORY). Capacity failures carry ``resource``, ``configured`` and
+    ``needed`` (when known). ``str()`` is ``{name} (code {code}) on ring {ring}:
+    {description}. Hint: {hint}``, without `` on ring {ring}`` when ``ring`` is None."""
 
     def __init__(
         self,
@@ -34,7 +36,9 @@ class RuntimeFailure(RuntimeError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        return f"{self.name} (code {self.code}) on ring {self.ring}: {self.description}. Hint: {self.hint}"
+        # A failure of no ring (ring None) leaves out " on ring ...".
+        where = "" if self.ring is None else f" on ring {self.ring}"
+        return f"{self.name} (code {self.code}){where}: {self.description}. Hint: {self.hint}"
 
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (

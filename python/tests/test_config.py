@@ -714,7 +714,7 @@ def test_runtime_failure_pickle_round_trip():
     assert (g.resource, g.configured, g.needed) == ("ring_task_window", 4, 8)
     assert str(g) == str(f)
     h = pickle.loads(pickle.dumps(RuntimeFailure(200, "TASK_FAILED", None, "d", "h")))
-    assert h.ring is None and str(h) == "TASK_FAILED (code 200) on ring None: d. Hint: h"
+    assert h.ring is None and str(h) == "TASK_FAILED (code 200): d. Hint: h"
 
 
 # ----- resolve_ring_sizing / RingSizing ---------------------------------------------------------

@@ -118,8 +118,14 @@ def test_device_resident_tensors_are_charged_to_their_chip():
         kv = w.alloc_tensor((1 << 20,), np.float32, worker=0)  # 4 MiB, resident on chip 0
         st = w.arena_stats(0)
         assert st.held_bytes == kv.nbytes and st.capacity_bytes == 64 << 20
-        with pytest.raises(RuntimeError, match=r"^chip 0 \(pid \d+\): DEVICE_OUT_OF_MEMORY \(code 202\).*device-resident tensors of \d+ bytes do not fit"):
+        with pytest.raises(RuntimeError, match=r"^chip 0 \(pid \d+\): DEVICE_OUT_OF_MEMORY \(code 202\): ") as ei:
             w.alloc_tensor((16 << 20,), np.float32, worker=0)  # 64 MiB more
+        # The text names the tensor's own bytes (not the running total), the free bytes
+        # and what holds them, and says what is short of memory (not a ring sizing).
+        text = str(ei.value)
+        assert "67108864 more bytes of device-resident tensors do not fit: " in text, text
+        assert "of 67108864 bytes are free (held: " in text and "device-resident tensors: 4194304 bytes" in text, text
+        assert "ring sizing does not fit" not in text and "on ring None" not in text, text
         assert w.arena_stats(0).held_bytes == kv.nbytes  # nothing charged for the refused one
         a, out = taskring.shared_array(8), taskring.shared_array(8)
         a[:] = 2.0

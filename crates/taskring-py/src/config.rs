@@ -489,9 +489,14 @@ impl PyRingSizing {
         let v = self.inner.dep_pool;
         (v[0], v[1], v[2], v[3])
     }
-    /// Where a value came from: "call_config", "env" or "default".
+    /// Where a value came from: "call_config", "env", "default" or "auto". `field` is a
+    /// ring field's name or this class's attribute for it (`"ring_heap"` or `"heap"`).
     fn source(&self, field: &str, ring: &Bound<'_, PyAny>) -> PyResult<&'static str> {
-        let f = ring_field(field)?;
+        let f = RingField::from_name_or_attr(field).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown field {field:?}; expected ring_task_window, ring_heap or ring_dep_pool (or task_window, heap or dep_pool)"
+            ))
+        })?;
         let ring = bounded_int(ring, "ring", 0, 3)? as usize;
         Ok(self.inner.source(f, ring).as_str())
     }

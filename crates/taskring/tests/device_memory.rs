@@ -172,7 +172,7 @@ fn device_resident_tensors_are_charged() {
     assert_eq!(e.code, StatusCode::DeviceOutOfMemory, "{e}");
     assert!(
         e.detail
-            .contains("device-resident tensors of 67108864 bytes do not fit"),
+            .contains("67108864 more bytes of device-resident tensors do not fit"),
         "{e}"
     );
     assert_eq!(

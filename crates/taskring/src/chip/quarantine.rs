@@ -182,7 +182,8 @@ impl ChipWorker {
             StatusCode::DeviceOutOfMemory,
             None,
             format!(
-                "device-resident tensors of {bytes} bytes do not fit: {} of {cap} are free (held: {})",
+                "{} more bytes of device-resident tensors do not fit: {} of {cap} bytes are free (held: {})",
+                bytes - before,
                 cap.saturating_sub(self.cache.used_bytes()),
                 self.cache.holders()
             ),

@@ -123,6 +123,20 @@ impl RingField {
         RingField::ALL.into_iter().find(|f| f.name() == name)
     }
 
+    /// The name of `RingSizing`'s attribute for this field: `"task_window"`, `"heap"`
+    /// or `"dep_pool"` (the field's name without `ring_`).
+    pub fn sizing_attr(self) -> &'static str {
+        &self.name()["ring_".len()..]
+    }
+
+    /// The field named `name` either way: [`name`](Self::name) or
+    /// [`sizing_attr`](Self::sizing_attr) (`RingSizing.source` takes both).
+    pub fn from_name_or_attr(name: &str) -> Option<RingField> {
+        RingField::ALL
+            .into_iter()
+            .find(|f| f.name() == name || f.sizing_attr() == name)
+    }
+
     /// The rule of the high-level `RunConfig` (`docs/api.md` §1.1) as the phrase
     /// that follows "must": `"be a power of 2 >= 4"`,
     /// `"be a power of 2 >= 1024 (bytes per ring)"` or `"be in [4, INT32_MAX]"`.
@@ -181,6 +195,20 @@ mod tests {
     const D: RingField = RingField::DepPool;
 
     // ---------------------------------------------------------------- fields
+
+    #[test]
+    fn field_by_name_or_sizing_attr() {
+        for f in RingField::ALL {
+            assert_eq!(RingField::from_name(f.name()), Some(f));
+            assert_eq!(RingField::from_name_or_attr(f.name()), Some(f));
+            assert_eq!(RingField::from_name_or_attr(f.sizing_attr()), Some(f));
+            assert_eq!(RingField::from_name(f.sizing_attr()), None);
+        }
+        assert_eq!(RingField::TaskWindow.sizing_attr(), "task_window");
+        assert_eq!(RingField::Heap.sizing_attr(), "heap");
+        assert_eq!(RingField::DepPool.sizing_attr(), "dep_pool");
+        assert_eq!(RingField::from_name_or_attr("window"), None);
+    }
 
     #[test]
     fn constants() {

@@ -62,24 +62,24 @@ impl StatusCode {
             StatusCode::SchedulerTimeout => "the scheduler saw no forward progress within its timeout; the sub_class= line below carries the device-classified reason and locators",
             StatusCode::TaskFailed => "a task's kernel raised an error or panicked; its dependants were not run",
             StatusCode::RuntimeSetup => "the runtime could not set up the chip or the arena for this dispatch",
-            StatusCode::DeviceOutOfMemory => "the arena for this dispatch's ring sizing does not fit the chip's device memory, even with every idle cached arena evicted",
+            StatusCode::DeviceOutOfMemory => "the chip's device memory cannot hold what was asked of it (the arena of a dispatch's ring sizing, or device-resident tensors), even with every idle cached arena evicted",
         }
     }
 
     pub fn hint(self) -> &'static str {
         match self {
             StatusCode::ScopeDeadlock => "raise ring_task_window (PTO2_RING_TASK_WINDOW) or split the scope so slots are reclaimed sooner; enable CallConfig.enable_scope_stats to see which scope peaked",
-            StatusCode::HeapRingDeadlock => "raise ring_heap (PTO2_RING_HEAP) or shrink per-task args / intermediate tensors; the 'Ring buffer sizes:' line above reports the configured capacities",
+            StatusCode::HeapRingDeadlock => "raise ring_heap (PTO2_RING_HEAP) or shrink per-task args / intermediate tensors; the description names the ring's configured ring_heap and the bytes the task asked for",
             StatusCode::FlowControlDeadlock => "raise ring_task_window (PTO2_RING_TASK_WINDOW) or shrink the graph; in a reclaiming runtime also check for nested submission or a stalled consumer",
             StatusCode::DepPoolOverflow => "follow the preceding resource diagnostic: HBG has no spill pool, so reduce fanin to PTO2_MAX_FANIN or less; for a reclaiming runtime raise PTO2_RING_DEP_POOL or cut fanin",
             StatusCode::InvalidArgs => "an orchestration bug, not a capacity problem -- resizing the rings will not help; recheck the arguments of the orchestration API calls listed above",
             StatusCode::TensorWaitTimeout => "find the producing kernel and check it for a hang (see SCHEDULER_TIMEOUT sub_class S1); verify the consumer declares the dependency and exits; raise PTO2_TENSOR_DATA_TIMEOUT_MS to tell a slow kernel apart from a stuck one",
             StatusCode::ExplicitOrchFatal => "self-inflicted -- follow the message passed to the rt_report_fatal() call site",
             StatusCode::TensormapOverflow => "follow the preceding resource diagnostic: in HBG increase PTO2_TENSORMAP_POOL_SIZE or shrink the graph; in a reclaiming runtime also inspect entry-reclaim progress",
-            StatusCode::SchedulerTimeout => "read the sub_class= line below first, then follow the S1-S5 table in the doc; raise PTO2_SCHEDULER_TIMEOUT_MS to tell a true deadlock apart from a merely slow kernel",
+            StatusCode::SchedulerTimeout => "read the description's sub_class= first (when it has one): S1 a kernel that does not return (stuck_task_id, stuck_core), S3 ready tasks no core runs, S4 tasks waiting for dependencies that never complete; raise PTO2_SCHEDULER_TIMEOUT_MS to tell a true deadlock apart from a merely slow kernel",
             StatusCode::TaskFailed => "fix the kernel named above; the chip is intact and the next run proceeds normally",
             StatusCode::RuntimeSetup => "check the sizing (address space for the heaps) and the chip's state",
-            StatusCode::DeviceOutOfMemory => "give this task a smaller runtime_env (taskring sizing / suggest_sizing derive one from its scope stats), or raise device_memory",
+            StatusCode::DeviceOutOfMemory => "free device memory: give the dispatch a smaller runtime_env (taskring sizing / suggest_sizing derive one from its scope stats), hold fewer or smaller device-resident tensors, or raise device_memory",
         }
     }
 }
@@ -187,20 +187,14 @@ impl RuntimeFailure {
 }
 
 impl fmt::Display for RuntimeFailure {
+    /// `{name} (code {code}) on ring {ring}: {description}. Hint: {hint}`; a failure of
+    /// no ring (`ring` None) leaves out ` on ring {ring}`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ring = match self.ring {
-            Some(r) => r.to_string(),
-            None => "None".to_string(),
-        };
-        write!(
-            f,
-            "{} (code {}) on ring {}: {}. Hint: {}",
-            self.code.name(),
-            self.code.code(),
-            ring,
-            self.description(),
-            self.hint()
-        )
+        write!(f, "{} (code {})", self.code.name(), self.code.code())?;
+        if let Some(r) = self.ring {
+            write!(f, " on ring {r}")?;
+        }
+        write!(f, ": {}. Hint: {}", self.description(), self.hint())
     }
 }
 
@@ -237,8 +231,6 @@ mod tests {
         assert!(s.starts_with("SCOPE_DEADLOCK (code 1) on ring 1: tasks submitted in one scope"));
         assert!(s.contains("; scope at depth 1 holds 3 tasks. Hint: runtime_env ring_task_window[1] >= 9; raise ring_task_window"), "{s}");
         let n = RuntimeFailure::invalid_args(None, "x");
-        assert!(n
-            .to_string()
-            .starts_with("INVALID_ARGS (code 5) on ring None: "));
+        assert!(n.to_string().starts_with("INVALID_ARGS (code 5): "), "{n}");
     }
 }
