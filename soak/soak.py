@@ -12,7 +12,11 @@ For `--minutes` (default 5, at most 10) it runs, in random order:
 - tight ring sizes (between the minimum and what holds everything: the runtime must
   reclaim as it goes): each run is right or fails with a capacity error, and at L2 the
   failures' `needed` sizes are followed until the program fits (a `needed` no larger than
-  what is configured is lost: the hint cannot be followed);
+  what is configured is lost: the hint cannot be followed), and where a failure knows
+  no size, its hint to use "auto" for that entry;
+- "auto" under changing needs: programs of one name made by one factory (each learns
+  for itself: no failure once each has learned), and a need that jumps with the data
+  (one failed dispatch per jump: the dispatch after a failure never fails);
 - L3 (`taskring.Worker(level=3)`, chips as processes or, for a quarter of the workers, as
   threads; recreated now and then): several such programs per run on random chips,
   chained through shared arrays, each with its own random `CallConfig` (fitting or
@@ -470,6 +474,26 @@ def wait_reaped(pid, timeout=3.0):
     return False
 
 
+# ----- "auto" programs ----------------------------------------------------------------------
+
+
+def make_chain(n_cell):
+    """A program named ``soak_chain`` (every one the factory makes has that name) that
+    holds ``n_cell[0]`` tasks live in one scope, each adding zero to the previous
+    one's runtime output: the window, the heap and the dependency pool it needs grow
+    with ``n_cell[0]`` (data the program reads), and ``out`` ends equal to ``a``."""
+
+    @taskring.program(signature=[IN, IN, OUT], name="soak_chain")
+    def soak_chain(rt, a, zero, out):
+        with rt.scope():
+            prev = a
+            for _ in range(n_cell[0]):
+                prev = rt.submit(K.add, inputs=[prev, zero], outputs=[rt.spec(a.shape, a.dtype)]).outputs[0]
+            rt.submit(K.copy, inputs=[prev], outputs=[out])
+
+    return soak_chain
+
+
 # ----- the soak ----------------------------------------------------------------------------
 
 
@@ -600,12 +624,22 @@ class Soak:
                 self.notes[f"tight rings: {e.name}"] += 1
                 field = {1: "ring_task_window", 2: "ring_heap", 3: "ring_task_window", 4: "ring_dep_pool"}[e.code]
                 values = list(getattr(cfg, field))
-                if e.ring is None or e.needed is None:
-                    self.notes[f"tight rings: {e.name} without ring/needed"] += 1
+                if e.ring is None:
+                    self.notes[f"tight rings: {e.name} without a ring"] += 1
                     return
-                if e.configured != values[e.ring]:
+                if values[e.ring] != "auto" and e.configured != values[e.ring]:
                     raise Lost(f"{spec.name}: {e.name} on ring {e.ring} says configured {e.configured}, but {field}[{e.ring}] is {values[e.ring]}: {e}")
-                if e.needed <= values[e.ring]:
+                if e.needed is None:
+                    # Only a lower bound was seen: the hint says to raise the entry and
+                    # that "auto" learns its size in one dispatch. Follow it.
+                    lead = f"runtime_env {field}[{e.ring}] > {e.configured}; "
+                    if not e.hint.startswith(lead) or '"auto"' not in e.hint:
+                        self.lose("hint", f"{spec.name}: {e.name} on ring {e.ring} without a needed size, hint {e.hint!r}")
+                    if values[e.ring] == "auto":
+                        raise Lost(f"{spec.name}: {e.name} on ring {e.ring} whose {field} is already auto: {e}")
+                    self.notes["tight rings: followed the hint to auto"] += 1
+                    values[e.ring] = "auto"
+                elif e.needed <= values[e.ring]:
                     # The hint names what is already configured: it cannot be followed.
                     self.lose("hint", f"{spec.name}: {e.name} on ring {e.ring} with {field}[{e.ring}] = {values[e.ring]} says needed {e.needed}: {e}")
                     values[e.ring] *= 2
@@ -620,6 +654,52 @@ class Soak:
         self.notes["tight rings: fitted" if not attempt else "tight rings: fitted after raising to the needed sizes"] += 1
         self.raises[attempt] += 1
         self.compare(spec.name + f" under tight rings {cfg}", outs, want)
+
+    def l2_auto(self):
+        """"auto" under changing needs on one resident chip: two programs of one name
+        with fixed needs (once each learned, neither fails), and a third whose need
+        jumps with the data (a failure is followed by a dispatch that runs)."""
+        if getattr(self, "auto_chip", None) is None or self.auto_uses > 40:
+            if getattr(self, "auto_chip", None) is not None:
+                self.auto_chip.close()
+            self.auto_chip = ChipWorker(prewarm=False)
+            self.auto_uses = 0
+            self.auto_progs = [make_chain([n]) for n in (3, 300)]
+            self.auto_learned = set()
+            self.jump_cell = [4]
+            self.jumper = make_chain(self.jump_cell)
+            self.jump_failed = False
+        self.auto_uses += 1
+        w = self.auto_chip
+        auto = RunConfig(ring_task_window="auto", ring_heap="auto", ring_dep_pool="auto")
+        a = self.np_rng.uniform(-1, 1, (16,)).astype(np.float32)
+        zero = np.zeros_like(a)
+        out = np.full_like(a, -7.0)
+        if self.rng.random() < 0.5:
+            i = self.rng.randrange(2)
+            try:
+                w.run(self.auto_progs[i], a, zero, out, config=auto)
+            except RuntimeFailure as e:
+                raise Lost(f"auto: soak_chain #{i} of one name failed after {'learning' if i in self.auto_learned else 'its first dispatch'}: {e}")
+            self.auto_learned.add(i)
+            self.compare("auto: soak_chain of one name", [out], [a])
+            return
+        if self.rng.random() < 0.3:
+            self.jump_cell[0] = self.rng.choice([2, 8, 60, 400, 1500])
+        try:
+            w.run(self.jumper, a, zero, out, config=auto)
+        except RuntimeFailure as e:
+            if e.code not in CAPACITY and e.code != 202:
+                raise Lost(f"auto: a jump to {self.jump_cell[0]} live tasks failed with {e}")
+            if self.jump_failed:
+                self.lose("auto-jump", f"auto: two failed dispatches in a row at {self.jump_cell[0]} live tasks: {e}")
+            if "learns its need again" not in str(e):
+                self.lose("auto-jump", f"auto: a failure that does not say the next dispatch learns again: {e}")
+            self.jump_failed = True
+            self.notes["auto: a jump in need failed once"] += 1
+            return
+        self.jump_failed = False
+        self.compare(f"auto: soak_chain at {self.jump_cell[0]} live tasks", [out], [a])
 
     def l2_kernel_fault(self):
         spec = self.rng.choice(self.fail_specs)
@@ -1152,6 +1232,7 @@ class Soak:
             (30, "l2_random", False, self.l2_random),
             (25, "l3_random", False, self.l3_random),
             (10, "l2_tight", False, self.l2_tight),
+            (6, "l2_auto", False, self.l2_auto),
             (8, "l3_tight", False, lambda: self.l3_random(tight=True)),
             (6, "l2_kernel_fault", True, self.l2_kernel_fault),
             (6, "l2_undersized", True, self.l2_undersized),
@@ -1193,6 +1274,9 @@ class Soak:
         if self.chip is not None:
             self.chip.close()
             self.chip = None
+        if getattr(self, "auto_chip", None) is not None:
+            self.auto_chip.close()
+            self.auto_chip = None
         self.drop_l3()
         self.handles = {}
         gc.collect()
