@@ -27,10 +27,11 @@ def _is_int(v) -> bool:
 class RunConfig:
     """Configuration of one dispatch (high level). Ring fields: ``None`` (unset), an
     int (all four rings) or a list of exactly 4 ints (``0`` = keep the default for
-    that ring); ``"auto"``, alone or as a list entry, lets the chip size that resource
-    to the program's measured need (docs/api.md §12). Validated on construction and by ``dataclasses.replace``; the first
-    failure wins (platform, then ring_task_window, ring_heap, ring_dep_pool, then the
-    rest)."""
+    that ring); ``"auto"`` (any case, surrounding whitespace ignored; kept as
+    ``"auto"``), alone or as a list entry, lets the chip size that resource to the
+    program's measured need (docs/api.md §12). Validated on construction and by
+    ``dataclasses.replace``; the first failure wins (platform, then ring_task_window,
+    ring_heap, ring_dep_pool, then the rest)."""
 
     platform: str = "sim"
     device_id: int = 0
@@ -49,10 +50,8 @@ class RunConfig:
                 f"Invalid platform {self.platform!r}. Expected 'sim', 'a2a3sim', 'a5sim', 'a2a3', or 'a5'."
             )
         for field in _RING_FIELDS:
-            value = getattr(self, field)
-            _check_field(field, value)
-            if isinstance(value, (list, tuple)):
-                setattr(self, field, list(value))  # a tuple is stored back as a list
+            # The checked value: auto spelled "auto", a tuple stored back as a list.
+            setattr(self, field, _check_field(field, getattr(self, field)))
         _check_field("aicpu_thread_num", self.aicpu_thread_num)
         _check_field("enable_chip_swimlane", self.enable_chip_swimlane)
         if not _is_int(self.device_id) or self.device_id < 0:

@@ -23,10 +23,10 @@ from taskring import (
 
 INT32_MAX = 2**31 - 1
 
-WINDOW_MSG = "ring_task_window must be a power of 2 >= 4, got {!r}"
-WINDOW_MAX_MSG = "ring_task_window must be a power of 2 >= 4 and <= 1073741824, got {!r}"
-HEAP_MSG = "ring_heap must be a power of 2 >= 1024 (bytes per ring), got {!r}"
-DEP_MSG = "ring_dep_pool must be in [4, INT32_MAX], got {!r}"
+WINDOW_MSG = "ring_task_window must be a power of 2 >= 4, or 'auto', got {!r}"
+WINDOW_MAX_MSG = "ring_task_window must be a power of 2 >= 4 and <= 1073741824, or 'auto', got {!r}"
+HEAP_MSG = "ring_heap must be a power of 2 >= 1024 (bytes per ring), or 'auto', got {!r}"
+DEP_MSG = "ring_dep_pool must be in [4, INT32_MAX], or 'auto', got {!r}"
 ENTRY_PHRASE = {
     "ring_task_window": "be a power of 2 >= 4",
     "ring_heap": "be a power of 2 >= 1024 (bytes per ring)",
@@ -125,9 +125,9 @@ WINDOW_MAX_PHRASE = "be a power of 2 >= 4 and <= 1073741824"
     ],
 )
 def test_run_config_ints_beyond_64_bits(field, v, phrase):
-    with raises_exactly(ValueError, f"{field} must {phrase}, got {v!r}"):
+    with raises_exactly(ValueError, f"{field} must {phrase}, or 'auto', got {v!r}"):
         RunConfig(**{field: v})
-    with raises_exactly(ValueError, f"{field} entries must {phrase} (or 0 to keep default), got {v!r}"):
+    with raises_exactly(ValueError, f"{field} entries must {phrase}, or 'auto' (or 0 to keep default), got {v!r}"):
         RunConfig(**{field: [0, 0, 0, v]})
 
 
@@ -153,8 +153,11 @@ def test_run_config_list_subclass_stored_as_plain_list():
 
 def test_run_config_rules_come_from_the_native_module():
     check = getattr(CallConfig, "_check_run_config_field")
+    # It returns the value the field keeps: auto spelled "auto", a tuple as a list.
     assert check("ring_heap", None) is None
-    assert check("ring_task_window", [0, 4, 0, 0]) is None
+    assert check("ring_task_window", (0, 4, 0, 0)) == [0, 4, 0, 0]
+    assert check("ring_heap", " AUTO") == "auto"
+    assert check("ring_dep_pool", [4, "Auto", 0, 0]) == [4, "auto", 0, 0]
     with raises_exactly(ValueError, DEP_MSG.format(3)):
         check("ring_dep_pool", 3)
     with raises_exactly(ValueError, "enable_chip_swimlane must be a bool or an int in [0, 4], got None"):
@@ -236,14 +239,14 @@ def test_run_config_list_zeros_accepted(field, value):
     ],
 )
 def test_run_config_list_bad_entry(field, bad):
-    msg = f"{field} entries must {ENTRY_PHRASE[field]} (or 0 to keep default), got {bad!r}"
+    msg = f"{field} entries must {ENTRY_PHRASE[field]}, or 'auto' (or 0 to keep default), got {bad!r}"
     good = {"ring_task_window": 4, "ring_heap": 1024, "ring_dep_pool": 4}[field]
     with raises_exactly(ValueError, msg):
         RunConfig(**{field: [good, 0, bad, good]})
 
 
 def test_run_config_list_first_bad_entry_wins():
-    with raises_exactly(ValueError, "ring_heap entries must be a power of 2 >= 1024 (bytes per ring) (or 0 to keep default), got 1000"):
+    with raises_exactly(ValueError, "ring_heap entries must be a power of 2 >= 1024 (bytes per ring), or 'auto' (or 0 to keep default), got 1000"):
         RunConfig(ring_heap=[0, 1000, 3, 1024])
 
 
@@ -251,7 +254,7 @@ def test_run_config_list_first_bad_entry_wins():
 def test_run_config_list_with_bools_rejected(field):
     # True == 1 and False == 0 in Python; neither may pass as an entry.
     for b in (True, False):
-        with raises_exactly(ValueError, f"{field} entries must {ENTRY_PHRASE[field]} (or 0 to keep default), got {b!r}"):
+        with raises_exactly(ValueError, f"{field} entries must {ENTRY_PHRASE[field]}, or 'auto' (or 0 to keep default), got {b!r}"):
             RunConfig(**{field: [b, 0, 0, 0]})
 
 
@@ -447,7 +450,7 @@ def test_runtime_env_wrong_length(field, n):
 @pytest.mark.parametrize("v", [None, 1.0, 1024.0, True, False, "1024", -1, [4, 4, 4, -1], [4, 4, 4, 4.0], [True, 0, 0, 0], [None, 0, 0, 0]])
 def test_runtime_env_bad_type_on_assignment(field, v):
     e = RuntimeEnv(**{field: 8})
-    with raises_exactly(ValueError, f"RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints"):
+    with raises_exactly(ValueError, f"RuntimeEnv.{field} must be an int or 'auto' (broadcast), or a list of 4 of them"):
         setattr(e, field, v)
     assert getattr(e, field) == [8] * 4  # unchanged
 
@@ -455,13 +458,13 @@ def test_runtime_env_bad_type_on_assignment(field, v):
 @pytest.mark.parametrize("field", RING_FIELDS)
 @pytest.mark.parametrize("v", [1.0, True, "1024", -1, [4, 4, 4, -1]])
 def test_runtime_env_bad_type_in_constructor(field, v):
-    with raises_exactly(ValueError, f"RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints"):
+    with raises_exactly(ValueError, f"RuntimeEnv.{field} must be an int or 'auto' (broadcast), or a list of 4 of them"):
         RuntimeEnv(**{field: v})
 
 
 @pytest.mark.parametrize("field", RING_FIELDS)
 def test_runtime_env_none_in_constructor(field):
-    with raises_exactly(ValueError, f"RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints"):
+    with raises_exactly(ValueError, f"RuntimeEnv.{field} must be an int or 'auto' (broadcast), or a list of 4 of them"):
         RuntimeEnv(**{field: None})
 
 
@@ -685,7 +688,7 @@ def test_call_config_derive_shape_errors():
     a = CallConfig()
     with raises_exactly(ValueError, "RuntimeEnv.ring_heap list must contain exactly 4 entries"):
         a.derive(ring_heap=[1024] * 3)
-    with raises_exactly(ValueError, "RuntimeEnv.ring_task_window must be an int (broadcast) or a list of 4 ints"):
+    with raises_exactly(ValueError, "RuntimeEnv.ring_task_window must be an int or 'auto' (broadcast), or a list of 4 of them"):
         a.derive(ring_task_window=4.0)
     with pytest.raises(TypeError):
         a.derive(no_such_field=1)

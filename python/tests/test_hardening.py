@@ -207,7 +207,7 @@ def test_chip_worker_used_after_fork_raises_at_once_and_new_workers_work():
 
 
 def test_run_config_ring_heap_beyond_64_bits_is_rejected_at_construction():
-    with pytest.raises(ValueError, match=r"^ring_heap must be a power of 2 >= 1024 \(bytes per ring\), got 18446744073709551616$"):
+    with pytest.raises(ValueError, match=r"^ring_heap must be a power of 2 >= 1024 \(bytes per ring\), or 'auto', got 18446744073709551616$"):
         RunConfig(ring_heap=2**64)
     with pytest.raises(ValueError, match=r"entries must be a power of 2 >= 1024"):
         RunConfig(ring_heap=[0, 2**65, 0, 0])

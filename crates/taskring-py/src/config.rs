@@ -48,14 +48,48 @@ fn run_config_int(v: &Bound<'_, PyAny>) -> PyResult<IntArg> {
     Ok(IntArg::Huge { power_of_two })
 }
 
-/// Is `v` the string `"auto"` (any case)?
+/// Is `v` a string that spells `"auto"` (the one rule: [`RuntimeEnv::is_auto_word`])?
 fn is_auto(v: &Bound<'_, PyAny>) -> bool {
     v.extract::<String>()
-        .is_ok_and(|s| s.eq_ignore_ascii_case("auto"))
+        .is_ok_and(|s| RuntimeEnv::is_auto_word(&s))
+}
+
+/// Four ring entries as Python writes them: `[16, 'auto', 0, 0]`.
+fn entries_repr(v: &[u64; 4]) -> String {
+    let e: Vec<String> = v
+        .iter()
+        .map(|&x| {
+            if x == RuntimeEnv::AUTO {
+                "'auto'".to_owned()
+            } else {
+                x.to_string()
+            }
+        })
+        .collect();
+    format!("[{}]", e.join(", "))
 }
 
 fn repr(v: &Bound<'_, PyAny>) -> String {
     v.repr().map(|r| r.to_string()).unwrap_or_default()
+}
+
+/// The value a `RunConfig` ring field keeps for a valid `v`: each spelling of auto as
+/// `"auto"`, a tuple as a list, anything else as it is.
+fn run_config_ring_value<'py>(v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = v.py();
+    let one = |x: Bound<'py, PyAny>| -> Bound<'py, PyAny> {
+        if is_auto(&x) {
+            pyo3::types::PyString::new(py, "auto").into_any()
+        } else {
+            x
+        }
+    };
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let items: Vec<Bound<'py, PyAny>> =
+            v.try_iter()?.map(|x| x.map(one)).collect::<PyResult<_>>()?;
+        return Ok(PyList::new(py, items)?.into_any());
+    }
+    Ok(one(v.clone()))
 }
 
 /// `RunConfig`'s rule for `field` (a ring field, `aicpu_thread_num` or
@@ -204,8 +238,10 @@ impl PyRuntimeEnv {
     fn __repr__(&self) -> String {
         let e = &self.inner;
         format!(
-            "RuntimeEnv(ring_task_window={:?}, ring_heap={:?}, ring_dep_pool={:?})",
-            e.ring_task_window, e.ring_heap, e.ring_dep_pool
+            "RuntimeEnv(ring_task_window={}, ring_heap={}, ring_dep_pool={})",
+            entries_repr(&e.ring_task_window),
+            entries_repr(&e.ring_heap),
+            entries_repr(&e.ring_dep_pool)
         )
     }
 
@@ -355,12 +391,20 @@ impl PyCallConfig {
     }
 
     /// `RunConfig`'s rule for one field (docs/api.md §1.1): raises `ValueError` with the
-    /// contract's message when `value` breaks it. `field` is a ring field,
+    /// contract's message when `value` breaks it, else returns the value the field keeps
+    /// (a ring field: auto spelled `"auto"`, a tuple as a list). `field` is a ring field,
     /// `aicpu_thread_num` or `enable_chip_swimlane`; `None` passes for all but the last.
     /// (Called by `taskring.RunConfig.__post_init__`, so the rules live in Rust only.)
     #[staticmethod]
-    fn _check_run_config_field(field: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        check_run_config_field(field, value)
+    fn _check_run_config_field<'py>(
+        field: &str,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        check_run_config_field(field, value)?;
+        if RingField::from_name(field).is_some() {
+            return run_config_ring_value(value);
+        }
+        Ok(value.clone())
     }
 
     fn copy(&self, py: Python<'_>) -> PyResult<Self> {
@@ -424,8 +468,10 @@ impl PyCallConfig {
         if !c.runtime_env.is_unset() {
             let e = &c.runtime_env;
             s += &format!(
-                ", runtime_env.ring_task_window={:?}, runtime_env.ring_heap={:?}, runtime_env.ring_dep_pool={:?}",
-                e.ring_task_window, e.ring_heap, e.ring_dep_pool
+                ", runtime_env.ring_task_window={}, runtime_env.ring_heap={}, runtime_env.ring_dep_pool={}",
+                entries_repr(&e.ring_task_window),
+                entries_repr(&e.ring_heap),
+                entries_repr(&e.ring_dep_pool)
             );
         }
         if !c.output_prefix.is_empty() {

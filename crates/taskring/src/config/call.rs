@@ -39,6 +39,14 @@ impl RuntimeEnv {
     /// first dispatch of a program with given arguments and sizes later ones to it.
     pub const AUTO: u64 = u64::MAX;
 
+    /// Does `s` spell [`AUTO`](Self::AUTO)? The one rule wherever a ring entry may be a
+    /// string (`RunConfig`, `RuntimeEnv`, `CallConfig.derive`, `PTO2_RING_*`): the four
+    /// letters `auto` in any case, whitespace around them ignored (as around the numbers
+    /// of `PTO2_RING_*`).
+    pub fn is_auto_word(s: &str) -> bool {
+        s.trim().eq_ignore_ascii_case("auto")
+    }
+
     /// The four entries of field `f`.
     pub fn get(&self, f: RingField) -> [u64; RUNTIME_ENV_RING_COUNT] {
         match f {
@@ -207,6 +215,32 @@ pub(in crate::config) mod tests {
     fn runtime_env_zeros_pass() {
         assert_eq!(RuntimeEnv::default().validate(), Ok(()));
         assert_eq!(CallConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn auto_is_spelled_one_way_everywhere() {
+        for yes in ["auto", "AUTO", "Auto", " auto", "auto ", "\tAuTo\n"] {
+            assert!(RuntimeEnv::is_auto_word(yes), "{yes:?}");
+            // PTO2_RING_* takes the same spellings, alone and as an entry.
+            let v = format!("0,{yes},0,0");
+            assert_eq!(
+                crate::config::parse_env_value(RingField::Heap, yes),
+                Ok([RuntimeEnv::AUTO; 4]),
+                "{yes:?}"
+            );
+            assert_eq!(
+                crate::config::parse_env_value(RingField::Heap, &v),
+                Ok([0, RuntimeEnv::AUTO, 0, 0]),
+                "{v:?}"
+            );
+        }
+        for no in ["autox", "au to", "", "auto auto", "0auto", "automatic"] {
+            assert!(!RuntimeEnv::is_auto_word(no), "{no:?}");
+            assert!(
+                crate::config::parse_env_value(RingField::Heap, no).is_err(),
+                "{no:?}"
+            );
+        }
     }
 
     #[test]

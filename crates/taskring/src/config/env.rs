@@ -10,8 +10,8 @@ use std::sync::Mutex;
 
 use super::{RingField, RUNTIME_ENV_RING_COUNT};
 
-/// Warning rule for a token that is not a non-negative decimal integer.
-const RULE_NON_NEGATIVE_INTEGER: &str = "must be a non-negative integer";
+/// Warning rule for a token that is neither a non-negative decimal integer nor `auto`.
+const RULE_NON_NEGATIVE_INTEGER: &str = "must be a non-negative integer or auto";
 /// Warning rule for an env var with neither one nor four values.
 const RULE_VALUE_COUNT: &str = "expected one value or exactly 4 comma-separated values";
 
@@ -130,7 +130,7 @@ pub struct EnvWarning {
     pub var: &'static str,
     /// The variable's raw value.
     pub value: String,
-    /// The broken rule, e.g. `"must be a non-negative integer"`.
+    /// The broken rule, e.g. `"must be a non-negative integer or auto"`.
     pub rule: String,
 }
 
@@ -188,7 +188,7 @@ pub fn parse_env_value(
     }
     let mut parsed = [0u64; RUNTIME_ENV_RING_COUNT];
     for (slot, token) in parsed.iter_mut().zip(&tokens) {
-        if token.eq_ignore_ascii_case("auto") {
+        if crate::config::RuntimeEnv::is_auto_word(token) {
             *slot = crate::config::RuntimeEnv::AUTO;
             continue;
         }
@@ -273,7 +273,10 @@ pub(in crate::config) mod tests {
         assert_eq!(parse_env_value(W, "  64 "), Ok([64; 4]));
         assert_eq!(parse_env_value(W, " 4 ,8,\t16 , 32\n"), Ok([4, 8, 16, 32]));
         // Whitespace inside a token is not trimmed away.
-        assert_eq!(warning(W, "6 4").rule, "must be a non-negative integer");
+        assert_eq!(
+            warning(W, "6 4").rule,
+            "must be a non-negative integer or auto"
+        );
     }
 
     #[test]
@@ -299,7 +302,10 @@ pub(in crate::config) mod tests {
             let w = warning(W, bad);
             assert_eq!(w.var, "PTO2_RING_TASK_WINDOW");
             assert_eq!(w.value, bad);
-            assert_eq!(w.rule, "must be a non-negative integer", "value {bad:?}");
+            assert_eq!(
+                w.rule, "must be a non-negative integer or auto",
+                "value {bad:?}"
+            );
         }
     }
 
@@ -372,7 +378,7 @@ pub(in crate::config) mod tests {
         let w = warning(H, "abc");
         assert_eq!(
             w.to_string(),
-            "taskring: PTO2_RING_HEAP=abc ignored: must be a non-negative integer"
+            "taskring: PTO2_RING_HEAP=abc ignored: must be a non-negative integer or auto"
         );
         let w = warning(W, "12");
         assert_eq!(

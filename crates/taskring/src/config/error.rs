@@ -67,7 +67,7 @@ pub enum ConfigErrorKind {
     ChipSwimlaneType,
     /// A scalar `RunConfig` ring value breaks its rule; `rule` is the phrase
     /// after "must" ([`RingField::run_config_rule_broken`]).
-    #[error("{field} must {rule}, got {got}")]
+    #[error("{field} must {rule}, or 'auto', got {got}")]
     RunConfigRing {
         /// The resource.
         field: RingField,
@@ -77,7 +77,7 @@ pub enum ConfigErrorKind {
         got: String,
     },
     /// An entry of a `RunConfig` ring list breaks its rule (zero entries pass).
-    #[error("{field} entries must {rule} (or 0 to keep default), got {got}")]
+    #[error("{field} entries must {rule}, or 'auto' (or 0 to keep default), got {got}")]
     RunConfigRingEntry {
         /// The resource.
         field: RingField,
@@ -96,7 +96,7 @@ pub enum ConfigErrorKind {
     },
     /// A value assigned to a `RuntimeEnv` field is neither an integer nor a
     /// list of integers.
-    #[error("RuntimeEnv.{field} must be an int (broadcast) or a list of 4 ints")]
+    #[error("RuntimeEnv.{field} must be an int or 'auto' (broadcast), or a list of 4 of them")]
     RuntimeEnvValue {
         /// The resource.
         field: RingField,
@@ -168,7 +168,7 @@ mod tests {
                 rule: "be a power of 2 >= 4",
                 got: "3".into()
             }),
-            "ring_task_window must be a power of 2 >= 4, got 3"
+            "ring_task_window must be a power of 2 >= 4, or 'auto', got 3"
         );
         assert_eq!(
             text(ConfigErrorKind::RunConfigRingEntry {
@@ -176,7 +176,7 @@ mod tests {
                 rule: "be in [4, INT32_MAX]",
                 got: "True".into()
             }),
-            "ring_dep_pool entries must be in [4, INT32_MAX] (or 0 to keep default), got True"
+            "ring_dep_pool entries must be in [4, INT32_MAX], or 'auto' (or 0 to keep default), got True"
         );
         assert_eq!(
             text(ConfigErrorKind::RunConfigRingLength {
@@ -187,7 +187,7 @@ mod tests {
         );
         assert_eq!(
             text(ConfigErrorKind::RuntimeEnvValue { field: f }),
-            "RuntimeEnv.ring_task_window must be an int (broadcast) or a list of 4 ints"
+            "RuntimeEnv.ring_task_window must be an int or 'auto' (broadcast), or a list of 4 of them"
         );
         assert_eq!(
             text(ConfigErrorKind::RuntimeEnvLength { field: f }),

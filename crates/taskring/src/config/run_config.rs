@@ -99,21 +99,21 @@ mod tests {
         assert_eq!(check_run_config_ring(W, IntArg::U64(16), got), Ok(()));
         assert_eq!(
             msg(check_run_config_ring(W, IntArg::U64(12), got)),
-            "ring_task_window must be a power of 2 >= 4, got 12"
+            "ring_task_window must be a power of 2 >= 4, or 'auto', got 12"
         );
         assert_eq!(
             msg(check_run_config_ring(W, IntArg::U64(1 << 31), || {
                 "2147483648".into()
             })),
-            "ring_task_window must be a power of 2 >= 4 and <= 1073741824, got 2147483648"
+            "ring_task_window must be a power of 2 >= 4 and <= 1073741824, or 'auto', got 2147483648"
         );
         assert_eq!(
             msg(check_run_config_ring(H, IntArg::NotASize, || "1024.0".into())),
-            "ring_heap must be a power of 2 >= 1024 (bytes per ring), got 1024.0"
+            "ring_heap must be a power of 2 >= 1024 (bytes per ring), or 'auto', got 1024.0"
         );
         assert_eq!(
             msg(check_run_config_ring(D, IntArg::U64(0), || "0".into())),
-            "ring_dep_pool must be in [4, INT32_MAX], got 0"
+            "ring_dep_pool must be in [4, INT32_MAX], or 'auto', got 0"
         );
     }
 
@@ -133,12 +133,12 @@ mod tests {
         );
         assert_eq!(
             msg(check_run_config_ring_list(H, &entries, got)),
-            "ring_heap entries must be a power of 2 >= 1024 (bytes per ring) (or 0 to keep \
-             default), got 1000"
+            "ring_heap entries must be a power of 2 >= 1024 (bytes per ring), or 'auto' (or 0 \
+             to keep default), got 1000"
         );
         assert_eq!(
             msg(check_run_config_ring_list(D, &entries, got)),
-            "ring_dep_pool entries must be in [4, INT32_MAX] (or 0 to keep default), got 3"
+            "ring_dep_pool entries must be in [4, INT32_MAX], or 'auto' (or 0 to keep default), got 3"
         );
         assert_eq!(
             check_run_config_ring_list(W, &[IntArg::U64(0); 4], got),

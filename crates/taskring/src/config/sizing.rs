@@ -472,7 +472,7 @@ mod tests {
             vec![EnvWarning {
                 var: "PTO2_RING_HEAP",
                 value: "1024,abc,0,0".to_owned(),
-                rule: "must be a non-negative integer".to_owned(),
+                rule: "must be a non-negative integer or auto".to_owned(),
             }]
         );
         assert_eq!(s.task_window, [64; 4]);
