@@ -133,7 +133,7 @@ class Worker:
 
     def arena_stats(self, worker: int = 0) -> ArenaStats:
         """That chip's ``ArenaStats``."""
-        raise RuntimeError("the worker is not initialised")
+        raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
 
 
 class _ChipsWorker(Worker):
@@ -216,7 +216,7 @@ class _L2Worker(_ChipsWorker, level=2):
 
     def arena_stats(self, worker: int = 0) -> ArenaStats:
         if self._chip is None:
-            raise RuntimeError("the worker is not initialised")
+            raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
         return self._chip.arena_stats()
 
 
@@ -285,7 +285,7 @@ class _L3Worker(_ChipsWorker, level=3):
 
     def arena_stats(self, worker: int = 0) -> ArenaStats:
         if self._node is None:
-            raise RuntimeError("the worker is not initialised")
+            raise RuntimeError("Worker.init() has not been called (or the worker is closed)")
         return self._node.arena_stats(worker)
 
     def _device_tensor(self, shape: Union[int, Sequence[int]], dtype: DTypeLike, worker: int) -> np.ndarray:

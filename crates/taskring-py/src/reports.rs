@@ -21,7 +21,8 @@ pub struct PyArenaStats {
     build_s: f64,
     /// Device bytes of the resident arenas.
     resident_bytes: u64,
-    /// Device bytes held outside the cache (arenas set aside for a stuck kernel).
+    /// Device bytes held outside the cache (arenas set aside for a stuck kernel,
+    /// device-resident tensors).
     held_bytes: u64,
     /// The chip's device memory.
     capacity_bytes: u64,
@@ -31,13 +32,16 @@ pub struct PyArenaStats {
 impl PyArenaStats {
     fn __repr__(&self) -> String {
         format!(
-            "ArenaStats(builds={}, hits={}, misses={}, evictions={}, resident={} keys, build_s={:.6})",
+            "ArenaStats(builds={}, hits={}, misses={}, evictions={}, resident={} keys, build_s={:.6}, resident_bytes={}, held_bytes={}, capacity_bytes={})",
             self.builds,
             self.hits,
             self.misses,
             self.evictions,
             Python::attach(|py| self.resident.bind(py).len()),
-            self.build_s
+            self.build_s,
+            self.resident_bytes,
+            self.held_bytes,
+            self.capacity_bytes
         )
     }
 }
