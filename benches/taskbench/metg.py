@@ -25,7 +25,8 @@ A sweep is too noisy to judge when its best --peak-top grains lie more than
 --peak-spread (10%) of its peak apart, when its two quartile METGs lie more than
 --metg-grains (2) grains apart (or one is undefined), or when more than --busy-grains
 (25%) of its grains were measured while other processes used more than --quiet of the
-CPUs. A comparison or bar resting on such a sweep is reported as "too noisy to judge"
+CPUs (just before the grain, or while it ran: all CPUs' busy time minus the script's
+and its drivers' CPU time). A comparison or bar resting on such a sweep is reported as "too noisy to judge"
 instead of met or missed. With --repeat, the figures are medians over the clean sweeps
 when they are a majority; otherwise the figure is too noisy to judge.
 
@@ -70,8 +71,9 @@ ring space and is woken by every retirement).
 --repeat N runs the whole sweep N times and reports the median METGs over them; each
 sweep is kept in the JSON. Before each grain, the script waits (at most --max-wait s)
 until other processes use less than --quiet of the CPUs, and records how busy the machine
-was and its load average; the summary gives the load average at the start and end and
-how busy the CPUs were before the grains (median, max). Results go to bench-results/b1_<pattern>.json, plus a PNG plot when matplotlib is
+was and its load average, and how much of the CPUs other processes used while the
+grain ran; the summary gives the load average at the start and end and the larger of
+those two per grain (median, max). Results go to bench-results/b1_<pattern>.json, plus a PNG plot when matplotlib is
 installed. The script prints a one-line summary per pattern.
 
 Bars (docs/benchmarks.md, B1): stencil_1d METG <= 1.0x the in-repo OpenMP driver; trivial
@@ -163,6 +165,27 @@ def cpu_busy(interval=0.25):
     except (OSError, ValueError):
         return None
     return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def cpu_ticks():
+    """(busy seconds of all CPUs, CPU seconds of this process and its waited-for
+    children) now, or None: the difference of two readings is what other processes used."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    t = os.times()
+    return (sum(v) - idle) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def others_busy(before, after, wall_s, ncpu):
+    """Fraction of all CPUs other processes used between two `cpu_ticks` readings."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    used = (after[0] - before[0]) - (after[1] - before[1])
+    return min(1.0, max(0.0, used / (wall_s * ncpu)))
 
 
 def wait_quiet(threshold, max_wait):
@@ -273,12 +296,13 @@ def metg_index(effs, threshold):
     Walk from the largest grain down; the METG grain is the smallest one still
     >= threshold before two consecutive grains fall below it (one isolated dip is treated
     as noise: libgomp's default spin policy and a shared machine both produce single slow
-    medians)."""
+    medians). Grains below the threshold before the first one at or above it do not end
+    the walk: large grains run at the peak unless something else held the CPUs."""
     last, below = None, 0
     for k, e in enumerate(effs):
         if e >= threshold:
             last, below = k, 0
-        else:
+        elif last is not None:
             below += 1
             if below >= 2:
                 break
@@ -316,7 +340,7 @@ class NoiseLimits:
         self.busy_grains = busy_grains  # largest fraction of busy grains
 
 
-def make_point(it, tasks, deps, flops, elapsed_all, cores, busy=None, waited=0.0, loadavg=None):
+def make_point(it, tasks, deps, flops, elapsed_all, cores, busy=None, waited=0.0, loadavg=None, during=None):
     """One grain of one driver: the median elapsed time of its reps and what follows from
     it, plus the rates at the reps' lower and upper quartile (the grain's spread)."""
     m = statistics.median(elapsed_all)
@@ -342,6 +366,7 @@ def make_point(it, tasks, deps, flops, elapsed_all, cores, busy=None, waited=0.0
         "best_flops_per_s": flops / min(elapsed_all),
         "best_granularity_s": min(elapsed_all) * cores / tasks,
         "machine_busy_before": busy,
+        "machine_busy_during": during,
         "loadavg_before": loadavg,
         "waited_s": waited,
     }
@@ -393,7 +418,7 @@ def analyze(points, threshold, lim, cores):
     elif apart > lim.metg_grains:
         noise.append(f"its METG at the reps' quartiles lies {apart} grains apart "
                      f"({fmt_us(rng[0])} to {fmt_us(rng[1])}; > {lim.metg_grains})")
-    busy = [p for p in points if p.get("machine_busy_before") is not None and p["machine_busy_before"] > lim.quiet]
+    busy = [p for p in points if grain_busy(p) is not None and grain_busy(p) > lim.quiet]
     if len(busy) > lim.busy_grains * len(points):
         noise.append(f"{len(busy)} of {len(points)} grains measured while other processes used "
                      f"> {lim.quiet:.0%} of the CPUs")
@@ -433,9 +458,16 @@ def quartile_range(points, k_lo, k_hi):
     return [min(gs), max(gs)]
 
 
+def grain_busy(p):
+    """The larger fraction of the CPUs other processes used just before and while the
+    grain was measured (None when neither was measured)."""
+    b = [x for x in (p.get("machine_busy_before"), p.get("machine_busy_during")) if x is not None]
+    return max(b) if b else None
+
+
 def busy_summary(points):
-    """(median, max) fraction of the CPUs other processes used before the grains."""
-    b = [p["machine_busy_before"] for p in points if p.get("machine_busy_before") is not None]
+    """(median, max) of `grain_busy` over the grains."""
+    b = [grain_busy(p) for p in points if grain_busy(p) is not None]
     return (statistics.median(b), max(b)) if b else (None, None)
 
 
@@ -494,7 +526,9 @@ def sweep(a, pattern, drivers, cores, lim):
         waited, busy = wait_quiet(a.quiet, a.max_wait) if a.quiet < 1 else (0.0, cpu_busy())
         waited_total += waited
         load = machine()["loadavg"].split()[:1]
+        c0, w0 = cpu_ticks(), time.time()
         runs = interleaved(drivers, a.reps, lambda name: graph_args(a, pattern, it))
+        during = others_busy(c0, cpu_ticks(), time.time() - w0, os.cpu_count() or 1)
         totals = {(rs[0]["tasks"], rs[0]["flops"]) for rs in runs.values()}
         if len(totals) != 1:
             sys.exit(f"metg.py: the drivers disagree on the graph's totals at -iter {it}: "
@@ -503,7 +537,7 @@ def sweep(a, pattern, drivers, cores, lim):
             rs = runs[name]
             data[name].append(make_point(it, rs[0]["tasks"], rs[0]["deps"], rs[0]["flops"],
                                          [r["elapsed"] for r in rs], cores, busy, waited,
-                                         float(load[0]) if load else None))
+                                         float(load[0]) if load else None, during))
         if a.verbose:
             line = "  ".join(f"{n}: {data[n][-1]['granularity_s'] * 1e6:9.2f} us {data[n][-1]['flops_per_s'] / 1e9:7.2f} GF/s"
                              for n in drivers)
@@ -908,7 +942,7 @@ def main():
         busy_med = med([b[0] for b in busy])
         busy_max = max((b[1] for b in busy if b[1] is not None), default=None)
         parts.append(f"{a.repeat} sweep(s) x {a.reps} reps, {cores} cores, nproc {mach['nproc']}, {mach['cpu_model']}, "
-                     f"load {load0} -> {load1}, CPUs busy before a grain "
+                     f"load {load0} -> {load1}, CPUs used by others around a grain "
                      + ("not measured" if busy_med is None else f"median {busy_med:.0%}, max {busy_max:.0%}"))
         summary = "; ".join(parts)
         doc = {
@@ -945,6 +979,7 @@ def main():
                     "metg_taskbench_rule_s": "Task Bench's own rule (scripts/chart_metg.py): mean elapsed, the smallest granularity of any grain >= threshold, linear interpolation to the next grain; against the same peak",
                     "metg_best_of_reps_s": "the same on the fastest of the reps at each grain (the primary figures use medians)",
                     "machine_busy_before": "fraction of all CPUs busy (other processes) just before the grain was measured",
+                    "machine_busy_during": "fraction of all CPUs other processes used while the grain was measured (all CPUs' busy time from /proc/stat minus this script's and its drivers' CPU time)",
                     "noise": f"why a sweep is too noisy to judge: its best grains spread > {lim.peak_spread:.0%} of its peak, its quartile METGs > {lim.metg_grains} grains apart or undefined, or > {lim.busy_grains:.0%} of its grains measured with other processes using > {lim.quiet:.0%} of the CPUs",
                     "judged sweeps": "with --repeat, the clean sweeps when they are a majority (medians over them), else all sweeps, and the figure is too noisy to judge",
                     "comparisons": "per baseline family and peak definition: the configuration with the lowest median METG among those that can be judged, taskring's and its METG, the ratio taskring / baseline and its range over the quartile METGs",

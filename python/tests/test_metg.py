@@ -100,6 +100,22 @@ def test_metg_walk_ignores_one_isolated_dip():
     assert metg.metg(pts, [1.0, 0.9, 0.4, 0.3, 0.8, 0.2], 0.5)[0] == 4
 
 
+def test_metg_walk_starts_at_the_first_grain_at_the_threshold():
+    # The two largest grains ran while another process held a CPU.
+    pts = [{"granularity_s": g} for g in (8, 4, 2, 1, 0.5, 0.25)]
+    assert metg.metg(pts, [0.4, 0.3, 0.9, 0.8, 0.3, 0.2], 0.5)[0] == 1
+    assert metg.metg(pts, [0.4, 0.3, 0.2, 0.1, 0.1, 0.1], 0.5) == (None, None)
+
+
+def test_cpu_use_of_other_processes_excludes_our_own():
+    # 2 CPUs for 1 s: 1.5 s busy in all, 0.5 s of it ours -> others used half the CPUs.
+    assert metg.others_busy((10.0, 3.0), (11.5, 3.5), 1.0, 2) == 0.5
+    assert metg.others_busy((10.0, 3.0), (11.0, 4.0), 1.0, 2) == 0.0
+    assert metg.others_busy(None, (11.0, 4.0), 1.0, 2) is None
+    reading = metg.cpu_ticks()
+    assert reading is None or (reading[0] >= 0 and reading[1] >= 0)
+
+
 def _comparison_inputs(baseline_fast=None):
     """Results of one sweep of taskring and one baseline configuration, as `sweep` in
     metg.py builds them."""
