@@ -132,6 +132,9 @@ class _L4Worker(Worker, level=4):
             progs = [(p.name, [int(s) for s in p.signature]) for p in self._programs]
             self._cluster = _native.Cluster(size - 1, progs, arena_cache_slots=self.arena_cache_slots)
             atexit.register(_close_at_exit, weakref.ref(self))
+            # Rank 0 says why it ends when mpirun ends the job (a rank died): SIGTERM,
+            # SIGKILL milliseconds later (with --kill-timeout S > 0; at 0 both at once).
+            _native.mpi_say_at_sigterm()
             return True
         self._rank = rank
         self._serve_until_closed(prewarm_config, size)

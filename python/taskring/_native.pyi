@@ -64,6 +64,7 @@ __all__ = [
     "mpi_launch_env",
     "mpi_pingpong",
     "mpi_recv_bytes",
+    "mpi_say_at_sigterm",
     "mpi_send_bytes",
 ]
 
@@ -810,6 +811,9 @@ def mpi_finalize() -> None:
 
 def mpi_finalize_at_exit() -> bool:
     """Finalize MPI at the process's exit, or `MPI_Abort` with a non-zero exit status; False where that cannot be arranged."""
+
+def mpi_say_at_sigterm() -> bool:
+    """Rank 0 prints why it ends when SIGTERM comes (written by the signal handler); only while SIGTERM has its default action."""
 
 def mpi_abort(code: int) -> None:
     """`MPI_Abort` of the whole job (exits the process)."""

@@ -151,6 +151,14 @@ mod with_mpi {
         comm::finalize_at_exit()
     }
 
+    /// Rank 0 prints why it ends when SIGTERM comes (mpirun ending the job), written by
+    /// the signal handler itself; only while SIGTERM has its default action. Returns
+    /// whether the handler was set.
+    #[pyfunction]
+    pub fn mpi_say_at_sigterm() -> bool {
+        comm::say_at_sigterm()
+    }
+
     /// `MPI_Abort` of the whole job with `code`.
     #[pyfunction]
     pub fn mpi_abort(code: i32) {
@@ -482,6 +490,10 @@ mod without_mpi {
     pub fn mpi_finalize() {}
     #[pyfunction]
     pub fn mpi_finalize_at_exit() -> bool {
+        false
+    }
+    #[pyfunction]
+    pub fn mpi_say_at_sigterm() -> bool {
         false
     }
     #[pyfunction]

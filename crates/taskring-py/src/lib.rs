@@ -81,6 +81,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::mpi_init, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::mpi_finalize, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::mpi_finalize_at_exit, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::mpi_say_at_sigterm, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::mpi_abort, m)?)?;
     m.add_class::<reports::PyHostTaskReport>()?;
     m.add_class::<cluster::PyHostTensor>()?;

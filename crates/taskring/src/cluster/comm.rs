@@ -162,6 +162,43 @@ fn end_at_exit(status: i32) {
     finalize();
 }
 
+/// What rank 0 prints when SIGTERM comes ([`say_at_sigterm`]).
+pub const SIGTERM_TEXT: &str =
+    "taskring: rank 0 got SIGTERM: the job is being ended (by mpirun when \
+another rank died or the launch was stopped, or by a batch system); in mpirun's messages rank r is \
+host r-1\n";
+
+/// Rank 0 says why it ends when SIGTERM comes, then dies of it as it would have. When a
+/// rank dies, mpirun ends the job with SIGCONT, SIGTERM and SIGKILL `odls_base_sigkill_timeout`
+/// seconds apart, and SIGKILL follows SIGTERM within milliseconds: the line is written
+/// by the signal handler itself (`write(2)`, async-signal-safe), not at the embedding's
+/// next look at its signals. Only when SIGTERM has its default action (a handler of the
+/// script's own stays); false otherwise.
+pub fn say_at_sigterm() -> bool {
+    extern "C" fn on_term(_: libc::c_int) {
+        // safety: write, signal and raise are async-signal-safe; the text is static.
+        unsafe {
+            libc::write(2, SIGTERM_TEXT.as_ptr().cast(), SIGTERM_TEXT.len());
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::raise(libc::SIGTERM);
+        }
+    }
+    // safety: sigaction with a zeroed struct and an empty mask is the documented way to
+    // read and to set a disposition; `on_term` is a plain function.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut old) != 0
+            || old.sa_sigaction != libc::SIG_DFL
+        {
+            return false;
+        }
+        let mut new: libc::sigaction = std::mem::zeroed();
+        new.sa_sigaction = on_term as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut new.sa_mask);
+        libc::sigaction(libc::SIGTERM, &new, std::ptr::null_mut()) == 0
+    }
+}
+
 /// `MPI_Abort` of the whole job.
 pub fn abort(code: i32) -> ! {
     SimpleCommunicator::world().abort(code)
