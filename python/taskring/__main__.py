@@ -6,7 +6,8 @@
 - ``taskring report <output_prefix> [-o FILE.html]`` — one self-contained HTML page of a
   run's diagnostics (ring use against capacity, occupancy, suggested sizes, busy time).
 - ``taskring launch --hosts N script.py [args]`` — an L4 job on this machine (mpirun
-  with N + 1 ranks on shared memory and loopback; see ``taskring._launch``).
+  with N + 1 ranks on shared memory and loopback), or ``--hostfile FILE`` across nodes
+  (see ``taskring._launch``).
 - ``taskring bench b8`` — B8 (L4 over MPI), run through ``taskring launch --hosts 2``.
 - ``taskring bench <b1..b10|all> [--reps N] ...`` / ``taskring taskbench <flags>`` — the
   benchmarks, run by the repository's Rust ``taskring-bench`` binary as

@@ -1,4 +1,5 @@
-"""``taskring launch --hosts N script.py [args]``: an L4 job on this machine.
+"""``taskring launch --hosts N script.py [args]``: an L4 job on this machine (or, with
+``--hostfile``, across nodes).
 
 It runs Open MPI's ``mpirun`` with N + 1 ranks of this Python (rank 0 orchestrates,
 ranks 1..N are hosts 0..N-1) and the flags for one machine: more ranks than cores
@@ -14,10 +15,23 @@ bootstrap (``oob tcp``, whatever ``oob_tcp_if_include`` says; no MPI traffic use
 loopback (``unshare --net`` as root; Linux), so that nothing the job opens is reachable
 from another address — what the test suite does.
 
-For a real cluster, run ``mpirun`` yourself with a hostfile, e.g. ``mpirun -np 5
---hostfile hosts --map-by node --bind-to none python app.py`` (one rank per node: rank
-0 on the first, and a host per node after it; ``--mca btl_tcp_if_include <iface>`` to
-choose the network).
+``taskring launch --hostfile FILE [--hosts N] script.py [args]`` runs the job across the
+nodes of an Open MPI hostfile instead: one rank per node (``--map-by node``; rank 0 on
+the first node, host h on node h + 1; N defaults to the nodes after the first), no core
+binding, MPI traffic over shared memory within a node and TCP between nodes (``--mca
+btl self,vader,tcp``; ``--iface IF`` — an interface name or a CIDR — chooses the network
+for it and for Open MPI's bootstrap). Remote ranks are started through ssh, which passes
+no variables: every ``PTO2_RING_*`` and ``TASKRING_*`` variable set where the launcher
+runs is forwarded with ``mpirun -x`` (``--env NAME`` forwards another). The script and
+this Python must exist at the same paths on every node.
+
+When a rank dies, mpirun ends the job: it sends the other ranks SIGCONT, waits
+``odls_base_sigkill_timeout`` seconds, sends SIGTERM and SIGKILL after it. The launcher
+sets that timeout to ``--kill-timeout`` (0 by default: the job ends within a fraction of
+a second; a rank's chips exit as its pipe closes and its buffers are anonymous memory,
+so nothing is left for a rank to clean up), and after a job that ended with a non-zero
+status says which rank is which host. ``--mca NAME VALUE`` passes any other Open MPI
+parameter.
 
 Stopping: mpirun runs in a session of its own, so that a terminal's Ctrl-C (or a hang-up)
 reaches only the launcher, which hands SIGINT, SIGTERM or SIGHUP to mpirun once and waits
@@ -42,15 +56,69 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 LOCAL_MCA = ["--mca", "btl", "self,vader", "--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"]
+# The variables a rank reads (ring sizes, taskring's own settings) that ssh does not pass
+# to another node; the launcher's own settings stay here.
+FORWARDED_PREFIXES = ("PTO2_RING_", "TASKRING_")
+LAUNCHER_ONLY = {"TASKRING_MPIRUN", "TASKRING_LAUNCH_GRACE_S"}
 
 
-def command(hosts: int, target: List[str], mpirun: str = "mpirun", python: Optional[str] = None) -> List[str]:
-    """The mpirun command line for ``hosts`` hosts running ``target`` (a script and its
-    arguments, or ``-m module ...``)."""
-    return [mpirun, "-np", str(hosts + 1), "--oversubscribe", "--bind-to", "none", *LOCAL_MCA, python or sys.executable, *target]
+def command(
+    hosts: int, target: List[str], mpirun: str = "mpirun", python: Optional[str] = None, kill_timeout_s: int = 0, mca: Sequence[Tuple[str, str]] = ()
+) -> List[str]:
+    """The mpirun command line for ``hosts`` hosts on this machine running ``target`` (a
+    script and its arguments, or ``-m module ...``)."""
+    return [mpirun, "-np", str(hosts + 1), "--oversubscribe", "--bind-to", "none", *LOCAL_MCA, *_mca(kill_timeout_s, mca), python or sys.executable, *target]
+
+
+def cluster_command(
+    hosts: int,
+    hostfile: str,
+    target: List[str],
+    env: Dict[str, str],
+    mpirun: str = "mpirun",
+    python: Optional[str] = None,
+    iface: Optional[str] = None,
+    kill_timeout_s: int = 0,
+    forward: Sequence[str] = (),
+    mca: Sequence[Tuple[str, str]] = (),
+) -> List[str]:
+    """The mpirun command line for ``hosts`` hosts across the nodes of ``hostfile``, one
+    rank per node, with the variables of ``env`` that ranks read forwarded (``-x``)."""
+    net = ["--mca", "btl", "self,vader,tcp"]
+    if iface:
+        net += ["--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface]
+    names = sorted({k for k in env if k.startswith(FORWARDED_PREFIXES) and k not in LAUNCHER_ONLY} | {k for k in forward if k in env})
+    return [
+        mpirun,
+        "-np",
+        str(hosts + 1),
+        "--hostfile",
+        hostfile,
+        "--map-by",
+        "node",
+        "--bind-to",
+        "none",
+        *net,
+        *_mca(kill_timeout_s, mca),
+        *[a for k in names for a in ("-x", k)],
+        python or sys.executable,
+        *target,
+    ]
+
+
+def _mca(kill_timeout_s: int, mca: Sequence[Tuple[str, str]]) -> List[str]:
+    """The kill timeout and the caller's own Open MPI parameters, as mpirun flags."""
+    return ["--mca", "odls_base_sigkill_timeout", str(kill_timeout_s), *[a for k, v in mca for a in ("--mca", k, v)]]
+
+
+def hostfile_nodes(path: str) -> List[str]:
+    """The node names of an Open MPI hostfile (the first word of each line that is not
+    blank or a comment)."""
+    with open(path) as f:
+        return [line.split()[0] for line in (raw.split("#", 1)[0] for raw in f) if line.strip()]
 
 
 def isolated(cmd: List[str]) -> List[str]:
@@ -67,11 +135,19 @@ def environment() -> dict:
 
 
 def main(argv: List[str]) -> int:
-    p = argparse.ArgumentParser(prog="taskring launch", description="Run an L4 script on this machine: mpirun with N+1 ranks (shared memory and loopback only).")
-    p.add_argument("--hosts", type=int, required=True, help="number of hosts (MPI ranks 1..N); rank 0 orchestrates")
+    p = argparse.ArgumentParser(
+        prog="taskring launch",
+        description="Run an L4 script: mpirun with N+1 ranks on this machine (shared memory and loopback only), or across the nodes of a hostfile.",
+    )
+    p.add_argument("--hosts", type=int, default=None, help="number of hosts (MPI ranks 1..N); rank 0 orchestrates (with --hostfile: the nodes after the first by default)")
+    p.add_argument("--hostfile", help="an Open MPI hostfile: one rank per node, rank 0 on the first (TCP between nodes; PTO2_RING_*/TASKRING_* forwarded)")
+    p.add_argument("--iface", help="with --hostfile: the network for MPI and Open MPI's bootstrap (an interface name or a CIDR)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME", help="with --hostfile: forward this variable too (repeatable)")
+    p.add_argument("--kill-timeout", type=int, default=0, metavar="S", help="seconds mpirun gives the other ranks between SIGCONT, SIGTERM and SIGKILL when a rank dies (odls_base_sigkill_timeout; default 0)")
+    p.add_argument("--mca", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), help="another Open MPI parameter for mpirun (repeatable)")
     p.add_argument("--mpirun", default=os.environ.get("TASKRING_MPIRUN", "mpirun"), help="the mpirun to use (default: mpirun on PATH)")
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
-    p.add_argument("--netns", action="store_true", help="run the job in a new network namespace with only the loopback interface (root, Linux)")
+    p.add_argument("--netns", action="store_true", help="run the job in a new network namespace with only the loopback interface (root, Linux; not with --hostfile)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="script.py [args] or -m module [args]")
     try:
         a = p.parse_args(argv)
@@ -81,13 +157,45 @@ def main(argv: List[str]) -> int:
     if not target:
         print("taskring launch: give the script to run: taskring launch --hosts N script.py [args]", file=sys.stderr)
         return 2
+    if a.kill_timeout < 0:
+        print(f"taskring launch: --kill-timeout must be at least 0, got {a.kill_timeout}", file=sys.stderr)
+        return 2
+    if a.hostfile is None:
+        for flag, given in (("--iface", a.iface), ("--env", a.env)):
+            if given:
+                print(f"taskring launch: {flag} goes with --hostfile (a launch on this machine uses the loopback and passes the whole environment)", file=sys.stderr)
+                return 2
+        if a.hosts is None:
+            print("taskring launch: give --hosts N (or --hostfile FILE)", file=sys.stderr)
+            return 2
+    else:
+        if a.netns:
+            print("taskring launch: --netns is for a launch on this machine, not with --hostfile", file=sys.stderr)
+            return 2
+        try:
+            nodes = hostfile_nodes(a.hostfile)
+        except OSError as e:
+            print(f"taskring launch: cannot read the hostfile {a.hostfile}: {e.strerror}", file=sys.stderr)
+            return 2
+        if a.hosts is None:
+            a.hosts = len(nodes) - 1
+            if a.hosts < 1:
+                print(f"taskring launch: the hostfile {a.hostfile} names {len(nodes)} node(s); it needs 2 or more (rank 0 and a host), or give --hosts N", file=sys.stderr)
+                return 2
     if a.hosts < 1:
         print(f"taskring launch: --hosts must be at least 1, got {a.hosts}", file=sys.stderr)
         return 2
     if target[0] != "-m" and not os.path.exists(target[0]):
         print(f"taskring launch: no such script: {target[0]}", file=sys.stderr)
         return 2
-    cmd = command(a.hosts, target, mpirun=a.mpirun)
+    env = environment()
+    mca = [(k, v) for k, v in a.mca]
+    if a.hostfile is None:
+        cmd = command(a.hosts, target, mpirun=a.mpirun, kill_timeout_s=a.kill_timeout, mca=mca)
+    else:
+        if target[0] != "-m":
+            target = [os.path.abspath(target[0]), *target[1:]]  # the same path on every node
+        cmd = cluster_command(a.hosts, os.path.abspath(a.hostfile), target, env, mpirun=a.mpirun, iface=a.iface, kill_timeout_s=a.kill_timeout, forward=a.env, mca=mca)
     if a.netns:
         missing = [t for t in ("unshare", "ip") if shutil.which(t) is None]
         if missing:
@@ -103,7 +211,7 @@ def main(argv: List[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    return run(cmd, environment())
+    return run(cmd, env)
 
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
@@ -135,6 +243,8 @@ def run(cmd: List[str], env: Dict[str, str]) -> int:
         job.wait(got, rfd)
         if not got:
             job.remove_own_pmix_dir()
+            if job.returncode != 0:
+                print(f"taskring launch: the job ended with status {job.returncode} (in mpirun's messages, rank 0 orchestrates and rank r is host r-1)", file=sys.stderr)
             return job.returncode
     finally:
         signal.set_wakeup_fd(old_wakeup)

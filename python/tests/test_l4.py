@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,16 @@ needs_mpi = pytest.mark.skipif(not _native.mpi_built(), reason=_native.MPI_MISSI
 NETNS = hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("ip") is not None
 
 
-def launch(hosts, script, *args, timeout=120):
-    cmd = [sys.executable, "-m", "taskring", "launch", "--hosts", str(hosts), *(["--netns"] if NETNS else []), script, *args]
-    env = dict(os.environ)
+# Across the nodes of a cluster instead, one rank per node, when python/tests/cluster/run.sh
+# (make test-cluster) runs these tests: its hostfile and the launch's extra flags.
+HOSTFILE = os.environ.get("TASKRING_TEST_HOSTFILE")
+CLUSTER_ARGS = shlex.split(os.environ.get("TASKRING_TEST_LAUNCH_ARGS", ""))
+
+
+def launch(hosts, script, *args, timeout=120, env=None, flags=()):
+    where = ["--hostfile", HOSTFILE, *CLUSTER_ARGS] if HOSTFILE else (["--netns"] if NETNS else [])
+    cmd = [sys.executable, "-m", "taskring", "launch", "--hosts", str(hosts), *where, *flags, script, *args]
+    env = dict(os.environ, **(env or {}))
     for k in [k for k in env if k.startswith(("OMPI_", "PMI_", "PMIX_"))]:
         del env[k]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -169,10 +177,11 @@ def _leftovers(marker):
 
 
 @needs_mpi
-def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path):
+@pytest.mark.parametrize("kill_timeout", [0, 1])
+def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path, kill_timeout):
     death = tmp_path / "death"
     script = os.path.join(L4, "killed_host.py")
-    p = launch(2, script, str(death), timeout=60)
+    p = launch(2, script, str(death), timeout=60, flags=("--kill-timeout", str(kill_timeout)))
     ended = time.time()
     assert p.returncode != 0
     assert death.exists(), p.stdout[-2000:] + p.stderr[-2000:]
@@ -180,6 +189,11 @@ def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path):
     text = p.stdout + p.stderr
     assert "rank 2" in text, text[-2000:]
     assert "should not have" not in text
+    # The launcher names the ranks; rank 0, given time between SIGTERM and SIGKILL, says
+    # why it ends (at 0 s SIGKILL comes at once, and it may not get to).
+    assert f"taskring launch: the job ended with status {p.returncode} (in mpirun's messages, rank 0 orchestrates and rank r is host r-1)" in p.stderr
+    if kill_timeout:
+        assert "taskring: rank 0 got SIGTERM: the job is being ended (by mpirun when another rank died" in text, text[-2000:]
     time.sleep(0.3)  # chips exit as their host's pipe closes (measured: ~10 ms)
     assert _leftovers(str(death)) == []
 
@@ -245,6 +259,18 @@ def test_a_host_ended_by_systemexit_or_keyboardinterrupt_fails_its_tasks_and_the
 
 
 @needs_mpi
+def test_ring_and_taskring_variables_of_the_launching_shell_reach_every_rank(tmp_path):
+    # Across nodes, remote ranks start with ssh's environment: the launcher forwards these.
+    env = {"PTO2_RING_HEAP": "1048576,0,0,0", "TASKRING_HOST_TIMEOUT_MS": "7000", "TASKRING_TEST_MARK": "x y"}
+    p = launch(2, os.path.join(L4, "dump_env.py"), str(tmp_path / "env"), env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    for rank in range(3):
+        got = json.loads((tmp_path / f"env.{rank}.json").read_text())
+        assert {k: got.get(k) for k in env} == env, rank
+
+
+@needs_mpi
+@pytest.mark.skipif(HOSTFILE is not None, reason="a launch across nodes uses their network, not a namespace of its own")
 @pytest.mark.skipif(not NETNS, reason="needs root, unshare and ip for a network namespace")
 def test_a_job_under_netns_sees_only_the_loopback_interface(tmp_path):
     out = tmp_path / "net.txt"
@@ -322,7 +348,47 @@ def test_launch_command_line(tmp_path):
     joined = " ".join(cmd)
     assert "--mca btl self,vader" in joined
     assert "--mca oob_tcp_if_include lo" in joined and "--mca btl_tcp_if_include lo" in joined
+    assert " ".join(cmd).count("--mca odls_base_sigkill_timeout 0") == 1
     r = subprocess.run([sys.executable, "-m", "taskring", "launch", "--hosts", "0", "x.py"], capture_output=True, text=True)
     assert r.returncode == 2 and "--hosts must be at least 1" in r.stderr
     r = subprocess.run([sys.executable, "-m", "taskring", "launch", "--hosts", "1", str(tmp_path / "nope.py")], capture_output=True, text=True)
     assert r.returncode == 2 and "no such script" in r.stderr
+
+
+def test_launch_across_the_nodes_of_a_hostfile_forwards_the_ring_and_taskring_variables(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# rank 0 first\nnode-a slots=4\n\nnode-b slots=4\nnode-c\n")
+    script = tmp_path / "app.py"
+    script.write_text("")
+
+    def dry(*flags, env=None):
+        env = dict({k: v for k, v in os.environ.items() if not k.startswith(("PTO2_RING_", "TASKRING_"))}, **(env or {}))
+        r = subprocess.run([sys.executable, "-m", "taskring", "launch", *flags, "--dry-run", str(script), "--x"], capture_output=True, text=True, env=env, cwd=tmp_path)
+        return r.returncode, r.stdout.split(), r.stderr
+
+    env = {"PTO2_RING_HEAP": "1048576", "TASKRING_HOST_TIMEOUT_MS": "9000", "TASKRING_LAUNCH_GRACE_S": "2", "OTHER": "1"}
+    code, cmd, _ = dry("--hostfile", "hosts", "--iface", "10.0.0.0/8", "--env", "OTHER", "--kill-timeout", "2", "--mca", "pml", "ob1", env=env)
+    assert code == 0
+    joined = " ".join(cmd)
+    # One rank per node: rank 0 and a host on each node after the first.
+    assert cmd[:3] == ["mpirun", "-np", "3"] and f"--hostfile {hostfile} --map-by node --bind-to none" in joined
+    assert "--mca btl self,vader,tcp" in joined and "--oversubscribe" not in cmd
+    assert "--mca btl_tcp_if_include 10.0.0.0/8 --mca oob_tcp_if_include 10.0.0.0/8" in joined
+    assert "--mca odls_base_sigkill_timeout 2" in joined and "--mca pml ob1" in joined
+    forwarded = sorted(cmd[i + 1] for i, a in enumerate(cmd) if a == "-x")
+    assert forwarded == ["OTHER", "PTO2_RING_HEAP", "TASKRING_HOST_TIMEOUT_MS"]  # not the launcher's own
+    assert cmd[-2:] == [str(script), "--x"] and cmd[-3] == sys.executable
+
+    code, cmd, _ = dry("--hostfile", str(hostfile), "--hosts", "5")
+    assert code == 0 and cmd[:3] == ["mpirun", "-np", "6"] and "-x" not in cmd and "btl_tcp_if_include" not in cmd
+    (tmp_path / "one").write_text("node-a\n")
+    for flags, text in [
+        (("--hostfile", "one"), "names 1 node(s); it needs 2 or more"),
+        (("--hostfile", "nope"), "cannot read the hostfile nope"),
+        (("--hostfile", "hosts", "--netns"), "--netns is for a launch on this machine"),
+        (("--hosts", "2", "--iface", "lo"), "--iface goes with --hostfile"),
+        (("--hosts", "2", "--kill-timeout", "-1"), "--kill-timeout must be at least 0"),
+        ((), "give --hosts N (or --hostfile FILE)"),
+    ]:
+        code, _, err = dry(*flags)
+        assert code == 2 and text in err, (flags, err)

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -35,8 +36,10 @@ def copy_orch(o, chips, args, cfg):
     o.submit_next_level(chips.copy, list(args), cfg, worker=0)
 
 
-def pid_orch(o, chips, args, cfg):
-    args[0][0] = os.getpid()
+def signal_later(o, chips, args, cfg):
+    """The host sends itself signal args[0] in args[1] s (a host on another node is out of
+    rank 0's reach)."""
+    threading.Timer(float(args[1]), os.kill, (os.getpid(), int(args[0]))).start()
 
 
 c = {"copy": copy}
@@ -44,10 +47,10 @@ programs = [
     taskring.DistributedProgram(exit_orch, chips=c, signature=[SCALAR]),
     taskring.DistributedProgram(interrupt_orch, chips=c, signature=[IN, OUT]),
     taskring.DistributedProgram(copy_orch, chips=c, signature=[IN, OUT]),
-    taskring.DistributedProgram(pid_orch, chips=c, signature=[OUT]),
+    taskring.DistributedProgram(signal_later, chips=c, signature=[SCALAR, SCALAR]),
 ]
 w = taskring.Worker(level=4)
-EXIT, INTERRUPT, COPY, PID = [w.register(p) for p in programs]
+EXIT, INTERRUPT, COPY, LATER = [w.register(p) for p in programs]
 if w.init():
     res = {}
 
@@ -67,9 +70,6 @@ if w.init():
     def ok(pairs):
         return all(bool(np.array_equal(a, b)) for a, b in pairs)
 
-    pids = [np.zeros(1, np.int64) for _ in range(3)]
-    w.run(lambda o, x, cfg: [o.submit_next_level(PID, [pids[i]], None, worker=i) for i in range(3)])
-
     # 1. SystemExit in host 0's orchestration; hosts 1 and 2 work in the same run (a
     # failed run waits for the tasks under way, as at L3; one not yet dispatched when the
     # failure comes does not run).
@@ -78,9 +78,10 @@ if w.init():
     res["exit_others_ok"] = ok(pairs)
     res["exit_later"] = attempt(lambda o: o.submit_next_level(EXIT, [1], None, worker=0))
 
-    # 2. SIGINT to host 1 while it waits for requests.
-    os.kill(int(pids[1][0]), signal.SIGINT)
-    time.sleep(0.5)
+    # 2. SIGINT to host 1 while it waits for requests (it sends it itself, 0.2 s after a
+    # task that returns at once).
+    w.run(lambda o, x, cfg: o.submit_next_level(LATER, [int(signal.SIGINT), 0.2], None, worker=1))
+    time.sleep(0.7)
     sub, pairs = copies([1])
     res["sigint"] = attempt(sub)
     sub, pairs = copies([2])

@@ -1,7 +1,7 @@
 """A host rank stopped (SIGSTOP), under `taskring launch --hosts 2` with
 TASKRING_HOST_TIMEOUT_MS=argv[2] on rank 0: a host busy in a task longer than the timeout
 (sleeping, then spinning in Python with the GIL) is not lost; host 1, stopped while its
-task runs, is reported `not responding` within about the timeout, its later tasks fail at
+task runs (it stops itself), is reported `not responding` within about the timeout, its later tasks fail at
 once, host 0's tasks of the same run and of later runs complete, and close() returns. Rank
 0 writes what it saw to argv[1]; the job then ends with MPI_Abort (a stopped rank cannot
 finalize)."""
@@ -19,7 +19,7 @@ if os.environ.get("OMPI_COMM_WORLD_RANK") == "0":
     os.environ["TASKRING_HOST_TIMEOUT_MS"] = sys.argv[2]
 
 import taskring  # noqa: E402
-from taskring import IN, OUT, kernels as K  # noqa: E402
+from taskring import IN, OUT, SCALAR, kernels as K  # noqa: E402
 
 
 @taskring.program(signature=[IN, OUT])
@@ -39,20 +39,19 @@ def host_orch(o, chips, args, cfg):
     o.submit_next_level(chips.copy, [a, out], cfg, worker=0)
 
 
-def pid_orch(o, chips, args, cfg):
-    args[0][0] = os.getpid()
+def signal_later(o, chips, args, cfg):
+    """The host sends itself signal args[0] in args[1] s (a host on another node is out of
+    rank 0's reach)."""
+    threading.Timer(float(args[1]), os.kill, (os.getpid(), int(args[0]))).start()
 
 
 prog = taskring.DistributedProgram(host_orch, chips={"copy": copy}, signature=[IN, OUT])
-pids = taskring.DistributedProgram(pid_orch, chips={"copy": copy}, signature=[OUT])
+later = taskring.DistributedProgram(signal_later, chips={"copy": copy}, signature=[SCALAR, SCALAR])
 w = taskring.Worker(level=4)
-h, hp = w.register(prog), w.register(pids)
+h, hs = w.register(prog), w.register(later)
 if w.init():
     timeout_s = int(sys.argv[2]) / 1000
     res = {}
-    host_pids = [np.zeros(1, np.int64) for _ in range(2)]
-    w.run(lambda o, x, c: [o.submit_next_level(hp, [host_pids[i]], None, worker=i) for i in range(2)])
-    res["pids"] = [int(p[0]) for p in host_pids]
 
     def task(worker, seconds=0.0):
         a = np.arange(8, dtype=np.float32) + 1
@@ -71,13 +70,8 @@ if w.init():
     # Host 1 stopped while its task runs; host 0's task of the same run completes.
     sub0, a0, out0 = task(0, 0.5)
     sub1, a1, out1 = task(1, 2.0)
-    stopped = {}
-
-    def stop():
-        stopped["at"] = time.monotonic()
-        os.kill(res["pids"][1], signal.SIGSTOP)
-
-    threading.Timer(0.3, stop).start()
+    w.run(lambda o, x, c: o.submit_next_level(hs, [int(signal.SIGSTOP), 0.3], None, worker=1))
+    stopped = {"at": time.monotonic() + 0.3}  # at the latest
     try:
         w.run(lambda o, x, c: (sub0(o), sub1(o)))
         res["stopped_error"] = None
