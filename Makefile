@@ -9,7 +9,7 @@ VPY := $(VENV)/bin/python
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy lint clean
-.PHONY: fuzz soak browser mpi demo-l4 bench-l4
+.PHONY: fuzz soak browser mpi demo-l4 bench-l4 test-cluster
 .PHONY: tbb peers-build peers
 
 # The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
@@ -21,7 +21,7 @@ demo-l3: py-dev
 demo-l2:
 	$(CARGO) run --locked --release -q -p taskring --example l2_demo
 
-test: lint test-rust test-loom test-python
+test: lint test-rust test-loom test-python test-cluster
 
 # Python package: a virtual environment with the pinned tools, the native module built
 # by maturin into it (release mode), then pytest.
@@ -57,6 +57,20 @@ demo-l4: py-dev
 
 test-python: py-dev browser
 	$(VPY) -m pytest -q python/tests
+
+# L4 across separate nodes (python/tests/cluster/run.sh): 4 nodes made of Linux namespaces
+# on a bridge, mpirun starting the ranks of other nodes through an nsenter agent as it
+# would through ssh; the L4 demo, B8 (small) and test_l4.py across them, then nothing may
+# be left. Needs root, iproute2, util-linux and Open MPI (the first two installed here from
+# Debian when missing and running as root); otherwise it says why and skips. About a minute.
+CLUSTER_PACKAGES := iproute2 util-linux
+test-cluster: py-dev
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  ! { command -v ip && command -v unshare && command -v nsenter; } >/dev/null 2>&1; then \
+	  echo "make test-cluster: installing $(CLUSTER_PACKAGES) (Debian packages)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CLUSTER_PACKAGES) >/dev/null) \
+	    || echo "make test-cluster: could not install $(CLUSTER_PACKAGES)"; fi
+	timeout 600 python/tests/cluster/run.sh
 
 # Headless Chromium for the report's browser test (python/tests/test_report.py): Debian's
 # `chromium`, installed when missing and running as root; otherwise this says what to
