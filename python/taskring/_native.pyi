@@ -113,7 +113,7 @@ class RuntimeEnv:
 
     __hash__: ClassVar[None]  # type: ignore[assignment]
     AUTO: ClassVar[int]
-    """The entry meaning "size this resource to the program's measured need" (``"auto"`` is accepted too)."""
+    """The entry meaning "size this resource to the program's measured need" (the string ``"auto"``, in any case with whitespace around it ignored, is accepted too; reprs show it as ``'auto'``)."""
 
     def __new__(
         cls,
@@ -233,7 +233,7 @@ class RingSizing:
         """Resolved dependency-pool entries per ring."""
 
     def source(self, field: str, ring: int) -> Literal["call_config", "env", "default", "auto"]:
-        """Where a value came from: "call_config", "env", "default" or "auto" (`field`: ring_task_window, ring_heap or ring_dep_pool; `ring` in [0, 3])."""
+        """Where a value came from: "call_config", "env", "default" or "auto" (`field`: ring_task_window, ring_heap or ring_dep_pool, or this class's attribute names task_window, heap, dep_pool; `ring` in [0, 3])."""
 
     def key(self) -> tuple[int, ...]:
         """The 12-value tuple the arena cache is keyed on."""
@@ -469,7 +469,7 @@ class ArenaStats:
 
     @property
     def held_bytes(self) -> int:
-        """Device bytes held outside the cache (arenas set aside for a stuck kernel)."""
+        """Device bytes held outside the cache (arenas set aside for a stuck kernel, device-resident tensors)."""
 
     @property
     def capacity_bytes(self) -> int:
@@ -595,7 +595,7 @@ class Chip:
         args: list[Any],
         config: _ConfigLike = None,
     ) -> RunReport:
-        """Run `orchestration(rt, *args)` with `config`; numpy arrays become Tensors (zero copy), ints and floats pass through."""
+        """Run `orchestration(rt, *args)` with `config`; numpy arrays become Tensors (zero copy), ints and floats pass through. Ctrl-C raises at once (a kernel still running is set aside); called from the chip's own orchestration, this and the other calls that need the chip raise RuntimeError."""
 
     def capture(
         self,
@@ -773,7 +773,7 @@ class Node:
         """Register one more program; chip processes only know the programs registered before they started."""
 
     def run(self, orch: Callable[[NodeOrchestrator], object], config: _ConfigLike = None) -> NodeRunReport:
-        """Run `orch(o)`; `config` sizes the node's own rings."""
+        """Run `orch(o)`; `config` sizes the node's own rings. Called from the run's own orchestration, `run` and `close` raise RuntimeError."""
 
     def arena_stats(self, worker: int) -> ArenaStats:
         """Chip `worker`'s arena statistics."""

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 ///
 /// The run fails with EXPLICIT_ORCH_FATAL (`the run was interrupted: {why}`): the
 /// chip's waits end, queued tasks are dropped, and a core whose kernel has not returned
-/// within [`INTERRUPT_GRACE`] is given up on as after SCHEDULER_TIMEOUT (replaced; its
-/// task's memory set aside until the kernel returns, `chip/quarantine.rs`), so the
+/// within `INTERRUPT_GRACE` (20 ms) is given up on as after SCHEDULER_TIMEOUT (replaced;
+/// its task's memory set aside until the kernel returns, `chip/quarantine.rs`), so the
 /// caller gets control back without waiting for the kernel.
 #[derive(Clone)]
 pub struct RunInterrupter {
