@@ -377,8 +377,13 @@ impl ChipWorker {
         let mut l = self.auto.get(&key);
         if l.known {
             let s = l.apply(sizing);
+            if !l.raised {
+                return self
+                    .run_inner(program, args, &s, hook, diag)
+                    .map_err(|e| self.grow(key, program, l, &sizing, &s, e));
+            }
             l.since += 1;
-            if !(l.raised && l.since >= CHECK_EVERY) {
+            if l.since < CHECK_EVERY {
                 self.auto.put(&key, program, l, false);
                 return self
                     .run_inner(program, args, &s, hook, diag)
