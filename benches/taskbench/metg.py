@@ -678,21 +678,28 @@ def judge_bars(pattern, comparisons, taskring):
         c = comparisons.get(family)
         if kind == "abs":
             got, noisy = taskring["metg_s"], taskring["noisy"]
-            noise = [f"taskring: {x}" for n in taskring["noise_per_sweep"] for x in n]
+            noise = numbered([[f"taskring: {x}" for x in n] for n in taskring["noise_per_sweep"]])
         elif c is None:
             bars.append({"desc": desc, "value": None, "verdict": "not measured", "met": None, "noise": []})
             continue
         else:
             got, noisy = c[peak]["ratio"], c[peak]["noisy"]
-            noise = [x for n in c[peak]["noise_per_sweep"] for x in n]
+            noise = numbered(c[peak]["noise_per_sweep"])
         if noisy:
             verdict, met = "too noisy to judge", None
         else:
             met = got is not None and got <= val
             verdict = "met" if met else "missed"
-        bars.append({"desc": desc, "value": got, "verdict": verdict, "met": met,
-                     "noise": sorted(set(noise))})
+        bars.append({"desc": desc, "value": got, "verdict": verdict, "met": met, "noise": noise})
     return bars
+
+
+def numbered(noise_per_sweep):
+    """One list of the sweeps' noise reasons, each prefixed by its sweep's number when
+    there are several sweeps."""
+    if len(noise_per_sweep) == 1:
+        return list(noise_per_sweep[0])
+    return [f"sweep {k + 1}: {x}" for k, n in enumerate(noise_per_sweep) for x in n]
 
 
 def plot(path, pattern, res, threshold):
