@@ -5,10 +5,9 @@
 //! round (`x[k] / a[k]`): noise that lasts longer than a round (another process's
 //! build, a frequency change) moves both sides of that ratio alike. Rounds of one setup
 //! are not independent samples of everything that varies, though: in B11 each setup is
-//! a set of forked chip processes, and the median ratio of one set differs from the
-//! next set's by more than the rounds of either spread (0.79× to 1.02× between three
-//! runs a few seconds apart, each with a 95 % interval of ±5 % over its own rounds). So
-//! the rounds come in blocks, each on a fresh setup:
+//! a set of forked chip processes, and on a 2-CPU machine one set's median ratio can lie
+//! 20 % from the next set's while each set's own rounds give it a 95 % interval of
+//! ±5 %. So the rounds come in blocks, each on a fresh setup:
 //!
 //! 1. within a block, the figure is the median of its rounds' ratios
 //!    ([`PairedRatios`]);
