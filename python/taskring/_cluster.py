@@ -131,7 +131,7 @@ class _L4Worker(Worker, level=4):
             self._rank = 0
             progs = [(p.name, [int(s) for s in p.signature]) for p in self._programs]
             self._cluster = _native.Cluster(size - 1, progs, arena_cache_slots=self.arena_cache_slots)
-            atexit.register(_close_at_exit, weakref.ref(self))
+            atexit.register(_close_at_exit, weakref.ref(self), os.getpid())
             # Rank 0 says why it ends when mpirun ends the job (a rank died): SIGTERM,
             # SIGKILL milliseconds later (with --kill-timeout S > 0; at 0 both at once).
             _native.mpi_say_at_sigterm()
@@ -217,10 +217,12 @@ def _mpi_init(rank: int) -> None:
     if not _mpi_started:
         _mpi_started = True
         if rank != 0 or not _native.mpi_finalize_at_exit():
-            atexit.register(_mpi_finalize)
+            atexit.register(_mpi_finalize, os.getpid())
 
 
-def _mpi_finalize() -> None:
+def _mpi_finalize(pid: int) -> None:
+    if os.getpid() != pid:
+        return  # a forked child of this rank exits: MPI is the parent's
     # With a host lost, the native finalize ends the job with MPI_Abort: what this
     # process printed is flushed first.
     for f in (sys.stdout, sys.stderr):
@@ -231,10 +233,12 @@ def _mpi_finalize() -> None:
     _native.mpi_finalize()
 
 
-def _close_at_exit(ref: "weakref.ref[_L4Worker]") -> None:
-    # Rank 0 leaving without close() would leave its hosts serving: close for it.
+def _close_at_exit(ref: "weakref.ref[_L4Worker]", pid: int) -> None:
+    # Rank 0 leaving without close() would leave its hosts serving: close for it (not
+    # in a forked child of rank 0, which has its memory but neither its threads nor its
+    # place in MPI).
     w = ref()
-    if w is not None:
+    if w is not None and os.getpid() == pid:
         w.close()
 
 

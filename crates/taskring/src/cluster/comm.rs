@@ -14,6 +14,7 @@ use mpi::point_to_point::{Destination, Message, Source, Status};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Threading;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 use std::time::Duration;
 
 /// The tag of request frames (tasks, close) from rank 0 to a host.
@@ -134,9 +135,12 @@ pub fn finalize_at_exit() -> bool {
         }
         static REGISTERED: std::sync::Once = std::sync::Once::new();
         let mut ok = true;
-        // safety: `at_exit` is a plain function with no captured state; glibc calls it
-        // once, from `exit`.
-        REGISTERED.call_once(|| ok = unsafe { on_exit(at_exit, std::ptr::null_mut()) } == 0);
+        REGISTERED.call_once(|| {
+            OWNER_PID.store(std::process::id() as i32, Relaxed);
+            // safety: `at_exit` is a plain function with no captured state; glibc calls
+            // it once, from `exit`.
+            ok = unsafe { on_exit(at_exit, std::ptr::null_mut()) } == 0;
+        });
         ok
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
@@ -145,9 +149,18 @@ pub fn finalize_at_exit() -> bool {
     }
 }
 
+/// The process that registered [`finalize_at_exit`] or [`say_at_sigterm`]: a child it
+/// forks inherits both, and must neither finalize nor speak for it.
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
+fn is_owner() -> bool {
+    // safety: getpid has no preconditions (and is async-signal-safe).
+    OWNER_PID.load(Relaxed) == unsafe { libc::getpid() }
+}
+
 /// What [`finalize_at_exit`] does at the exit with `status`.
 fn end_at_exit(status: i32) {
-    if !initialized() {
+    if !initialized() || !is_owner() {
         return;
     }
     if status != 0 {
@@ -178,7 +191,9 @@ pub fn say_at_sigterm() -> bool {
     extern "C" fn on_term(_: libc::c_int) {
         // safety: write, signal and raise are async-signal-safe; the text is static.
         unsafe {
-            libc::write(2, SIGTERM_TEXT.as_ptr().cast(), SIGTERM_TEXT.len());
+            if is_owner() {
+                libc::write(2, SIGTERM_TEXT.as_ptr().cast(), SIGTERM_TEXT.len());
+            }
             libc::signal(libc::SIGTERM, libc::SIG_DFL);
             libc::raise(libc::SIGTERM);
         }
@@ -192,6 +207,7 @@ pub fn say_at_sigterm() -> bool {
         {
             return false;
         }
+        OWNER_PID.store(libc::getpid(), Relaxed);
         let mut new: libc::sigaction = std::mem::zeroed();
         new.sa_sigaction = on_term as extern "C" fn(libc::c_int) as libc::sighandler_t;
         libc::sigemptyset(&mut new.sa_mask);
