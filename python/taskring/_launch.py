@@ -36,11 +36,11 @@ parameter.
 Stopping: mpirun runs in a session of its own, so that a terminal's Ctrl-C (or a hang-up)
 reaches only the launcher, which hands SIGINT, SIGTERM or SIGHUP to mpirun once and waits
 for it: mpirun stops the ranks and removes the job's files (its shared-memory segments
-``/dev/shm/vader_segment.*`` and its PMIx directory), about 1 s. Past the grace period
-(``TASKRING_LAUNCH_GRACE_S``, 5 s) or at a second signal, the launcher SIGKILLs mpirun and
-every process of the job, and removes what the job left of those files itself — only
-the segments named with the job's own id that appeared during the launch, and the PMIx
-directory of its own mpirun. Then the launcher dies of the signal it received. mpirun
+``/dev/shm/vader_segment.*`` and its PMIx directory), ~0.05 s at ``--kill-timeout 0``.
+Past the grace period (``TASKRING_LAUNCH_GRACE_S``, 5 s) or at a second signal, the
+launcher SIGKILLs mpirun and every process of the job, and removes what the job left of
+those files itself — only the segments named with the job's own id that appeared during
+the launch, and the PMIx directory of its own mpirun. Then the launcher dies of the signal it received. mpirun
 also gets SIGTERM when the launcher dies of anything else (``PR_SET_PDEATHSIG``).
 """
 
