@@ -30,7 +30,10 @@ For `--minutes` (default 5, at most 10) it runs, in random order:
   while an L3 run waits (KeyboardInterrupt within 1 s, the worker keeps working) and,
   with `--sigstop`, SIGSTOP of a chip (`not responding`; the other chip's task is done);
   a native kernel that outlives its SCHEDULER_TIMEOUT and writes afterwards (the
-  worker's next runs are right or refused, never see its values), and a replay whose
+  worker's next runs are right or refused, never see its values), Ctrl-C while a
+  `ChipWorker` run waits for a long native kernel (KeyboardInterrupt before the kernel
+  returns; its array refused until it does), `close()` or `run()` called from a worker's
+  own orchestration (RuntimeError at once, the worker still works), and a replay whose
   arguments alias differently from its capture's (refused, nothing written).
 
 Every result is checked against a sequential numpy oracle (outputs downstream of a failed
@@ -530,6 +533,7 @@ class Soak:
 
         self.exit_prog = soak_exit
         self.stuck_prog = None
+        self.native = None  # (tr_sleep_fill, tr_copy), built at first use
         self.wd = Watchdog(self.fatal)
 
     # -- bookkeeping --
@@ -830,11 +834,9 @@ class Soak:
         self.l2_run(ex, self.progs[spec.name], ins + outs, fitting_config(self.rng, spec, shape))
         self.compare(spec.name + " (after a fault)", outs, want)
 
-    def l2_stuck_native(self):
-        """A native kernel outlives its SCHEDULER_TIMEOUT (300 ms) and writes 42 into its
-        runtime output 0.6 s in; the worker's next runs, with the same sizing and with the
-        failed run's own output array, must be right or refused, never see the 42."""
-        if self.stuck_prog is None:
+    def native_kernels(self):
+        """`tr_sleep_fill` and `tr_copy` of the native examples' library (built once)."""
+        if self.native is None:
             import importlib.util
             import tempfile
 
@@ -843,8 +845,122 @@ class Soak:
             mod = importlib.util.module_from_spec(spec_)
             spec_.loader.exec_module(mod)
             lib = mod.build(os.path.join(tempfile.mkdtemp(prefix="soak-native-"), "libtrkernels.so"))
-            sleep_fill = taskring.load_kernel(lib, "tr_sleep_fill")
-            copy = taskring.load_kernel(lib, "tr_copy")
+            self.native = (taskring.load_kernel(lib, "tr_sleep_fill"), taskring.load_kernel(lib, "tr_copy"))
+        return self.native
+
+    def l2_interrupt(self):
+        """Ctrl-C (SIGINT to the main thread) while a ChipWorker run waits for a native
+        kernel that sleeps 1.5 s, then writes its output: KeyboardInterrupt before the
+        kernel returns (the output untouched), the worker's next run right, a run over
+        the kernel's array refused until it returns, and right after."""
+        sleep_fill, _ = self.native_kernels()
+
+        @taskring.program(signature=[OUT])
+        def soak_sleep_fill(rt, out):
+            rt.submit(sleep_fill, outputs=[out], scalars=[1500.0, 42.0])
+
+        w = ChipWorker(cores=2)
+        try:
+            out = np.full(self.shape(), -7.0, np.float32)
+            main = threading.main_thread().ident
+            timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))
+            timer.start()
+            try:
+                w.run(soak_sleep_fill, out)
+            except KeyboardInterrupt:
+                pass
+            else:
+                raise Lost("L2 Ctrl-C: the run of a 1.5 s native kernel was not interrupted")
+            finally:
+                timer.join()
+            if not (out == -7.0).all():
+                raise Lost("L2 Ctrl-C: KeyboardInterrupt came only after the native kernel returned")
+            # A program of one output, run over the kernel's array.
+            spec = next((x for x in self.specs if x.n_out == 1), None)
+            if spec is None:
+                self.after_fault_l2(w)
+                return
+
+            def over_out():
+                ins = self.arrays(spec, out.shape)[0]
+                want, _ = oracle(spec, ins, [out.copy()])
+                w.run(self.progs[spec.name], *ins, out)
+                return want
+
+            # The kernel sleeps on (1.5 s): a run over its array is refused.
+            returned = False
+            try:
+                over_out()
+                returned = True  # a machine so slow that the kernel had returned already
+                self.notes["l2_interrupt: the kernel returned before the run over its array"] += 1
+            except RuntimeFailure as e:
+                if "when an earlier run was interrupted" not in str(e):
+                    raise Lost(f"L2 Ctrl-C: a run over the kernel's array failed with {e!r}")
+            self.after_fault_l2(w)
+            deadline = time.monotonic() + 10
+            while not returned and not (out == 42.0).all():  # the kernel returns and writes
+                if time.monotonic() > deadline:
+                    raise Lost("L2 Ctrl-C: the interrupted native kernel never wrote its output")
+                time.sleep(0.02)
+            # It returned: its array runs again.
+            want = over_out()
+            self.compare(spec.name + " (over the returned kernel's array)", [out], want)
+        finally:
+            close_with_timeout(w)
+
+    def reentry(self):
+        """close() or run() on a worker from inside its own orchestration (an L2
+        ChipWorker, or the L3 worker with chips as processes or threads): RuntimeError
+        at once, the worker left open: its next run is right."""
+        call = self.rng.choice(["close", "run"])
+        text = f"{call}() was called from inside this worker's own orchestration"
+        if self.rng.random() < 0.5:
+            w = self.chip or ChipWorker(cores=2)
+            inner = self.progs[self.specs[0].name]
+
+            @taskring.program(signature=[OUT])
+            def soak_reenter(rt, out):
+                rt.submit(K.copy, inputs=[out], outputs=[rt.spec(out.shape, "float32")])
+                if call == "close":
+                    w.close()
+                else:
+                    w.run(inner, *self.arrays(self.specs[0], self.shape())[0], *self.arrays(self.specs[0], self.shape())[1])
+
+            try:
+                try:
+                    w.run(soak_reenter, np.zeros(8, np.float32))
+                except RuntimeError as e:
+                    if text not in str(e):
+                        raise Lost(f"L2 {call}() from its own orchestration raised {e!r}")
+                else:
+                    raise Lost(f"L2 {call}() from its own orchestration did not raise")
+                self.after_fault_l2(w)
+            finally:
+                if w is not self.chip:
+                    close_with_timeout(w)
+            return
+        w = self.l3_worker()
+        tasks = self.l3_plan(w, 1)
+
+        def orch(o, args, cfg):
+            t = tasks[0]
+            o.submit_next_level(self.handles[t["spec"].name], t["ins"] + t["outs"], t["cfg"], worker=t["worker"])
+            if call == "close":
+                w.close()
+            else:
+                w.run(lambda o2, a2, c2: None)
+
+        err, _ = self.l3_error_of_orch(w, orch)
+        if err is None or text not in err:
+            raise Lost(f"L3 {call}() from its own orchestration: {err!r}")
+        self.l3_after_fault(w)
+
+    def l2_stuck_native(self):
+        """A native kernel outlives its SCHEDULER_TIMEOUT (300 ms) and writes 42 into its
+        runtime output 0.6 s in; the worker's next runs, with the same sizing and with the
+        failed run's own output array, must be right or refused, never see the 42."""
+        if self.stuck_prog is None:
+            sleep_fill, copy = self.native_kernels()
 
             @taskring.program(signature=[OUT])
             def soak_stuck(rt, out):
@@ -1246,6 +1362,8 @@ class Soak:
             (4, "l2_env", True, self.l2_env),
             (2, "l2_stuck_native", True, self.l2_stuck_native),
             (3, "l2_aliased_replay", True, self.l2_aliased_replay),
+            (2, "l2_interrupt", True, self.l2_interrupt),
+            (3, "reentry", True, self.reentry),
         ]
         if self.args.sigstop:
             s.append((3, "l3_sigstop", True, self.l3_sigstop))
