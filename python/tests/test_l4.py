@@ -270,6 +270,29 @@ def test_ring_and_taskring_variables_of_the_launching_shell_reach_every_rank(tmp
 
 
 @needs_mpi
+def test_an_output_prefix_on_a_node_local_file_system_leaves_each_hosts_files_on_its_node(tmp_path):
+    # One machine: one /tmp, everything in one place. Across nodes: each host's directory
+    # on its own node, rank 0's L4 timeline (shipped back over MPI) complete on rank 0's.
+    prefix = f"/tmp/taskring-local-prefix-{os.getpid()}-{time.time_ns()}"
+    try:
+        p = launch(2, os.path.join(L4, "local_prefix.py"), str(tmp_path / "ls"), prefix)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        got = [json.loads((tmp_path / f"ls.{r}.json").read_text()) for r in range(3)]
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
+    timeline = ["host 0 (rank 1): chip 0", "host 0 (rank 1): host", "host 1 (rank 2): chip 0", "host 1 (rank 2): host", "rank 0"]
+    assert got[0]["timeline"] == timeline
+    hosts = [{f for f in g["files"] if f.startswith(f"host{h}/")} for h, g in enumerate(got[1:])]
+    assert all(hosts) and "host0/merged_swimlane.json" in hosts[0], got
+    if len({g["node"] for g in got}) == 1:
+        assert all(set(g["files"]) == set(got[0]["files"]) for g in got)
+    else:
+        assert [f for f in got[0]["files"] if f.startswith("host")] == [], got[0]
+        assert [g["files"] for g in got[1:]] == [sorted(h) for h in hosts], got
+    assert "merged_swimlane.json" in got[0]["files"]
+
+
+@needs_mpi
 @pytest.mark.skipif(HOSTFILE is not None, reason="a launch across nodes uses their network, not a namespace of its own")
 @pytest.mark.skipif(not NETNS, reason="needs root, unshare and ip for a network namespace")
 def test_a_job_under_netns_sees_only_the_loopback_interface(tmp_path):
