@@ -6,8 +6,8 @@
 # can enter only its own pid namespace's descendants, and mpirun starts the other
 # nodes' ranks from there, through an nsenter agent that behaves as ssh does: a clean
 # environment, the command as one shell string). The L4 demo, B8 (small) and
-# python/tests/test_l4.py run across it (`taskring launch --hostfile`); then no process
-# and no shared-memory file may be left on any node. Every namespace, mount, veth and
+# python/tests/test_l4.py run across it (`taskring launch --hostfile`); then no process,
+# no shared-memory file and nothing in /tmp may be left on any node. Every namespace, mount, veth and
 # process is removed on the way out, whatever happened (trap). Addresses exist only
 # inside the namespaces made here (10.77.0.0/24); the root namespace gains nothing.
 #
@@ -16,7 +16,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/../../.." && pwd)
-PY=${PY:-$REPO/.venv/bin/python}
+PY=${TASKRING_CLUSTER_PYTHON:-$REPO/.venv/bin/python}
 NODES=${TASKRING_CLUSTER_NODES:-4}   # rank 0 and up to 3 hosts, one rank per node
 PYTEST_ARGS=${TASKRING_CLUSTER_PYTEST_ARGS:-}
 
@@ -143,15 +143,19 @@ echo "test-cluster: python/tests/test_l4.py across the nodes"
 # shellcheck disable=SC2086
 on_n0 "$PY" -m pytest -q -p no:cacheprovider --basetemp="$RUN/pytest" python/tests/test_l4.py $PYTEST_ARGS
 
-# Nothing may be left on any node: no process but its init, no shared-memory file.
+# Nothing may be left on any node: no process but its init, no shared-memory file, no
+# file in /tmp.
 left=0
 for i in $(seq 0 $((NODES - 1))); do
   h=${HOLDERS[$i]}
   mine=$(readlink "/proc/$h/ns/mnt")
   procs=$(for p in /proc/[0-9]*; do [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$mine" ] && [ "${p#/proc/}" != "$h" ] && [ "${p#/proc/}" != "${STARTERS[$i]}" ] && echo "${p#/proc/}: $(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)"; done || true)
   shm=$(nsenter --mount="/proc/$h/ns/mnt" ls -A /dev/shm)
-  if [ -n "$procs" ] || [ -n "$shm" ]; then
-    echo "test-cluster: left on n$i: processes [$procs] /dev/shm [$shm]" >&2
+  # /tmp: Open MPI's session directories and the like; the output a test asked a host
+  # to leave on its node is expected.
+  tmp=$(nsenter --mount="/proc/$h/ns/mnt" ls -A /tmp | grep -v '^taskring-local-prefix-' || true)
+  if [ -n "$procs" ] || [ -n "$shm" ] || [ -n "$tmp" ]; then
+    echo "test-cluster: left on n$i: processes [$procs] /dev/shm [$shm] /tmp [$tmp]" >&2
     left=1
   fi
 done
