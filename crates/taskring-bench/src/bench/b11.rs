@@ -28,7 +28,8 @@
 //!
 //! The ways run on separate nodes with the same device memory (1 GiB per chip), their
 //! dispatches interleaved in rounds: per round, `batch` dispatches of each way in turn
-//! (the first way rotating), one dispatches/s sample per way. Rounds come in blocks,
+//! (`round_order`: each way first, and after each other way, equally often), one
+//! dispatches/s sample per way. Rounds come in blocks,
 //! each block on fresh nodes (made in a rotating order) after two warm-up dispatches of
 //! each way (for (c): the learning dispatch and one learned one), which are reported
 //! apart and not measured; a first block warms up the process and is reported, not
@@ -435,7 +436,7 @@ struct Plan {
 
 /// One block of the main variant: the runnable ways on fresh nodes of `ROOMY` chips
 /// (made in an order rotated by `block`), two warm-up dispatches each, then `rounds`
-/// rounds of `batch` dispatches of each way in turn, the first way rotating.
+/// rounds of `batch` dispatches of each way in turn, in `round_order`.
 fn main_block(
     ways: &[(Way, (CallConfig, CallConfig))],
     block: usize,
@@ -463,10 +464,7 @@ fn main_block(
     }
     let mut samples: Vec<Vec<f64>> = ways.iter().map(|_| vec![]).collect();
     for round in 0..plan.rounds {
-        // The ways take turns going first (machine noise hits them alike).
-        let mut order: Vec<usize> = (0..ways.len()).collect();
-        order.rotate_left(round % ways.len().max(1));
-        for k in order {
+        for k in round_order(ways.len(), round) {
             let (node, (_, cfgs)) = (&mut nodes[k], &ways[k]);
             let mut reports = Vec::with_capacity(plan.batch);
             let t0 = Instant::now();
@@ -502,6 +500,19 @@ fn main_block(
         });
     }
     Ok(out)
+}
+
+/// The order of `n` ways in round `round`: rotated by `round / 2`, reversed in odd
+/// rounds. Each way goes first, and follows each other way, equally often (for 3 ways
+/// every 6 rounds run the 6 orders), so neither machine noise nor what the previous
+/// way's chips leave behind favours one way.
+fn round_order(n: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.rotate_left((round / 2) % n.max(1));
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
 }
 
 /// The main variant's blocks, measured after one warm-up block.
@@ -1031,4 +1042,22 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
             "tight_dispatches": tight_n }),
         summary,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_order;
+
+    #[test]
+    fn every_way_goes_first_and_follows_every_other_equally_often() {
+        let orders: Vec<_> = (0..6).map(|r| round_order(3, r)).collect();
+        let mut sorted = orders.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 6, "{orders:?}");
+        for w in 0..3 {
+            assert_eq!(orders.iter().filter(|o| o[0] == w).count(), 2);
+        }
+        assert_eq!(round_order(1, 5), vec![0]);
+    }
 }
