@@ -28,6 +28,7 @@ done
 [ -x "$PY" ] || skip "no $PY (make py-dev)"
 "$PY" -c 'import sys, taskring._native as n; sys.exit(0 if n.mpi_built() else 1)' || skip "this build has no MPI (make mpi, then make py-dev)"
 ip netns add "trc-probe-$$" 2>/dev/null && ip netns del "trc-probe-$$" || skip "cannot make a network namespace here (ip netns add failed)"
+unshare --mount --uts --ipc --pid --fork true 2>/dev/null || skip "cannot make mount, UTS, IPC and pid namespaces here (unshare failed)"
 
 ID=trc$$                                    # namespaces: $ID-sw (the bridge), $ID-n0..
 RUN=$(mktemp -d /var/tmp/taskring-cluster.XXXXXX)   # seen by every node (not /tmp)
