@@ -33,6 +33,7 @@ unshare --mount --uts --ipc --pid --fork true 2>/dev/null || skip "cannot make m
 ID=trc$$                                    # namespaces: $ID-sw (the bridge), $ID-n0..
 RUN=$(mktemp -d /var/tmp/taskring-cluster.XXXXXX)   # seen by every node (not /tmp)
 HOLDERS=()                                  # per node: the process holding its namespaces
+LINKS_BEFORE=$(ip -o link show | awk -F': ' '{print $2}' | sort)   # the root namespace's
 STARTERS=()
 
 cleanup() {
@@ -53,6 +54,9 @@ cleanup() {
   if grep -q " $RUN" /proc/self/mounts; then echo "test-cluster: a mount under $RUN is left" >&2; status=1; fi
   rm -rf "$RUN"
   if ip netns list | grep -q "^$ID-"; then echo "test-cluster: a namespace is left" >&2; status=1; fi
+  if [ "$(ip -o link show | awk -F': ' '{print $2}' | sort)" != "$LINKS_BEFORE" ]; then
+    echo "test-cluster: the root namespace's interfaces changed" >&2; status=1
+  fi
   echo "test-cluster: cluster removed (namespaces $ID-*, $RUN)"
   exit "$status"
 }
