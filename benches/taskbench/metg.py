@@ -713,7 +713,7 @@ def plot(path, pattern, res, threshold):
     for name, r in res.items():
         xs = [p["granularity_s"] * 1e6 for p in r["points"]]
         ys = [p["efficiency"] for p in r["points"]]
-        noisy = " , too noisy to judge" if r["noise"] else ""
+        noisy = ", too noisy to judge" if r["noise"] else ""
         ax.plot(xs, ys, marker="o", ms=3, label=f"{name} (METG {fmt_us(r['metg_s'])}{noisy})")
     ax.axhline(threshold, color="gray", ls="--", lw=1)
     ax.set_xscale("log")
