@@ -133,7 +133,7 @@ class _L4Worker(Worker, level=4):
             self._cluster = _native.Cluster(size - 1, progs, arena_cache_slots=self.arena_cache_slots)
             atexit.register(_close_at_exit, weakref.ref(self), os.getpid())
             # Rank 0 says why it ends when mpirun ends the job (a rank died): SIGTERM,
-            # SIGKILL milliseconds later (with --kill-timeout S > 0; at 0 both at once).
+            # then SIGKILL --kill-timeout seconds later (at 0, both at once).
             _native.mpi_say_at_sigterm()
             return True
         self._rank = rank

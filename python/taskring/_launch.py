@@ -26,12 +26,12 @@ runs is forwarded with ``mpirun -x`` (``--env NAME`` forwards another). The scri
 this Python must exist at the same paths on every node.
 
 When a rank dies, mpirun ends the job: it sends the other ranks SIGCONT, waits
-``odls_base_sigkill_timeout`` seconds, sends SIGTERM and SIGKILL after it. The launcher
-sets that timeout to ``--kill-timeout`` (0 by default: the job ends within a fraction of
-a second; a rank's chips exit as its pipe closes and its buffers are anonymous memory,
-so nothing is left for a rank to clean up), and after a job that ended with a non-zero
-status says which rank is which host. ``--mca NAME VALUE`` passes any other Open MPI
-parameter.
+``odls_base_sigkill_timeout`` seconds, sends SIGTERM, and as long again later SIGKILL to
+a rank still there. The launcher sets that timeout to ``--kill-timeout`` (0 by default:
+the job ends within a fraction of a second; a rank's chips exit as its pipe closes and
+its buffers are anonymous memory, so nothing is left for a rank to clean up), and after
+a job that ended with a non-zero status says which rank is which host. ``--mca NAME
+VALUE`` passes any other Open MPI parameter.
 
 Stopping: mpirun runs in a session of its own, so that a terminal's Ctrl-C (or a hang-up)
 reaches only the launcher, which hands SIGINT, SIGTERM or SIGHUP to mpirun once and waits

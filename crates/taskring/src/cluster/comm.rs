@@ -182,11 +182,13 @@ another rank died or the launch was stopped, or by a batch system); in mpirun's 
 host r-1\n";
 
 /// Rank 0 says why it ends when SIGTERM comes, then dies of it as it would have. When a
-/// rank dies, mpirun ends the job with SIGCONT, SIGTERM and SIGKILL `odls_base_sigkill_timeout`
-/// seconds apart, and SIGKILL follows SIGTERM within milliseconds: the line is written
-/// by the signal handler itself (`write(2)`, async-signal-safe), not at the embedding's
-/// next look at its signals. Only when SIGTERM has its default action (a handler of the
-/// script's own stays); false otherwise.
+/// rank dies, mpirun ends the job with SIGCONT, SIGTERM and (to a rank still there)
+/// SIGKILL, `odls_base_sigkill_timeout` seconds apart — at once when that is 0. The line
+/// is written by the signal handler itself (`write(2)`, async-signal-safe), whatever
+/// rank 0's main thread is doing: a Python-level handler runs only when the main thread
+/// next looks at its signals, and missed the line in 2 of 4 tries with a 1 s timeout.
+/// Only when SIGTERM has its default action (a handler of the script's own stays);
+/// false otherwise.
 pub fn say_at_sigterm() -> bool {
     extern "C" fn on_term(_: libc::c_int) {
         // safety: write, signal and raise are async-signal-safe; the text is static.
