@@ -14,7 +14,7 @@ use mpi::point_to_point::{Destination, Message, Source, Status};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Threading;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
 use std::time::Duration;
 
 /// The tag of request frames (tasks, close) from rank 0 to a host.
@@ -193,7 +193,7 @@ pub fn say_at_sigterm() -> bool {
     extern "C" fn on_term(_: libc::c_int) {
         // safety: write, signal and raise are async-signal-safe; the text is static.
         unsafe {
-            if is_owner() {
+            if is_owner() && !ABORTING.load(Relaxed) {
                 libc::write(2, SIGTERM_TEXT.as_ptr().cast(), SIGTERM_TEXT.len());
             }
             libc::signal(libc::SIGTERM, libc::SIG_DFL);
@@ -217,8 +217,13 @@ pub fn say_at_sigterm() -> bool {
     }
 }
 
+/// Set by [`abort`]: the job ends by this process's own doing, and the SIGTERM that
+/// mpirun then sends it is no news ([`say_at_sigterm`] stays silent).
+static ABORTING: AtomicBool = AtomicBool::new(false);
+
 /// `MPI_Abort` of the whole job.
 pub fn abort(code: i32) -> ! {
+    ABORTING.store(true, Relaxed);
     SimpleCommunicator::world().abort(code)
 }
 
