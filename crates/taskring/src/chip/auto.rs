@@ -557,7 +557,10 @@ impl ChipWorker {
             return e;
         }
         let now = ran.get(f)[r];
-        let to = valid_at_least(f, now.saturating_mul(2).max(e.needed.unwrap_or(0)));
+        // The size that holds the run where the failure knows it, else the lower bound
+        // it saw.
+        let seen = e.needed.or(e.at_least).unwrap_or(0);
+        let to = valid_at_least(f, now.saturating_mul(2).max(seen));
         let mut split = false;
         if l.known && self.auto.other_scalars(&key) {
             // The scalars this dispatch had may change the graph: learn them apart.

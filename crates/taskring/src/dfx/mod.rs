@@ -50,6 +50,10 @@ pub struct FailureRecord {
     pub resource: Option<String>,
     pub configured: Option<u64>,
     pub needed: Option<u64>,
+    /// Where `needed` is unknown: the lower bound the failure saw (absent in files
+    /// written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_least: Option<u64>,
 }
 
 /// Line 1 of the file.
@@ -496,7 +500,10 @@ pub fn advise(p: &RecordedPeaks, headroom: f64) -> SizingAdvice {
         }
     }
     if let Some(f) = &p.failure {
-        if let (Some(r), Some(res), Some(n)) = (f.ring, f.resource.as_deref(), f.needed) {
+        // The size that holds the run, else at least the lower bound the failure saw.
+        if let (Some(r), Some(res), Some(n)) =
+            (f.ring, f.resource.as_deref(), f.needed.or(f.at_least))
+        {
             let r = r.min(3);
             if let Some(field) = RingField::ALL.into_iter().find(|fl| fl.name() == res) {
                 raise(&mut a, field, r, scaled(n, headroom));
@@ -612,13 +619,15 @@ pub fn sizing_report(text: &str, headroom: f64) -> Result<String, String> {
     if let Some(f) = &peaks.failure {
         let _ = writeln!(
             o,
-            "# the run failed: {} (code {}) on ring {}, {} configured {}, needed {}",
+            "# the run failed: {} (code {}) on ring {}, {} configured {}, needed {}{}",
             f.name,
             f.code,
             f.ring.map_or("-".to_string(), |r| r.to_string()),
             f.resource.as_deref().unwrap_or("-"),
             opt(f.configured),
-            opt(f.needed)
+            opt(f.needed),
+            f.at_least
+                .map_or(String::new(), |n| format!(" (at least {n})"))
         );
     }
     for u in &a.unfit {
@@ -791,6 +800,7 @@ mod tests {
             resource: Some("ring_task_window".into()),
             configured: Some(4),
             needed: Some(64),
+            at_least: None,
         });
         let a = advise(&p2, 1.0);
         assert_eq!(a.task_window[1], 32);
@@ -895,6 +905,7 @@ mod tests {
             resource: Some("ring_heap".into()),
             configured: Some(1024),
             needed: Some(u64::MAX),
+            at_least: None,
         });
         let a = advise(&p2, 1.25);
         all_valid(&a);

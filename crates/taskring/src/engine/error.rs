@@ -116,6 +116,10 @@ pub struct RuntimeFailure {
     pub resource: Option<Resource>,
     pub configured: Option<u64>,
     pub needed: Option<u64>,
+    /// Where `needed` is unknown: a lower bound of it that the failure saw (what was
+    /// live plus the failing submit; the description says it), for callers that grow
+    /// the resource (automatic sizing).
+    pub at_least: Option<u64>,
 }
 
 impl RuntimeFailure {
@@ -127,6 +131,7 @@ impl RuntimeFailure {
             resource: None,
             configured: None,
             needed: None,
+            at_least: None,
         }
     }
 
@@ -151,7 +156,14 @@ impl RuntimeFailure {
             resource: Some(resource),
             configured: Some(configured),
             needed,
+            at_least: None,
         }
+    }
+
+    /// This failure with `at_least` (a lower bound of the unknown needed size).
+    pub fn with_at_least(mut self, at_least: Option<u64>) -> RuntimeFailure {
+        self.at_least = at_least;
+        self
     }
 
     pub fn name(&self) -> &'static str {
@@ -209,6 +221,7 @@ impl From<&RuntimeFailure> for crate::dfx::FailureRecord {
             resource: f.resource.map(|r| r.name().to_string()),
             configured: f.configured,
             needed: f.needed,
+            at_least: f.at_least,
         }
     }
 }

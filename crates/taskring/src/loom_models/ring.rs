@@ -169,7 +169,7 @@ fn submit_root(a: &ArenaShared, marks: &Marks, id: TaskId) {
     assert!(wire(a, marks, &s, 0));
 }
 
-/// The orchestrator's back-pressure (orch.rs `alloc_slot` / `wait_or_fail`): wait on
+/// The orchestrator's back-pressure (`orch/capacity.rs`: `alloc_slot` / `wait_or_fail`): wait on
 /// the progress signal until `id` fits the window of its ring — the window check of
 /// `engine::ring::window_admits`, a window of 1 meaning "the previous task retired".
 /// A blocking wait, not a spin: under loom it only returns when notified.
@@ -414,7 +414,7 @@ fn fanout_and_scope_release() {
 /// strand the orchestrator: T0 -> T1 -> T2 is a chain the core runs in one go, every
 /// scope already ended, so each completion consumes its task and the core holds the
 /// advance; T3 needs T0 retired (window 4). The orchestrator advances the watermark
-/// itself before it waits (orch.rs `wait_for_space`) and the core pays once it sees
+/// itself before it waits (`orch/capacity.rs`: `wait_for_space`) and the core pays once it sees
 /// the waiter or its chain ends: in every interleaving T3 is admitted (a lost
 /// wake-up is a deadlock under loom) and everything retires.
 #[test]
