@@ -6,6 +6,7 @@ ends."""
 import importlib.util
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -155,6 +156,7 @@ def test_ctrl_c_during_a_long_native_kernel_at_l2_raises_before_the_kernel_retur
 
     with ChipWorker(cores=2, prewarm=False) as w:
         x, y = np.zeros(64, np.float32), np.zeros(64, np.float32)
+        refs = sys.getrefcount(x)
         timer, old = _sigint_after(0.5)
         try:
             with pytest.raises(KeyboardInterrupt):
@@ -163,13 +165,18 @@ def test_ctrl_c_during_a_long_native_kernel_at_l2_raises_before_the_kernel_retur
             timer.join()
             signal.signal(signal.SIGINT, old)
         assert (x == 0).all()  # raised before the kernel returned
+        # The worker keeps the kernel's array referenced while the kernel can write it
+        # (numpy cannot free it and hand its memory to another array).
+        assert sys.getrefcount(x) == refs + 1
         with pytest.raises(RuntimeFailure) as ei:
             w.run(fill_with, x[8:16], 1.0)
         assert ei.value.name == "SCHEDULER_TIMEOUT"
         assert "argument 0 overlaps memory that kernel 'tr_sleep_fill'" in str(ei.value)
         assert "when an earlier run was interrupted" in str(ei.value)
+        del ei  # its traceback holds the refused run's arguments (a view of x)
         w.run(fill_with, y, 2.0)  # other memory runs, on a replaced core
         assert (y == 2.0).all()
         _wait_for(lambda: (x == 42.0).all())
         w.run(fill_with, x, 3.0)  # the kernel returned: x is free again
         assert (x == 3.0).all()
+        assert sys.getrefcount(x) == refs  # and let go

@@ -87,6 +87,8 @@ impl PyChip {
         if r.is_err() {
             interrupt_python_kernels(py, &chip.abandoned_threads());
         }
+        self.chip
+            .keep_args_while_stuck(chip, r.is_err(), o.args.as_any());
         drop(guard);
         drop(host);
         if let Some(e) = raised_in_run(&interrupt, &pending, |_| false) {
@@ -238,8 +240,9 @@ impl PyChip {
         let chip = self.chip.lock(py, "close()")?.take();
         match chip {
             Some(c) if self.chip.forked() => std::mem::forget(c),
-            Some(c) => {
+            Some(mut c) => {
                 interrupt_python_kernels(py, &c.abandoned_threads());
+                self.chip.release_kept_at_close(&mut c);
                 py.detach(move || drop(c))
             }
             None => {}

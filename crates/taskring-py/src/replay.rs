@@ -100,6 +100,8 @@ impl PyCaptured {
         if r.is_err() {
             interrupt_python_kernels(py, &w.abandoned_threads());
         }
+        self.chip
+            .keep_args_while_stuck(w, r.is_err(), args.as_any());
         drop(guard);
         drop(host);
         match r {

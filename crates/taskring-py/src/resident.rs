@@ -1,6 +1,7 @@
 //! The resident chip behind a `ChipWorker`, shared with the programs captured on it: the
 //! Rust `ChipWorker` behind its lock (taken with the GIL released; refused on the thread
-//! whose run holds it, see [`RunLock`]), and the process it belongs to.
+//! whose run holds it, see [`RunLock`]), the process it belongs to, and the arguments of
+//! failed runs whose kernels may still write them.
 
 use crate::errors::forked_err;
 use crate::gil::{RunGuard, RunLock};
@@ -17,6 +18,11 @@ use taskring::ChipWorker;
 pub struct Resident {
     chip: RunLock<Option<ChipWorker>>,
     pid: u32,
+    /// The arguments (a run's list, a replay's tuple) of failed runs after which the chip
+    /// had kernels set aside (`ChipWorker::stuck_kernels`): such a kernel may still
+    /// write the caller's arrays, so they stay referenced (numpy cannot free and reuse
+    /// their memory) until no kernel is set aside.
+    kept: parking_lot::Mutex<Vec<Py<PyAny>>>,
 }
 
 impl Resident {
@@ -24,6 +30,35 @@ impl Resident {
         Resident {
             chip: RunLock::new(Some(chip)),
             pid: std::process::id(),
+            kept: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// After a run or replay with `args` on `chip`: keep `args` referenced when the run
+    /// `failed` and a kernel is set aside; let every kept argument go once none is.
+    pub fn keep_args_while_stuck(
+        &self,
+        chip: &mut ChipWorker,
+        failed: bool,
+        args: &Bound<'_, PyAny>,
+    ) {
+        let stuck = !chip.stuck_kernels().is_empty();
+        let mut kept = self.kept.lock();
+        if !stuck {
+            kept.clear();
+        } else if failed {
+            kept.push(args.clone().unbind());
+        }
+    }
+
+    /// The chip is closing: if a kernel is still set aside, its arrays are never let go
+    /// (it may write them whenever it returns); else they are let go now.
+    pub fn release_kept_at_close(&self, chip: &mut ChipWorker) {
+        let kept = std::mem::take(&mut *self.kept.lock());
+        if chip.stuck_kernels().is_empty() {
+            drop(kept);
+        } else {
+            std::mem::forget(kept);
         }
     }
 

@@ -168,6 +168,38 @@ fn a_run_over_a_stuck_kernels_buffer_is_refused_until_it_returns() {
     assert!(x.iter().all(|&v| v == 1.0));
 }
 
+/// A kernel that says it started, waits until `release`, writes 42 into its output and
+/// says it wrote.
+fn gated(
+    name: &str,
+    started: &'static AtomicBool,
+    release: &'static AtomicBool,
+    wrote: &'static AtomicBool,
+) -> KernelRef {
+    fn_kernel(name, CoreKind::Any, move |call| {
+        started.store(true, Ordering::SeqCst);
+        while !release.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        write_all(call, 42.0);
+        wrote.store(true, Ordering::SeqCst);
+    })
+}
+
+/// From another thread: interrupt `w`'s run once `started` says its kernel runs.
+fn interrupt_once_started(
+    w: &ChipWorker,
+    started: &'static AtomicBool,
+) -> std::thread::JoinHandle<()> {
+    let interrupter = w.interrupter();
+    std::thread::spawn(move || {
+        while !started.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        interrupter.interrupt("the test asked");
+    })
+}
+
 /// An interrupted run (`RunInterrupter`, from another thread here; Ctrl-C through a
 /// Python caller's hook) fails at once, before its kernel returns — with a scheduler
 /// timeout far away — and the kernel is set aside as after SCHEDULER_TIMEOUT.
@@ -175,13 +207,8 @@ fn a_run_over_a_stuck_kernels_buffer_is_refused_until_it_returns() {
 fn an_interrupted_run_returns_before_its_kernel_and_sets_the_kernel_aside() {
     static RELEASE: AtomicBool = AtomicBool::new(false);
     static STARTED: AtomicBool = AtomicBool::new(false);
-    let late = fn_kernel("late_interrupted", CoreKind::Any, |call| {
-        STARTED.store(true, Ordering::SeqCst);
-        while !RELEASE.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        write_all(call, 42.0);
-    });
+    static WROTE: AtomicBool = AtomicBool::new(false);
+    let late = gated("late_interrupted", &STARTED, &RELEASE, &WROTE);
     let mut w = ChipWorker::new(ChipOptions {
         cores: 2,
         scheduler_timeout: Duration::from_secs(600),
@@ -195,13 +222,7 @@ fn an_interrupted_run_returns_before_its_kernel_and_sets_the_kernel_aside() {
         })
         .map(|_| ())
     });
-    let interrupter = w.interrupter();
-    let t = std::thread::spawn(move || {
-        while !STARTED.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        interrupter.interrupt("the test asked");
-    });
+    let t = interrupt_once_started(&w, &STARTED);
     let mut x = vec![0f32; 64];
     let e = w
         .run_with_sizing(&first, &[host(&mut x, &[64])], &RingSizing::default())
@@ -230,4 +251,36 @@ fn an_interrupted_run_returns_before_its_kernel_and_sets_the_kernel_aside() {
     // Other memory runs: the interrupt was for the run in progress only.
     other_memory_runs_until_released(&mut w, &RELEASE);
     assert!(x.iter().all(|&v| v == 42.0));
+}
+
+/// A chip dropped while a kernel it gave up on still runs: that kernel's arena stays
+/// mapped, so the kernel's late write into its runtime output lands in memory that is
+/// still its own instead of crashing the process.
+#[test]
+fn a_chip_dropped_while_a_kernel_it_gave_up_on_runs_keeps_that_arena() {
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    static WROTE: AtomicBool = AtomicBool::new(false);
+    let late = gated("late_after_drop", &STARTED, &RELEASE, &WROTE);
+    let mut w = chip_with_timeout();
+    let prog = Program::new("runtime_output", move |o, _| {
+        submit(o, late, |t| {
+            t.output(spec(&[1 << 16]));
+        })
+        .map(|_| ())
+    });
+    let t = interrupt_once_started(&w, &STARTED);
+    let e = w
+        .run_with_sizing(&prog, &[], &sizing(16, 1 << 20, 64))
+        .unwrap_err();
+    t.join().unwrap();
+    assert_eq!(e.code, StatusCode::ExplicitOrchFatal, "{e}");
+    assert_eq!(w.stuck_kernels().len(), 1);
+    drop(w);
+    RELEASE.store(true, Ordering::SeqCst);
+    let t0 = Instant::now();
+    while !WROTE.load(Ordering::SeqCst) {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -531,6 +531,8 @@ pub(crate) fn acquire_failure(e: &crate::arena::AcquireError, what: &str) -> Run
 
 impl Drop for ChipWorker {
     fn drop(&mut self) {
+        // Before the threads go: a kernel given up on that still runs keeps its arena.
+        self.leak_stuck_arenas();
         self.shared.eng.shutdown.store(true, SeqCst);
         self.shared.eng.wake_all_cores();
         for (core, t) in self.threads.drain(..) {

@@ -15,7 +15,9 @@
 //!   (and reporting success) over memory the kernel can still write.
 //!
 //! An entry is lifted when its core thread has ended (the kernel returned and the core,
-//! finding itself given up on, touched nothing more): its arena is unmapped then.
+//! finding itself given up on, touched nothing more): its arena is unmapped then. A chip
+//! dropped while an entry's kernel still runs leaves that arena mapped for the rest of
+//! the process (leaked): the kernel may still write into its runtime outputs.
 
 use super::{Arg, ChipWorker};
 use crate::arena::Arena;
@@ -208,6 +210,17 @@ impl ChipWorker {
         // a run's common path).
         if moved {
             self.charge_stuck();
+        }
+    }
+
+    /// When the chip is dropped: unmap the arenas of entries whose kernel returned, and
+    /// leak those of kernels still running (see the module doc).
+    pub(super) fn leak_stuck_arenas(&mut self) {
+        self.lift_ended();
+        for s in self.stuck.drain(..) {
+            if let Some(a) = s.arena {
+                std::mem::forget(a);
+            }
         }
     }
 
