@@ -180,3 +180,28 @@ def test_ctrl_c_during_a_long_native_kernel_at_l2_raises_before_the_kernel_retur
         w.run(fill_with, x, 3.0)  # the kernel returned: x is free again
         assert (x == 3.0).all()
         assert sys.getrefcount(x) == refs  # and let go
+
+
+def test_ctrl_c_during_a_replay_of_a_long_native_kernel_raises_before_the_kernel_returns(lib):
+    """A replay (docs/api.md §10) is interrupted the same way as a run: KeyboardInterrupt
+    before its native kernel returns, the kernel set aside, the worker usable."""
+    sleep_fill = taskring.load_kernel(lib, "tr_sleep_fill")
+
+    @taskring.program(signature=[OUT])
+    def late(rt, out):
+        rt.submit(sleep_fill, outputs=[out], scalars=[2000.0, 42.0])
+
+    with ChipWorker(cores=2, prewarm=False) as w:
+        g = w.capture(late, np.zeros(64, np.float32))  # runs it once: 2 s
+        x = np.zeros(64, np.float32)
+        timer, old = _sigint_after(0.5)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                g.replay(x)
+        finally:
+            timer.join()
+            signal.signal(signal.SIGINT, old)
+        assert (x == 0).all()  # raised before the kernel returned
+        _wait_for(lambda: (x == 42.0).all())
+        g.replay(x)  # the kernel returned: x replays again
+        assert (x == 42.0).all()

@@ -4,7 +4,7 @@
 
 use crate::config::{call_config_of, PyCallConfig};
 use crate::conversion::host_args;
-use crate::errors::run_err;
+use crate::errors::{run_err, PendingErr};
 use crate::kernel::interrupt_python_kernels;
 use crate::reports::{peak_py, report_py, PyPeak, PyRunReport};
 use crate::resident::Resident;
@@ -94,9 +94,25 @@ impl PyCaptured {
             ));
         };
         // No Python runs on this thread during a replay (Python kernels take the GIL
-        // on the core threads): release it for the whole replay.
+        // on the core threads): release it for the whole replay, taking it back only
+        // between the slices of its waits to run the signal handlers: an exception they
+        // raise (Ctrl-C) interrupts the replay (`taskring::RunInterrupter`) and is
+        // raised in place of its result.
         let g = &self.g;
-        let r = py.detach(|| g.replay(w, &host, cfg.as_ref()));
+        let interrupter = w.interrupter();
+        let interrupt: PendingErr = Default::default();
+        let hook = |blocking: bool| {
+            if blocking {
+                return;
+            }
+            Python::attach(|py| {
+                if let Err(e) = py.check_signals() {
+                    interrupt.lock().unwrap().get_or_insert(e);
+                    interrupter.interrupt("a signal handler raised (Ctrl-C)");
+                }
+            });
+        };
+        let r = py.detach(|| g.replay_with_hook(w, &host, cfg.as_ref(), Some(&hook)));
         if r.is_err() {
             interrupt_python_kernels(py, &w.abandoned_threads());
         }
@@ -104,6 +120,9 @@ impl PyCaptured {
             .keep_args_while_stuck(w, r.is_err(), args.as_any());
         drop(guard);
         drop(host);
+        if let Some(e) = interrupt.lock().unwrap().take() {
+            return Err(e);
+        }
         match r {
             Ok(rep) => report_py(py, &rep),
             Err(ReplayError::Run(e)) => Err(run_err(py, e)),

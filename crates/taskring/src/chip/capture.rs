@@ -354,8 +354,10 @@ impl Captured {
         self.replay_with_hook(chip, args, config, None)
     }
 
-    /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`).
-    pub(crate) fn replay_with_hook(
+    /// As [`Captured::replay`], with a blocking hook (see `ChipWorker::run_with_hook`;
+    /// a binding's caller runs its signal handlers there and may interrupt the replay,
+    /// `ChipWorker::interrupter`).
+    pub fn replay_with_hook(
         &self,
         chip: &mut ChipWorker,
         args: &[Arg<'_>],
