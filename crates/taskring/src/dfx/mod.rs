@@ -619,15 +619,21 @@ pub fn sizing_report(text: &str, headroom: f64) -> Result<String, String> {
     if let Some(f) = &peaks.failure {
         let _ = writeln!(
             o,
-            "# the run failed: {} (code {}) on ring {}, {} configured {}, needed {}{}",
+            "# the run failed: {} (code {}){}",
             f.name,
             f.code,
-            f.ring.map_or("-".to_string(), |r| r.to_string()),
-            f.resource.as_deref().unwrap_or("-"),
-            opt(f.configured),
-            opt(f.needed),
-            f.at_least
-                .map_or(String::new(), |n| format!(" (at least {n})"))
+            // A failure of no ring (DEVICE_OUT_OF_MEMORY, ...) has no sizes to show.
+            match (f.ring, f.resource.as_deref()) {
+                (Some(r), Some(res)) => format!(
+                    " on ring {r}, {res} configured {}, needed {}{}",
+                    opt(f.configured),
+                    opt(f.needed),
+                    f.at_least
+                        .map_or(String::new(), |n| format!(" (at least {n})"))
+                ),
+                (Some(r), None) => format!(" on ring {r}"),
+                _ => String::new(),
+            }
         );
     }
     for u in &a.unfit {
@@ -805,6 +811,18 @@ mod tests {
         let a = advise(&p2, 1.0);
         assert_eq!(a.task_window[1], 32);
         assert_eq!(a.task_window[2], 64);
+        // An unknown needed size: the lower bound the failure saw raises the entry.
+        let mut p3 = p.clone();
+        p3.failure = Some(FailureRecord {
+            code: 2,
+            name: "HEAP_RING_DEADLOCK".into(),
+            ring: Some(1),
+            resource: Some("ring_heap".into()),
+            configured: Some(4096),
+            needed: None,
+            at_least: Some(1 << 20),
+        });
+        assert_eq!(advise(&p3, 1.0).heap[1], 1 << 20);
         assert!(read_peaks("{\"version\":5}").is_err());
         assert!(read_peaks("").is_err());
     }
@@ -918,6 +936,40 @@ mod tests {
                 need: u64::MAX,
                 max: 1 << 63
             }]
+        );
+    }
+
+    #[test]
+    fn the_failure_line_shows_sizes_only_for_a_ring() {
+        let mut h = header(Some(([1; 4], [0; 4], [0; 4])));
+        h.fatal = true;
+        h.failure = Some(FailureRecord {
+            code: 202,
+            name: "DEVICE_OUT_OF_MEMORY".into(),
+            ring: None,
+            resource: None,
+            configured: None,
+            needed: None,
+            at_least: None,
+        });
+        let text = sizing_report(&serde_json::to_string(&h).unwrap(), 1.25).unwrap();
+        assert!(
+            text.contains("# the run failed: DEVICE_OUT_OF_MEMORY (code 202)\n"),
+            "{text}"
+        );
+        h.failure = Some(FailureRecord {
+            code: 2,
+            name: "HEAP_RING_DEADLOCK".into(),
+            ring: Some(1),
+            resource: Some("ring_heap".into()),
+            configured: Some(4096),
+            needed: None,
+            at_least: Some(8192),
+        });
+        let text = sizing_report(&serde_json::to_string(&h).unwrap(), 1.25).unwrap();
+        assert!(
+            text.contains("# the run failed: HEAP_RING_DEADLOCK (code 2) on ring 1, ring_heap configured 4096, needed - (at least 8192)\n"),
+            "{text}"
         );
     }
 
