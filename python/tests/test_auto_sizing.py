@@ -360,3 +360,67 @@ def test_the_report_does_not_count_a_dropped_learning_arena():
         assert rep.device_memory.used_bytes == w.arena_stats.resident_bytes == 0
         rep = w.run(scaled_sum, a, np.zeros_like(a), config=AUTO)
         assert rep.device_memory.used_bytes == w.arena_stats.resident_bytes == rep.device_memory.arena_bytes
+
+
+@taskring.program(signature=[OUT, SCALAR])
+def live_with_a_step(rt, out, step):
+    """LIVE[0] tasks live at once (data); ``step`` changes nothing of the graph."""
+    with rt.scope():
+        for i in range(LIVE[0]):
+            rt.submit(K.scale, inputs=[out], outputs=[rt.spec(out.shape, out.dtype)], scalars=[float(step)])
+
+
+def test_a_step_counter_that_meets_a_jump_in_need_goes_back_to_one_key():
+    out = np.ones(16, np.float32)
+    cfg = RunConfig(ring_task_window="auto")
+    with ChipWorker(prewarm=False) as w:
+        try:
+            LIVE[0] = 4
+            w.run(live_with_a_step, out, 0, config=cfg)
+            w.run(live_with_a_step, out, 1, config=cfg)
+            LIVE[0] = 40
+            failures = 0
+            sizes = []
+            for step in range(2, 40):
+                try:
+                    sizes.append(w.run(live_with_a_step, out, step, config=cfg).ring_sizing.task_window[1])
+                except RuntimeFailure:
+                    failures += 1
+            # the jump costs a failure or two (one per key the counter's values were
+            # split into), and a handful of learning dispatches before the values are
+            # taken not to shape the graph; then one learned sizing for every step
+            assert failures <= 2
+            assert sizes[-20:] == [64] * 20
+        finally:
+            LIVE[0] = 4
+
+
+def test_a_capture_with_auto_replays_on_the_graphs_need_and_keeps_no_learning_arena():
+    a = np.arange(256, dtype=np.float32).reshape(16, 16)
+    want = np.zeros_like(a)
+    taskring.run(scaled_sum, a, want)
+    with ChipWorker(prewarm=False) as w:
+        g = w.capture(scaled_sum, a, np.zeros_like(a), config=AUTO)  # the key's first dispatch
+        assert g.report.ring_sizing.task_window[1] == taskring.DEFAULT_RING_TASK_WINDOW
+        assert w.arena_stats.resident == [] and g.report.device_memory.used_bytes == 0
+        out = np.zeros_like(a)
+        rep = g.replay(a, out)  # no config: the captured graph's own need
+        np.testing.assert_array_equal(out, want)
+        assert rep.ring_sizing.task_window[1] == 32 and rep.ring_sizing.heap[1] == 16 * 1024
+
+
+def test_an_auto_failure_still_ends_with_the_partly_written_note():
+    out = np.ones(16, np.float32)
+    cfg = RunConfig(ring_task_window="auto")
+    with ChipWorker(prewarm=False) as w:
+        try:
+            LIVE[0] = 4
+            w.run(data_dependent, out, config=cfg)
+            LIVE[0] = 40
+            with pytest.raises(RuntimeFailure) as ei:
+                w.run(data_dependent, out, config=cfg)
+        finally:
+            LIVE[0] = 4
+    d = ei.value.description
+    assert "; auto: ring_task_window[1] grows from 8 to 64" in d
+    assert d.endswith("; the run's outputs may be partly written"), d

@@ -58,6 +58,11 @@ const CHECK_EVERY: u32 = 8;
 /// After this many checks the need becomes the largest need they recorded.
 const CHECKS: u32 = 4;
 
+/// The most scalar-value sets a key is split into: beyond, the scalars are taken not
+/// to shape the graph after all (a step counter that met a jump in need), and the key
+/// goes back to one entry for every value, for good.
+const SPLIT_KEYS: u32 = 8;
+
 /// The valid size for `need` units of field `f` with [`AUTO_HEADROOM`]: at least the
 /// field's minimum, a power of two for the window and the heap.
 pub fn auto_size(f: RingField, need: u64) -> u64 {
@@ -114,14 +119,6 @@ fn need_of(graph: &Graph) -> PerEntry<u64> {
     need
 }
 
-/// `sizing` with its auto entries sized for `graph`'s own need (a replay of a captured
-/// graph knows its need exactly).
-pub(super) fn sized_for(sizing: RingSizing, graph: &Graph) -> RingSizing {
-    let mut l = Learned::default();
-    l.learn(need_of(graph));
-    l.apply(sizing)
-}
-
 /// Entry-wise maximum.
 fn max_of(a: PerEntry<u64>, b: PerEntry<u64>) -> PerEntry<u64> {
     let mut m = a;
@@ -157,13 +154,21 @@ impl Learned {
     /// `sizing` (as resolved: auto entries hold the defaults) with its auto entries
     /// sized: from the need once known, else (a learning dispatch) the defaults; never
     /// below a floor.
-    fn apply(&self, mut sizing: RingSizing) -> RingSizing {
+    fn apply(&self, sizing: RingSizing) -> RingSizing {
+        self.apply_with(sizing, true)
+    }
+
+    /// [`Learned::apply`], with the known need given its headroom or not (the smallest
+    /// valid size that holds it).
+    fn apply_with(&self, mut sizing: RingSizing, headroom: bool) -> RingSizing {
         for f in RingField::ALL {
             for r in 0..RUNTIME_ENV_RING_COUNT {
                 if sizing.source(f, r) == SizeSource::Auto {
                     let floor = self.floor[f.index()][r];
-                    let v = if self.known {
+                    let v = if self.known && headroom {
                         auto_size(f, self.need[f.index()][r])
+                    } else if self.known {
+                        valid_at_least(f, self.need[f.index()][r])
                     } else {
                         sizing.get(f)[r]
                     };
@@ -211,6 +216,10 @@ struct Entry {
     /// Scalar values changed this key's graph: dispatches are keyed by them too (the
     /// entry stays as the marker).
     by_scalars: bool,
+    /// Split entries made for this base key, and whether it went back to one entry for
+    /// good ([`SPLIT_KEYS`]).
+    splits: u32,
+    unsplit: bool,
     /// Last use (the table's clock), for forgetting the least recently used.
     used: u64,
     /// Keeps the program (and so its identity) alive while the key is remembered: no
@@ -257,14 +266,7 @@ impl AutoTable {
                 }
             }
         }
-        let base = h.finish();
-        let scalars = v.finish();
-        let key = if self.entries.get(&base).is_some_and(|e| e.by_scalars) {
-            split_key(base, scalars)
-        } else {
-            base
-        };
-        AutoKey { key, base, scalars }
+        self.key_of_parts(h.finish(), v.finish())
     }
 
     /// What is learned of `k` (nothing yet: the default), used now.
@@ -296,6 +298,17 @@ impl AutoTable {
             }
             return;
         }
+        if k.key != k.base {
+            // A new value set of a split key: past SPLIT_KEYS the values are taken not
+            // to shape the graph, and the key goes back to one entry.
+            if let Some(b) = self.entries.get_mut(&k.base) {
+                b.splits += 1;
+                if b.splits > SPLIT_KEYS {
+                    b.by_scalars = false;
+                    b.unsplit = true;
+                }
+            }
+        }
         if self.entries.len() >= AUTO_KEYS {
             let oldest = self
                 .entries
@@ -312,10 +325,23 @@ impl AutoTable {
                 learned: l,
                 scalars: k.scalars,
                 by_scalars: false,
+                splits: 0,
+                unsplit: false,
                 used: self.clock,
                 _program: program.clone(),
             },
         );
+    }
+
+    /// The key of a dispatch whose base key and scalar hash are given (as
+    /// [`AutoTable::key`] makes it).
+    fn key_of_parts(&self, base: u64, scalars: u64) -> AutoKey {
+        let key = if self.entries.get(&base).is_some_and(|e| e.by_scalars) {
+            split_key(base, scalars)
+        } else {
+            base
+        };
+        AutoKey { key, base, scalars }
     }
 
     /// Did `k`'s need come from other scalar values than `k`'s (then they may have
@@ -325,7 +351,7 @@ impl AutoTable {
             && self
                 .entries
                 .get(&k.base)
-                .is_some_and(|e| e.scalars != k.scalars)
+                .is_some_and(|e| e.scalars != k.scalars && !e.unsplit)
     }
 
     /// Key `k`'s base by scalar values from now on; `k` split.
@@ -376,7 +402,7 @@ impl ChipWorker {
         let key = self.auto.key(program, args);
         let mut l = self.auto.get(&key);
         if l.known {
-            let s = l.apply(sizing);
+            let s = self.fitted(&l, sizing);
             if !l.raised {
                 return self
                     .run_inner(program, args, &s, hook, diag)
@@ -396,7 +422,7 @@ impl ChipWorker {
             l.check(need_of(
                 &graph.expect("a run that succeeded gives its graph"),
             ));
-            let next = l.apply(sizing);
+            let next = self.fitted(&l, sizing);
             self.auto.put(&key, program, l, false);
             if next.key() != s.key() {
                 drop(self.cache.take(&s));
@@ -420,7 +446,7 @@ impl ChipWorker {
                 // The learning arena goes if this dispatch built it (one that was
                 // resident before, a prewarm's or another dispatch's, stays), unless
                 // it is the learned one.
-                if built && l.apply(sizing).key() != first.key() {
+                if built && self.fitted(&l, sizing).key() != first.key() {
                     drop(self.cache.take(&first));
                     rep.device_memory = self.device_memory(&first);
                 }
@@ -479,21 +505,57 @@ impl ChipWorker {
         let key = self.auto.key(program, args);
         let l = self.auto.get(&key);
         if l.known {
-            l.apply(sizing)
+            self.fitted(&l, sizing)
         } else {
             self.shrink_to_fit(l.apply(sizing), &l.floor)
         }
     }
 
     /// Record `graph` (a capture's, of `program` with `args`) as the need of their key
-    /// when it is not known yet.
+    /// when it is not known yet, as a learning dispatch does.
     pub(super) fn auto_learn_from(&mut self, program: &Program, args: &[Arg<'_>], graph: &Graph) {
         let key = self.auto.key(program, args);
         let mut l = self.auto.get(&key);
         if !l.known {
+            let before = l;
             l.learn(need_of(graph));
+            l.raised = before.floor.iter().flatten().any(|&f| f > 0);
             self.auto.put(&key, program, l, true);
         }
+    }
+
+    /// After a capture with auto entries failed (it ran on `ran`; `asked`: the sizing
+    /// as resolved): what a failed dispatch does (step 3 of the module doc).
+    pub(super) fn auto_failed(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        asked: &RingSizing,
+        ran: &RingSizing,
+        e: RuntimeFailure,
+    ) -> RuntimeFailure {
+        let key = self.auto.key(program, args);
+        let l = self.auto.get(&key);
+        self.grow(key, program, l, asked, ran, e)
+    }
+
+    /// `sizing` with its auto entries sized for `graph`'s own need (a captured graph
+    /// knows its need exactly), fitted to the device memory.
+    pub(super) fn sized_for(&self, sizing: RingSizing, graph: &Graph) -> RingSizing {
+        let mut l = Learned::default();
+        l.learn(need_of(graph));
+        self.fitted(&l, sizing)
+    }
+
+    /// The sizing of a known need: need × headroom, or where that does not fit the
+    /// device memory, the need without headroom (no larger than the learning sizing
+    /// that held the run).
+    fn fitted(&self, l: &Learned, sizing: RingSizing) -> RingSizing {
+        let s = l.apply(sizing);
+        if crate::arena::device_footprint(&s) <= self.room() {
+            return s;
+        }
+        l.apply_with(sizing, false)
     }
 
     /// The device memory an arena may take: the capacity less what is held outside the
@@ -592,9 +654,15 @@ impl ChipWorker {
         } else {
             "of this program with these arguments"
         };
-        e.detail.push_str(&format!(
+        let said = format!(
             "; auto: {field}[{r}] grows from {now} to {to}, and the next dispatch {whose} learns its need again"
-        ));
+        );
+        // The description still ends with the partly-written note (§6).
+        let suffix = format!("; {}", super::run::PARTLY_WRITTEN);
+        e.detail = match e.detail.strip_suffix(&suffix) {
+            Some(head) => format!("{head}{said}{suffix}"),
+            None => format!("{}{said}", e.detail),
+        };
         e
     }
 }
@@ -662,6 +730,63 @@ mod tests {
         assert_eq!(a.identity(), a.clone().identity());
         let t = AutoTable::default();
         assert_ne!(t.key(&a, &[]).key, t.key(&b, &[]).key);
+    }
+
+    #[test]
+    fn a_learned_need_whose_headroom_does_not_fit_runs_without_it() {
+        let w = ChipWorker::new(crate::chip::ChipOptions {
+            cores: 1,
+            device_memory: 16 << 20,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut env = crate::config::RuntimeEnv::default();
+        for f in RingField::ALL {
+            env.set_all(f, crate::config::RuntimeEnv::AUTO);
+        }
+        let asked = RingSizing::resolve_from_process(&env).unwrap();
+        let mut need = [[1; 4]; 3];
+        need[RingField::Heap.index()][1] = 7 << 20;
+        let mut l = Learned::default();
+        l.learn(need);
+        // x 1.25 rounds up to 16 MiB: more than the chip holds beside the rest.
+        assert_eq!(l.apply(asked).heap[1], 16 << 20);
+        let s = w.fitted(&l, asked);
+        assert_eq!(s.heap[1], 8 << 20);
+        assert!(crate::arena::device_footprint(&s) <= 16 << 20);
+        // Where it fits, the headroom stays.
+        l.learn([[1; 4]; 3]);
+        assert_eq!(w.fitted(&l, asked).key(), l.apply(asked).key());
+    }
+
+    #[test]
+    fn a_key_split_by_too_many_value_sets_goes_back_to_one_entry() {
+        let mut t = AutoTable::default();
+        let p = prog();
+        let base = AutoKey {
+            key: 1,
+            base: 1,
+            scalars: 0,
+        };
+        let mut l = Learned::default();
+        l.learn([[7; 4]; 3]);
+        t.put(&base, &p, l, true);
+        let step = |i: u64| AutoKey {
+            key: 1,
+            base: 1,
+            scalars: i,
+        };
+        assert!(t.other_scalars(&step(1)));
+        t.split(&step(1));
+        for i in 1..=SPLIT_KEYS as u64 + 1 {
+            let k = t.key_of_parts(1, i);
+            assert_ne!(k.key, k.base, "value set {i} is split");
+            t.put(&k, &p, l, true);
+        }
+        // Past SPLIT_KEYS value sets: one key again, for good.
+        let k = t.key_of_parts(1, 99);
+        assert_eq!(k.key, k.base);
+        assert!(!t.other_scalars(&step(100)));
     }
 
     #[test]

@@ -125,18 +125,22 @@ impl ChipWorker {
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<Captured, RunError> {
         config.validate()?;
-        let mut sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
+        let asked = RingSizing::resolve_from_process(&config.runtime_env)?;
         // Auto entries: what the chip learned of the program, or the learning sizing
-        // (the capture then teaches the chip the program's need).
-        let auto = sizing.is_auto() && !self.node_engine;
-        if auto {
-            sizing = self.auto_sizing_for(program, args, sizing);
-        }
+        // (the capture then teaches the chip the program's need, and replays run on
+        // the graph's own need).
+        let auto = asked.is_auto() && !self.node_engine;
+        let mut sizing = if auto {
+            self.auto_sizing_for(program, args, asked)
+        } else {
+            asked
+        };
+        let built = auto && !self.cache.contains(&sizing);
         let diag = Diagnostics::from_config(config);
         let mut rec = Some(Box::new(Recorder::new(
             args.iter().map(arg_buffer).collect(),
         )));
-        let report = self.run_body(
+        let mut report = match self.run_body(
             program.name(),
             &|o, a| program.call(o, a),
             args,
@@ -145,10 +149,26 @@ impl ChipWorker {
             &diag,
             Some(&mut rec),
             false,
-        )?;
+        ) {
+            Ok(r) => r,
+            Err(e) if auto => {
+                let e = self.auto_failed(program, args, &asked, &sizing, e);
+                if built {
+                    drop(self.cache.take(&sizing));
+                }
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         let graph = rec.expect("the recorder comes back from the run").finish();
         if auto {
             self.auto_learn_from(program, args, &graph);
+            let fit = self.sized_for(asked, &graph);
+            if built && fit.key() != sizing.key() {
+                drop(self.cache.take(&sizing));
+                report.device_memory = self.device_memory(&sizing);
+            }
+            sizing = fit;
         }
         let sigs = args
             .iter()
@@ -414,7 +434,7 @@ impl Captured {
                 let s = RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?;
                 // Auto entries: the graph's own need (known exactly).
                 let s = if s.is_auto() {
-                    super::auto::sized_for(s, &self.graph)
+                    chip.sized_for(s, &self.graph)
                 } else {
                     s
                 };
