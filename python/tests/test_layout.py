@@ -158,7 +158,7 @@ def test_worker_is_one_class_per_level():
     with pytest.raises(RuntimeError, match="^alloc_tensor on a Worker is for level 4"):
         w3.alloc_tensor(4)
     for w in (w2, w3, w4):
-        with pytest.raises(RuntimeError, match="^the worker is not initialised$"):
+        with pytest.raises(RuntimeError, match=r"^Worker.init\(\) has not been called \(or the worker is closed\)$"):
             w.arena_stats()
         with pytest.raises(RuntimeError, match=r"^Worker.init\(\) has not been called \(or the worker is closed\)$"):
             w.run(lambda o, a, c: None)
