@@ -16,6 +16,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/../../.." && pwd)
+# The checkout's first directory under /tmp, when it is there (the nodes cover /tmp).
+TMP_TOP=$(case "$REPO" in /tmp/?*) echo "${REPO#/tmp/}" | cut -d/ -f1 ;; esac)
 PY=${TASKRING_CLUSTER_PYTHON:-$REPO/.venv/bin/python}
 NODES=${TASKRING_CLUSTER_NODES:-4}   # rank 0 and up to 3 hosts, one rank per node
 PYTEST_ARGS=${TASKRING_CLUSTER_PYTEST_ARGS:-}
@@ -102,10 +104,21 @@ for i in $(seq 0 $((NODES - 1))); do
   echo "$n slots=1" >> "$RUN/hostfile"
   pids="--pid --fork --kill-child" proc="mount -t proc proc /proc &&"
   [ "$i" = 0 ] && pids="" proc=""
+  # A checkout under /tmp (a clean clone may be there) stays visible on the node: held
+  # under $RUN while the node's own /tmp covers the machine's, then bound back in place.
+  keep="" restore=""
+  if [ -n "$TMP_TOP" ]; then
+    mkdir -p "$RUN/repo.$n"
+    keep="mount --bind $REPO $RUN/repo.$n &&"
+    restore="mkdir -p $REPO && mount --bind $RUN/repo.$n $REPO &&"
+  fi
   # shellcheck disable=SC2086
   ip netns exec "$ID-$n" unshare --mount --uts --ipc $pids --propagation private sh -c "
+    cd / &&
     hostname $n &&
+    $keep
     mount -t tmpfs -o mode=1777 tmpfs /tmp &&
+    $restore
     mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
     mount --bind $RUN/hosts /etc/hosts &&
     $proc
@@ -158,7 +171,7 @@ for i in $(seq 0 $((NODES - 1))); do
   shm=$(nsenter --mount="/proc/$h/ns/mnt" ls -A /dev/shm)
   # /tmp: Open MPI's session directories and the like; the output a test asked a host
   # to leave on its node is expected.
-  tmp=$(nsenter --mount="/proc/$h/ns/mnt" ls -A /tmp | grep -v '^taskring-local-prefix-' || true)
+  tmp=$(nsenter --mount="/proc/$h/ns/mnt" ls -A /tmp | grep -v '^taskring-local-prefix-' | { if [ -n "$TMP_TOP" ]; then grep -vx "$TMP_TOP"; else cat; fi; } || true)
   if [ -n "$procs" ] || [ -n "$shm" ] || [ -n "$tmp" ]; then
     echo "test-cluster: left on n$i: processes [$procs] /dev/shm [$shm] /tmp [$tmp]" >&2
     left=1
