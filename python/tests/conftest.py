@@ -21,3 +21,31 @@ def _watchdog():
     faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(params=[True, False], ids=["chip-procs", "chip-threads"])
+def chip_processes(request):
+    """An L3 node's chips as child processes and as threads (same protocol)."""
+    return request.param
+
+
+@pytest.fixture
+def make_worker(chip_processes):
+    """make(n_chips, programs, prewarm=None, **kw) -> (worker, handles) of an L3 Worker;
+    closed at teardown."""
+    from taskring import Worker
+
+    from l2_helpers import vector_add
+
+    made = []
+
+    def make(n=3, programs=(vector_add,), prewarm=None, **kw):
+        w = Worker(level=3, device_ids=list(range(n)), chip_processes=chip_processes, **kw)
+        handles = [w.register(p) for p in programs]
+        w.init(prewarm_config=prewarm)
+        made.append(w)
+        return w, handles
+
+    yield make
+    for w in made:
+        w.close()
