@@ -322,7 +322,10 @@ def test_run_config_aicpu_thread_num_rejects(n):
 
 @pytest.mark.parametrize("s", [True, False, 0, 1, 4])
 def test_run_config_swimlane_accepts(s):
-    RunConfig(enable_chip_swimlane=s)
+    cfg = RunConfig(enable_chip_swimlane=s)
+    assert cfg.enable_chip_swimlane is s  # kept as given
+    # the dispatch's CallConfig carries it as a level: True is the fullest (4)
+    assert cfg.to_call_config().enable_chip_swimlane == (4 if s is True else int(s))
 
 
 @pytest.mark.parametrize("s", [5, -1, 1.0])
@@ -585,7 +588,14 @@ def test_validate_boundaries_and_zeros_pass(field, values):
     cfg = CallConfig()
     setattr(cfg.runtime_env, field, values)
     cfg.validate()
-    CallConfig(runtime_env=RuntimeEnv(ring_task_window=0, ring_heap=0, ring_dep_pool=0)).validate()
+    # The boundary values are sized as given; a zero is "not set" (the default).
+    default = dict(zip(RING_FIELDS, (DEFAULT_RING_TASK_WINDOW, DEFAULT_RING_HEAP, DEFAULT_RING_DEP_POOL)))[field]
+    rs = resolve_ring_sizing(cfg, env={})
+    assert getattr(rs, field.removeprefix("ring_")) == tuple(v or default for v in values)
+    assert [rs.source(field, r) for r in range(4)] == ["call_config" if v else "default" for v in values]
+    zeros = CallConfig(runtime_env=RuntimeEnv(ring_task_window=0, ring_heap=0, ring_dep_pool=0))
+    zeros.validate()
+    assert resolve_ring_sizing(zeros, env={}).key() == DEFAULT_KEY
 
 
 def test_validate_order_rings_then_fields():
