@@ -2,8 +2,6 @@
 heap ring too small, a dependency pool overflow — each reported with its code, ring,
 configured size and what would be needed, and the worker usable afterwards."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -27,10 +25,10 @@ def eight_in_one_scope(rt, x, out):
 def test_scope_deadlock_code_1():
     x = np.ones(16, np.float32)
     out = np.zeros(16, np.float32)
-    t0 = time.monotonic()
+    # Reported, not hung on: a deadlock not seen as one would end in the scheduler's
+    # timeout (code 100) or the suite's watchdog, not in code 1.
     with pytest.raises(RuntimeFailure) as ei:
         taskring.run(eight_in_one_scope, x, out, config=RunConfig(ring_task_window=4))
-    assert time.monotonic() - t0 < 5  # reported, not hung on
     e = ei.value
     assert e.code == 1
     assert e.name == "SCOPE_DEADLOCK"
@@ -77,10 +75,8 @@ def test_heap_full_by_one_scope_is_reported():
             for _ in range(5):
                 rt.submit(K.fill, outputs=[rt.spec((256,), "float32")], scalars=[1.0])  # 1 KiB each
 
-    t0 = time.monotonic()
-    with pytest.raises(RuntimeFailure) as ei:
+    with pytest.raises(RuntimeFailure) as ei:  # code 2, not a timeout (see above)
         taskring.run(prog, np.zeros(4, np.float32), config=RunConfig(ring_heap=4096))
-    assert time.monotonic() - t0 < 5
     e = ei.value
     assert (e.code, e.name, e.ring, e.configured) == (2, "HEAP_RING_DEADLOCK", 1, 4096)
     assert e.needed is None and "ring_heap of at least 8192 bytes would be needed" in e.description

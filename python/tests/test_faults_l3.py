@@ -8,6 +8,7 @@ not what a test is about."""
 
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,12 +63,10 @@ def _state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
-def _wait_gone(pids, limit):
-    """Seconds until none of `pids` is alive (at most `limit`)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit and any(_alive(p) for p in pids):
+def _wait_gone(pids):
+    """Until none of `pids` is alive (a hang is the suite watchdog's)."""
+    while any(_alive(p) for p in pids):
         time.sleep(0.01)
-    return time.monotonic() - t0
 
 
 def _worker(monkeypatch, timeout_ms=None, n=2):
@@ -103,8 +102,10 @@ def test_stopped_chip_fails_its_task_with_the_default_timeout_and_holds_up_no_on
         took = time.monotonic() - t0
         assert str(e.value).startswith(f"chip 0 (pid {p0}): not responding: no heartbeat for "), str(e.value)
         assert "process state T, stopped" in str(e.value)
+        # The default timeout (2000 ms of no heartbeat) is what failed it: never earlier.
         # Counted from the chip's last heartbeat, which may precede the run a little.
-        assert 1.5 <= took < 3.0, took
+        stalled_ms = int(re.search(r"no heartbeat for (\d+) ms", str(e.value)).group(1))
+        assert stalled_ms >= 2000 and took >= 1.5, (stalled_ms, took)
         # The other chip's task ran meanwhile; the stopped chip's did not.
         assert list(o1) == [1.0, 2.0] and list(o0) == [0.0, 0.0]
         # Continued, the chip answers its old request, then works again.
@@ -125,12 +126,12 @@ def test_a_run_on_the_healthy_chip_from_another_thread_waits_only_for_the_timeou
         o0, o1 = shared_array(2), shared_array(2)
         stuck = w.submit(_naps(h, [(o0, 0, 0)]))
         time.sleep(0.1)
-        t0 = time.monotonic()
-        rep = w.run(_naps(h, [(o1, 0, 1)]))  # calls are serialised: it waits its turn
-        assert time.monotonic() - t0 < 1.0
+        # Calls are serialised: this one waits its turn, which comes when the stuck run
+        # times out (chip 0 stays stopped: waiting for it instead would hang the test).
+        rep = w.run(_naps(h, [(o1, 0, 1)]))
         assert rep.tasks[0].error is None and list(o1) == [1.0, 2.0]
         with pytest.raises(RuntimeError, match=rf"^chip 0 \(pid {p0}\): not responding"):
-            stuck.result(timeout=5)
+            stuck.result()
     finally:
         os.kill(w.pids[0], signal.SIGCONT)
         w.close()
@@ -144,10 +145,9 @@ def test_a_chip_stuck_in_a_kernel_fails_with_its_own_scheduler_timeout(monkeypat
     try:
         p0 = w.pids[0]
         o0 = shared_array(2)
-        t0 = time.monotonic()
         with pytest.raises(RuntimeError) as e:
             w.run(_naps(h, [(o0, 5000, 0)]))
-        assert time.monotonic() - t0 < 0.5 + 1.0
+        assert list(o0) == [1.0, 0.0]  # reported while the kernel still ran (it never ends)
         text = str(e.value)
         assert text.startswith(f"chip 0 (pid {p0}): SCHEDULER_TIMEOUT (code 100)"), text
         assert "_mark_then_nap" in text, text
@@ -163,18 +163,17 @@ def test_a_chip_stuck_in_a_kernel_fails_with_its_own_scheduler_timeout(monkeypat
         w.close()
 
 
-def test_close_with_a_run_in_flight_on_a_stopped_chip_returns_within_2s(monkeypatch):
-    monkeypatch.delenv("TASKRING_CHIP_TIMEOUT_MS", raising=False)
-    w, h, _ = _worker(monkeypatch)
+def test_close_with_a_run_in_flight_on_a_stopped_chip_returns_before_the_chip_timeout(monkeypatch):
+    # A chip timeout longer than the suite's watchdog: close gives up on the stopped chip
+    # by itself (closing), or the test hangs and the watchdog fails the suite.
+    w, h, _ = _worker(monkeypatch, timeout_ms=600_000)
     pids = w.pids
     os.kill(pids[1], signal.SIGSTOP)
     handle = w.submit(_naps(h, [(shared_array(2), 0, 1)]))
     time.sleep(0.2)
-    t0 = time.monotonic()
     w.close()
-    assert time.monotonic() - t0 < 2.0
     with pytest.raises(RuntimeError, match=rf"^chip 1 \(pid {pids[1]}\): not responding"):
-        handle.result(timeout=5)
+        handle.result()
     assert not any(_alive(p) for p in pids)
 
 
@@ -183,7 +182,9 @@ def test_close_with_a_run_in_flight_on_a_stopped_chip_returns_within_2s(monkeypa
 
 def _interrupted_run(w, orch, after=0.3):
     """Run `orch` with SIGINT sent to this (main) thread `after` seconds in; assert the
-    run raises KeyboardInterrupt within 1 s of it. Returns when the run started."""
+    run raises KeyboardInterrupt (each caller checks it came before what the run waits
+    for: a chip that stays stopped, a kernel that is still running, another run).
+    Returns when the run started."""
     main = threading.main_thread().ident
     # A process started in the background may inherit SIGINT ignored: handle it here.
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -193,16 +194,16 @@ def _interrupted_run(w, orch, after=0.3):
     try:
         with pytest.raises(KeyboardInterrupt):
             w.run(orch)
-        took = time.monotonic() - t0
     finally:
         timer.join()
         signal.signal(signal.SIGINT, old)
-    assert took < after + 1.0, took
     return t0
 
 
 def test_ctrl_c_interrupts_a_run_waiting_on_a_stopped_chip(monkeypatch):
-    w, h, _ = _worker(monkeypatch, timeout_ms=60_000)
+    # chip 0 stays stopped and its timeout is longer than the suite's watchdog: only
+    # Ctrl-C can end the wait
+    w, h, _ = _worker(monkeypatch, timeout_ms=600_000)
     try:
         p0 = w.pids[0]
         os.kill(p0, signal.SIGSTOP)
@@ -267,13 +268,13 @@ def test_ctrl_c_while_waiting_for_another_threads_run(monkeypatch):
             time.sleep(0.005)
         _interrupted_run(w, _naps(h, [(o1, 0, 1)]))
         assert list(o1) == [0.0, 0.0]  # it never ran
-        assert other.result(timeout=5).tasks[0].error is None
+        assert other.result().tasks[0].error is None
     finally:
         w.close()
 
 
 def test_ctrl_c_in_the_orchestration_itself(monkeypatch):
-    w, h, _ = _worker(monkeypatch, timeout_ms=60_000)
+    w, h, _ = _worker(monkeypatch, timeout_ms=600_000)
     try:
         os.kill(w.pids[0], signal.SIGSTOP)
         o0 = shared_array(2)
@@ -313,27 +314,31 @@ HOST = r"""
 import os, sys, time, taskring
 from taskring import OUT, SCALAR, shared_array
 
-mode = sys.argv[1]
+mode, ended = sys.argv[1], sys.argv[2]
 
 @taskring.kernel
 def mark_then_nap(out, ms):
     out[0] += 1.0
     time.sleep(ms / 1000.0)
+    with open(ended, "a") as f:  # one line per task that ran to its end
+        f.write("ended\n")
 
 @taskring.program(signature=[OUT, SCALAR])
 def naps(rt, out, n):
-    ms = 30000 if n == 1 else 5
+    ms = 30000 if n == 1 else 75  # 30 s of work for each chip either way
     for _ in range(int(n)):
         rt.submit(mark_then_nap, outputs=[out], scalars=[ms])
 
 w = taskring.Worker(level=3, device_ids=[0, 1])
 h = w.register(naps)
 w.init()
+child = 0
 if mode == "forked-child":
     # A child of the host (e.g. a multiprocessing worker) that outlives it must not keep
     # the chips alive.
-    if os.fork() == 0:
-        time.sleep(30)
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
         os._exit(0)
 outs = [shared_array(1), shared_array(1)]
 n = 1 if mode == "stuck" else 400
@@ -341,31 +346,44 @@ w.submit(lambda o, a, c: [o.submit_next_level(h, [outs[i], n], worker=i) for i i
 while not all(o[0] > 0 for o in outs):
     time.sleep(0.005)
 print(" ".join(str(p) for p in w.pids), flush=True)
+print(child, flush=True)
 time.sleep(60)
 """
 
 
 @pytest.mark.parametrize("mode", ["stuck", "many-short", "forked-child"])
-def test_chips_exit_within_1s_of_the_host_being_killed_mid_task(mode):
-    host = subprocess.Popen([sys.executable, "-c", HOST, mode], stdout=subprocess.PIPE, text=True)
+def test_chips_exit_when_the_host_is_killed_mid_task(mode, tmp_path):
+    ended = tmp_path / "ended"
+    ended.touch()
+    host = subprocess.Popen([sys.executable, "-c", HOST, mode, str(ended)], stdout=subprocess.PIPE, text=True)
+    child = 0
     try:
         pids = [int(p) for p in host.stdout.readline().split()]
+        child = int(host.stdout.readline())
         assert len(pids) == 2 and all(_alive(p) for p in pids), pids
         time.sleep(0.2)  # well inside a task
         host.kill()
         host.wait()
-        took = _wait_gone(pids, 3.0)
-        assert took < 1.0, f"chips {pids} lived {took:.2f} s after their host"
+        _wait_gone(pids)
+        # They exited on their host's death: before the end of their 30 s of work (the
+        # task in flight at the kill never ended), and while the host's forked child lives.
+        n_ended = len(ended.read_text().split())
+        assert n_ended < (1 if mode == "stuck" else 2 * 400), f"chips {pids} ran {n_ended} tasks to their end after their host died"
+        assert not child or _alive(child), "the chips outlived the host's forked child"
     finally:
         host.kill()
         host.wait()
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 # ----- fork() of the host ---------------------------------------------------------------------
 
 
 def test_a_worker_cannot_be_used_after_fork_and_a_new_one_can(monkeypatch):
-    w, h, h_cp = _worker(monkeypatch)
+    # The child raises before any wait on the parent's chips: one would outlast the
+    # suite's watchdog (the parent waits for the child).
+    w, h, h_cp = _worker(monkeypatch, timeout_ms=600_000)
     parent = os.getpid()
     pids = w.pids
     r, wr = os.pipe()
@@ -374,7 +392,6 @@ def test_a_worker_cannot_be_used_after_fork_and_a_new_one_can(monkeypatch):
         code = 1
         try:
             os.close(r)
-            t0 = time.monotonic()
             try:
                 w.run(_naps(h, [(shared_array(2), 0, 0)]))
             except RuntimeError as e:
@@ -386,7 +403,6 @@ def test_a_worker_cannot_be_used_after_fork_and_a_new_one_can(monkeypatch):
                 w.arena_stats(0)
             except RuntimeError as e:
                 assert "cannot be used after fork()" in str(e)
-            assert time.monotonic() - t0 < 1.0
             w.close()  # forgets the parent's node, touching nothing
             with Worker(level=3, device_ids=[0]) as w2:
                 hc = w2.register(cp)
@@ -482,6 +498,6 @@ def test_threads_share_a_worker_and_close_waits_for_the_run_in_flight(monkeypatc
         time.sleep(0.005)
     w.close()  # waits for the run in flight, which completes
     assert list(o) == [1.0, 2.0]
-    assert handle.result(timeout=5).tasks[0].error is None
+    assert handle.result().tasks[0].error is None
     with pytest.raises(RuntimeError, match="closed|init"):
         w.run(_naps(h, [(o, 0, 0)]))

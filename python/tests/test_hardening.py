@@ -143,7 +143,8 @@ def test_close_from_another_thread_waits_for_the_run_in_flight():
 
 
 def _in_child(fn):
-    """Run fn() in a forked child; returns what it wrote (its result or its error)."""
+    """Run fn() in a forked child; returns what it wrote (its result or its error). A child
+    that hangs hangs this (the suite's watchdog ends it)."""
     r, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -156,8 +157,7 @@ def _in_child(fn):
         os._exit(0)
     os.close(wfd)
     chunks = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    while True:
         got = os.read(r, 4096)
         if not got:
             break
@@ -176,11 +176,11 @@ def test_chip_worker_used_after_fork_raises_at_once_and_new_workers_work():
         parent = os.getpid()
 
         def use_old():
-            t0 = time.monotonic()
+            # The chip's cores are threads of the parent: a run that waited on them in the
+            # child would hang or time out with another error. It raises before waiting.
             try:
                 w.run(copy_prog, src, np.zeros(8, np.float32))
             except RuntimeError as e:
-                assert time.monotonic() - t0 < 1.0
                 w.close()  # closing in the child forgets the parent's chip quietly
                 return str(e)
             return "no error"

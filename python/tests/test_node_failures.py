@@ -96,12 +96,14 @@ def test_chip_failure_through_run_handle(make_worker):
     a, _ = inputs(seed=19)
     out = shared_array(N)
     hd = w.submit(lambda o, args, cfg: o.submit_next_level(hf, [a, out], worker=0))
-    assert hd.wait(10)
     with pytest.raises(RuntimeError, match=r"^chip 0 \(pid \d+\): "):
         hd.result()
 
 
-def test_killed_chip_process():
+def test_killed_chip_process(monkeypatch):
+    # A chip timeout longer than the suite's watchdog: only the chip's death can end a
+    # wait on it (a death not noticed hangs the run, and the watchdog fails the suite).
+    monkeypatch.setenv("TASKRING_CHIP_TIMEOUT_MS", "600000")
     w = Worker(level=3, device_ids=[0, 1, 2], chip_processes=True)
     h = w.register(vector_add)
     w.init()
@@ -110,10 +112,8 @@ def test_killed_chip_process():
     w.run(lambda o, args, cfg: [o.submit_next_level(h, [a, b, outs[i]], worker=i) for i in range(3)])
     pids = w.pids
     os.kill(pids[1], signal.SIGKILL)
-    t0 = time.monotonic()
     with pytest.raises(RuntimeError) as ei:
         w.run(lambda o, args, cfg: o.submit_next_level(h, [a, b, outs[1]], worker=1))
-    assert time.monotonic() - t0 < 1.0
     text = str(ei.value)
     assert text.startswith(f"chip 1 (pid {pids[1]}): "), text
     assert re.search(r"signal 9\b|SIGKILL", text), text
@@ -131,18 +131,19 @@ def test_killed_chip_process():
     close(outs[2], vadd(a, b))
     assert not outs[1].any()
     assert w.arena_stats(2).builds >= 1
-    # close is clean and idempotent, and reaps every chip
-    t0 = time.monotonic()
+    # close is clean and idempotent, and reaps every chip (it does not wait on the dead one)
     w.close()
     w.close()
-    assert time.monotonic() - t0 < 1.5
     assert w.pids == ()
     assert all(reaped(p) for p in pids)
     with pytest.raises(RuntimeError):
         w.run(lambda o, args, cfg: None)
 
 
-def test_chip_killed_while_its_task_runs():
+def test_chip_killed_while_its_task_runs(monkeypatch):
+    # Only the chip's death can end the wait: its task would run 2 s more, and the chip
+    # timeout is longer than the suite's watchdog.
+    monkeypatch.setenv("TASKRING_CHIP_TIMEOUT_MS", "600000")
     with Worker(level=3, device_ids=[0, 1], chip_processes=True) as w:
         hl = w.register(long_running)
         h = w.register(vector_add)
@@ -151,16 +152,11 @@ def test_chip_killed_while_its_task_runs():
         a, b = inputs(seed=21)
         flag, out = shared_array(N), shared_array(N)
         hd = w.submit(lambda o, args, cfg: o.submit_next_level(hl, [a, flag], worker=1))
-        deadline = time.monotonic() + 5
-        while flag[0] != 1.0 and time.monotonic() < deadline:
+        while flag[0] != 1.0:  # the long task runs
             time.sleep(0.005)
-        assert flag[0] == 1.0, "the long task did not start"
         os.kill(pids[1], signal.SIGKILL)
-        t0 = time.monotonic()
-        assert hd.wait(1.0), "the death of a chip with a task in flight was not reported within 1 s"
         with pytest.raises(RuntimeError, match=rf"^chip 1 \(pid {pids[1]}\): .*(signal 9|SIGKILL)"):
             hd.result()
-        assert time.monotonic() - t0 < 1.0
         w.run(lambda o, args, cfg: o.submit_next_level(h, [a, b, out], worker=0))
         close(out, vadd(a, b))
 

@@ -1,5 +1,5 @@
-"""Chip processes exit when the host process dies (within 1 s: they read EOF on the
-host pipe; see test_faults_l3.py for a host killed in the middle of a task)."""
+"""Chip processes exit when the host process dies (they read EOF on the host pipe; see
+test_faults_l3.py for a host killed in the middle of a task)."""
 
 import os
 import subprocess
@@ -38,7 +38,6 @@ def test_chips_exit_when_the_host_dies():
     assert r.returncode == 0, r.stderr
     pids = [int(p) for p in r.stdout.split()]
     assert len(pids) == 2 and all(p != os.getpid() for p in pids)
-    deadline = time.time() + 1.5
-    while time.time() < deadline and any(_alive(p) for p in pids):
+    # Chips that outlived their host would keep this waiting: the suite's watchdog ends it.
+    while any(_alive(p) for p in pids):
         time.sleep(0.01)
-    assert not any(_alive(p) for p in pids), f"chip processes {pids} outlived their host"

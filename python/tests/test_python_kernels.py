@@ -168,10 +168,8 @@ def test_failed_run_does_not_deadlock_with_python_kernel_on_a_core():
     import subprocess
     import sys
 
-    try:
-        r = subprocess.run([sys.executable, "-c", FAILED_RUN_WITH_PYTHON_KERNEL_ON_A_CORE], capture_output=True, text=True, timeout=6)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the failed run deadlocked (no return within 6 s)")
+    # A deadlocked child never returns: the suite's watchdog ends the wait for it.
+    r = subprocess.run([sys.executable, "-c", FAILED_RUN_WITH_PYTHON_KERNEL_ON_A_CORE], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "OK"
 
@@ -199,9 +197,7 @@ def test_gil_released_while_runtime_waits():
 
     x = np.zeros(8, np.float32)
     out = np.zeros(8, np.float32)
-    t0 = time.monotonic()
     rep = taskring.run(chain, x, out, config=RunConfig(ring_task_window=4))
-    assert time.monotonic() - t0 < 20
     np.testing.assert_array_equal(out, 24)
     assert rep.tasks == 24
     assert rep.ring_sizing.task_window == (4, 4, 4, 4)
@@ -209,18 +205,22 @@ def test_gil_released_while_runtime_waits():
 
 
 def test_gil_released_other_python_threads_progress():
-    """While a run waits on a slow kernel, another Python thread keeps running."""
-    ticks = []
-    stop = threading.Event()
+    """While a run waits on a kernel, another Python thread keeps running: the kernel
+    ends only after that thread ran (a run holding the GIL while it waits would
+    deadlock, and the watchdog fixture would end it)."""
+    events = []
+    started, ticked = threading.Event(), threading.Event()
 
     def ticker():
-        while not stop.is_set():
-            ticks.append(1)
-            time.sleep(0.005)
+        started.wait()
+        events.append("tick")
+        ticked.set()
 
     @taskring.kernel
     def nap(x, out):
-        time.sleep(0.2)
+        started.set()
+        ticked.wait()
+        events.append("kernel end")
 
     @taskring.program(signature=[IN, OUT])
     def prog(rt, x, out):
@@ -229,11 +229,10 @@ def test_gil_released_other_python_threads_progress():
     th = threading.Thread(target=ticker)
     th.start()
     try:
-        time.sleep(0.02)
-        before = len(ticks)
+        events.append("run start")
         taskring.run(prog, np.zeros(2, np.float32), np.zeros(2, np.float32))
-        during = len(ticks) - before
+        events.append("run end")
     finally:
-        stop.set()
+        started.set()
         th.join()
-    assert during >= 5
+    assert events == ["run start", "tick", "kernel end", "run end"]
