@@ -148,17 +148,18 @@ fn scope_deadlock_needed_is_the_window_that_fits_the_whole_scope() {
 /// `needed` is then a lower bound, said as such.
 #[test]
 fn endless_scope_ends_with_a_lower_bound() {
+    // Seen as a scope deadlock, or never (the backstop is 2 minutes): the watchdog
+    // ends the test then.
+    let _hang = common::watchdog();
     let mut w = patient_chip();
     let prog = Program::new("endless", |o, _| {
         o.scope(|o| loop {
             noop_task(o)?;
         })
     });
-    let t0 = std::time::Instant::now();
     let e = w
         .run_with_sizing(&prog, &[], &sizing(4, 4096, 16))
         .unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(20));
     assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
     assert!(e.detail.contains("submitted at least"), "{e}");
     assert!(

@@ -3,7 +3,9 @@
 //! a node survives (stopped chip, cancel, close, fork, init/close cycles).
 //!
 //! Every test takes `SERIAL`: the fault tests count this process's mappings, fds and
-//! threads, and fork it.
+//! threads, and fork it. No test asserts a time: each checks the order of events (a
+//! chip's failure before its task could have ended, a task of one chip before the
+//! backlog of another), and a test that hangs is ended by the watchdog `SERIAL` arms.
 
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -84,7 +86,20 @@ fn nap() -> ChipCallable {
     }
 }
 
-static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+mod common;
+
+static SERIAL: Serial = Serial(parking_lot::Mutex::new(()));
+
+/// A test's turn, with the harness's hang timeout ([`common::watchdog`]) armed while
+/// it runs (disarmed before the next test's turn begins).
+struct Serial(parking_lot::Mutex<()>);
+
+impl Serial {
+    fn lock(&self) -> (common::Watchdog, parking_lot::MutexGuard<'_, ()>) {
+        let turn = self.0.lock();
+        (common::watchdog(), turn)
+    }
+}
 
 fn node_with(processes: bool, chips: usize, chip_timeout: Duration) -> Node {
     let callables = Arc::new(RwLock::new(vec![vadd2(), boom(), nap()]));
@@ -241,10 +256,10 @@ fn chip_failure_and_chip_death() {
     )
     .unwrap();
     assert_eq!(read(&bo, 16), vec![4.0; 16]);
-    // Kill chip 1: its next task fails within a second naming the signal; chip 0 works.
+    // Kill chip 1: its next task fails naming the signal (seen as a death, not as a
+    // stall: that would say "not responding"); chip 0 works.
     // safety: kill only sends a signal to a chip process of ours; no memory is involved.
     unsafe { libc::kill(pid1, libc::SIGKILL) };
-    let t0 = Instant::now();
     let e = n
         .run(
             move |o| {
@@ -264,11 +279,6 @@ fn chip_failure_and_chip_death() {
             None,
         )
         .unwrap_err();
-    assert!(
-        t0.elapsed() < Duration::from_secs(1),
-        "death noticed after {:?}",
-        t0.elapsed()
-    );
     assert_eq!(
         e.to_string(),
         format!("chip 1 (pid {pid1}): the chip process was killed by signal 9")
@@ -448,11 +458,19 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
         "{text}"
     );
     assert!(text.contains("process state T, stopped"), "{text}");
-    // The stall is counted from the chip's last heartbeat, which may precede the run
-    // (and, on a loaded machine, SIGSTOP by more than one period).
+    // The node's 400 ms timeout decided it, never earlier (a stall never noticed hangs
+    // the test: the watchdog ends it). The stall is counted from the chip's last
+    // heartbeat, which may precede the run (and, on a loaded machine, SIGSTOP by more
+    // than one period).
+    let stalled_ms: u64 = text
+        .split("no heartbeat for ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
     assert!(
-        took >= Duration::from_millis(250) && took < Duration::from_millis(1500),
-        "stall noticed after {took:?}"
+        stalled_ms >= 400 && took >= Duration::from_millis(250),
+        "stall of {stalled_ms} ms noticed after {took:?}"
     );
     // The healthy chip's task ran meanwhile.
     assert_eq!(read(&b1, 1), vec![1.0]);
@@ -474,8 +492,8 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
         n.run(move |o| nap_on(o, o1, 1, 0), &CallConfig::default(), None)
             .unwrap_or_else(|e| panic!("after SIGCONT: {e}"));
     }
-    // Stopped again, with a run in flight on it from another thread: close returns
-    // within 2 s, killing it.
+    // Stopped again, with a run in flight on it from another thread: close returns,
+    // killing it (a close that waited for the chip to answer would hang).
     // safety: kill only sends a signal to a chip process of ours; no memory is involved.
     unsafe { libc::kill(pids[0], libc::SIGSTOP) };
     let n = Arc::new(parking_lot::Mutex::new(n));
@@ -489,14 +507,8 @@ fn stopped_chip_fails_its_task_and_holds_up_no_one() {
         })
     };
     std::thread::sleep(Duration::from_millis(100));
-    let t0 = Instant::now();
     h.request_close();
     n.lock().close();
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "close took {:?}",
-        t0.elapsed()
-    );
     let e = runner.join().unwrap().unwrap_err().to_string();
     assert!(
         e.starts_with(&format!("chip 0 (pid {}): not responding", pids[0])),
@@ -528,12 +540,8 @@ fn cancel_interrupts_a_waiting_run_and_the_node_stays_usable() {
             )
             .unwrap_err();
         assert!(matches!(e, NodeError::Interrupted(_)), "{e}");
-        assert!(
-            t0.elapsed() < Duration::from_millis(1000),
-            "cancel took {:?}",
-            t0.elapsed()
-        );
         canceller.join().unwrap();
+        // Interrupted before its task ended (the nap sets its output at its end).
         assert_eq!(read(&b0, 1), vec![0.0]);
         // The next run waits for the interrupted task's late reply, then runs.
         let (b1, o1) = shared_f32(1, |_| 0.0);
@@ -639,12 +647,9 @@ fn a_node_is_unusable_after_fork_and_the_parent_keeps_it() {
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
     let mut status = 0;
-    let t0 = Instant::now();
-    // safety: a non-blocking reap of our own child into a local.
-    while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "the child hangs");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // A child that hangs hangs this wait: the watchdog ends the test.
+    // safety: a blocking reap of our own child into a local.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child status {status:#x}"
@@ -659,7 +664,7 @@ fn a_node_is_unusable_after_fork_and_the_parent_keeps_it() {
 /// Each chip has a lane of its own in the node's engine, served by its own dispatch
 /// thread: a backlog of ready tasks on one chip holds up no task of another (before
 /// lanes, 8 ready 50 ms tasks on chip 0 kept every dispatch thread waiting for chip 0's
-/// turn and delayed chip 1's task by ~250 ms).
+/// turn and delayed chip 1's task by ~250 ms, past about half of the backlog).
 #[test]
 fn a_backlog_on_one_chip_holds_up_no_task_of_another() {
     let _serial = SERIAL.lock();
@@ -669,22 +674,26 @@ fn a_backlog_on_one_chip_holds_up_no_task_of_another() {
         let outs: Vec<Tensor> = naps.iter().map(|(_, t)| *t).collect();
         let (b1, o1) = shared_f32(1, |_| 0.0);
         let flag = b1.as_ptr() as usize;
-        let t0 = Instant::now();
-        // Watch chip 1's output from another thread: when did its task end?
+        let backlog: Vec<usize> = naps.iter().map(|(b, _)| b.as_ptr() as usize).collect();
+        let run_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ended = run_ended.clone();
+        // Watch chip 1's output from another thread: how many of chip 0's tasks had
+        // ended when chip 1's task did?
         let watcher = std::thread::spawn(move || loop {
-            // safety: the buffer outlives the run (joined below); f32 written by the chip.
-            if unsafe { std::ptr::read_volatile(flag as *const f32) } == 1.0 {
-                return t0.elapsed();
+            // safety: the buffers outlive the run (joined below); f32s written by the chips.
+            let done = |p: usize| unsafe { std::ptr::read_volatile(p as *const f32) } == 1.0;
+            if done(flag) {
+                return Some(backlog.iter().filter(|&&p| done(p)).count());
             }
-            if t0.elapsed() > Duration::from_secs(5) {
-                return t0.elapsed();
+            if ended.load(std::sync::atomic::Ordering::Acquire) {
+                return None;
             }
             std::thread::sleep(Duration::from_micros(200));
         });
         n.run(
             move |o| {
                 for &out in &outs {
-                    nap_on(o, out, 50, 0)?;
+                    nap_on(o, out, 100, 0)?;
                 }
                 nap_on(o, o1, 1, 1)
             },
@@ -692,14 +701,14 @@ fn a_backlog_on_one_chip_holds_up_no_task_of_another() {
             None,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let chip1_done = watcher.join().unwrap();
-        let all_done = t0.elapsed();
+        run_ended.store(true, std::sync::atomic::Ordering::Release);
+        let backlog_done = watcher.join().unwrap();
         assert!(naps.iter().all(|(b, _)| read(b, 1) == vec![1.0]));
         assert_eq!(read(&b1, 1), vec![1.0]);
-        // Chip 0's backlog takes ~400 ms; chip 1's task must not wait for it.
+        // Chip 0's backlog takes 8 x 100 ms; chip 1's task must not wait for it.
         assert!(
-            chip1_done < Duration::from_millis(150) && all_done >= Duration::from_millis(390),
-            "chip 1's task ended after {chip1_done:?} (processes: {processes}), the run after {all_done:?}"
+            backlog_done.is_some_and(|k| k <= 3),
+            "chip 1's task ended after {backlog_done:?} of chip 0's 8 tasks (processes: {processes})"
         );
     }
 }

@@ -3,18 +3,19 @@
 //! core that is needed, and a wait for space or the end of the program pays whatever is
 //! still owed. What must still hold, through the public API:
 //! - a task does not wait for the orchestrator's next call: while user code runs after
-//!   a submit, a parked core finds the task within a few milliseconds (cores park
-//!   briefly while a run is open);
+//!   a submit, a parked core finds the task (cores park briefly while a run is open);
 //! - a one-task program runs on the orchestrator's thread when the cores are parked
 //!   (it is what saves the hand-off), and a program that leaves several tasks queued at
 //!   its end still spreads them over the cores.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Mutex;
 use std::thread::ThreadId;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use taskring::*;
+
+mod common;
 
 /// A closure kernel that says it is bounded (the orchestrator may run it itself).
 struct Bounded<F>(&'static str, F);
@@ -45,11 +46,6 @@ fn chip(cores: usize) -> ChipWorker {
     .unwrap()
 }
 
-/// Nanoseconds since `base`.
-fn since(base: Instant) -> u64 {
-    base.elapsed().as_nanos() as u64
-}
-
 /// Let the idle cores finish their spin phase and park (their spin is well under
 /// 50 ms even on a loaded machine).
 fn let_cores_park() {
@@ -58,47 +54,26 @@ fn let_cores_park() {
 
 #[test]
 fn a_submitted_task_starts_while_the_orchestration_is_still_busy() {
-    static BASE: Mutex<Option<Instant>> = Mutex::new(None);
-    static STARTED: AtomicU64 = AtomicU64::new(0);
-    *BASE.lock().unwrap() = Some(Instant::now());
-    let record = bounded("record", || {
-        let base = BASE.lock().unwrap().unwrap();
-        STARTED.store(since(base), SeqCst);
-    });
+    // The orchestration's user code waits (without calling into the engine) until the
+    // task it submitted has started. One core, parked: without the short parks of an
+    // open run the task would wait for the orchestration's end, which never comes —
+    // the watchdog ends the test.
+    let _hang = common::watchdog();
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    let record = bounded("record", || STARTED.store(true, SeqCst));
     let mut c = chip(1);
-    let mut lags = vec![];
     for _ in 0..5 {
         let_cores_park();
-        STARTED.store(0, SeqCst);
-        let submitted = std::sync::Arc::new(AtomicU64::new(0));
-        let s2 = submitted.clone();
+        STARTED.store(false, SeqCst);
         let prog = Program::new("busy_after_submit", move |o, _| {
-            let base = BASE.lock().unwrap().unwrap();
-            s2.store(since(base), SeqCst);
             o.submit(record, &TaskArgs::new())?;
-            // User code that takes long after the submit (no call into the engine).
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_millis(200) {
-                if STARTED.load(SeqCst) != 0 {
-                    break;
-                }
+            while !STARTED.load(SeqCst) {
                 std::thread::sleep(Duration::from_micros(100));
             }
             Ok(())
         });
         c.run(&prog, &[], &CallConfig::default()).unwrap();
-        let started = STARTED.load(SeqCst);
-        assert_ne!(started, 0, "the task never ran");
-        lags.push(Duration::from_nanos(started - submitted.load(SeqCst)));
     }
-    lags.sort();
-    // One core, parked: without the short parks of an open run the task would wait
-    // for the orchestration's end (200 ms). The median, not every run: a loaded
-    // machine may not schedule the core for a while.
-    assert!(
-        lags[2] < Duration::from_millis(50),
-        "a task waited for the orchestration instead of starting (lags {lags:?})"
-    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use taskring::builtin::*;
 use taskring::*;
 
@@ -58,9 +58,8 @@ fn other_memory_runs_until_released(w: &mut ChipWorker, release: &AtomicBool) {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(y.iter().all(|&v| v == 1.0));
     release.store(true, Ordering::SeqCst);
-    let t0 = Instant::now();
+    let _hang = common::watchdog(); // an entry never lifted
     while !w.stuck_kernels().is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(30));
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -119,10 +118,9 @@ fn a_stale_kernel_never_writes_into_a_later_runs_outputs() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(out.iter().all(|&x| x == 7.0), "{:?}", &out[..8]);
     assert!(!r.arena_hit, "the stuck kernel's arena was handed on");
-    // The kernel returned: its entry is lifted.
-    let t0 = Instant::now();
+    // The kernel returned: its entry is lifted (or the watchdog ends the wait).
+    let _hang = common::watchdog();
     while !w.stuck_kernels().is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(5));
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -278,9 +276,8 @@ fn a_chip_dropped_while_a_kernel_it_gave_up_on_runs_keeps_that_arena() {
     assert_eq!(w.stuck_kernels().len(), 1);
     drop(w);
     RELEASE.store(true, Ordering::SeqCst);
-    let t0 = Instant::now();
+    let _hang = common::watchdog();
     while !WROTE.load(Ordering::SeqCst) {
-        assert!(t0.elapsed() < Duration::from_secs(30));
         std::thread::sleep(Duration::from_millis(5));
     }
 }

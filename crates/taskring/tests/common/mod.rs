@@ -50,3 +50,46 @@ pub fn run_aic_only_task(w: &mut ChipWorker) -> Result<RunReport, RuntimeFailure
     let args = [host(&mut a, &[2, 2]), host(&mut c, &[2, 2])];
     w.run_with_sizing(&prog, &args, &RingSizing::default())
 }
+
+/// The harness's hang timeout for a test that waits on an order of events (no test
+/// asserts a time): while the returned guard lives, a thread waits for it; when the test
+/// still runs after `TASKRING_TEST_WATCHDOG_S` seconds (default 60, as the Python
+/// suite's), it names the test and aborts the process, so a hang fails `make test`
+/// instead of holding it. Dropping the guard ends (and joins) the thread.
+pub fn watchdog() -> Watchdog {
+    let limit = std::time::Duration::from_secs_f64(
+        std::env::var("TASKRING_TEST_WATCHDOG_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60.0),
+    );
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let (disarm, armed) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(limit) {
+            // Straight to stderr: the test harness captures eprintln! of the test's threads.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: still running after {limit:?}: taken for a hang, aborting"
+            );
+            std::process::abort();
+        }
+    });
+    Watchdog(Some((disarm, thread)))
+}
+
+/// See [`watchdog`].
+pub struct Watchdog(Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some((disarm, thread)) = self.0.take() {
+            drop(disarm);
+            let _ = thread.join();
+        }
+    }
+}
