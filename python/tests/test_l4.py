@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -167,7 +168,8 @@ def test_ctrl_c_on_rank_0_interrupts_the_run_and_the_worker_stays_usable(tmp_pat
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["raised"] is not None and res["raised"].startswith("KeyboardInterrupt")
-    assert 0.3 <= res["after_s"] < 1.0, res  # the host's task takes 1.5 s
+    # after the signal (0.3 s in), before the host's 1.5 s task ended
+    assert res["after_s"] >= 0.3 and res["out_at_raise"] == [0.0] * 8, res
     assert res["next_run_ok"]
 
 
@@ -228,10 +230,11 @@ def test_a_stopped_host_is_not_responding_within_the_timeout_and_the_job_ends(tm
     err = res["stopped_error"]
     assert err is not None and err.startswith("host 1 (rank 2): not responding: no answer to pings for "), res
     assert "TASKRING_HOST_TIMEOUT_MS=1000" in err
-    assert res["detected_after_s"] < 2.0, res
+    # The host timeout decided it, never earlier (a stop never noticed, or a close that
+    # waits for the stopped host, hangs the job: the launch's timeout fails the test).
+    assert int(re.search(r"no answer to pings for (\d+) ms", err).group(1)) >= 1000, err
     assert res["other_ok"] and res["after_ok"], res
-    assert res["later_error"] == err and res["later_s"] < 0.5, res
-    assert res["close_s"] < 2.0, res
+    assert res["later_error"] == err, res  # the verdict kept, not a new wait on the host
     # A stopped rank cannot finalize: rank 0 ends the job with MPI_Abort.
     assert p.returncode != 0
     assert "ending the job with MPI_Abort" in p.stderr, p.stderr[-2000:]
@@ -247,14 +250,14 @@ def test_a_host_ended_by_systemexit_or_keyboardinterrupt_fails_its_tasks_and_the
     res = json.loads(out.read_text())
     assert res["exit"][0] == "host 0 (rank 1): SystemExit: 3; the host stopped serving", res
     assert res["exit_others_ok"]
-    assert res["exit_later"][0] == "host 0 (rank 1): stopped serving (SystemExit: 3)" and res["exit_later"][1] < 0.5, res
+    # the verdict kept (a new wait on the host would end in "not responding")
+    assert res["exit_later"][0] == "host 0 (rank 1): stopped serving (SystemExit: 3)", res
     # SIGINT while the host waits for requests: rank 0 learns it at its next task there
-    # (after a fifth of the host timeout, 5 s by default).
-    assert res["sigint"][0] == "host 1 (rank 2): stopped serving (KeyboardInterrupt)" and res["sigint"][1] < 2.5, res
+    # (after a fifth of the host timeout, 5 s by default), from the host, not by timing out.
+    assert res["sigint"][0] == "host 1 (rank 2): stopped serving (KeyboardInterrupt)", res
     assert res["sigint_other"][0] is None and res["sigint_other_ok"], res
     assert res["interrupt"][0] == "host 2 (rank 3): KeyboardInterrupt; the host stopped serving", res
     assert res["interrupt_later"][0] == "host 2 (rank 3): stopped serving (KeyboardInterrupt)", res
-    assert res["close_s"] < 1.0, res
     time.sleep(0.3)
     assert _leftovers(str(out)) == []
 

@@ -76,7 +76,6 @@ def test_a_run_over_a_stuck_native_kernels_array_is_refused(lib, monkeypatch):
 
     with ChipWorker(cores=2) as w:
         x, y = np.zeros(64, np.float32), np.zeros(64, np.float32)
-        t0 = time.monotonic()
         with pytest.raises(RuntimeFailure, match="SCHEDULER_TIMEOUT"):
             w.run(late, x)
         with pytest.raises(RuntimeFailure) as ei:
@@ -86,7 +85,7 @@ def test_a_run_over_a_stuck_native_kernels_array_is_refused(lib, monkeypatch):
         assert "has not returned" in str(ei.value)
         w.run(fill_with, y, 2.0)  # other memory runs
         assert (y == 2.0).all()
-        time.sleep(max(0.0, 2.9 - (time.monotonic() - t0)))
+        _wait_for(lambda: (x == 42.0).all())
         w.run(fill_with, x, 3.0)  # the kernel returned: x is free again
         assert (x == 3.0).all()
 
@@ -127,10 +126,9 @@ def _sigint_after(seconds):
     return timer, old
 
 
-def _wait_for(cond, limit_s=20.0):
-    t0 = time.monotonic()
+def _wait_for(cond):
+    """Until `cond()` holds (a kernel that never returns: the suite's watchdog ends it)."""
     while not cond():
-        assert time.monotonic() - t0 < limit_s, "the kernel never returned"
         time.sleep(0.02)
 
 

@@ -1,5 +1,5 @@
 """Ctrl-C on rank 0 while its run waits for a slow host: the run raises KeyboardInterrupt
-soon after the signal, and the worker stays usable (the next run completes after the
+before the host's task ends, and the worker stays usable (the next run completes after the
 host finished the interrupted task). Rank 0 writes what it saw to argv[1]."""
 
 import json
@@ -41,6 +41,8 @@ if w.init():
     except KeyboardInterrupt as e:
         res["raised"] = f"KeyboardInterrupt: {e}"
     res["after_s"] = time.monotonic() - t0
+    # Raised before the host's task ended: its result is not back.
+    res["out_at_raise"] = slow_out.tolist()
     ok_in = np.arange(8, dtype=np.float32)
     ok_out = np.zeros(8, np.float32)
     w.run(lambda o, a, c: o.submit_next_level(h, [ok_in, ok_out], None, worker=0))
