@@ -7,7 +7,6 @@ import faulthandler
 import importlib.util
 import os
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -102,21 +101,43 @@ def test_a_signature_rejects_wrong_arguments_at_submit(lib):
         taskring.run(_unary(wrong_dtype), a, out)
 
 
-def test_native_kernels_run_in_parallel_without_the_gil(lib):
-    spin = taskring.load_kernel(lib, "tr_spin_ms", core="any")
+MEET_C = r"""
+#include <stdatomic.h>
+#include "taskring_kernel.h"
 
-    @taskring.program(signature=[])
-    def two_spins(rt):
-        rt.submit(spin, scalars=[200.0])
-        rt.submit(spin, scalars=[200.0])
+/* Counts itself in at tensor 0 (an int32 the meeting kernels share), then spins until
+   scalar 0 kernels have: they all return only if they run side by side. */
+int32_t tr_meet(const tr_tensor *t, int32_t nt, const tr_scalar *s, int32_t ns, char *err, size_t errlen) {
+    (void)nt, (void)ns, (void)err, (void)errlen;
+    _Atomic int32_t *n = (_Atomic int32_t *)t[0].data;
+    atomic_fetch_add(n, 1);
+    while (atomic_load(n) < s[0].v.i) {
+    }
+    return 0;
+}
+"""
+
+
+def test_native_kernels_run_in_parallel_without_the_gil(tmp_path):
+    # Two kernels that each wait for the other: run one after the other (a core or the
+    # GIL held), the first never returns and the chip's SCHEDULER_TIMEOUT fails the run.
+    src = tmp_path / "meet.c"
+    src.write_text(MEET_C)
+    lib = str(tmp_path / "libmeet.so")
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-I", os.path.join(ROOT, "include"), "-o", lib, str(src)], check=True)
+    meet = taskring.load_kernel(lib, "tr_meet", core="any", tensors=["int32"], scalars=1)
+
+    @taskring.program(signature=[IN])
+    def two_meet(rt, count):
+        rt.submit(meet, no_dep=[count], scalars=[2])
+        rt.submit(meet, no_dep=[count], scalars=[2])
 
     with ChipWorker(cores=2) as w:
-        w.run(two_spins)  # warm
-        t0 = time.perf_counter()
-        w.run(two_spins)
-        dt = time.perf_counter() - t0
-    # one after the other would take 400 ms; side by side about 200 ms
-    assert dt < 0.34, f"two 200 ms native kernels took {dt * 1e3:.0f} ms on 2 cores"
+        for _ in range(2):
+            count = np.zeros(1, np.int32)
+            w.run(two_meet, count)
+            assert count[0] == 2
 
 
 def test_native_kernels_at_l3_loaded_before_and_after_init(lib):
