@@ -27,8 +27,8 @@ from typing import List, Optional
 def _sizing(argv: List[str]) -> int:
     # The one implementation is Rust's taskring::dfx::sizing_command: its output byte for
     # byte and its exit status. A final line cut short is left out of the file it reads,
-    # with a warning on stderr, as `taskring report` does (taskring._report.sizing_command).
-    from ._report import sizing_command
+    # with a warning on stderr, as `taskring report` does (taskring._sizing.sizing_command).
+    from ._sizing import sizing_command
 
     status, out, err = sizing_command(list(argv))
     sys.stdout.write(out)

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import List, Optional, Union
 
-from ._native import CallConfig
+from ._native import CallConfig, Chip
 
 _PLATFORMS = ("sim", "a2a3sim", "a5sim", "a2a3", "a5")
 _RING_FIELDS = ("ring_task_window", "ring_heap", "ring_dep_pool")
@@ -93,7 +93,7 @@ class RunConfig:
 _REAL_PLATFORMS = ("a2a3", "a5")
 
 
-MIN_DEVICE_MEMORY = 1 << 20
+MIN_DEVICE_MEMORY = Chip.MIN_DEVICE_MEMORY
 
 
 def check_device_memory(v: object) -> Optional[int]:

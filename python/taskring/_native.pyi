@@ -16,6 +16,7 @@ __all__ = [
     "CapturedProgram",
     "NodeScope",
     "sizing_command",
+    "SizingAdvice",
     "RuntimeEnv",
     "CallConfig",
     "RingSizing",
@@ -246,6 +247,56 @@ def resolve_ring_sizing(config: _ConfigLike = None, env: Mapping[str, Any] | Non
 
 def sizing_command(args: list[str]) -> tuple[int, str, str]:
     """Run `taskring sizing <args>` (the Rust implementation): `(exit status, stdout, stderr)`."""
+
+@final
+class SizingAdvice:
+    """The advisor's suggested ring sizes for a run's scope stats (`taskring sizing`, typed)."""
+
+    RESOURCES: ClassVar[tuple[tuple[str, str, str, str], ...]]
+    """`(key, label, unit, runtime_env field)` of each ring resource of a scope-stats file."""
+
+    def __new__(cls, text: str, headroom: str | float | None = None, path: str | None = None) -> Self:
+        """`text`: a whole `scope_stats.jsonl`; `headroom` (default 1.25): a str as `--headroom` takes it, a float checked by the same rule. ValueError for a bad headroom or text that is not scope stats (begun with `path: ` when given)."""
+
+    @property
+    def task_window(self) -> _Ring4:
+        """The suggested task window per ring."""
+
+    @property
+    def heap(self) -> _Ring4:
+        """The suggested heap per ring (bytes)."""
+
+    @property
+    def dep_pool(self) -> _Ring4:
+        """The suggested dependency pool per ring."""
+
+    @property
+    def headroom(self) -> float:
+        """The factor on the recorded peaks."""
+
+    @property
+    def peak(self) -> PeakUse:
+        """The recorded peaks per ring the advice is for."""
+
+    @property
+    def unfit(self) -> list[tuple[str, int, int, int]]:
+        """Needs no valid size holds: `(field, ring, need, largest valid size)`."""
+
+    @property
+    def notes(self) -> list[str]:
+        """The advisor's notes, one sentence each."""
+
+    @property
+    def runtime_env(self) -> dict[str, Any]:
+        """The suggestion as `runtime_env` fields: one int per field when the rings agree, else four."""
+
+    @property
+    def runtime_env_line(self) -> str:
+        """The suggestion as a line `runtime_env = {...}`."""
+
+    @property
+    def env_lines(self) -> list[str]:
+        """The suggestion as `PTO2_RING_*=...` lines."""
 
 # ----- tensors and kernels (runtime.rs) ------------------------------------------------------
 
@@ -576,6 +627,9 @@ class CapturedProgram:
 @final
 class Chip:
     """A resident simulated chip (native part of `taskring.ChipWorker`)."""
+
+    MIN_DEVICE_MEMORY: ClassVar[int]
+    """The least device memory a chip can have (bytes)."""
 
     def __new__(
         cls,

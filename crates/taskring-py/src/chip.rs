@@ -109,6 +109,10 @@ fn orchestration_interrupted(pending: &PendingErr) -> bool {
 
 #[pymethods]
 impl PyChip {
+    /// The least device memory a chip can have (bytes).
+    #[classattr]
+    const MIN_DEVICE_MEMORY: u64 = taskring::MIN_DEVICE_MEMORY;
+
     /// `prewarm`: CallConfigs (or RunConfigs) whose sizings are built now.
     #[new]
     /// `prewarm_if_fits`: a prewarm that does not fit the device memory is skipped with a

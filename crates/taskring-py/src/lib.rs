@@ -47,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_RING_HEAP", taskring::DEFAULT_RING_HEAP)?;
     m.add("DEFAULT_RING_DEP_POOL", taskring::DEFAULT_RING_DEP_POOL)?;
     m.add_function(wrap_pyfunction!(sizing::sizing_command, m)?)?;
+    m.add_class::<sizing::PySizingAdvice>()?;
     // L2: tensors, kernels, the orchestrator, the chip, replay, reports.
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<tensor::PySpec>()?;
