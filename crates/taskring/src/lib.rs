@@ -112,14 +112,15 @@ mod loom_models;
 mod mem;
 mod nextlevel;
 pub mod node;
+mod replay;
 mod sync;
 mod tensor;
 
 pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
 pub use chip::RunInterrupter;
 pub use chip::{
-    auto_size, Arg, Captured, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program,
-    ReplayError, RunError, RunReport, AUTO_HEADROOM, AUTO_KEYS,
+    auto_size, Arg, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program, RunError,
+    RunReport, AUTO_HEADROOM, AUTO_KEYS,
 };
 pub use chip::{MAX_CORES, MIN_DEVICE_MEMORY};
 pub use config::{
@@ -135,4 +136,5 @@ pub use engine::{
 pub use kernel::native::{self, NativeKernel, NativeKernelError, NativeSignature, TensorRule};
 pub use kernel::{builtin, fn_kernel, CoreKind, Kernel, KernelCall, KernelRef};
 pub use mem::rss_bytes;
+pub use replay::{Captured, ReplayError};
 pub use tensor::{DType, TaskId, Tensor, MAX_DIMS};

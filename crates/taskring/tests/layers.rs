@@ -2,7 +2,7 @@
 //! modules of its own layer and of the layers below it, never one above.
 //!
 //! ```text
-//! cluster → node → nextlevel → chip → arena → engine → {kernel, dfx, sync}
+//! cluster → node → nextlevel → {chip, replay} → arena → engine → {kernel, dfx, sync}
 //!   → {config, tensor, mem}
 //! ```
 //!
@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("node", 1),
     ("nextlevel", 2),
     ("chip", 3),
+    ("replay", 3),
     ("arena", 4),
     ("engine", 5),
     ("kernel", 6),

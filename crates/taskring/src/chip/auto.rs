@@ -12,7 +12,7 @@
 //!    auto entries (halved, the entry that frees the most device memory first, until
 //!    the arena fits the device memory) while the engine records its task graph, as a
 //!    capture does: no kernel runs twice, no array is written twice. The graph's
-//!    structural demand per ring (`engine::replay::Needs`: what must be held at once
+//!    structural demand per ring (`replay::graph::Needs`: what must be held at once
 //!    whatever the timing) is the need. Its arena is dropped when the learned sizing
 //!    differs and the dispatch built it (a prewarmed or shared one stays), so only the
 //!    smaller one stays charged to device memory.
@@ -36,11 +36,10 @@
 //!    them, so one spike does not keep a large arena for good. A record that needs more
 //!    than the learned need raises it at once.
 
-use super::capture::arg_buffer;
 use super::{Arg, ChipWorker, Diagnostics, Program, RunReport};
 use crate::config::{RingField, RingSizing, SizeSource, RUNTIME_ENV_RING_COUNT};
-use crate::engine::replay::{Graph, Needs, Recorder};
 use crate::engine::{Resource, RuntimeFailure, Scalar, StatusCode};
+use crate::replay::graph::{Graph, Needs};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
@@ -462,41 +461,11 @@ impl ChipWorker {
         }
     }
 
-    /// Run `program` on `sizing` with a recorder installed; the recorded graph when
-    /// the run succeeded.
-    fn run_recorded(
-        &mut self,
-        program: &Program,
-        args: &[Arg<'_>],
-        sizing: &RingSizing,
-        hook: Option<&dyn Fn(bool)>,
-        diag: &Diagnostics,
-    ) -> (Result<RunReport, RuntimeFailure>, Option<Graph>) {
-        let mut rec = Some(Box::new(Recorder::new(
-            args.iter().map(arg_buffer).collect(),
-        )));
-        let r = self.run_body(
-            program.name(),
-            &|o, a| program.call(o, a),
-            args,
-            sizing,
-            hook,
-            diag,
-            Some(&mut rec),
-            false,
-        );
-        let graph = match (&r, rec) {
-            (Ok(_), Some(rec)) => Some(rec.finish()),
-            _ => None,
-        };
-        (r, graph)
-    }
-
     /// The sizing a capture or a replay with auto entries runs on: what the chip
     /// learned of `program` with `args` when it knows its need, else the learning
     /// sizing (the defaults shrunk to fit the device memory). `learn` (a capture that
     /// succeeded) records the captured graph's need as learned.
-    pub(super) fn auto_sizing_for(
+    pub(crate) fn auto_sizing_for(
         &mut self,
         program: &Program,
         args: &[Arg<'_>],
@@ -513,7 +482,7 @@ impl ChipWorker {
 
     /// Record `graph` (a capture's, of `program` with `args`) as the need of their key
     /// when it is not known yet, as a learning dispatch does.
-    pub(super) fn auto_learn_from(&mut self, program: &Program, args: &[Arg<'_>], graph: &Graph) {
+    pub(crate) fn auto_learn_from(&mut self, program: &Program, args: &[Arg<'_>], graph: &Graph) {
         let key = self.auto.key(program, args);
         let mut l = self.auto.get(&key);
         if !l.known {
@@ -526,7 +495,7 @@ impl ChipWorker {
 
     /// After a capture with auto entries failed (it ran on `ran`; `asked`: the sizing
     /// as resolved): what a failed dispatch does (step 3 of the module doc).
-    pub(super) fn auto_failed(
+    pub(crate) fn auto_failed(
         &mut self,
         program: &Program,
         args: &[Arg<'_>],
@@ -541,7 +510,7 @@ impl ChipWorker {
 
     /// `sizing` with its auto entries sized for `graph`'s own need (a captured graph
     /// knows its need exactly), fitted to the device memory.
-    pub(super) fn sized_for(&self, sizing: RingSizing, graph: &Graph) -> RingSizing {
+    pub(crate) fn sized_for(&self, sizing: RingSizing, graph: &Graph) -> RingSizing {
         let mut l = Learned::default();
         l.learn(need_of(graph));
         self.fitted(&l, sizing)

@@ -1,7 +1,8 @@
 //! Core threads: what a core does with a ready task (run its kernel, complete it, keep
-//! the first consumer it made ready), the idle protocol (spin, yield, park), the
-//! orchestrator's help, and a direct replay's step. Hot path: nothing here allocates or
-//! takes a lock per task unless the swimlane is recorded.
+//! the first consumer it made ready; a direct replay's task goes to
+//! `replay::step::direct_step`), the idle protocol (spin, yield, park), the
+//! orchestrator's help. Hot path: nothing here allocates or takes a lock per task unless
+//! the swimlane is recorded.
 //!
 //! # The abort handshake (a failed run, then the next run)
 //!
@@ -48,14 +49,14 @@
 //!    its task into an arena the next run was already resetting.) Outside the promise:
 //!    what the kernel itself does while it runs on after its core was given up on
 //!    (reads its payload and tensors, writes its outputs).
-//! 5. The next run (`run::open_run`, `run::open_direct`) drains and waits for IDLE
+//! 5. The next run (`run::open_run`, `replay::direct::open_direct`) drains and waits for IDLE
 //!    again (a core may have popped a stale task just before the last drain: it drops it,
 //!    since `fatal` is still up), publishes the arena (Release), clears the failure and
 //!    only then lifts `fatal` (SeqCst): a core that reads `fatal` clear after a pop
 //!    (Acquire) sees the new arena.
 //!
 //! A direct replay's threads also keep ready tasks in deques of their own
-//! (`DirectLocal`), which idle cores steal from ([`Thieves`]). A steal is a pop for this
+//! (`DirectLocal`), which idle cores steal from (`replay::step::Thieves`). A steal is a pop for this
 //! protocol: an idle core steals only inside its SEARCHING window (`abort::search_or`),
 //! so the settle waits for it as for a pop; `open_direct` drains the deques as it
 //! drains the queues, before its wait for IDLE (a failed replay may leave tasks there,
@@ -69,20 +70,20 @@
 use super::abort;
 use super::spin::SpinThenPark;
 use super::ChipShared;
-use crate::engine::replay::{DirectJob, TaskArgsCache};
 use crate::engine::shared::{queue_takes, ArenaShared, EngineShared};
-use crate::engine::{RuntimeFailure, StatusCode};
+use crate::engine::RuntimeFailure;
 use crate::kernel::{CoreKind, KernelCall, KernelRef};
+use crate::replay::job::DirectJob;
+use crate::replay::step::{direct_step, CoreWords, DirectLocal};
 use crate::sync::{AtomicU64, Ordering::*};
 use crate::tensor::TaskId;
-use crossbeam_deque::{Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use std::time::{Duration, Instant};
 
 pub(super) use super::abort::CORE_IDLE;
 
 /// One core thread's shared record.
-pub(super) struct Core {
+pub(crate) struct Core {
     pub(super) kind: CoreKind,
     /// The ready queue this core takes tasks from: its kind's, or its lane's (an L3
     /// node's dispatch thread: see `EngineShared::with_lanes`).
@@ -93,12 +94,12 @@ pub(super) struct Core {
     /// `CORE_COMPLETING` once its kernel returned and it completes the task), or
     /// `CORE_ABANDONED` once the run gave up on it (its kernel did not return in time:
     /// the thread exits as soon as the kernel returns, touching nothing).
-    pub(super) state: CachePadded<AtomicU64>,
+    pub(crate) state: CachePadded<AtomicU64>,
     /// Direct-replay tasks this core completed (ever): the replay's stall clock looks
     /// for a change of their sum. One line per core, written only by it (one shared
     /// counter written by every core per task was a quarter of a wavefront replay's
     /// samples: its cache line travelled between the cores).
-    pub(super) progress: CachePadded<std::sync::atomic::AtomicU64>,
+    pub(crate) progress: CachePadded<std::sync::atomic::AtomicU64>,
 }
 
 /// How the settle waits for the cores: they finish within a kernel's time, usually
@@ -115,7 +116,7 @@ const IDLE_CORES_SLEEP: Duration = Duration::from_micros(200);
 
 /// Wait until no core holds a task of the run (they finish within a kernel's time), at
 /// most `limit`; false if a core still holds one then.
-pub(super) fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
+pub(crate) fn wait_cores_idle(sh: &ChipShared, limit: Duration) -> bool {
     let idle = || !sh.cores.read().iter().any(|c| abort::holds_task(&c.state));
     if IDLE_CORES_SPIN.spin(idle) {
         return true;
@@ -144,300 +145,9 @@ fn call_kernel(k: crate::kernel::KernelRef, p: &crate::engine::Payload) -> Optio
     k.call(&call).err()
 }
 
-/// A ready task of a direct replay in a thread's deque: its index in the graph, and
-/// the queue index of its core kind above bit 32 (a thief checks the kind without the
-/// job, which it may not touch unless it holds a task).
-#[inline]
-fn pack(i: u32, kind: CoreKind) -> u64 {
-    i as u64 | (crate::engine::shared::queue_index(kind) as u64) << 32
-}
-
-#[inline]
-fn unpack(v: u64) -> (u32, CoreKind) {
-    (
-        v as u32,
-        crate::engine::shared::queue_kind((v >> 32) as usize),
-    )
-}
-
-/// The stealing ends of the direct-replay deques of a chip's threads: slot 0 the
-/// orchestrator's (a replay's caller helps), slot `1 + i` core `i`'s (replaced with
-/// the core). Read-locked only by a thread out of work of its own.
-pub(super) struct Thieves(parking_lot::RwLock<Vec<Stealer<u64>>>);
-
-impl Thieves {
-    /// `slots` empty deques' stealers (replaced by [`Thieves::set`]).
-    pub(super) fn new(slots: usize) -> Thieves {
-        Thieves(parking_lot::RwLock::new(
-            (0..slots).map(|_| Worker::new_lifo().stealer()).collect(),
-        ))
-    }
-
-    /// Slot `slot` steals from `s` from now on.
-    pub(super) fn set(&self, slot: usize, s: Stealer<u64>) {
-        let mut v = self.0.write();
-        if slot >= v.len() {
-            v.resize_with(slot + 1, || Worker::new_lifo().stealer());
-        }
-        v[slot] = s;
-    }
-
-    /// Take one ready task from another thread's deque for a thread of `kind` in slot
-    /// `me`; a task of a kind it cannot run goes to the shared ready queues instead.
-    pub(super) fn steal(&self, me: usize, kind: CoreKind, eng: &EngineShared) -> Option<u32> {
-        let v = self.0.read();
-        let n = v.len();
-        loop {
-            let mut retry = false;
-            // From the next slot on, so thieves do not all start at the same victim.
-            for k in 1..n {
-                match v[(me + k) % n].steal() {
-                    Steal::Success(t) => {
-                        let (i, tk) = unpack(t);
-                        if can_run(kind, tk) {
-                            return Some(i);
-                        }
-                        eng.push_ready(TaskId(i as u64), tk);
-                    }
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
-                }
-            }
-            if !retry {
-                return None;
-            }
-        }
-    }
-
-    /// Does any deque hold a task (a core about to park looks)?
-    fn any(&self) -> bool {
-        self.0.read().iter().any(|s| !s.is_empty())
-    }
-
-    /// Drop every task left in the deques (what a failed replay left, or a core given
-    /// up on: it never meets the next replay).
-    pub(super) fn drain(&self) {
-        for s in self.0.read().iter() {
-            while !matches!(s.steal(), Steal::Empty) {}
-        }
-    }
-}
-
-/// A thread's own part of a direct replay (`direct_step`).
-pub(crate) struct DirectLocal {
-    /// Ready tasks it made and kept (LIFO; other threads out of work steal from the
-    /// other end through [`Thieves`]). Only tasks this thread can run.
-    deque: Worker<u64>,
-    /// Its slot in [`Thieves`].
-    slot: usize,
-    /// Sinks completed here and not yet reported to the job (`DirectJob::finish_sinks`):
-    /// reported when this thread runs out of work, not one shared decrement per task
-    /// (an independent or fan-out graph is almost all sinks, and every thread
-    /// decrementing one counter for each made its cache line travel between the cores).
-    sinks: usize,
-}
-
-impl DirectLocal {
-    /// The part of the thread in slot `slot` of [`Thieves`], and its deque's stealer
-    /// (for [`Thieves::set`]).
-    pub(crate) fn new(slot: usize) -> (DirectLocal, Stealer<u64>) {
-        let deque = Worker::new_lifo();
-        let s = deque.stealer();
-        (
-            DirectLocal {
-                deque,
-                slot,
-                sinks: 0,
-            },
-            s,
-        )
-    }
-
-    /// Forget everything (a failed replay: none of it may meet the next one).
-    pub(crate) fn clear(&mut self) {
-        while self.deque.pop().is_some() {}
-        self.sinks = 0;
-    }
-
-    /// Report the sinks counted here; true if they were the job's last (then the caller
-    /// waiting for the replay is notified).
-    pub(crate) fn report_sinks(&mut self, eng: &EngineShared, job: &DirectJob<'_>) {
-        let n = std::mem::take(&mut self.sinks);
-        if n > 0 && job.finish_sinks(n) {
-            eng.progress.notify();
-        }
-    }
-
-    /// Hand the kept tasks to the shared ready queues.
-    pub(crate) fn hand_back(&mut self, eng: &EngineShared) {
-        while let Some(t) = self.deque.pop() {
-            let (i, k) = unpack(t);
-            eng.push_ready(TaskId(i as u64), k);
-        }
-    }
-}
-
-/// Run task `i` of a direct replay on this thread and complete it, then the task it
-/// found to run next, and so on, `budget` tasks at most. Returns the task to run next
-/// here when the budget is spent, or None when this thread ran out of work (it then
-/// reported the sinks it counted, `DirectLocal`) or must stop (a failure, a core given
-/// up on). The next task: the first successor the completion made ready (of a kind
-/// this thread runs), else the newest in its deque, else a root nobody took yet, else
-/// one stolen from another thread's deque. The other successors it made ready that it
-/// can run go to its deque (no atomics unless another thread steals: a fan-out's
-/// consumers are taken from there by the threads out of work, as in the baseline's
-/// work-stealing executor), the rest to the shared ready queues; a parked core is
-/// woken when its deque gets work. Looping here rather than returning per task saves a
-/// chain's task a fifth of its instructions (the call and the caller's loop).
-/// `core`: the core running it (None on the orchestrator's thread, which is never
-/// given up on and counts no progress: it does not wait while it runs tasks); a core
-/// says which task it runs in its state word before each one (`abort::admit`); if it
-/// was given up on while a kernel ran (it loses [`abort::begin_completion`]), nothing
-/// of the job is touched any more and its state word reads ABANDONED.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn direct_step(
-    eng: &EngineShared,
-    thieves: &Thieves,
-    job: &DirectJob<'_>,
-    mut i: u32,
-    kind: CoreKind,
-    core: Option<&Core>,
-    local: &mut DirectLocal,
-    mut budget: u32,
-) -> Option<u32> {
-    // Every later task is a successor (checked at capture) or comes from a deque, a
-    // root or a steal, all the graph's own.
-    assert!(
-        (i as usize) < job.tasks(),
-        "direct replay: task {i} out of range"
-    );
-    let mut args = TaskArgsCache::new();
-    loop {
-        // safety: `i` is a task of the graph (above).
-        let r = unsafe { job.run(i, &mut args) };
-        if core.is_some_and(|c| !abort::begin_completion(&c.state, TaskId(i as u64))) {
-            return None;
-        }
-        if let Err(msg) = r {
-            let (id, k) = job.head(i);
-            if let Some(k) = k {
-                eng.fail(task_failed(k, id, msg));
-            }
-            local.clear();
-            return None;
-        }
-        if eng.fatal.load(Acquire) {
-            // Dependants of a failed task never run; the rest is dropped too.
-            local.clear();
-            return None;
-        }
-        let mut next = None;
-        // One wake-up per batch of successors made ready (a fan-out makes many at once).
-        let mut queued = 0u64;
-        let mut kept = false;
-        // safety: as `run`'s.
-        let sink = unsafe {
-            job.complete(i, |s, sk| {
-                if !can_run(kind, sk) {
-                    queued |= eng.push_ready_quiet(TaskId(s as u64), sk);
-                } else if next.is_none() {
-                    next = Some(s);
-                } else {
-                    if !kept && local.deque.is_empty() {
-                        // The deque gets work: a parked core of a kind that can run it may
-                        // steal it (the wake-up is skipped while a core spins).
-                        queued |= 1 << crate::engine::shared::queue_index(kind);
-                    }
-                    kept = true;
-                    local.deque.push(pack(s, sk));
-                }
-            })
-        };
-        if queued != 0 {
-            eng.wake_for_queues(queued);
-        }
-        local.sinks += sink as usize;
-        if let Some(c) = core {
-            // Progress for the stall clock (only this core writes it).
-            c.progress
-                .store(c.progress.load(Relaxed).wrapping_add(1), Relaxed);
-        }
-        let n = match next {
-            Some(n) => n,
-            None => match find_direct(eng, thieves, job, kind, local) {
-                Some(n) => n,
-                None => {
-                    // Out of work here: the sinks counted here go to the job (the
-                    // last report ends the replay).
-                    local.report_sinks(eng, job);
-                    return None;
-                }
-            },
-        };
-        budget -= 1;
-        if budget == 0 {
-            return Some(n);
-        }
-        if let Some(c) = core {
-            if !abort::admit(&c.state, eng, TaskId(n as u64)) {
-                return None;
-            }
-        }
-        i = n;
-    }
-}
-
-/// A direct-replay task for a thread of `kind` out of successors to run: the newest in
-/// its deque, else a root nobody took yet, else one stolen from another thread.
-#[inline]
-fn find_direct(
-    eng: &EngineShared,
-    thieves: &Thieves,
-    job: &DirectJob<'_>,
-    kind: CoreKind,
-    local: &mut DirectLocal,
-) -> Option<u32> {
-    if let Some(l) = local.deque.pop() {
-        return Some(unpack(l).0);
-    }
-    while let Some(rs) = job.claim_roots() {
-        // The first this thread can run is run next; the others it can run go to its
-        // deque (others steal them), the rest to the shared ready queues.
-        let mut next = None;
-        let mut queued = 0u64;
-        let was_empty = local.deque.is_empty();
-        for &r in rs.iter().rev() {
-            let rk = job.kind(r);
-            if !can_run(kind, rk) {
-                queued |= eng.push_ready_quiet(TaskId(r as u64), rk);
-            } else if let Some(n) = next.replace(r) {
-                local.deque.push(pack(n, job.kind(n)));
-            }
-        }
-        if was_empty && !local.deque.is_empty() {
-            queued |= 1 << crate::engine::shared::queue_index(kind);
-        }
-        if queued != 0 {
-            eng.wake_for_queues(queued);
-        }
-        if next.is_some() {
-            return next;
-        }
-    }
-    thieves.steal(local.slot, kind, eng)
-}
-
-fn task_failed(k: crate::kernel::KernelRef, task: TaskId, msg: String) -> RuntimeFailure {
-    RuntimeFailure::new(
-        StatusCode::TaskFailed,
-        Some(task.ring()),
-        format!("kernel '{}' failed in task {:?}: {}", k.name(), task, msg),
-    )
-}
-
 /// The kinds of task the orchestrator may help with: those some core of the chip can
 /// run (a task no core can run stays a SCHEDULER_TIMEOUT, helper or not).
-pub(super) fn help_kind(kinds: &[CoreKind]) -> CoreKind {
+pub(crate) fn help_kind(kinds: &[CoreKind]) -> CoreKind {
     let has = |k: CoreKind| kinds.contains(&k);
     match (
         has(CoreKind::Any) || (has(CoreKind::Aic) && has(CoreKind::Aiv)),
@@ -481,7 +191,7 @@ pub(super) fn help_one(
     debug_assert!(!only_bounded || p.kernel.is_none_or(|k| k.0.bounded()));
     if let Some(k) = p.kernel {
         if let Some(msg) = call_kernel(k, p) {
-            eng.fail(task_failed(k, task, msg));
+            eng.fail(RuntimeFailure::task_failed(k.name(), task, &msg));
             return true;
         }
     }
@@ -492,14 +202,6 @@ pub(super) fn help_one(
         });
     }
     true
-}
-
-/// May a core of `core` kind run a task of `task` kind? The ready queues' rule
-/// (`queue_takes`) for the kinds' queues.
-#[inline]
-pub(super) fn can_run(core: CoreKind, task: CoreKind) -> bool {
-    use crate::engine::shared::queue_index;
-    queue_takes(queue_index(core), queue_index(task))
 }
 
 /// A core thread: take a task (the one its last completion made ready, else one from
@@ -587,7 +289,10 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
                 job,
                 task.0 as u32,
                 kind,
-                Some(core),
+                Some(CoreWords {
+                    state: &core.state,
+                    progress: &core.progress,
+                }),
                 &mut local,
                 u32::MAX,
             );
@@ -851,7 +556,7 @@ fn run_ring_task(sh: &ChipShared, core: &Core, task: TaskId, held: &mut Held) ->
         return Step::Abandoned;
     }
     if let Some((k, msg)) = failed {
-        eng.fail(task_failed(k, task, msg));
+        eng.fail(RuntimeFailure::task_failed(k.name(), task, &msg));
         held.pay(eng);
         return Step::Next(None);
     }

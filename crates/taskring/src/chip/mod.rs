@@ -15,27 +15,26 @@
 //! caller waits until no core holds a task, and the chip is ready for the next run.
 //!
 //! Files, one concern each: `options` (how to build a chip, what a dispatch records),
-//! `core` (a core thread: run, complete, idle; the orchestrator's help; a direct
-//! replay's step), `run` (a dispatch from arena to report, and the waits), `spin` (the spin phase
+//! `core` (a core thread: run, complete, idle; the orchestrator's help), `run` (a
+//! dispatch from arena to report, and the waits), `spin` (the spin phase
 //! every wait of `chip` and `node` shares), `report`
 //! (what a run says: its report, diagnostics files, a stall's sub-class), `quarantine`
-//! (the memory a kernel given up on can still write, set aside). This file:
+//! (the memory a kernel given up on can still write, set aside). Capture and replay,
+//! direct replays on these cores included, are the sibling module `replay`. This file:
 //! the user's types (`HostTensor`, `Arg`, `Program`) and the `ChipWorker` itself
 //! (start, stuck-core replacement, shutdown).
 
 #[doc(hidden)]
 pub mod abort;
 mod auto;
-mod capture;
-mod core;
+pub(crate) mod core;
 mod options;
 mod quarantine;
 mod report;
-mod run;
+pub(crate) mod run;
 pub(crate) mod spin;
 
 pub use auto::{auto_size, AUTO_HEADROOM, AUTO_KEYS};
-pub use capture::{Captured, ReplayError};
 pub use options::{default_device_memory, ChipOptions, Diagnostics, MAX_CORES, MIN_DEVICE_MEMORY};
 pub use report::{DeviceMemory, RunError, RunReport};
 pub use run::RunInterrupter;
@@ -47,6 +46,7 @@ use crate::engine::orch::WaitPolicy;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode};
 use crate::kernel::CoreKind;
+use crate::replay::step::{DirectLocal, Thieves};
 use crate::sync::{AtomicBool, AtomicU64, Ordering::*};
 use crate::tensor::{DType, TaskId, Tensor};
 use crossbeam_utils::CachePadded;
@@ -204,27 +204,27 @@ pub(crate) type OrchBody<'a> =
 // lack), not part of any handshake.
 static NEXT_WORKER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-struct ChipShared {
-    eng: EngineShared,
+pub(crate) struct ChipShared {
+    pub(crate) eng: EngineShared,
     /// Record kernel executions (swimlane) during the current run.
     trace: AtomicBool,
     /// Start of the current run (swimlane timestamps are relative to it).
     trace_t0: parking_lot::Mutex<Option<Instant>>,
     arena: AtomicPtr<ArenaShared>,
-    cores: parking_lot::RwLock<Vec<Arc<Core>>>,
+    pub(crate) cores: parking_lot::RwLock<Vec<Arc<Core>>>,
     /// The direct replay in progress (a `DirectJob`), or null: then queued task ids are
     /// indices into its graph, not ring slots.
-    direct: AtomicPtr<()>,
+    pub(crate) direct: AtomicPtr<()>,
     /// During a direct replay, bit k: idle cores of queue index k park at once instead
     /// of spinning (`DirectJob::quiet`); 0 otherwise. Read without the job (a core may
     /// look while the job is being removed).
-    direct_quiet: std::sync::atomic::AtomicU8,
-    /// The stealing ends of the threads' direct-replay deques (`core::DirectLocal`).
-    thieves: core::Thieves,
+    pub(crate) direct_quiet: std::sync::atomic::AtomicU8,
+    /// The stealing ends of the threads' direct-replay deques (`replay::step::DirectLocal`).
+    pub(crate) thieves: Thieves,
     /// The run in progress was interrupted ([`RunInterrupter`]): its settle gives up on
     /// the cores still running kernels without waiting out the scheduler timeout.
     /// Cleared when the next run opens.
-    interrupted: AtomicBool,
+    pub(crate) interrupted: AtomicBool,
 }
 
 /// A resident simulated chip. See the module doc.
@@ -258,20 +258,20 @@ struct ChipShared {
 /// assert_eq!(out, vec![7.0f32; 16]);
 /// ```
 pub struct ChipWorker {
-    shared: Arc<ChipShared>,
+    pub(crate) shared: Arc<ChipShared>,
     threads: Vec<(Arc<Core>, JoinHandle<()>)>,
-    kinds: Vec<CoreKind>,
-    cache: ArenaCache,
+    pub(crate) kinds: Vec<CoreKind>,
+    pub(crate) cache: ArenaCache,
     policy: WaitPolicy,
-    scheduler_timeout: Duration,
-    orchestrator_helps: bool,
+    pub(crate) scheduler_timeout: Duration,
+    pub(crate) orchestrator_helps: bool,
     /// An L3 node's engine (`ChipOptions::shared_heaps`): its dispatch records each task
     /// when it is submitted, so a scope overflow is not counted on (see `Orchestrator`).
-    node_engine: bool,
+    pub(crate) node_engine: bool,
     /// This worker's id (unique in the process).
     id: u64,
     /// The orchestrator thread's own ready tasks while it helps a direct replay.
-    direct_local: core::DirectLocal,
+    pub(crate) direct_local: DirectLocal,
     /// Kernels given up on that may still write memory (`chip/quarantine.rs`).
     stuck: Vec<quarantine::Stuck>,
     /// What `"auto"` dispatches learned, by program and argument signature
@@ -366,13 +366,13 @@ impl ChipWorker {
             cores: parking_lot::RwLock::new(Vec::with_capacity(cores)),
             direct: AtomicPtr::new(std::ptr::null_mut()),
             direct_quiet: std::sync::atomic::AtomicU8::new(0),
-            thieves: core::Thieves::new(1 + cores),
+            thieves: Thieves::new(1 + cores),
             interrupted: AtomicBool::new(false),
         });
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         shared.eng.set_cpu_share(&kinds, cpus);
         // Slot 0 of the thieves: the orchestrator's deque (it helps direct replays).
-        let (direct_local, stealer) = core::DirectLocal::new(0);
+        let (direct_local, stealer) = DirectLocal::new(0);
         shared.thieves.set(0, stealer);
         let mut w = ChipWorker {
             shared,
@@ -425,7 +425,7 @@ impl ChipWorker {
                 cores.push(core.clone());
             }
         }
-        let (local, stealer) = core::DirectLocal::new(1 + i);
+        let (local, stealer) = DirectLocal::new(1 + i);
         self.shared.thieves.set(1 + i, stealer);
         let sh = self.shared.clone();
         let rec = core.clone();

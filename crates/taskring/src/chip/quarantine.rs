@@ -194,7 +194,7 @@ impl ChipWorker {
 
     /// Move the arenas of new entries out of the cache (after the failed run wrote its
     /// diagnostics, which read the arena).
-    pub(super) fn set_aside_arenas(&mut self) {
+    pub(crate) fn set_aside_arenas(&mut self) {
         let mut moved = false;
         for i in 0..self.stuck.len() {
             if self.stuck[i].arena.is_none() {
@@ -237,7 +237,7 @@ impl ChipWorker {
     /// memory a stuck kernel can still write. A kernel that returns within [`GRACE`]
     /// (with the hook's release on: a Python kernel needs the GIL to leave) is waited
     /// for.
-    pub(super) fn check_stuck(
+    pub(crate) fn check_stuck(
         &mut self,
         args: &[Arg<'_>],
         hook: Option<&dyn Fn(bool)>,

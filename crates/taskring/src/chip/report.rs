@@ -25,7 +25,7 @@ pub struct RunReport {
     pub arena_hit: bool,
     pub arena_build_s: f64,
     pub elapsed_s: f64,
-    /// A replay of a captured graph ([`crate::chip::Captured::replay`]).
+    /// A replay of a captured graph ([`crate::Captured::replay`]).
     pub replayed: bool,
     /// Device memory: this sizing's arena, and the chip's use and capacity after the run.
     pub device_memory: DeviceMemory,

@@ -135,6 +135,19 @@ impl RuntimeFailure {
         }
     }
 
+    /// The TASK_FAILED failure of `task`, whose kernel `kernel` failed with `msg`.
+    pub(crate) fn task_failed(
+        kernel: &str,
+        task: crate::tensor::TaskId,
+        msg: &str,
+    ) -> RuntimeFailure {
+        RuntimeFailure::new(
+            StatusCode::TaskFailed,
+            Some(task.ring()),
+            format!("kernel '{kernel}' failed in task {task:?}: {msg}"),
+        )
+    }
+
     /// An INVALID_ARGS failure.
     pub fn invalid_args(ring: Option<usize>, detail: impl Into<String>) -> RuntimeFailure {
         RuntimeFailure::new(StatusCode::InvalidArgs, ring, detail)

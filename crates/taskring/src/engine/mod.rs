@@ -9,8 +9,9 @@
 //! - [`tensormap`]: dependency inference over buffer regions;
 //! - `orch` (crate-internal): the [`Orchestrator`] (submit, scopes, alloc) and its
 //!   per-arena state;
+//! - `recording` (crate-internal): what the engine tells the recorder of a captured run,
+//!   and what it takes to submit a recorded task again (`crate::Captured`);
 //! - `error` (crate-internal): [`RuntimeFailure`] and status codes ([`StatusCode`]);
-//! - `replay` (crate-internal): capture and replay ([`Captured`](crate::Captured)).
 //!
 //! What is not tracked: write-after-read. A task that overwrites a buffer an earlier task
 //! only reads (INPUT) does not wait for that reader. Make the reader INOUT, or add an
@@ -19,7 +20,7 @@
 pub(crate) mod depgraph;
 pub(crate) mod error;
 pub(crate) mod orch;
-pub(crate) mod replay;
+pub(crate) mod recording;
 pub mod ring;
 pub mod shared;
 pub mod tensormap;

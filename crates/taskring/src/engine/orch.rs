@@ -391,7 +391,7 @@ impl<'r> Orchestrator<'r> {
     /// SCOPE_DEADLOCK's count). Returns the address of the task's output block.
     pub(crate) fn submit_replayed(
         &mut self,
-        t: &super::replay::ReplaySubmit<'_>,
+        t: &super::recording::ReplaySubmit<'_>,
         tensors: &mut [Tensor],
         scope_total: u64,
     ) -> Result<u64, RuntimeFailure> {

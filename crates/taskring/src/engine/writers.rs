@@ -1,6 +1,6 @@
 //! Every writer a run has had, for the two recorders that must find a task's whole
 //! fanin whatever the timing: the dependency file (`engine::depgraph`, `deps.json`) and
-//! capture (`engine::replay`). The engine's own tensormap forgets writers that
+//! capture (`replay::record`). The engine's own tensormap forgets writers that
 //! completed or retired — right for a live run, which need not wait for them, but a
 //! recording made against it would change from run to run.
 //!

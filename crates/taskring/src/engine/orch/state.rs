@@ -118,7 +118,7 @@ pub struct OrchState {
     /// The dependency graph of the current run, when enabled (`deps.json`).
     pub(crate) deps: Option<Box<super::depgraph::DepGraph>>,
     /// The recording of the current run, when it is being captured (`ChipWorker::capture`).
-    pub(super) capture: Option<Box<super::replay::Recorder>>,
+    pub(super) capture: Option<Box<dyn crate::engine::recording::Recording>>,
     /// `deps` or `capture` is on (one test on the submit path).
     pub(super) recording: bool,
     /// Scopes opened so far this run (the next scope's instance id).
@@ -201,12 +201,15 @@ impl OrchState {
     }
 
     /// Capture this run's graph into `rec` (take it back with `take_capture`).
-    pub(crate) fn install_capture(&mut self, rec: Option<Box<super::replay::Recorder>>) {
+    pub(crate) fn install_capture(
+        &mut self,
+        rec: Option<Box<dyn crate::engine::recording::Recording>>,
+    ) {
         self.recording |= rec.is_some();
         self.capture = rec;
     }
 
-    pub(crate) fn take_capture(&mut self) -> Option<Box<super::replay::Recorder>> {
+    pub(crate) fn take_capture(&mut self) -> Option<Box<dyn crate::engine::recording::Recording>> {
         self.capture.take()
     }
 
@@ -217,7 +220,7 @@ impl OrchState {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn record(
         &mut self,
-        head: &super::replay::TaskHead,
+        head: &crate::engine::recording::TaskHead,
         block: u64,
         scope: u32,
         tensors: &[Tensor],

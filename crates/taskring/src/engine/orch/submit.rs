@@ -305,7 +305,7 @@ impl<'r> Orchestrator<'r> {
             self.insert_writers(&c, id, ring, &what)?;
         }
         if self.st.recording {
-            let head = super::super::replay::TaskHead {
+            let head = crate::engine::recording::TaskHead {
                 id,
                 kernel,
                 alloc: inline_complete,

@@ -1,17 +1,19 @@
 //! Capture and replay on a chip (docs/api.md §10): [`ChipWorker::capture`] runs a program
-//! once while the engine records its task graph (`engine::replay`), and
-//! [`Captured::replay`] feeds that graph to the worker's cores again — directly when the
-//! sizing holds the whole graph, else through the rings. The graph, its recording and
-//! its two replay paths are the engine's; this module is the worker-facing part: the
-//! argument check against the capture, the sizing of a replay, `exact_config` and the
-//! choice of path.
+//! once while the engine records its task graph (`record`), and [`Captured::replay`]
+//! feeds that graph to the worker's cores again — directly when the sizing holds the
+//! whole graph (`direct`), else through the rings (`rings`). This file is the
+//! worker-facing part: the argument check against the capture, the sizing of a replay,
+//! `exact_config` and the choice of path.
 
-use super::{Arg, ChipWorker, Diagnostics, Program, RunError, RunReport};
+use super::graph::{Graph, Needs};
+use super::job::{DirectCounters, DirectJob};
+use super::record::Recorder;
+use super::rings::replay_ops;
+use crate::chip::{Arg, ChipWorker, Diagnostics, Program, RunError, RunReport};
 use crate::config::{
     CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
 };
-use crate::engine::replay::{replay_ops, DirectCounters, DirectJob, Graph, Needs, Recorder};
-use crate::engine::{Orchestrator, PeakUse};
+use crate::engine::{Orchestrator, PeakUse, RuntimeFailure};
 use crate::tensor::DType;
 use std::fmt;
 
@@ -207,6 +209,36 @@ impl ChipWorker {
             report,
             needs,
         })
+    }
+
+    /// Run `program` on `sizing` with a recorder installed; the recorded graph when
+    /// the run succeeded.
+    pub(crate) fn run_recorded(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        sizing: &RingSizing,
+        hook: Option<&dyn Fn(bool)>,
+        diag: &Diagnostics,
+    ) -> (Result<RunReport, RuntimeFailure>, Option<Graph>) {
+        let mut rec = Some(Box::new(Recorder::new(
+            args.iter().map(arg_buffer).collect(),
+        )));
+        let r = self.run_body(
+            program.name(),
+            &|o, a| program.call(o, a),
+            args,
+            sizing,
+            hook,
+            diag,
+            Some(&mut rec),
+            false,
+        );
+        let graph = match (&r, rec) {
+            (Ok(_), Some(rec)) => Some(rec.finish()),
+            _ => None,
+        };
+        (r, graph)
     }
 }
 
@@ -503,7 +535,7 @@ struct Scratch {
 }
 
 /// A program argument's buffer (address, bytes; `(0, 0)` for a scalar).
-pub(super) fn arg_buffer(a: &Arg<'_>) -> (u64, u64) {
+pub(crate) fn arg_buffer(a: &Arg<'_>) -> (u64, u64) {
     match a {
         Arg::Tensor(h) => (h.tensor().addr, h.tensor().buf_bytes),
         Arg::Scalar(_) => (0, 0),
