@@ -10,9 +10,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple};
 use taskring::{
-    check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
-    check_run_config_thread_num, CallConfig, ConfigErrorKind, EnvSnapshot, IntArg, RingField,
-    RingSizing, RuntimeEnv,
+    CallConfig, ConfigErrorKind, EnvSnapshot, IntArg, RingField, RingSizing, RuntimeEnv,
 };
 
 /// The ring field named `name`, or a `ValueError` listing the names.
@@ -98,9 +96,13 @@ fn run_config_ring_value<'py>(v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAn
 fn check_run_config_field(field: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
     let checked = match field {
         "aicpu_thread_num" if v.is_none() => Ok(()),
-        "aicpu_thread_num" => check_run_config_thread_num(run_config_int(v)?, || repr(v)),
+        "aicpu_thread_num" => {
+            CallConfig::check_run_config_thread_num(run_config_int(v)?, || repr(v))
+        }
         "enable_chip_swimlane" if v.is_instance_of::<PyBool>() => Ok(()),
-        "enable_chip_swimlane" => check_run_config_swimlane(run_config_int(v)?, || repr(v)),
+        "enable_chip_swimlane" => {
+            CallConfig::check_run_config_swimlane(run_config_int(v)?, || repr(v))
+        }
         _ if v.is_none() || is_auto(v) => ring_field(field).map(|_| Ok(()))?,
         _ if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() => {
             let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
@@ -115,9 +117,9 @@ fn check_run_config_field(field: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
                     }
                 })
                 .collect::<PyResult<Vec<_>>>()?;
-            check_run_config_ring_list(ring_field(field)?, &ints, |i| repr(&items[i]))
+            ring_field(field)?.check_run_config_list(&ints, |i| repr(&items[i]))
         }
-        _ => check_run_config_ring(ring_field(field)?, run_config_int(v)?, || repr(v)),
+        _ => ring_field(field)?.check_run_config(run_config_int(v)?, || repr(v)),
     };
     checked.map_err(config_err)
 }

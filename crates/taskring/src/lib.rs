@@ -124,10 +124,9 @@ pub use chip::{
 };
 pub use chip::{MAX_CORES, MIN_DEVICE_MEMORY};
 pub use config::{
-    check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
-    check_run_config_thread_num, parse_env_value, CallConfig, ConfigError, ConfigErrorKind,
-    EnvSnapshot, EnvWarning, IntArg, RingField, RingSizing, RuntimeEnv, SizeSource,
-    DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP, DEFAULT_RING_TASK_WINDOW, RUNTIME_ENV_RING_COUNT,
+    parse_env_value, CallConfig, ConfigError, ConfigErrorKind, EnvSnapshot, EnvWarning, IntArg,
+    RingField, RingSizing, RuntimeEnv, SizeSource, DEFAULT_RING_DEP_POOL, DEFAULT_RING_HEAP,
+    DEFAULT_RING_TASK_WINDOW, RUNTIME_ENV_RING_COUNT,
 };
 pub use engine::{
     ArgTag, Orchestrator, PeakUse, Resource, RuntimeFailure, Scalar, StatusCode, TaskArgs,

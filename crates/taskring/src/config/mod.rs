@@ -44,8 +44,8 @@
 //! * `call.rs`: [`RuntimeEnv`] and [`CallConfig`] and their validation.
 //! * `env.rs`: the `PTO2_RING_*` variables ([`EnvSnapshot`], [`parse_env_value`],
 //!   [`EnvWarning`]).
-//! * `run_config.rs`: the field rules of the high-level `RunConfig` (the
-//!   Python dataclass validates through them).
+//! * `run_config.rs`: the field rules of the high-level `RunConfig`, as methods of
+//!   [`RingField`] and [`CallConfig`] (the Python dataclass validates through them).
 //! * `sizing.rs`: [`RingSizing`] and [`SizeSource`] (precedence, `key()`, `source()`).
 
 mod call;
@@ -64,9 +64,5 @@ pub use rules::{
 };
 pub(crate) use rules::{
     MAX_RING_DEP_POOL, MAX_RING_TASK_WINDOW, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
-};
-pub use run_config::{
-    check_run_config_ring, check_run_config_ring_list, check_run_config_swimlane,
-    check_run_config_thread_num,
 };
 pub use sizing::{RingSizing, SizeSource};
