@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 import taskring
-from taskring import IN, OUT, SCALAR, _native, kernels as K
+from taskring import IN, OUT, SCALAR, _mpi_tools, kernels as K
 
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 CPUS = sorted(os.sched_getaffinity(0))
@@ -184,18 +184,18 @@ if w.init():
 
     # Bare MPI between ranks 0 and 1, same job (the hosts join after their serving ends).
     rounds = 20000
-    _native.mpi_pingpong(1, 8, 1000)
-    res["mpi_ping_pong_us"] = _native.mpi_pingpong(1, 8, rounds) / rounds * 1e6
+    _mpi_tools.mpi_pingpong(1, 8, 1000)
+    res["mpi_ping_pong_us"] = _mpi_tools.mpi_pingpong(1, 8, rounds) / rounds * 1e6
     # The same, pinned as the pinned round trips were (rank 1 makes the same calls).
     if can_pin:
         pin(True, peer)
-    _native.mpi_pingpong(1, 8, 1000)
-    res["mpi_ping_pong_pinned_us"] = _native.mpi_pingpong(1, 8, rounds) / rounds * 1e6
+    _mpi_tools.mpi_pingpong(1, 8, 1000)
+    res["mpi_ping_pong_pinned_us"] = _mpi_tools.mpi_pingpong(1, 8, rounds) / rounds * 1e6
     if can_pin:
         pin(False, peer)
     for name, nbytes in sizes.items():
         reps = 30 if nbytes <= 1 << 20 else 6
-        res[f"mpi_transfer_{name}_us"] = _native.mpi_pingpong(1, nbytes, reps, echo=False) / reps * 1e6
+        res[f"mpi_transfer_{name}_us"] = _mpi_tools.mpi_pingpong(1, nbytes, reps, echo=False) / reps * 1e6
 
     bar_free = res["l3_round_trip_us"] + 3 * res["mpi_ping_pong_us"]
     judged = "pinned" if can_pin else "free"
@@ -246,10 +246,10 @@ if w.init():
     )
 elif RANK == 1:
     # After serving: the peer of the bare measurements (same calls as rank 0's).
-    _native.mpi_pingpong(0, 8, 1000)
-    _native.mpi_pingpong(0, 8, 20000)
-    _native.mpi_pingpong(0, 8, 1000)
-    _native.mpi_pingpong(0, 8, 20000)
+    _mpi_tools.mpi_pingpong(0, 8, 1000)
+    _mpi_tools.mpi_pingpong(0, 8, 20000)
+    _mpi_tools.mpi_pingpong(0, 8, 1000)
+    _mpi_tools.mpi_pingpong(0, 8, 20000)
     for nbytes, reps in ((1 << 20, 30), (64 << 20, 6)):
-        _native.mpi_pingpong(0, nbytes, reps, echo=False)
+        _mpi_tools.mpi_pingpong(0, nbytes, reps, echo=False)
 sys.stdout.flush()

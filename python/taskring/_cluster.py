@@ -71,7 +71,7 @@ def _mpi_init_as(rank: int, size: int) -> None:
     """Initialises MPI and checks that it agrees with the launcher's environment: a rank
     that counts on ranks MPI does not have would wait for them forever."""
     _mpi_init(rank)
-    got = _native.mpi_init()  # MPI is up: the world's (rank, size)
+    got = _native.Mpi.init()  # MPI is up: the world's (rank, size)
     if tuple(got) != (rank, size):
         raise _not_a_launch(rank, size, f"MPI_Init made it rank {got[0]} of {got[1]}")
 
@@ -97,7 +97,7 @@ class _L4Worker(Worker, level=4):
     # -- who is who -------------------------------------------------------------------
     @property
     def num_hosts(self) -> int:
-        env = _native.mpi_launch_env()
+        env = _native.Mpi.launch_env()
         return env[1] - 1 if env else 0
 
     def register(self, program: Any) -> int:
@@ -119,7 +119,7 @@ class _L4Worker(Worker, level=4):
             _check_name(p)
         if not _native.mpi_built():
             raise RuntimeError(_native.MPI_MISSING)
-        env = _native.mpi_launch_env()
+        env = _native.Mpi.launch_env()
         if env is None or env[1] < 2:
             raise RuntimeError(_launch_hint())
         rank, size = env
@@ -134,7 +134,7 @@ class _L4Worker(Worker, level=4):
             atexit.register(_close_at_exit, weakref.ref(self), os.getpid())
             # Rank 0 says why it ends when mpirun ends the job (a rank died): SIGTERM,
             # then SIGKILL --kill-timeout seconds later (at 0, both at once).
-            _native.mpi_say_at_sigterm()
+            _native.Mpi.say_at_sigterm()
             return True
         self._rank = rank
         self._serve_until_closed(prewarm_config, size)
@@ -213,10 +213,10 @@ def _mpi_init(rank: int) -> None:
     ``MPI_Finalize`` would wait for hosts that may be waiting for rank 0. A host
     finalizes in ``atexit`` and waits there for the rest of the job."""
     global _mpi_started
-    _native.mpi_init()
+    _native.Mpi.init()
     if not _mpi_started:
         _mpi_started = True
-        if rank != 0 or not _native.mpi_finalize_at_exit():
+        if rank != 0 or not _native.Mpi.finalize_at_exit():
             atexit.register(_mpi_finalize, os.getpid())
 
 
@@ -230,7 +230,7 @@ def _mpi_finalize(pid: int) -> None:
             f.flush()
         except Exception:  # noqa: BLE001 - a closed stream has nothing to flush
             pass
-    _native.mpi_finalize()
+    _native.Mpi.finalize()
 
 
 def _close_at_exit(ref: "weakref.ref[_L4Worker]", pid: int) -> None:
@@ -307,7 +307,7 @@ class _Host:
             else:
                 args.append(a)
         if inputs:
-            _native.host_receive_inputs(req, inputs)
+            req.receive_inputs(inputs)
         return tuple(args), outputs
 
     def _one(self, req: Any, node: Any) -> None:
@@ -335,9 +335,9 @@ class _Host:
             # unnecessary — its arrays are shared by construction and its cfg is
             # already a fresh CallConfig (the one rank 0 sent), which the node
             # validates. An exception of the run is answered below.
-            _native.host_run(node, req, entry[1], entry[2], args, out_addrs)
+            req.run(node, entry[1], entry[2], args, out_addrs)
         except Exception as e:  # the task's failure, reported to rank 0
-            _native.host_reply(req, None, _text(e), [])
+            req.reply(None, _text(e), [])
         # Any other exception (SystemExit, KeyboardInterrupt), here or in _buffers,
         # propagates to host_serve, which answers the task and stops serving.
 

@@ -14,7 +14,6 @@ from typing_extensions import Self, TypeAlias
 
 __all__ = [
     "CapturedProgram",
-    "NodeScope",
     "sizing_command",
     "SizingAdvice",
     "RuntimeEnv",
@@ -31,42 +30,28 @@ __all__ = [
     "RunReport",
     "ArenaStats",
     "PeakUse",
+    "DeviceMemory",
     "make_python_kernel",
     "load_native_kernel",
     "native_kernel_from_address",
     "report_kernel_raised",
     "builtin_kernels",
-    "Scope",
     "SharedMem",
     "Node",
     "NodeOrchestrator",
     "NodeRunReport",
     "ChipTaskReport",
-    "dtype_itemsize",
     "RUNTIME_ENV_RING_COUNT",
     "DEFAULT_RING_TASK_WINDOW",
     "DEFAULT_RING_HEAP",
     "DEFAULT_RING_DEP_POOL",
     "Cluster",
-    "ClusterOrchestrator",
-    "HostRequest",
     "HostTaskReport",
     "HostTensor",
+    "host_serve",
     "MPI_MISSING",
-    "host_next_request",
-    "host_receive_inputs",
-    "host_reply",
-    "l4_decode_reply",
-    "mpi_abort",
     "mpi_built",
-    "mpi_finalize",
-    "mpi_finalize_at_exit",
-    "mpi_init",
-    "mpi_launch_env",
-    "mpi_pingpong",
-    "mpi_recv_bytes",
-    "mpi_say_at_sigterm",
-    "mpi_send_bytes",
+    "Mpi",
 ]
 
 # ----- helper aliases (stub-only) ------------------------------------------------------
@@ -470,8 +455,9 @@ class Orchestrator:
         """`with rt.scope(manual=False): ...` — a nested scope (depth + 1; ring min(depth, 3))."""
 
 @final
+@type_check_only
 class Scope:
-    """The context manager returned by `rt.scope()`."""
+    """The context manager returned by `rt.scope()` (not a name of the module)."""
 
     def __enter__(self) -> None:
         """Open the scope."""
@@ -691,6 +677,10 @@ class SharedMem:
     def nbytes(self) -> int:
         """The mapping's size in bytes."""
 
+    @staticmethod
+    def itemsize(dtype: str) -> int:
+        """The bytes of one element of `dtype` (a name); TypeError for a dtype the runtime does not support."""
+
 @final
 class ChipTaskReport:
     """What a chip reported for one L2 task."""
@@ -788,8 +778,9 @@ class NodeOrchestrator:
         """Submit the same program to several chips (`args_list[i]` runs on `workers[i]`, all with `config`); returns the task ids."""
 
 @final
+@type_check_only
 class NodeScope:
-    """The context manager returned by `o.scope()` at L3."""
+    """The context manager returned by `o.scope()` at L3 (not a name of the module)."""
 
     def __enter__(self) -> None:
         """Open the scope."""
@@ -843,9 +834,6 @@ class Node:
     def close(self) -> None:
         """Stop every chip (idempotent)."""
 
-def dtype_itemsize(name: str) -> int:
-    """Used by `shared_array`: check a dtype name (TypeError if unsupported); returns its size in bytes."""
-
 # ----- L4 over MPI (cluster.rs) --------------------------------------------------------------------
 
 MPI_MISSING: str
@@ -854,35 +842,29 @@ MPI_MISSING: str
 def mpi_built() -> bool:
     """Whether this build speaks MPI (L4)."""
 
-def mpi_launch_env() -> tuple[int, int] | None:
-    """`(rank, size)` from the MPI launcher's environment, or None outside an MPI launch."""
+@final
+class Mpi:
+    """MPI in this process (`Worker(level=4)`): its launch, initialisation and finalization."""
 
-def mpi_init() -> tuple[int, int]:
-    """Initialise MPI (MPI_THREAD_MULTIPLE); returns `(rank, size)`."""
+    @staticmethod
+    def launch_env() -> tuple[int, int] | None:
+        """`(rank, size)` from the MPI launcher's environment, or None outside an MPI launch."""
 
-def mpi_finalize() -> None:
-    """`MPI_Finalize` (idempotent)."""
+    @staticmethod
+    def init() -> tuple[int, int]:
+        """Initialise MPI (MPI_THREAD_MULTIPLE); returns `(rank, size)` (RuntimeError in a build without MPI)."""
 
-def mpi_finalize_at_exit() -> bool:
-    """Finalize MPI at the process's exit, or `MPI_Abort` with a non-zero exit status; False where that cannot be arranged."""
+    @staticmethod
+    def finalize() -> None:
+        """`MPI_Finalize` (idempotent)."""
 
-def mpi_say_at_sigterm() -> bool:
-    """Rank 0 prints why it ends when SIGTERM comes (written by the signal handler); only while SIGTERM has its default action."""
+    @staticmethod
+    def finalize_at_exit() -> bool:
+        """Finalize MPI at the process's exit, or `MPI_Abort` with a non-zero exit status; False where that cannot be arranged."""
 
-def mpi_abort(code: int) -> None:
-    """`MPI_Abort` of the whole job (exits the process)."""
-
-def mpi_pingpong(peer: int, nbytes: int, rounds: int, echo: bool = True) -> float:
-    """A bare MPI ping-pong (`echo`) or one-way transfer with a 1-byte acknowledgement, with `peer` (B8's baselines); returns the seconds."""
-
-def mpi_send_bytes(dest: int, tag: int, data: bytes) -> None:
-    """Send raw bytes to rank `dest` with `tag` (tests and benchmarks)."""
-
-def mpi_recv_bytes(source: int, tag: int) -> bytes:
-    """Receive one message from rank `source` with `tag` (tests and benchmarks)."""
-
-def l4_decode_reply(data: bytes) -> tuple[int, int, str, int]:
-    """`(seq, status, error, n_outputs)` of an L4 reply frame (tests)."""
+    @staticmethod
+    def say_at_sigterm() -> bool:
+        """Rank 0 prints why it ends when SIGTERM comes (written by the signal handler); only while SIGTERM has its default action."""
 
 @final
 class HostTaskReport:
@@ -940,8 +922,9 @@ class HostTensor:
         """Its identity on the host."""
 
 @final
+@type_check_only
 class HostRequest:
-    """One L4 task as a host receives it."""
+    """One L4 task as a host receives it (`host_serve` hands it out; not a name of the module)."""
 
     @property
     def callable(self) -> int:
@@ -963,23 +946,20 @@ class HostRequest:
     def scalars_only(self) -> bool:
         """No argument is a tensor (`args` are the orchestration's arguments as they are)."""
 
-def host_next_request() -> HostRequest | None:
-    """A host's next request, or None when rank 0 closed."""
+    def receive_inputs(self, addrs: Sequence[int]) -> None:
+        """Receive the task's shipped inputs into the buffers at `addrs`."""
 
-def host_receive_inputs(req: HostRequest, addrs: Sequence[int]) -> None:
-    """Receive the task's shipped inputs into the buffers at `addrs`."""
+    def reply(self, report: NodeRunReport | None, error: str | None, addrs: Sequence[int]) -> None:
+        """Answer the task (outputs from `addrs` when it succeeded)."""
 
-def host_reply(req: HostRequest, report: NodeRunReport | None, error: str | None, addrs: Sequence[int]) -> None:
-    """Answer the task (outputs from `addrs` when it succeeded)."""
+    def run(self, node: Node, orch: Callable[..., Any], chips: Any, args: tuple[Any, ...], addrs: Sequence[int]) -> None:
+        """Run the task on the host's node (`orch(o, chips, args, cfg)`) and answer it with the
+        report and the outputs from `addrs`; an exception of the run propagates unanswered."""
 
 def host_serve(node: Node, programs: Sequence[tuple[str, Callable[..., Any], Any]], other: Callable[[HostRequest], None]) -> None:
     """A host's serving loop until rank 0 closes: requests with only scalar arguments run
     here (`orch(o, chips, args, cfg)` for `programs[i] = (name, orch, chips)`); the
     others go to `other(req)`."""
-
-def host_run(node: Node, req: HostRequest, orch: Callable[..., Any], chips: Any, args: tuple[Any, ...], addrs: Sequence[int]) -> None:
-    """Run the task on the host's node (`orch(o, chips, args, cfg)`) and answer it with the
-    report and the outputs from `addrs`; an exception of the run propagates unanswered."""
 
 @final
 class Cluster:
@@ -999,8 +979,9 @@ class Cluster:
         """Tell every host to stop serving (idempotent)."""
 
 @final
+@type_check_only
 class ClusterOrchestrator:
-    """The orchestrator handed to an L4 orchestration; valid only while its run lasts."""
+    """The orchestrator handed to an L4 orchestration; valid only while its run lasts (not a name of the module)."""
 
     def submit_next_level(
         self,

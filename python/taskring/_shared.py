@@ -35,7 +35,7 @@ def shared_array(shape: Union[int, Sequence[int]], dtype: DTypeLike = np.float32
     if not shape or any(d < 1 for d in shape):
         raise ValueError(f"shared_array shape must have at least one dimension and no empty ones, got {shape}")
     dt = np.dtype(dtype)
-    _native.dtype_itemsize(str(dt))
+    _native.SharedMem.itemsize(str(dt))  # a TypeError for a dtype the runtime does not support
     nbytes = int(np.prod(shape)) * dt.itemsize
     mem = _native.SharedMem(nbytes)
     return np.asarray(_SharedHolder(mem, shape, dt))

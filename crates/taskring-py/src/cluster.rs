@@ -1,8 +1,8 @@
 //! Python classes over L4 (`taskring.Worker(level=4)`) on rank 0: the `Cluster` and its
-//! orchestrator, `HostTensor` (a host-resident tensor's stand-in on rank 0), and MPI's
-//! own functions (`mpi_init`, ...). The host side is `cluster_host`. Without the `mpi`
-//! feature the module still has `mpi_init`, `mpi_finalize` and `mpi_abort`; `mpi_init`
-//! raises `RuntimeError` saying what to install.
+//! orchestrator, `HostTensor` (a host-resident tensor's stand-in on rank 0), and `Mpi`,
+//! MPI in this process (launch, init, finalize), with `mpi_built` and `MPI_MISSING`
+//! saying whether the build has it. The host side is `cluster_host`. Without the `mpi`
+//! feature `Mpi` is there too; its `init` raises `RuntimeError` saying what to install.
 
 use crate::conversion::dtype_from_name;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -20,10 +20,48 @@ pub fn mpi_built() -> bool {
     cluster::MPI_BUILT
 }
 
-/// `(rank, size)` from the MPI launcher's environment, or None outside an MPI launch.
-#[pyfunction]
-pub fn mpi_launch_env() -> Option<(usize, usize)> {
-    cluster::launch_env()
+/// MPI in this process (`Worker(level=4)`): the launch it was started by, and its
+/// initialisation and finalization. Without MPI in the build `init` raises
+/// `RuntimeError` saying what to install, and the rest do nothing.
+#[pyclass(module = "taskring._native", name = "Mpi", frozen)]
+pub struct PyMpi;
+
+#[pymethods]
+impl PyMpi {
+    /// `(rank, size)` from the MPI launcher's environment, or None outside an MPI launch.
+    #[staticmethod]
+    fn launch_env() -> Option<(usize, usize)> {
+        cluster::launch_env()
+    }
+
+    /// Initialise MPI (MPI_THREAD_MULTIPLE); returns `(rank, size)`.
+    #[staticmethod]
+    fn init(py: Python<'_>) -> PyResult<(i32, i32)> {
+        mpi_init(py)
+    }
+
+    /// `MPI_Finalize` (idempotent).
+    #[staticmethod]
+    fn finalize(py: Python<'_>) {
+        mpi_finalize(py)
+    }
+
+    /// Finalize MPI when the process exits — after Python's own exit — or, with a
+    /// non-zero exit status, `MPI_Abort` the job with it (rank 0: a host may be waiting
+    /// for it). False where that cannot be arranged (the caller then finalizes in
+    /// `atexit`).
+    #[staticmethod]
+    fn finalize_at_exit() -> bool {
+        mpi_finalize_at_exit()
+    }
+
+    /// Rank 0 prints why it ends when SIGTERM comes (mpirun ending the job), written by
+    /// the signal handler itself; only while SIGTERM has its default action. Returns
+    /// whether the handler was set.
+    #[staticmethod]
+    fn say_at_sigterm() -> bool {
+        mpi_say_at_sigterm()
+    }
 }
 
 /// A tensor that lives on host `worker` (`Worker.alloc_tensor(..., worker=h)` at L4):
@@ -117,7 +155,7 @@ mod with_mpi {
         cluster_err, config_err, failure_err, mpi_err, orchestration_failed, raised_in_run,
         PendingErr,
     };
-    use crate::gil::{interrupt_hook, lock_detached, signal_check};
+    use crate::gil::{interrupt_hook, lock_detached};
     use crate::orchestrator::{call_bound, RunBound, RunPtr};
     use crate::reports::{PyHostTaskReport, PyNodeRunReport};
     use crate::tensor::next_run_id;
@@ -129,124 +167,25 @@ mod with_mpi {
     use taskring::cluster::{Cluster, ClusterError, ClusterOrchestrator, ClusterProgram};
     use taskring::node::{ArgDir, NextLevelArg};
 
-    /// Initialise MPI (MPI_THREAD_MULTIPLE); returns `(rank, size)`.
-    #[pyfunction]
+    /// `Mpi.init`.
     pub fn mpi_init(py: Python<'_>) -> PyResult<(i32, i32)> {
         let w = py.detach(comm::init).map_err(mpi_err)?;
         Ok((w.rank, w.size))
     }
 
-    /// `MPI_Finalize` (idempotent).
-    #[pyfunction]
+    /// `Mpi.finalize`.
     pub fn mpi_finalize(py: Python<'_>) {
         py.detach(comm::finalize)
     }
 
-    /// Finalize MPI when the process exits — after Python's own exit — or, with a
-    /// non-zero exit status, `MPI_Abort` the job with it (rank 0: a host may be waiting
-    /// for it). False where that cannot be arranged (the caller then finalizes in
-    /// `atexit`).
-    #[pyfunction]
+    /// `Mpi.finalize_at_exit`.
     pub fn mpi_finalize_at_exit() -> bool {
         comm::finalize_at_exit()
     }
 
-    /// Rank 0 prints why it ends when SIGTERM comes (mpirun ending the job), written by
-    /// the signal handler itself; only while SIGTERM has its default action. Returns
-    /// whether the handler was set.
-    #[pyfunction]
+    /// `Mpi.say_at_sigterm`.
     pub fn mpi_say_at_sigterm() -> bool {
         comm::say_at_sigterm()
-    }
-
-    /// `MPI_Abort` of the whole job with `code`.
-    #[pyfunction]
-    pub fn mpi_abort(code: i32) {
-        if comm::initialized() {
-            comm::abort(code)
-        }
-        std::process::exit(code)
-    }
-
-    /// A bare MPI exchange between rank 0 and `peer` (B8's baselines): `rounds` times,
-    /// rank 0 sends `nbytes` and the peer answers with the same bytes (`echo`, a
-    /// ping-pong) or with one byte (a one-way transfer and its acknowledgement), received
-    /// with MPI's own blocking receive; returns
-    /// the seconds of `rounds` rounds after one untimed round. The peer calls it with
-    /// `peer=0` and the same arguments.
-    #[pyfunction]
-    #[pyo3(signature = (peer, nbytes, rounds, echo=true))]
-    pub fn mpi_pingpong(
-        py: Python<'_>,
-        peer: i32,
-        nbytes: usize,
-        rounds: usize,
-        echo: bool,
-    ) -> PyResult<f64> {
-        py.detach(|| {
-            let me = comm::world().rank;
-            let mut buf = vec![0u8; nbytes];
-            let mut ack = [0u8; 1];
-            let tag = comm::FIRST_DATA_TAG + comm::DATA_TAGS as i32; // no L4 message uses it
-            let mut t0 = std::time::Instant::now();
-            // One untimed round first: buffers touched, connection warm.
-            for round in 0..=rounds {
-                if round == 1 {
-                    t0 = std::time::Instant::now();
-                }
-                if me == 0 {
-                    comm::send_data(peer, tag, &buf);
-                    if echo {
-                        comm::receive_blocking(peer, tag, &mut buf);
-                    } else {
-                        comm::receive_blocking(peer, tag, &mut ack);
-                    }
-                } else {
-                    comm::receive_blocking(peer, tag, &mut buf);
-                    if echo {
-                        comm::send_data(peer, tag, &buf);
-                    } else {
-                        comm::send_data(peer, tag, &ack);
-                    }
-                }
-            }
-            Ok(t0.elapsed().as_secs_f64())
-        })
-        .map_err(mpi_err)
-    }
-
-    /// Send raw bytes to rank `dest` with `tag` (tests and benchmarks).
-    #[pyfunction]
-    pub fn mpi_send_bytes(py: Python<'_>, dest: i32, tag: i32, data: Vec<u8>) {
-        py.detach(|| comm::send(dest, tag, &data))
-    }
-
-    /// Receive one message from rank `source` with `tag` (tests and benchmarks).
-    #[pyfunction]
-    pub fn mpi_recv_bytes(py: Python<'_>, source: i32, tag: i32) -> PyResult<Vec<u8>> {
-        let pending = Mutex::new(None);
-        let got = py.detach(|| {
-            comm::wait_message(
-                source,
-                Some(tag),
-                std::time::Duration::from_millis(1),
-                comm::Backoff::EXPECTED,
-                signal_check(&pending),
-            )
-            .map(|(m, s)| comm::receive_vec(m, &s))
-        });
-        if let Some(e) = pending.lock().take() {
-            return Err(e);
-        }
-        got.ok_or_else(|| PyRuntimeError::new_err("interrupted"))
-    }
-
-    /// `(seq, status, error, n_outputs)` of an L4 reply frame (tests).
-    #[pyfunction]
-    pub fn l4_decode_reply(data: Vec<u8>) -> PyResult<(u64, u32, String, u32)> {
-        let r =
-            cluster::wire::decode_reply(&data).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok((r.seq, r.status, r.error, r.n_outputs))
     }
 
     /// Rank 0 of an L4 job (the native part of `Worker(level=4)` there).
@@ -280,7 +219,7 @@ mod with_mpi {
             arena_cache_slots: usize,
         ) -> PyResult<Self> {
             if !comm::initialized() {
-                return Err(PyRuntimeError::new_err("MPI is not initialised (mpi_init)"));
+                return Err(PyRuntimeError::new_err("MPI is not initialised (Mpi.init)"));
             }
             let programs = programs
                 .into_iter()
@@ -482,23 +421,15 @@ mod without_mpi {
     use super::*;
 
     /// Without MPI: raises RuntimeError saying what to install.
-    #[pyfunction]
-    pub fn mpi_init() -> PyResult<(i32, i32)> {
+    pub fn mpi_init(_py: Python<'_>) -> PyResult<(i32, i32)> {
         Err(PyRuntimeError::new_err(NO_MPI))
     }
-    #[pyfunction]
-    pub fn mpi_finalize() {}
-    #[pyfunction]
+    pub fn mpi_finalize(_py: Python<'_>) {}
     pub fn mpi_finalize_at_exit() -> bool {
         false
     }
-    #[pyfunction]
     pub fn mpi_say_at_sigterm() -> bool {
         false
-    }
-    #[pyfunction]
-    pub fn mpi_abort(code: i32) {
-        std::process::exit(code)
     }
 }
 

@@ -1,6 +1,7 @@
 //! L4's host side: the requests rank 0 sends a host (`HostRequest`), the host's serving
-//! loop, and receiving a task's inputs, running it on the host's node and answering it.
-//! Without the `mpi` feature only the `HostRequest` class exists.
+//! loop (`host_serve`), and a request's methods: receiving the task's inputs, running it
+//! on the host's node and answering it. Built with the `mpi` feature only; `HostRequest`
+//! is not a name of the module (the serving loop hands it out).
 
 #[cfg(feature = "mpi")]
 pub use with_mpi::*;
@@ -120,13 +121,6 @@ mod with_mpi {
         })
     }
 
-    /// A host's next request: a `HostRequest`, or None when rank 0 closed. A malformed
-    /// task frame is answered at once as a failed task (and the wait goes on).
-    #[pyfunction]
-    pub fn host_next_request(py: Python<'_>) -> PyResult<Option<PyHostRequest>> {
-        next_task(py)?.map(|t| request_py(py, t)).transpose()
-    }
-
     /// The text a failed task's reply carries for the exception `e`: `str(e)`, or the
     /// name of its type when that is empty.
     fn exception_text(py: Python<'_>, e: &PyErr) -> String {
@@ -169,7 +163,7 @@ mod with_mpi {
     /// request's CallConfig (which also sizes the node's rings), and the reply carries
     /// the host's report, or the text of the exception the run raised. Every other
     /// request goes to `other(HostRequest)` (the Python side: buffers, inputs, checks,
-    /// then `host_run`, answering the exceptions of the run).
+    /// then `run`, answering the exceptions of the run).
     ///
     /// No exception leaves a task unanswered: one that `other` did not answer is
     /// answered here. An exception that is not an `Exception` (`SystemExit`,
@@ -269,111 +263,107 @@ mod with_mpi {
             .collect()
     }
 
-    /// Receive the task's shipped inputs into the buffers at `addrs` (one per shipped
-    /// IN/INOUT tensor, in order, each of its `nbytes`).
-    ///
-    /// Each address is the start of the tensor's `nbytes` inside a `SharedMem` (or a
-    /// `shared_array`) of this process, and no two buffers overlap; otherwise
-    /// `ValueError`, before anything is received. The caller keeps those buffers alive
-    /// and does not touch them until the call returns: they are written with the GIL
-    /// released.
-    #[pyfunction]
-    pub fn host_receive_inputs(
-        py: Python<'_>,
-        req: &PyHostRequest,
-        addrs: Vec<u64>,
-    ) -> PyResult<()> {
-        let sizes = host::input_sizes(&req.task);
-        check_buffers("inputs", &sizes, &addrs)?;
-        let pending = Mutex::new(None);
-        let r = py.detach(|| {
-            // safety: one buffer per shipped input, each inside a shared-memory region of
-            // this process, none overlapping (checked above); the caller keeps the
-            // regions mapped and leaves them alone until this call returns (the contract
-            // its docstring states).
-            let mut bufs = unsafe { slices_mut(&addrs, &sizes) };
-            let mut check = signal_check(&pending);
-            host::receive_inputs(&req.task, &mut bufs, &mut check)
-        });
-        if let Some(e) = pending.lock().take() {
-            return Err(e);
+    #[pymethods]
+    impl PyHostRequest {
+        /// Receive the task's shipped inputs into the buffers at `addrs` (one per shipped
+        /// IN/INOUT tensor, in order, each of its `nbytes`).
+        ///
+        /// Each address is the start of the tensor's `nbytes` inside a `SharedMem` (or a
+        /// `shared_array`) of this process, and no two buffers overlap; otherwise
+        /// `ValueError`, before anything is received. The caller keeps those buffers alive
+        /// and does not touch them until the call returns: they are written with the GIL
+        /// released.
+        fn receive_inputs(&self, py: Python<'_>, addrs: Vec<u64>) -> PyResult<()> {
+            let sizes = host::input_sizes(&self.task);
+            check_buffers("inputs", &sizes, &addrs)?;
+            let pending = Mutex::new(None);
+            let r = py.detach(|| {
+                // safety: one buffer per shipped input, each inside a shared-memory region of
+                // this process, none overlapping (checked above); the caller keeps the
+                // regions mapped and leaves them alone until this call returns (the contract
+                // its docstring states).
+                let mut bufs = unsafe { slices_mut(&addrs, &sizes) };
+                let mut check = signal_check(&pending);
+                host::receive_inputs(&self.task, &mut bufs, &mut check)
+            });
+            if let Some(e) = pending.lock().take() {
+                return Err(e);
+            }
+            r.map_err(mpi_err)
         }
-        r.map_err(mpi_err)
-    }
 
-    /// Answer the task: its host `report` (None when the run failed before one),
-    /// `error` (None: it ran), and on success the outputs at `addrs` (one per shipped
-    /// OUT/INOUT tensor, in order; not used with an error).
-    ///
-    /// Each address is the start of the tensor's `nbytes` inside a `SharedMem` (or a
-    /// `shared_array`) of this process, and no two buffers overlap; otherwise
-    /// `ValueError`, before anything is sent. The caller keeps those buffers alive and
-    /// does not touch them until the call returns: they are read with the GIL released.
-    #[pyfunction]
-    #[pyo3(signature = (req, report, error, addrs))]
-    pub fn host_reply(
-        py: Python<'_>,
-        req: &PyHostRequest,
-        report: Option<PyRef<'_, PyNodeRunReport>>,
-        error: Option<String>,
-        addrs: Vec<u64>,
-    ) -> PyResult<()> {
-        let sizes = host::output_sizes(&req.task);
-        // With an error the reply carries no outputs: `addrs` are not used.
-        let addrs = if error.is_none() {
+        /// Answer the task: its host `report` (None when the run failed before one),
+        /// `error` (None: it ran), and on success the outputs at `addrs` (one per shipped
+        /// OUT/INOUT tensor, in order; not used with an error).
+        ///
+        /// Each address is the start of the tensor's `nbytes` inside a `SharedMem` (or a
+        /// `shared_array`) of this process, and no two buffers overlap; otherwise
+        /// `ValueError`, before anything is sent. The caller keeps those buffers alive and
+        /// does not touch them until the call returns: they are read with the GIL released.
+        #[pyo3(signature = (report, error, addrs))]
+        fn reply(
+            &self,
+            py: Python<'_>,
+            report: Option<PyRef<'_, PyNodeRunReport>>,
+            error: Option<String>,
+            addrs: Vec<u64>,
+        ) -> PyResult<()> {
+            let sizes = host::output_sizes(&self.task);
+            // With an error the reply carries no outputs: `addrs` are not used.
+            let addrs = if error.is_none() {
+                check_buffers("outputs", &sizes, &addrs)?;
+                addrs
+            } else {
+                vec![]
+            };
+            let raw = report.as_ref().and_then(|r| r.raw.clone());
+            let (seq, tag) = (self.task.seq, self.task.data_tag);
+            py.detach(|| {
+                // safety: no buffers with an error; else one per shipped output, each inside a
+                // shared-memory region of this process, none overlapping (checked above);
+                // the caller keeps the regions mapped and leaves them alone until this call
+                // returns (the contract its docstring states).
+                let outs: Vec<&[u8]> = unsafe { slices_mut(&addrs, &sizes) }
+                    .into_iter()
+                    .map(|s| &*s)
+                    .collect();
+                host::reply(seq, tag, raw.as_ref(), error.as_deref(), &outs);
+            });
+            Ok(())
+        }
+
+        /// Run the task on the host's node — `orch(o, chips, args, cfg)` with `cfg` the
+        /// request's CallConfig, which also sizes the node's rings — and answer rank 0 with
+        /// the host's report and the outputs at `addrs` (one per shipped OUT/INOUT tensor, in
+        /// order): `node.run` and `reply` without a Python report between them. An
+        /// exception of the run propagates unanswered (the caller answers it with
+        /// `reply`).
+        ///
+        /// `addrs` are checked as `reply` checks them, before the run; the caller keeps
+        /// those buffers alive and does not touch them until the call returns.
+        fn run(
+            &self,
+            py: Python<'_>,
+            node: &PyNode,
+            orch: Py<PyAny>,
+            chips: Py<PyAny>,
+            args: Py<PyTuple>,
+            addrs: Vec<u64>,
+        ) -> PyResult<()> {
+            let sizes = host::output_sizes(&self.task);
             check_buffers("outputs", &sizes, &addrs)?;
-            addrs
-        } else {
-            vec![]
-        };
-        let raw = report.as_ref().and_then(|r| r.raw.clone());
-        let (seq, tag) = (req.task.seq, req.task.data_tag);
-        py.detach(|| {
-            // safety: no buffers with an error; else one per shipped output, each inside a
-            // shared-memory region of this process, none overlapping (checked above);
-            // the caller keeps the regions mapped and leaves them alone until this call
-            // returns (the contract its docstring states).
-            let outs: Vec<&[u8]> = unsafe { slices_mut(&addrs, &sizes) }
-                .into_iter()
-                .map(|s| &*s)
-                .collect();
-            host::reply(seq, tag, raw.as_ref(), error.as_deref(), &outs);
-        });
-        Ok(())
-    }
-
-    /// Run the task on the host's node — `orch(o, chips, args, cfg)` with `cfg` the
-    /// request's CallConfig, which also sizes the node's rings — and answer rank 0 with
-    /// the host's report and the outputs at `addrs` (one per shipped OUT/INOUT tensor, in
-    /// order): `node.run` and `host_reply` without a Python report between them. An
-    /// exception of the run propagates unanswered (the caller answers it with
-    /// `host_reply`).
-    ///
-    /// `addrs` are checked as `host_reply` checks them, before the run; the caller keeps
-    /// those buffers alive and does not touch them until the call returns.
-    #[pyfunction]
-    pub fn host_run(
-        py: Python<'_>,
-        node: &PyNode,
-        req: &PyHostRequest,
-        orch: Py<PyAny>,
-        chips: Py<PyAny>,
-        args: Py<PyTuple>,
-        addrs: Vec<u64>,
-    ) -> PyResult<()> {
-        let sizes = host::output_sizes(&req.task);
-        check_buffers("outputs", &sizes, &addrs)?;
-        let call = HostCall {
-            orch: &orch,
-            chips: &chips,
-            args: args.into_bound(py).into_any(),
-            cfg: req.config.bind(py).clone().into_any(),
-        };
-        let outputs = Outputs {
-            addrs: &addrs,
-            sizes: &sizes,
-        };
-        run_and_reply(py, node, call, &req.task, outputs)
+            let call = HostCall {
+                orch: &orch,
+                chips: &chips,
+                args: args.into_bound(py).into_any(),
+                cfg: self.config.bind(py).clone().into_any(),
+            };
+            let outputs = Outputs {
+                addrs: &addrs,
+                sizes: &sizes,
+            };
+            run_and_reply(py, node, call, &self.task, outputs)
+        }
     }
 
     /// One run of a task's orchestration on the host's node: `orch(o, chips, args, cfg)`.
@@ -406,10 +396,10 @@ mod with_mpi {
         let rep = node.run_rust(py, call.orch.clone_ref(py), Some(rest), &task.config)?;
         let (seq, tag) = (task.seq, task.data_tag);
         py.detach(|| {
-            // safety: no buffers from `serve_one`; from `host_run`, one per shipped output,
+            // safety: no buffers from `serve_one`; from `run`, one per shipped output,
             // each inside a shared-memory region of this process, none overlapping
             // (checked there); the caller keeps the regions mapped and leaves them alone
-            // until `host_run` returns (the contract its docstring states), and the run
+            // until `run` returns (the contract its docstring states), and the run
             // has returned, so no chip writes them.
             let outs: Vec<&[u8]> = unsafe { slices_mut(outputs.addrs, outputs.sizes) }
                 .into_iter()

@@ -30,8 +30,8 @@ fn unsupported_dtype(name: &str) -> PyErr {
     ))
 }
 
-/// Used by `shared_array`: check a dtype name.
-#[pyfunction]
+/// The bytes of one element of the dtype named `name` (`SharedMem.itemsize`, which
+/// `shared_array` checks its dtype with).
 pub fn dtype_itemsize(name: &str) -> PyResult<usize> {
     dtype_from_name(name)
         .map(|d| d.size_bytes())

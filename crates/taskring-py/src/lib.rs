@@ -6,23 +6,26 @@
 //! decorators, `run`, `ChipWorker`).
 //!
 //! Modules, lower ones first (a module uses only those before it): `errors`, `gil`,
-//! `params`, `conversion`, `config`, `tensor`, `kernel`, `native`, `reports`,
+//! `conversion`, `config`, `tensor`, `kernel`, `native`, `reports`,
 //! `task_args`, `orchestrator`, `resident`, `replay`, `chip`, `node_orchestrator`,
-//! `node`, `cluster_host`, `cluster`, `sizing`.
+//! `node`, `cluster_host`, `cluster`, `sizing`, `mpi_tools` (`taskring._mpi_tools`, a
+//! module of its own: bare MPI for B8 and the L4 tests).
 
 mod chip;
 mod cluster;
+#[cfg(feature = "mpi")]
 mod cluster_host;
 mod config;
 mod conversion;
 mod errors;
 mod gil;
 mod kernel;
+#[cfg(feature = "mpi")]
+mod mpi_tools;
 mod native;
 mod node;
 mod node_orchestrator;
 mod orchestrator;
-mod params;
 mod replay;
 mod reports;
 mod resident;
@@ -32,6 +35,8 @@ mod tensor;
 
 use pyo3::prelude::*;
 
+/// The module registers what the package (`python/taskring`) uses by name: classes it
+/// only hands out (a scope, a host request, the L4 orchestrator) are not registered.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Configuration (docs/api.md §1).
@@ -60,7 +65,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<orchestrator::PyTask>()?;
     m.add_class::<task_args::PyTaskArgs>()?;
     m.add_class::<orchestrator::PyOrchestrator>()?;
-    m.add_class::<orchestrator::PyScope>()?;
     m.add_class::<chip::PyChip>()?;
     m.add_class::<replay::PyCaptured>()?;
     m.add_class::<reports::PyRunReport>()?;
@@ -71,35 +75,20 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PySharedMem>()?;
     m.add_class::<node::PyNode>()?;
     m.add_class::<node_orchestrator::PyNodeOrchestrator>()?;
-    m.add_class::<node_orchestrator::NodeScope>()?;
     m.add_class::<reports::PyNodeRunReport>()?;
     m.add_class::<reports::PyChipTaskReport>()?;
-    m.add_function(wrap_pyfunction!(conversion::dtype_itemsize, m)?)?;
     // L4: MPI, rank 0, the host side (names that need MPI only in a build with it).
     m.add("MPI_MISSING", cluster::NO_MPI)?;
     m.add_function(wrap_pyfunction!(cluster::mpi_built, m)?)?;
-    m.add_function(wrap_pyfunction!(cluster::mpi_launch_env, m)?)?;
-    m.add_function(wrap_pyfunction!(cluster::mpi_init, m)?)?;
-    m.add_function(wrap_pyfunction!(cluster::mpi_finalize, m)?)?;
-    m.add_function(wrap_pyfunction!(cluster::mpi_finalize_at_exit, m)?)?;
-    m.add_function(wrap_pyfunction!(cluster::mpi_say_at_sigterm, m)?)?;
-    m.add_function(wrap_pyfunction!(cluster::mpi_abort, m)?)?;
+    m.add_class::<cluster::PyMpi>()?;
     m.add_class::<reports::PyHostTaskReport>()?;
     m.add_class::<cluster::PyHostTensor>()?;
-    m.add_class::<cluster_host::PyHostRequest>()?;
     #[cfg(feature = "mpi")]
     {
-        m.add_function(wrap_pyfunction!(cluster::mpi_pingpong, m)?)?;
-        m.add_function(wrap_pyfunction!(cluster::mpi_send_bytes, m)?)?;
-        m.add_function(wrap_pyfunction!(cluster::mpi_recv_bytes, m)?)?;
-        m.add_function(wrap_pyfunction!(cluster::l4_decode_reply, m)?)?;
-        m.add_function(wrap_pyfunction!(cluster_host::host_next_request, m)?)?;
-        m.add_function(wrap_pyfunction!(cluster_host::host_receive_inputs, m)?)?;
-        m.add_function(wrap_pyfunction!(cluster_host::host_reply, m)?)?;
-        m.add_function(wrap_pyfunction!(cluster_host::host_run, m)?)?;
         m.add_function(wrap_pyfunction!(cluster_host::host_serve, m)?)?;
         m.add_class::<cluster::PyCluster>()?;
-        m.add_class::<cluster::PyClusterOrchestrator>()?;
+        // Bare MPI for B8 and the L4 tests: a module of its own, not the package's.
+        mpi_tools::register(m.py())?;
     }
     Ok(())
 }

@@ -2,19 +2,18 @@
 //! its chips see (backs `taskring.shared_array`).
 
 use crate::config::call_config_of;
-use crate::conversion::{arg_dirs, worker_index};
+use crate::conversion::{arg_dirs, dtype_itemsize, worker_index};
 use crate::errors::{
     config_err, forked_err, is_failure, node_err, orchestration_failed, raised_in_run, PendingErr,
 };
 use crate::gil::{gil_hook, interrupt_hook, RunGuard, RunLock};
 use crate::node_orchestrator::PyNodeOrchestrator;
 use crate::orchestrator::{call_bound, python_program};
-use crate::params::Params;
 use crate::reports::{arena_stats_py, PyArenaStats, PyNodeRunReport};
 use parking_lot::RwLock;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use taskring::node::shm::SharedBuffer;
@@ -47,6 +46,12 @@ impl PySharedMem {
     fn nbytes(&self) -> usize {
         self.buf.len()
     }
+    /// The bytes of one element of `dtype` (a name); `TypeError` for a dtype the
+    /// runtime does not support.
+    #[staticmethod]
+    fn itemsize(dtype: &str) -> PyResult<usize> {
+        dtype_itemsize(dtype)
+    }
 }
 
 /// Interpreter fork hooks (what `os.fork()` does around `fork()`).
@@ -67,26 +72,7 @@ impl ForkHooks for PythonForkHooks {
     }
 }
 
-/// The parameters of `Node(...)`.
-const NEW_NODE: Params = Params {
-    func: "Node.__new__()",
-    positional: &[
-        "device_ids",
-        "callables",
-        "owners",
-        "chip_processes",
-        "arena_cache_slots",
-        "chip_cores",
-        "prewarm",
-        "device_memory",
-        "prewarm_if_fits",
-    ],
-    required: 3,
-    keyword_only: &[],
-};
-
-/// The options of `Node(...)` after its chips, programs and owners; `Default` gives the
-/// Python signature's defaults.
+/// The options of `Node(...)` after its chips, programs and owners.
 struct NodeArgs<'py> {
     /// Each chip in a process of its own (else a thread of this one).
     chip_processes: bool,
@@ -99,19 +85,6 @@ struct NodeArgs<'py> {
     device_memory: Option<u64>,
     /// A prewarm that does not fit a chip's device memory is a warning, not a failure.
     prewarm_if_fits: bool,
-}
-
-impl Default for NodeArgs<'_> {
-    fn default() -> Self {
-        NodeArgs {
-            chip_processes: true,
-            arena_cache_slots: 4,
-            chip_cores: 0,
-            prewarm: None,
-            device_memory: None,
-            prewarm_if_fits: false,
-        }
-    }
 }
 
 /// Native part of `taskring.Worker(level=3)`.
@@ -283,27 +256,38 @@ impl PyNode {
     /// `callables`: `(orchestration, name, signature)` triples, registered in order
     /// (handles 0, 1, ...). `owners`: a dict address -> worker of device tensors.
     #[new]
-    #[pyo3(
-        signature = (*args, **kwargs),
-        text_signature = "(device_ids, callables, owners, chip_processes=True, arena_cache_slots=4, chip_cores=0, prewarm=None, device_memory=None, prewarm_if_fits=False)"
-    )]
-    fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let a = NEW_NODE.bind(args, kwargs)?;
-        let (device_ids, callables, owners) = (
-            a.extract_required::<Vec<u32>>(0)?,
-            a.extract_required::<Bound<'_, PyList>>(1)?,
-            a.extract_required::<Py<PyAny>>(2)?,
-        );
-        let d = NodeArgs::default();
+    #[pyo3(signature = (
+        device_ids,
+        callables,
+        owners,
+        chip_processes=true,
+        arena_cache_slots=4,
+        chip_cores=0,
+        prewarm=None,
+        device_memory=None,
+        prewarm_if_fits=false
+    ))]
+    #[allow(clippy::too_many_arguments)] // the Python signature's, bound by PyO3
+    fn new(
+        device_ids: Vec<u32>,
+        callables: &Bound<'_, PyList>,
+        owners: Py<PyAny>,
+        chip_processes: bool,
+        arena_cache_slots: usize,
+        chip_cores: usize,
+        prewarm: Option<Bound<'_, PyAny>>,
+        device_memory: Option<u64>,
+        prewarm_if_fits: bool,
+    ) -> PyResult<Self> {
         let o = NodeArgs {
-            chip_processes: a.extract(3)?.unwrap_or(d.chip_processes),
-            arena_cache_slots: a.extract(4)?.unwrap_or(d.arena_cache_slots),
-            chip_cores: a.extract(5)?.unwrap_or(d.chip_cores),
-            prewarm: a.extract_optional(6)?,
-            device_memory: a.extract_optional(7)?,
-            prewarm_if_fits: a.extract(8)?.unwrap_or(d.prewarm_if_fits),
+            chip_processes,
+            arena_cache_slots,
+            chip_cores,
+            prewarm,
+            device_memory,
+            prewarm_if_fits,
         };
-        PyNode::start(device_ids, &callables, owners, o)
+        PyNode::start(device_ids, callables, owners, o)
     }
     /// Register one more program (chip threads see it at once; chip processes only
     /// know the programs registered before they started).

@@ -8,7 +8,7 @@ before it fails."""
 import sys
 
 import taskring
-from taskring import SCALAR, _native
+from taskring import SCALAR, _mpi_tools
 
 TAG = 30_002  # the tag of B8's bare exchange: no L4 message uses it
 
@@ -29,6 +29,6 @@ if w.init():
     if how == "exit":
         sys.exit(3)
     w.close()
-    _native.mpi_send_bytes(1, TAG, b"bye")
+    _mpi_tools.mpi_send_bytes(1, TAG, b"bye")
 else:
-    _native.mpi_recv_bytes(0, TAG)
+    _mpi_tools.mpi_recv_bytes(0, TAG)

@@ -243,12 +243,12 @@ if w.init():
     # with a clear error; the host keeps serving.
     import struct
 
-    from taskring import _native
+    from taskring import _mpi_tools
 
     body = struct.pack("<QIIH", 77, 29_999, 0, 1) + b"x" + b"\x01\x02"
     frame = b"TRNG" + struct.pack("<HHI", 2, 16, len(body)) + body  # frame version 2
-    _native.mpi_send_bytes(1, 1, frame)
-    seq, status, error, n_out = _native.l4_decode_reply(_native.mpi_recv_bytes(1, 29_999))
+    _mpi_tools.mpi_send_bytes(1, 1, frame)
+    seq, status, error, n_out = _mpi_tools.l4_decode_reply(_mpi_tools.mpi_recv_bytes(1, 29_999))
     res["malformed"] = [seq, status, error, n_out]
     after = np.zeros(64, np.float32)
     w.run(lambda o, x, cfg: o.submit_next_level(H[2], [a[0], b[0], after], None, worker=0))
