@@ -183,7 +183,7 @@ impl PyChip {
             config,
         };
         let rep = self.drive(py, o, |chip, program, host, cfg, hook| {
-            chip.run_with_hook(program, host, cfg, hook)
+            chip.run_with_hook(program, host, cfg, Some(hook))
         })?;
         report_py(py, &rep)
     }

@@ -177,45 +177,6 @@ fn endless_scope_ends_with_a_lower_bound() {
     assert_usable(&mut w);
 }
 
-/// An L3 node's engine (shared heaps) records each task at submit: there a scope
-/// overflow fails at the overflowing submit, with a lower bound, and nothing after it runs.
-#[test]
-fn node_engine_reports_scope_deadlock_at_once() {
-    let mut w = ChipWorker::new(ChipOptions {
-        cores: 2,
-        shared_heaps: true,
-        backstop: Duration::from_secs(120),
-        ..Default::default()
-    })
-    .unwrap();
-    let prog = Program::new("eight_in_one_scope", |o, _| {
-        o.scope(|o| {
-            for i in 0..8 {
-                if let Err(e) = noop_task(o) {
-                    assert_eq!(i, 3, "the fourth submit fails");
-                    return Err(e);
-                }
-            }
-            Ok(())
-        })
-    });
-    let e = w
-        .run_with_sizing(&prog, &[], &sizing(4, 4096, 16))
-        .unwrap_err();
-    assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
-    assert_eq!(e.needed, None, "{e}");
-    assert!(
-        e.detail
-            .contains("submitted at least 4 tasks (the rest of the scope was not counted)"),
-        "{e}"
-    );
-    assert!(
-        e.detail
-            .contains("a ring_task_window of at least 8 slots is needed"),
-        "{e}"
-    );
-}
-
 /// A kernel that returns only once `release` is set (a kernel that "never returns").
 fn hanging(name: &str, release: &'static AtomicBool) -> KernelRef {
     fn_kernel(name, CoreKind::Any, move |_| {

@@ -36,6 +36,8 @@
 //!    them, so one spike does not keep a large arena for good. A record that needs more
 //!    than the learned need raises it at once.
 
+use super::policy::RunPolicy;
+use super::run::Dispatch;
 use super::{Arg, ChipWorker, Diagnostics, Program, RunReport};
 use crate::config::{RingField, RingSizing, SizeSource, RUNTIME_ENV_RING_COUNT};
 use crate::engine::{Resource, RuntimeFailure, Scalar, StatusCode};
@@ -390,8 +392,9 @@ fn field_of(r: Resource) -> Option<RingField> {
 
 impl ChipWorker {
     /// A dispatch whose sizing has `"auto"` entries (see the module doc).
-    pub(super) fn run_auto(
+    pub(super) fn run_auto<P: RunPolicy>(
         &mut self,
+        policy: P,
         program: &Program,
         args: &[Arg<'_>],
         sizing: RingSizing,
@@ -404,19 +407,20 @@ impl ChipWorker {
             let s = self.fitted(&l, sizing);
             if !l.raised {
                 return self
-                    .run_inner(program, args, &s, hook, diag)
+                    .cycle(policy, Dispatch::program(program, args, &s, hook, diag))
                     .map_err(|e| self.grow(key, program, l, &sizing, &s, e));
             }
             l.since += 1;
             if l.since < CHECK_EVERY {
                 self.auto.put(&key, program, l, false);
                 return self
-                    .run_inner(program, args, &s, hook, diag)
+                    .cycle(policy, Dispatch::program(program, args, &s, hook, diag))
                     .map_err(|e| self.grow(key, program, l, &sizing, &s, e));
             }
             // A check (step 4): record the graph while it runs on the learned sizing.
             l.since = 0;
-            let (r, graph) = self.run_recorded(program, args, &s, hook, diag);
+            let (r, graph) =
+                self.run_recorded(policy, Dispatch::program(program, args, &s, hook, diag));
             let mut rep = r.map_err(|e| self.grow(key, program, l, &sizing, &s, e))?;
             l.check(need_of(
                 &graph.expect("a run that succeeded gives its graph"),
@@ -432,7 +436,8 @@ impl ChipWorker {
         // A learning dispatch (step 1): record the graph while it runs.
         let first = self.shrink_to_fit(l.apply(sizing), &l.floor);
         let built = !self.cache.contains(&first);
-        let (r, graph) = self.run_recorded(program, args, &first, hook, diag);
+        let (r, graph) =
+            self.run_recorded(policy, Dispatch::program(program, args, &first, hook, diag));
         match r {
             Ok(mut rep) => {
                 let before = l;

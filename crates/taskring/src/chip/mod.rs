@@ -29,6 +29,7 @@ pub mod abort;
 mod auto;
 pub(crate) mod core;
 mod options;
+pub(crate) mod policy;
 mod quarantine;
 mod report;
 pub(crate) mod run;
@@ -50,6 +51,7 @@ use crate::replay::step::{DirectLocal, Thieves};
 use crate::sync::{AtomicBool, AtomicU64, Ordering::*};
 use crate::tensor::{DType, TaskId, Tensor};
 use crossbeam_utils::CachePadded;
+use policy::ChipPolicy;
 use std::marker::PhantomData;
 // Not in the `sync` facade (it has no pointer atomic): the run's arena and direct job
 // are published with Release and read with Acquire, a plain message-passing pair.
@@ -185,14 +187,6 @@ impl Program {
     pub fn identity(&self) -> usize {
         self.identity
     }
-    /// Run the orchestration.
-    pub(crate) fn call(
-        &self,
-        o: &mut Orchestrator<'_>,
-        args: &[Arg<'_>],
-    ) -> Result<(), RuntimeFailure> {
-        (self.f)(o, args)
-    }
 }
 
 /// The orchestration of one dispatch: a program's, or a replay's.
@@ -262,12 +256,13 @@ pub struct ChipWorker {
     threads: Vec<(Arc<Core>, JoinHandle<()>)>,
     pub(crate) kinds: Vec<CoreKind>,
     pub(crate) cache: ArenaCache,
-    policy: WaitPolicy,
+    /// How the orchestrator waits for space (`ChipOptions::backstop`,
+    /// `ChipOptions::scheduler_timeout`).
+    waits: WaitPolicy,
     pub(crate) scheduler_timeout: Duration,
-    pub(crate) orchestrator_helps: bool,
-    /// An L3 node's engine (`ChipOptions::shared_heaps`): its dispatch records each task
-    /// when it is submitted, so a scope overflow is not counted on (see `Orchestrator`).
-    pub(crate) node_engine: bool,
+    /// How this chip's own runs go (`ChipOptions::orchestrator_helps`). The engine of a
+    /// next level (`nextlevel::Level`) runs under its level's policy instead.
+    pub(crate) policy: ChipPolicy,
     /// This worker's id (unique in the process).
     id: u64,
     /// The orchestrator thread's own ready tasks while it helps a direct replay.
@@ -291,6 +286,25 @@ impl ChipWorker {
 
     /// Start the core threads and prewarm `opts.prewarm`.
     pub fn new(opts: ChipOptions) -> Result<ChipWorker, RuntimeFailure> {
+        ChipWorker::start(opts, 0, false)
+    }
+
+    /// The engine of a next level (`nextlevel::Level`): its "cores" are dispatch threads
+    /// over `lanes` lane queues (core `i` takes only the tasks of lane `i % lanes`; a
+    /// kernel names its tasks' lane through `Kernel::ready_queue`), and its ring heaps are
+    /// in shared memory (an L3 node's runtime outputs, which its chips read).
+    pub(crate) fn next_level_engine(
+        opts: ChipOptions,
+        lanes: usize,
+    ) -> Result<ChipWorker, RuntimeFailure> {
+        ChipWorker::start(opts, lanes, true)
+    }
+
+    fn start(
+        opts: ChipOptions,
+        lanes: usize,
+        shared_heaps: bool,
+    ) -> Result<ChipWorker, RuntimeFailure> {
         if opts.cores > MAX_CORES {
             return Err(RuntimeFailure::new(
                 StatusCode::RuntimeSetup,
@@ -334,7 +348,7 @@ impl ChipWorker {
                 ),
             ));
         }
-        let mut cache = if opts.shared_heaps {
+        let mut cache = if shared_heaps {
             ArenaCache::new_shared(opts.arena_cache_slots)
         } else {
             ArenaCache::new(opts.arena_cache_slots)
@@ -359,7 +373,7 @@ impl ChipWorker {
             }
         }
         let shared = Arc::new(ChipShared {
-            eng: EngineShared::with_lanes(opts.lanes),
+            eng: EngineShared::with_lanes(lanes),
             trace: AtomicBool::new(false),
             trace_t0: parking_lot::Mutex::new(None),
             arena: AtomicPtr::new(std::ptr::null_mut()),
@@ -379,13 +393,14 @@ impl ChipWorker {
             threads: Vec::with_capacity(cores),
             kinds: kinds.clone(),
             cache,
-            policy: WaitPolicy {
+            waits: WaitPolicy {
                 backstop: opts.backstop,
                 scheduler_timeout: opts.scheduler_timeout,
             },
             scheduler_timeout: opts.scheduler_timeout,
-            orchestrator_helps: opts.orchestrator_helps,
-            node_engine: opts.shared_heaps,
+            policy: ChipPolicy {
+                orchestrator_helps: opts.orchestrator_helps,
+            },
             id: NEXT_WORKER_ID.fetch_add(1, Relaxed),
             direct_local,
             stuck: Vec::new(),
@@ -398,7 +413,7 @@ impl ChipWorker {
         Ok(w)
     }
 
-    /// Lane queues of the engine (`ChipOptions::lanes`, at most 61).
+    /// Lane queues of the engine (`ChipWorker::next_level_engine`, at most 61).
     pub(crate) fn lanes(&self) -> usize {
         self.shared.eng.lanes()
     }

@@ -28,8 +28,6 @@ pub struct ChipOptions {
     /// SCHEDULER_TIMEOUT after this long without any task completing while the run
     /// waits for its tasks. Default 10 s, or `PTO2_SCHEDULER_TIMEOUT_MS`.
     pub scheduler_timeout: Duration,
-    /// Keep ring heaps in shared memory (an L3 node, whose runtime outputs chips read).
-    pub shared_heaps: bool,
     /// The orchestrator thread runs ready tasks whenever it would otherwise wait: for
     /// ring space (task window, heap, pools) and, after the program returns, for the
     /// run's tasks to retire. With `cores = nproc - 1` the chip then uses exactly the
@@ -39,11 +37,6 @@ pub struct ChipOptions {
     /// run on the thread that called `run` (not for Python kernels, whose program
     /// holds the GIL). Runs with the swimlane recorded do not help (no lane for it).
     pub orchestrator_helps: bool,
-    /// Lane queues (an L3 node: one per chip): core `i` takes only the tasks of lane
-    /// `i % lanes`, a kernel names its tasks' lane through `Kernel::ready_queue`. 0:
-    /// none (cores take tasks by core kind).
-    #[doc(hidden)]
-    pub lanes: usize,
     /// Device memory in bytes: every cached arena is charged at its device footprint
     /// against it (`arena` module doc). Default 64 GiB, or `TASKRING_DEVICE_MEMORY`.
     pub device_memory: u64,
@@ -98,9 +91,7 @@ impl Default for ChipOptions {
             backstop: env_ms("TASKRING_ALLOC_TIMEOUT_MS").unwrap_or(Duration::from_millis(500)),
             scheduler_timeout: env_ms("PTO2_SCHEDULER_TIMEOUT_MS")
                 .unwrap_or(Duration::from_secs(10)),
-            shared_heaps: false,
             orchestrator_helps: false,
-            lanes: 0,
             device_memory: default_device_memory(),
         }
     }

@@ -4,6 +4,7 @@
 //! without orchestration.
 
 use super::core::{help_kind, help_one, wait_cores_idle};
+use super::policy::{Help, RunPolicy};
 use super::quarantine::{GivenUp, GivenUpWhy, Stuck};
 use super::report::classify_stall;
 use super::spin::SpinThenPark;
@@ -15,6 +16,7 @@ use crate::engine::recording::Recording;
 use crate::engine::shared::ArenaShared;
 use crate::engine::{Orchestrator, RuntimeFailure, StatusCode};
 use crate::kernel::panic_text;
+use crate::kernel::CoreKind;
 use crate::replay::job::DirectJob;
 use crate::replay::record::Recorder;
 use crate::sync::Ordering::*;
@@ -67,43 +69,28 @@ impl ChipWorker {
     }
 
     /// Dispatch `program` with `config`: validate it, resolve its sizing against the
-    /// process environment now, run.
+    /// process environment now, run ([`ChipWorker::run_with_hook`] without a hook).
     pub fn run(
         &mut self,
         program: &Program,
         args: &[Arg<'_>],
         config: &CallConfig,
     ) -> Result<RunReport, RunError> {
-        self.run_hooked(program, args, config, None)
+        self.run_with_hook(program, args, config, None)
     }
 
-    /// As [`ChipWorker::run`], calling `hook(true)` before the runtime blocks the
-    /// caller's thread and `hook(false)` after (e.g. to release an interpreter lock).
+    /// As [`ChipWorker::run`], with a blocking hook: `hook(true)` before the runtime
+    /// blocks the caller's thread and `hook(false)` after (e.g. to release an
+    /// interpreter lock), and `hook(false)`, `hook(true)` every 50 ms while it waits (a
+    /// Python caller runs its signal handlers there; see [`RunInterrupter`]).
     pub fn run_with_hook(
-        &mut self,
-        program: &Program,
-        args: &[Arg<'_>],
-        config: &CallConfig,
-        hook: &dyn Fn(bool),
-    ) -> Result<RunReport, RunError> {
-        self.run_hooked(program, args, config, Some(hook))
-    }
-
-    /// [`ChipWorker::run`] with a hook or without one (the callers that may have one).
-    pub(crate) fn run_hooked(
         &mut self,
         program: &Program,
         args: &[Arg<'_>],
         config: &CallConfig,
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<RunReport, RunError> {
-        config.validate()?;
-        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
-        let diag = Diagnostics::from_config(config);
-        if sizing.is_auto() && !self.node_engine {
-            return Ok(self.run_auto(program, args, sizing, hook, &diag)?);
-        }
-        Ok(self.run_inner(program, args, &sizing, hook, &diag)?)
+        self.dispatch(self.policy, program, args, config, hook)
     }
 
     /// Dispatch `program` on an explicit sizing. A sizing whose entries break their
@@ -118,7 +105,35 @@ impl ChipWorker {
         sizing
             .validate()
             .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
-        self.run_inner(program, args, sizing, None, &Diagnostics::default())
+        let diag = Diagnostics::default();
+        self.cycle(
+            self.policy,
+            Dispatch::program(program, args, sizing, None, &diag),
+        )
+    }
+
+    /// A dispatch with `config` under `policy` (this chip's own, or the policy of the
+    /// next level whose engine this is): validate the config, resolve its sizing
+    /// against the process environment now, learn `"auto"` sizes where the policy does
+    /// (`chip/auto.rs`), run the cycle.
+    pub(crate) fn dispatch<P: RunPolicy>(
+        &mut self,
+        policy: P,
+        program: &Program,
+        args: &[Arg<'_>],
+        config: &CallConfig,
+        hook: Option<&dyn Fn(bool)>,
+    ) -> Result<RunReport, RunError> {
+        config.validate()?;
+        let sizing = RingSizing::resolve_from_process(&config.runtime_env)?;
+        let diag = Diagnostics::from_config(config);
+        if sizing.is_auto() && P::LEARNS_SIZING {
+            return Ok(self.run_auto(policy, program, args, sizing, hook, &diag)?);
+        }
+        Ok(self.cycle(
+            policy,
+            Dispatch::program(program, args, &sizing, hook, &diag),
+        )?)
     }
 
     /// After a run: on a failure drop what is queued (and, on SCHEDULER_TIMEOUT, give up
@@ -222,110 +237,59 @@ impl ChipWorker {
         Ok([0, 1, 2, 3].map(|r| arena.orch.heap_base(r)))
     }
 
-    pub(crate) fn run_inner(
+    /// The run cycle, which every orchestrated dispatch goes through (a program's, a
+    /// capture's, a learning one's, a replay's through the rings) under `policy`, in
+    /// five steps: take and arm the arena ([`arm_arena`]), open the run ([`open_run`]:
+    /// cores see the arena), orchestrate ([`orchestrate`], inside the root scope; the
+    /// orchestrator asks the executor's side of the run, [`CoreProbe`]), wait until
+    /// every task retired ([`wait_retired`]), close the run ([`ChipWorker::settle`],
+    /// [`close_run`]) and write the diagnostics asked for.
+    pub(crate) fn cycle<P: RunPolicy>(
         &mut self,
-        program: &Program,
-        args: &[Arg<'_>],
-        sizing: &RingSizing,
-        blocking_hook: Option<&dyn Fn(bool)>,
-        diag: &Diagnostics,
+        policy: P,
+        d: Dispatch<'_>,
     ) -> Result<RunReport, RuntimeFailure> {
-        self.run_body(
-            &program.name,
-            &*program.f,
+        let Dispatch {
+            name,
+            body,
             args,
             sizing,
-            blocking_hook,
+            hook,
             diag,
-            None,
-            false,
-        )
-    }
-
-    /// One dispatch of the orchestration `body`, in five steps: take and arm the arena
-    /// ([`arm_arena`]), open the run ([`open_run`]: cores see the arena), orchestrate
-    /// ([`orchestrate`], inside the root scope), wait until every task retired
-    /// ([`wait_retired`]), close the run ([`ChipWorker::settle`], [`close_run`]) and
-    /// write the diagnostics asked for. `capture`: a recorder to install for the run (it
-    /// is put back when the orchestration returned); `replayed` marks the report.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn run_body(
-        &mut self,
-        name: &str,
-        body: &OrchBody<'_>,
-        args: &[Arg<'_>],
-        sizing: &RingSizing,
-        blocking_hook: Option<&dyn Fn(bool)>,
-        diag: &Diagnostics,
-        mut capture: Option<&mut Option<Box<Recorder>>>,
-        replayed: bool,
-    ) -> Result<RunReport, RuntimeFailure> {
+            mut record,
+            replayed,
+        } = d;
         let t0 = Instant::now();
-        self.check_stuck(args, blocking_hook)?;
+        self.check_stuck(args, hook)?;
         let (arena, acq) = acquire_arena(&mut self.cache, sizing)?;
-        arm_arena(arena, diag, capture.as_deref_mut());
+        arm_arena(arena, diag, record.as_deref_mut());
         let sh = &*self.shared;
         let tracing = diag.swimlane_prefix.is_some();
         let completed_at_start = open_run(sh, &arena.shared, tracing, self.scheduler_timeout);
-
-        // With lanes (an L3 node) the help takes any lane's task.
-        let help_kind = if sh.eng.lanes() > 0 {
-            crate::kernel::CoreKind::Any
-        } else {
-            help_kind(&self.kinds)
-        };
-        // Without `orchestrator_helps`, a chip's orchestrator still runs tasks of
-        // bounded kernels itself (never a node's, whose kernels are dispatches).
-        let only_bounded = !self.orchestrator_helps;
-        let help_fn = || help_one(sh, &arena.shared, help_kind, only_bounded);
-        let helps = self.orchestrator_helps || !self.node_engine;
-        let help: Option<&dyn Fn() -> bool> = if helps && !tracing {
-            Some(&help_fn)
-        } else {
-            None
-        };
-        // A node's orchestrator, once its program has nothing more to submit, runs
-        // queued dispatches itself (with the hook's release around each: a chip round
-        // trip must not hold a Python caller's GIL) instead of waiting for a dispatch
-        // thread to take them and for their completions.
-        let end_help_fn = || {
-            // Only a lone queued dispatch: with more, the dispatch threads are at work
-            // on every lane, and this thread would only wait for a chip's turn beside
-            // the lane's own thread (B6's 2000-task runs lost ~10 % that way).
-            if !sh.eng.has_ready(help_kind) || sh.eng.ready_len() > 1 {
-                return false;
-            }
-            if let Some(h) = blocking_hook {
-                h(true);
-            }
-            let ran = help_one(sh, &arena.shared, help_kind, false);
-            if let Some(h) = blocking_hook {
-                h(false);
-            }
-            ran
-        };
-        let end_help: Option<&dyn Fn() -> bool> = if self.node_engine {
-            Some(&end_help_fn)
-        } else {
-            None
-        };
-        let probe = CoreProbe {
+        let probe = CoreProbe::<P> {
             sh,
             arena: &arena.shared,
             completed_at_start,
+            // With lanes (a next level's engine) the help takes any lane's task.
+            kind: if sh.eng.lanes() > 0 {
+                CoreKind::Any
+            } else {
+                help_kind(&self.kinds)
+            },
+            // A traced run does not help (the swimlane has no lane for this thread).
+            help: if tracing { Help::Never } else { policy.help() },
+            hook,
+            policy: std::marker::PhantomData,
         };
         let mut o = Orchestrator::new(
             &sh.eng,
             &arena.shared,
             &mut arena.orch,
             *sizing,
-            self.policy,
+            self.waits,
+            &probe,
         );
-        o.blocking_hook = blocking_hook;
-        o.helper = help;
-        o.end_helper = end_help;
-        o.probe = Some(&probe);
-        o.count_scope_overflow = !self.node_engine;
+        o.blocking_hook = hook;
         let result = orchestrate(&mut o, name, body, args);
         // The help below, and spinning cores, see the program's last batch of ready
         // tasks (the orchestrator's ring publishes in batches).
@@ -333,19 +297,19 @@ impl ChipWorker {
         // The program's last ready tasks woke no core yet (`Orchestrator::wake_debt`):
         // run what this thread can itself first (the whole program, when it was one
         // task), and wake cores only for what is left.
-        if let (Ok(()), Some(h)) = (&result, help) {
+        if result.is_ok() && probe.helps() {
             // More than one task queued: the cores work beside this thread.
             if sh.eng.ready_len() > 1 {
                 o.pay_wakes();
             }
             let fatal = || sh.eng.fatal.load(Acquire);
-            while !fatal() && h() {}
+            while !fatal() && probe.help() {}
         }
         // Dropping the orchestrator pays what is still owed (for tasks left queued).
         drop(o);
         // A failure is latched at once, so the cores stop.
         let result = latch(sh, result);
-        if let Some(c) = capture {
+        if let Some(c) = record {
             *c = arena
                 .orch
                 .take_capture()
@@ -357,15 +321,15 @@ impl ChipWorker {
             wait_retired(
                 sh,
                 &arena.shared,
-                blocking_hook,
-                help,
+                hook,
+                probe.helps().then_some(&probe),
                 self.scheduler_timeout,
                 tasks,
                 completed_at_start,
             )
         });
         let result = latch(sh, result);
-        self.settle(result.as_ref().err(), blocking_hook, sizing, None);
+        self.settle(result.as_ref().err(), hook, sizing, None);
         close_run(&self.shared);
         self.write_diagnostics(diag, sizing, result.as_ref().err());
         self.set_aside_arenas();
@@ -380,6 +344,45 @@ impl ChipWorker {
             replayed,
             device_memory: self.device_memory(sizing),
         })
+    }
+}
+
+/// What one run cycle runs ([`ChipWorker::cycle`]).
+pub(crate) struct Dispatch<'d> {
+    /// The program's name (a panic of the orchestration names it).
+    pub(crate) name: &'d str,
+    pub(crate) body: &'d OrchBody<'d>,
+    pub(crate) args: &'d [Arg<'d>],
+    pub(crate) sizing: &'d RingSizing,
+    /// The caller's blocking hook ([`ChipWorker::run_with_hook`]).
+    pub(crate) hook: Option<&'d dyn Fn(bool)>,
+    pub(crate) diag: &'d Diagnostics,
+    /// A recorder to install for the run (a capture, or a dispatch that learns its
+    /// sizes): it is put back when the orchestration returned.
+    pub(crate) record: Option<&'d mut Option<Box<Recorder>>>,
+    /// A replay through the rings (its report says `replayed`).
+    pub(crate) replayed: bool,
+}
+
+impl<'d> Dispatch<'d> {
+    /// A run of `program`, recording nothing.
+    pub(crate) fn program(
+        program: &'d Program,
+        args: &'d [Arg<'d>],
+        sizing: &'d RingSizing,
+        hook: Option<&'d dyn Fn(bool)>,
+        diag: &'d Diagnostics,
+    ) -> Dispatch<'d> {
+        Dispatch {
+            name: &program.name,
+            body: &*program.f,
+            args,
+            sizing,
+            hook,
+            diag,
+            record: None,
+            replayed: false,
+        }
     }
 }
 
@@ -531,11 +534,11 @@ pub(crate) fn tick(hook: Option<&dyn Fn(bool)>) {
 
 /// Wait until every ring's watermark reached its last submitted task (or a failure,
 /// or `timeout` without any task completing: SCHEDULER_TIMEOUT with its sub-class).
-fn wait_retired(
+fn wait_retired<H: ExecutorProbe>(
     sh: &ChipShared,
     a: &ArenaShared,
     hook: Option<&dyn Fn(bool)>,
-    help: Option<&dyn Fn() -> bool>,
+    help: Option<&H>,
     timeout: Duration,
     submitted: u64,
     completed_at_start: u64,
@@ -556,11 +559,11 @@ fn wait_retired(
             if all_retired() || fatal() {
                 break;
             }
-            if h() {
+            if h.help() {
                 continue;
             }
             let more = HELP_SPIN.spin(|| all_retired() || fatal() || sh.eng.ready_len() > 0);
-            if !more || all_retired() || fatal() || !h() {
+            if !more || all_retired() || fatal() || !h.help() {
                 break;
             }
         }
@@ -574,7 +577,7 @@ fn wait_retired(
         while !all_retired() && !fatal() {
             // Tasks may have become ready since (their producers ran on the cores).
             if let Some(h) = help {
-                if h() {
+                if h.help() {
                     seen = sh.eng.completed.load(Relaxed);
                     since = Instant::now();
                     continue;
@@ -610,16 +613,30 @@ fn wait_retired(
     Ok(())
 }
 
-/// The chip's answer to the orchestrator's backstop (see `ExecutorProbe`): sampled
-/// only while the orchestrator waits for ring space. A core's `state` already says
-/// which task it runs, so the cores' hot path pays nothing for it.
-struct CoreProbe<'a> {
+/// The executor's side of one run cycle, as its orchestrator asks it
+/// ([`ExecutorProbe`]): the cores' state for the backstop, sampled only while the
+/// orchestrator waits for ring space (a core's `state` already says which task it runs,
+/// so the cores' hot path pays nothing for it); the help the run's policy gives.
+struct CoreProbe<'a, P: RunPolicy> {
     sh: &'a ChipShared,
     arena: &'a ArenaShared,
     completed_at_start: u64,
+    /// The kinds of task the orchestrator's thread may run.
+    kind: CoreKind,
+    /// Which ready tasks it runs while it waits (the policy's; none in a traced run).
+    help: Help,
+    hook: Option<&'a dyn Fn(bool)>,
+    policy: std::marker::PhantomData<P>,
 }
 
-impl ExecutorProbe for CoreProbe<'_> {
+impl<P: RunPolicy> CoreProbe<'_, P> {
+    /// Does the orchestrator's thread run ready tasks while it waits?
+    fn helps(&self) -> bool {
+        self.help != Help::Never
+    }
+}
+
+impl<P: RunPolicy> ExecutorProbe for CoreProbe<'_, P> {
     fn busy(&self) -> bool {
         self.sh.eng.ready_len() > 0
             || self
@@ -632,5 +649,40 @@ impl ExecutorProbe for CoreProbe<'_> {
     fn stall(&self, timeout: Duration, submitted: u64) -> RuntimeFailure {
         let completed = self.sh.eng.completed.load(SeqCst) - self.completed_at_start;
         classify_stall(self.sh, self.arena, timeout, submitted, completed, false)
+    }
+    #[inline]
+    fn help(&self) -> bool {
+        match self.help {
+            Help::Never => false,
+            Help::Bounded => help_one(self.sh, self.arena, self.kind, true),
+            Help::Any => help_one(self.sh, self.arena, self.kind, false),
+        }
+    }
+    /// A next level's orchestrator, once its program has nothing more to submit, runs
+    /// a queued dispatch itself (with the hook's release around it: a chip round trip
+    /// must not hold a Python caller's GIL) instead of waiting for a dispatch thread to
+    /// take it and for its completion.
+    fn help_at_end(&self) -> bool {
+        if !P::HELPS_AT_END {
+            return false;
+        }
+        // Only a lone queued dispatch: with more, the dispatch threads are at work on
+        // every lane, and this thread would only wait for a chip's turn beside the
+        // lane's own thread (B6's 2000-task runs lost ~10 % that way).
+        let eng = &self.sh.eng;
+        if !eng.has_ready(self.kind) || eng.ready_len() > 1 {
+            return false;
+        }
+        if let Some(h) = self.hook {
+            h(true);
+        }
+        let ran = help_one(self.sh, self.arena, self.kind, false);
+        if let Some(h) = self.hook {
+            h(false);
+        }
+        ran
+    }
+    fn counts_scope_overflow(&self) -> bool {
+        P::COUNTS_SCOPE_OVERFLOW
     }
 }

@@ -6,10 +6,9 @@ use super::comm::{self, TAG_REQUEST};
 use super::link::{Hosts, Watch};
 use super::wire;
 use super::{ClusterError, ClusterRunReport};
-use crate::chip::ChipOptions;
 use crate::config::CallConfig;
 use crate::engine::{Orchestrator, RuntimeFailure};
-use crate::nextlevel::{ArgDir, Level, LevelError, NextLevelArg, Orch};
+use crate::nextlevel::{ArgDir, Level, LevelError, LevelOptions, NextLevelArg, Orch};
 use crate::tensor::TaskId;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
@@ -68,20 +67,16 @@ impl Cluster {
                 "an L4 job needs at least one host rank".into(),
             ));
         }
-        let opts = ChipOptions {
-            cores: (2 * hosts).min(crate::chip::MAX_CORES),
+        // An L4 task is a whole L3 dispatch: the level's engine has no L2-sized
+        // timeouts (a dead host ends the MPI job).
+        let opts = LevelOptions {
+            threads: (2 * hosts).min(crate::chip::MAX_CORES),
             // A lane (ready queue) per host, two dispatch threads on each: a host's
             // backlog holds up no thread of another host, and while a host serves one
             // request its next one is already sent.
             lanes: hosts,
-            aic_cores: Some(0),
             arena_cache_slots,
-            shared_heaps: true,
-            // An L4 task is a whole L3 dispatch: no L2-sized timeouts (a dead host ends
-            // the MPI job).
-            backstop: Duration::from_secs(365 * 24 * 3600),
-            scheduler_timeout: Duration::from_secs(365 * 24 * 3600),
-            ..ChipOptions::default()
+            device_memory: crate::chip::default_device_memory(),
         };
         let level = Level::new(Hosts::new(hosts, programs), opts)
             .map_err(|(e, _)| ClusterError::Failure(e))?;

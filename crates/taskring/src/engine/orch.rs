@@ -142,14 +142,29 @@ impl Default for WaitPolicy {
     }
 }
 
-/// The executor's side of the backstop: what its cores are doing. Asked only while the
-/// orchestrator waits for space (never on the submit path).
+/// The executor's side of a run, as its orchestrator asks it: what its cores are doing
+/// (the backstop), whether the orchestrator's thread runs ready tasks while it waits,
+/// whether it runs a lone queued task once its program has nothing more to submit, and
+/// how a scope that overflows its window fails. Asked only off the submit path: while
+/// the orchestrator waits for space, at a scope's overflow, at the end of the program.
 pub(crate) trait ExecutorProbe {
     /// Is a task running on a core, or ready in a queue (about to be dispatched)?
     fn busy(&self) -> bool;
     /// The SCHEDULER_TIMEOUT failure (with its sub-class) of a run in which no task
     /// completed for `timeout` while the orchestrator waited, `submitted` tasks so far.
     fn stall(&self, timeout: Duration, submitted: u64) -> RuntimeFailure;
+    /// Run one ready task on the orchestrator's thread (ChipOptions::orchestrator_helps,
+    /// or a bounded kernel's) while it waits for ring space: its completion may be what
+    /// frees the space. Returns whether it ran one (never, for an executor whose
+    /// orchestrator does not help).
+    fn help(&self) -> bool;
+    /// Once the program has nothing more to submit: run one queued task here (a next
+    /// level's dispatch: see `Level::run`). Returns whether it ran one.
+    fn help_at_end(&self) -> bool;
+    /// Count a scope that overflows its window to its end (else SCOPE_DEADLOCK at the
+    /// overflowing submit, with a lower bound). False for executors that cannot tell a
+    /// counted submit from a dispatched one (a next level records its tasks at submit).
+    fn counts_scope_overflow(&self) -> bool;
 }
 
 /// The orchestration API for one run. See the module doc.
@@ -162,23 +177,14 @@ pub struct Orchestrator<'r> {
     /// Called around blocking waits (e.g. to release Python's GIL): `true` before
     /// waiting, `false` after.
     pub(crate) blocking_hook: Option<&'r dyn Fn(bool)>,
-    /// The executor's "run one ready task here" (ChipOptions::orchestrator_helps): while
-    /// the orchestrator waits for ring space it runs ready tasks instead of sleeping.
-    /// Returns whether it ran one.
-    pub(crate) helper: Option<&'r dyn Fn() -> bool>,
-    /// The executor's "run one queued task here" for a program that has nothing more
-    /// to submit (a node's: see `Node::run`); returns whether it ran one.
-    pub(crate) end_helper: Option<&'r dyn Fn() -> bool>,
-    /// What the executor's cores are doing (the backstop counts a running task as
-    /// progress). Without one, progress is a task completing.
-    pub(crate) probe: Option<&'r dyn ExecutorProbe>,
+    /// The executor's side of the run ([`ExecutorProbe`]): the backstop counts a task
+    /// running on a core as progress; while the orchestrator waits for ring space it
+    /// runs ready tasks there instead of sleeping when the executor helps; a scope's
+    /// overflow is counted or fails at once as the executor says.
+    probe: &'r dyn ExecutorProbe,
     /// A SCOPE_DEADLOCK found but not yet reported: the rest of the scope is counted
     /// (not run) so that the failure can say which window would have held it.
     dry: Option<DryScope>,
-    /// Count a scope that overflows its window to its end (else SCOPE_DEADLOCK at the
-    /// overflowing submit, with a lower bound). Off for executors that cannot tell a
-    /// counted submit from a dispatched one (an L3 node records its tasks at submit).
-    pub(crate) count_scope_overflow: bool,
     /// Queues (bits of [`EngineShared::push_owned_quiet`]) that got a ready task from
     /// this orchestrator whose wake-up of a parked core is still owed. A submit's ready
     /// push wakes nobody at once. The next submit looks at the debt
@@ -220,6 +226,7 @@ impl<'r> Orchestrator<'r> {
         st: &'r mut OrchState,
         sizing: RingSizing,
         policy: WaitPolicy,
+        probe: &'r dyn ExecutorProbe,
     ) -> Orchestrator<'r> {
         // A new run: no kernel of it seen yet.
         eng.unbounded.store(false, Relaxed);
@@ -231,14 +238,17 @@ impl<'r> Orchestrator<'r> {
             sizing,
             policy,
             blocking_hook: None,
-            helper: None,
-            end_helper: None,
-            probe: None,
+            probe,
             dry: None,
-            count_scope_overflow: true,
             wake_debt: std::cell::Cell::new(0),
             look_skip: std::cell::Cell::new(0),
         }
+    }
+
+    /// Once the program has nothing more to submit: run one queued task on this thread
+    /// when the executor does (`ExecutorProbe::help_at_end`). Returns whether it ran one.
+    pub(crate) fn help_at_end(&self) -> bool {
+        self.probe.help_at_end()
     }
 
     /// Pay the wake-up debt (see `wake_debt`): wake a parked core for each queue that

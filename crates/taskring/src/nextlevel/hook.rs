@@ -26,7 +26,7 @@ thread_local! {
 const INLINE_POLL: Duration = Duration::from_millis(20);
 
 /// Once a run's program has nothing more to submit, run the dispatches still queued on
-/// this thread (`help`: the engine's `end_helper`, which releases the hook around each)
+/// this thread (`help`: `Orchestrator::help_at_end`, which releases the hook around each)
 /// until none is left or `cancelled()`: a one-task run then costs no hand-off to a
 /// dispatch thread and back. Meanwhile the waits of those dispatches call `hook`
 /// between slices ([`poll_inline_hook`]), as the run's own wait would.

@@ -25,6 +25,7 @@ use args::{task_args, Slot};
 pub use args::{ArgDir, NextLevelArg};
 use hook::{help_at_end, wait_over, HookRef};
 
+use crate::chip::policy::{Help, RunPolicy};
 use crate::chip::spin::SpinThenPark;
 use crate::chip::{ChipOptions, ChipWorker, Program, RunError};
 use crate::config::{CallConfig, ConfigError};
@@ -36,6 +37,9 @@ use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
+
+/// The engine's timeouts at a next level: a year (none, in effect).
+const NO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
 /// What one level does with a task: its workers, its rule for tensor arguments, the round
 /// trip of one task and its timeline.
@@ -361,19 +365,61 @@ pub(crate) enum LevelError<F> {
     Failure(RuntimeFailure),
 }
 
+/// How a level's engine is built: its dispatch threads and lanes, its arena cache.
+pub(crate) struct LevelOptions {
+    /// Dispatch threads (the engine's "cores"); thread `i` serves lane `i % lanes`.
+    pub(crate) threads: usize,
+    /// Lane queues: a worker `w`'s ready tasks go to lane `w % lanes`.
+    pub(crate) lanes: usize,
+    pub(crate) arena_cache_slots: usize,
+    /// What the engine's arenas are charged against (`ChipOptions::device_memory`).
+    pub(crate) device_memory: u64,
+}
+
+/// How a level's run cycle goes (`chip::policy`): the orchestrator's thread runs no task
+/// while it waits (a task is a whole dispatch on a worker) except, once its program has
+/// nothing more to submit, a lone queued dispatch; a scope's overflow fails at once (a
+/// task is recorded in the run's state when it is submitted); `"auto"` sizes are not
+/// learned.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LevelPolicy;
+
+impl RunPolicy for LevelPolicy {
+    const HELPS_AT_END: bool = true;
+    const COUNTS_SCOPE_OVERFLOW: bool = false;
+    const LEARNS_SIZING: bool = false;
+
+    fn help(&self) -> Help {
+        Help::Never
+    }
+}
+
 /// A level's engine, its lanes' kernels and the state they share.
 pub(crate) struct Level<X: Executor> {
     pub(crate) sh: Arc<Shared<X>>,
     engine: Option<ChipWorker>,
+    policy: LevelPolicy,
     /// One dispatch kernel per lane (leaked boxes, taken back in `close`).
     dispatch: Option<Arc<[KernelRef]>>,
 }
 
 impl<X: Executor> Level<X> {
-    /// The engine (`opts`: its cores and lanes) over `exec`; on a failure, `exec` back
-    /// with the engine's error.
-    pub(crate) fn new(exec: X, opts: ChipOptions) -> Result<Level<X>, (RuntimeFailure, X)> {
-        let engine = match ChipWorker::new(opts) {
+    /// The engine (`opts`: its dispatch threads and lanes) over `exec`; on a failure,
+    /// `exec` back with the engine's error.
+    pub(crate) fn new(exec: X, opts: LevelOptions) -> Result<Level<X>, (RuntimeFailure, X)> {
+        let chip = ChipOptions {
+            cores: opts.threads,
+            aic_cores: Some(0),
+            arena_cache_slots: opts.arena_cache_slots,
+            // A task is a whole dispatch of the level below: no L2-sized timeouts (a
+            // dead worker is caught by the level's executor; a worker's own hangs by its
+            // own timeouts).
+            backstop: NO_TIMEOUT,
+            scheduler_timeout: NO_TIMEOUT,
+            device_memory: opts.device_memory,
+            ..ChipOptions::default()
+        };
+        let engine = match ChipWorker::next_level_engine(chip, opts.lanes) {
             Ok(e) => e,
             Err(e) => return Err((e, exec)),
         };
@@ -397,6 +443,7 @@ impl<X: Executor> Level<X> {
         Ok(Level {
             sh,
             engine: Some(engine),
+            policy: LevelPolicy,
             dispatch: Some(dispatch),
         })
     }
@@ -416,6 +463,7 @@ impl<X: Executor> Level<X> {
         config: &CallConfig,
         hook: Option<&dyn Fn(bool)>,
     ) -> Result<Vec<X::Report>, LevelError<X::Fault>> {
+        let policy = self.policy;
         let engine = self.engine.as_mut().ok_or(LevelError::Closed)?;
         let sh = &*self.sh;
         sh.exec.cancel_flag().store(false, SeqCst);
@@ -440,7 +488,7 @@ impl<X: Executor> Level<X> {
             .clone()
             .expect("an open level has its dispatch kernels");
         // safety: the program (and so this reference) lives only during this call; the
-        // engine runs it on this thread and keeps nothing of it after `run_hooked`.
+        // engine runs it on this thread and keeps nothing of it after `dispatch`.
         let hook_ref = unsafe { HookRef::erase(hook) };
         let inline = !traced || X::INLINE_WHEN_TRACED;
         let program = Program::new(X::PROGRAM, move |o, _| {
@@ -453,9 +501,13 @@ impl<X: Executor> Level<X> {
             g.o.publish_ready();
             // Dispatches still queued run here, on this thread: a one-task run then
             // costs no hand-off to a dispatch thread and back.
-            help_at_end(g.o.end_helper.filter(|_| inline), hook_ref.get(), || {
-                shared.cancelled()
-            });
+            let o = &*g.o;
+            let help = || o.help_at_end();
+            help_at_end(
+                inline.then_some(&help as &dyn Fn() -> bool),
+                hook_ref.get(),
+                || shared.cancelled(),
+            );
             // What the help left goes to the dispatch threads, whose wake-up the
             // submits only owed.
             g.o.pay_wakes();
@@ -472,7 +524,7 @@ impl<X: Executor> Level<X> {
             );
             Ok(())
         });
-        let r = engine.run_hooked(&program, &[], &engine_config, hook);
+        let r = engine.dispatch(policy, &program, &[], &engine_config, hook);
         sh.tracing.store(false, SeqCst);
         let mut st = sh.run.lock();
         if let Some(t) = st.trace.take() {
@@ -517,5 +569,59 @@ impl<X: Executor> Level<X> {
         std::mem::forget(self.engine.take());
         std::mem::forget(self.dispatch.take());
         std::mem::forget(self.sh.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LevelPolicy;
+    use crate::chip::run::Dispatch;
+    use crate::chip::{ChipOptions, ChipWorker, Diagnostics, Program};
+    use crate::config::RingSizing;
+    use crate::engine::{StatusCode, TaskArgs};
+    use crate::kernel::builtin::NOOP;
+    use std::time::Duration;
+
+    /// A level's engine records each task at submit: there a scope overflow fails at the
+    /// overflowing submit, with a lower bound, and nothing after it runs.
+    #[test]
+    fn a_level_reports_a_scope_deadlock_at_once() {
+        let opts = ChipOptions {
+            cores: 2,
+            backstop: Duration::from_secs(120),
+            ..Default::default()
+        };
+        let mut w = ChipWorker::next_level_engine(opts, 0).unwrap();
+        let prog = Program::new("eight_in_one_scope", |o, _| {
+            o.scope(|o| {
+                for i in 0..8 {
+                    if let Err(e) = o.submit(NOOP, &TaskArgs::new()) {
+                        assert_eq!(i, 3, "the fourth submit fails");
+                        return Err(e);
+                    }
+                }
+                Ok(())
+            })
+        });
+        let sizing = RingSizing::uniform(4, 4096, 16).unwrap();
+        let diag = Diagnostics::default();
+        let e = w
+            .cycle(
+                LevelPolicy,
+                Dispatch::program(&prog, &[], &sizing, None, &diag),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, StatusCode::ScopeDeadlock, "{e}");
+        assert_eq!(e.needed, None, "{e}");
+        assert!(
+            e.detail
+                .contains("submitted at least 4 tasks (the rest of the scope was not counted)"),
+            "{e}"
+        );
+        assert!(
+            e.detail
+                .contains("a ring_task_window of at least 8 slots is needed"),
+            "{e}"
+        );
     }
 }

@@ -268,7 +268,7 @@ fn serve_request(
         Err(e) => return failed_reply(StatusCode::InvalidArgs, e),
     };
     let config = chip_config(ctx, task.config, traced);
-    let r = chip.run_hooked(
+    let r = chip.run_with_hook(
         &callable.program,
         &args,
         &config,

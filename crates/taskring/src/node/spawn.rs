@@ -6,7 +6,7 @@ use super::frame;
 use super::link::{host_pipes, Beat, Chip, Ctl};
 use super::mailbox::{self, Mailbox, STATE_FAILED, STATE_READY, STATE_STARTING};
 use super::{ChipCallable, ForkHooks, NodeError, NodeOptions};
-use crate::chip::ChipOptions;
+use crate::nextlevel::LevelOptions;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::AtomicI32;
 use std::sync::atomic::Ordering::*;
@@ -21,26 +21,21 @@ use std::time::{Duration, Instant};
 /// a chip serves one request at a time, and a second thread of the same chip could
 /// only wait for the first's turn (its wake-up at every hand-off cost ~5 µs per task,
 /// and two threads per chip without lanes were 25–40 % slower with 2 chips).
-pub(super) fn node_engine_options(opts: &NodeOptions) -> ChipOptions {
+pub(super) fn node_engine_options(opts: &NodeOptions) -> LevelOptions {
     let chips = opts.device_ids.len().max(1);
     let node_cores = if opts.node_cores == 0 {
         chips
     } else {
         opts.node_cores
     };
-    ChipOptions {
-        cores: node_cores,
+    // One node task is a whole L2 dispatch: the level's engine has no L2-sized timeouts
+    // (a dead chip is caught by waitpid; a chip's own hangs by the chip's timeouts).
+    LevelOptions {
+        threads: node_cores,
         lanes: node_cores.min(chips),
-        aic_cores: Some(0),
         arena_cache_slots: opts.arena_cache_slots,
-        shared_heaps: true,
-        // One node task is a whole L2 dispatch: no L2-sized timeouts here (a dead
-        // chip is caught by waitpid; a chip's own hangs by the chip's timeouts).
-        backstop: Duration::from_secs(365 * 24 * 3600),
-        scheduler_timeout: Duration::from_secs(365 * 24 * 3600),
         // The host's own memory, not a device's.
         device_memory: u64::MAX,
-        ..ChipOptions::default()
     }
 }
 

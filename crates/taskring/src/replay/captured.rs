@@ -9,6 +9,8 @@ use super::graph::{Graph, Needs};
 use super::job::{DirectCounters, DirectJob};
 use super::record::Recorder;
 use super::rings::replay_ops;
+use crate::chip::policy::RunPolicy;
+use crate::chip::run::Dispatch;
 use crate::chip::{Arg, ChipWorker, Diagnostics, Program, RunError, RunReport};
 use crate::config::{
     CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
@@ -131,7 +133,7 @@ impl ChipWorker {
         // Auto entries: what the chip learned of the program, or the learning sizing
         // (the capture then teaches the chip the program's need, and replays run on
         // the graph's own need).
-        let auto = asked.is_auto() && !self.node_engine;
+        let auto = asked.is_auto();
         let mut sizing = if auto {
             self.auto_sizing_for(program, args, asked)
         } else {
@@ -139,19 +141,9 @@ impl ChipWorker {
         };
         let built = auto && !self.cache.contains(&sizing);
         let diag = Diagnostics::from_config(config);
-        let mut rec = Some(Box::new(Recorder::new(
-            args.iter().map(arg_buffer).collect(),
-        )));
-        let mut report = match self.run_body(
-            program.name(),
-            &|o, a| program.call(o, a),
-            args,
-            &sizing,
-            hook,
-            &diag,
-            Some(&mut rec),
-            false,
-        ) {
+        let run = Dispatch::program(program, args, &sizing, hook, &diag);
+        let (r, graph) = self.run_recorded(self.policy, run);
+        let mut report = match r {
             Ok(r) => r,
             Err(e) if auto => {
                 let e = self.auto_failed(program, args, &asked, &sizing, e);
@@ -162,7 +154,7 @@ impl ChipWorker {
             }
             Err(e) => return Err(e.into()),
         };
-        let graph = rec.expect("the recorder comes back from the run").finish();
+        let graph = graph.expect("the recorder comes back from the run");
         if auto {
             self.auto_learn_from(program, args, &graph);
             let fit = self.sized_for(asked, &graph);
@@ -211,29 +203,21 @@ impl ChipWorker {
         })
     }
 
-    /// Run `program` on `sizing` with a recorder installed; the recorded graph when
-    /// the run succeeded.
-    pub(crate) fn run_recorded(
+    /// The cycle of `run` with a recorder installed (a capture, or a dispatch that learns
+    /// its sizes); the recorded graph when the run succeeded.
+    pub(crate) fn run_recorded<P: RunPolicy>(
         &mut self,
-        program: &Program,
-        args: &[Arg<'_>],
-        sizing: &RingSizing,
-        hook: Option<&dyn Fn(bool)>,
-        diag: &Diagnostics,
+        policy: P,
+        run: Dispatch<'_>,
     ) -> (Result<RunReport, RuntimeFailure>, Option<Graph>) {
         let mut rec = Some(Box::new(Recorder::new(
-            args.iter().map(arg_buffer).collect(),
+            run.args.iter().map(arg_buffer).collect(),
         )));
-        let r = self.run_body(
-            program.name(),
-            &|o, a| program.call(o, a),
-            args,
-            sizing,
-            hook,
-            diag,
-            Some(&mut rec),
-            false,
-        );
+        let run = Dispatch {
+            record: Some(&mut rec),
+            ..run
+        };
+        let r = self.cycle(policy, run);
         let graph = match (&r, rec) {
             (Ok(_), Some(rec)) => Some(rec.finish()),
             _ => None,
@@ -517,9 +501,17 @@ impl Captured {
         let body = |o: &mut Orchestrator<'_>, _: &[Arg<'_>]| {
             replay_ops(o, g, bases, &mut blocks.borrow_mut())
         };
-        Ok(chip
-            .run_body(&self.name, &body, args, &sizing, hook, &diag, None, true)
-            .map_err(RunError::from)?)
+        let run = Dispatch {
+            name: &self.name,
+            body: &body,
+            args,
+            sizing: &sizing,
+            hook,
+            diag: &diag,
+            record: None,
+            replayed: true,
+        };
+        Ok(chip.cycle(chip.policy, run).map_err(RunError::from)?)
     }
 }
 

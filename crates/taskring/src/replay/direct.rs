@@ -4,6 +4,7 @@
 use super::job::DirectJob;
 use super::step::{can_run, direct_step, DirectLocal};
 use crate::chip::core::{help_kind, wait_cores_idle};
+use crate::chip::policy::{Help, RunPolicy};
 use crate::chip::run::{acquire_arena, partly_written, tick, HOOK_TICK};
 use crate::chip::spin::SpinThenPark;
 use crate::chip::{ChipShared, ChipWorker, RunReport};
@@ -63,11 +64,15 @@ impl ChipWorker {
         })
     }
 
-    /// Does the caller run tasks of the direct replay `job` while it waits? As a run's
-    /// wait (`run_body`): with `orchestrator_helps`, else only when every kernel of the
-    /// graph is bounded (never on a node, whose kernels are dispatches).
+    /// Does the caller run tasks of the direct replay `job` while it waits? As in a
+    /// run's wait, by the chip's policy: with `orchestrator_helps`, else only when every
+    /// kernel of the graph is bounded.
     fn direct_helps(&self, job: &DirectJob<'_>) -> bool {
-        self.orchestrator_helps || (!self.node_engine && job.all_bounded())
+        match self.policy.help() {
+            Help::Any => true,
+            Help::Bounded => job.all_bounded(),
+            Help::Never => false,
+        }
     }
 
     /// Wait until a direct replay is done or failed: help with its tasks when the
@@ -100,7 +105,7 @@ impl ChipWorker {
             // Without `orchestrator_helps`, only while a core is idle: with every core
             // busy a third thread on their CPUs only slows them (B9 `independent`:
             // 20 -> 44-55 ns per task when it helped throughout).
-            let all_in = self.orchestrator_helps;
+            let all_in = self.policy.help() == Help::Any;
             let stay = || all_in || sh.eng.idle_cores() > 0;
             if helps
                 && (std::mem::take(&mut first) || stay())

@@ -330,8 +330,8 @@ impl<'r> Orchestrator<'r> {
 
     /// Wait (briefly) for a watermark to move, or anything to fail: the ring's own, or,
     /// for the tensormap (whose entries belong to producers of every ring), any ring's.
-    /// With a helper, run a ready task instead (its completion may be what frees the
-    /// space). Spins, yields, then parks on [`Progress`](super::shared::park::Progress) for at
+    /// When the executor helps ([`ExecutorProbe::help`](super::ExecutorProbe::help)), run
+    /// a ready task instead (its completion may be what frees the space). Spins, yields, then parks on [`Progress`](super::shared::park::Progress) for at
     /// most 20 ms (or the backstop if shorter).
     pub(super) fn wait_for_space(&self, ring: usize, blocked: Blocked) {
         // The cores must see every task pushed so far: their completions free the space.
@@ -369,10 +369,8 @@ impl<'r> Orchestrator<'r> {
         if moved() {
             return;
         }
-        if let Some(h) = self.helper {
-            if h() {
-                return;
-            }
+        if self.probe.help() {
+            return;
         }
         for i in 0..64 {
             if moved() {
@@ -567,21 +565,18 @@ impl Backstop {
                 return Verdict::Wait;
             }
         };
-        match o.probe {
-            Some(p) if p.busy() => {
-                self.idle_since = None;
-                if now.saturating_duration_since(since) >= o.policy.scheduler_timeout {
-                    return Verdict::Stalled(p.stall(o.policy.scheduler_timeout, o.st.tasks));
-                }
-                Verdict::Wait
+        if o.probe.busy() {
+            self.idle_since = None;
+            if now.saturating_duration_since(since) >= o.policy.scheduler_timeout {
+                return Verdict::Stalled(o.probe.stall(o.policy.scheduler_timeout, o.st.tasks));
             }
-            _ => {
-                let idle = *self.idle_since.get_or_insert(now);
-                if now.saturating_duration_since(idle) >= o.policy.backstop {
-                    Verdict::Deadlock
-                } else {
-                    Verdict::Wait
-                }
+            Verdict::Wait
+        } else {
+            let idle = *self.idle_since.get_or_insert(now);
+            if now.saturating_duration_since(idle) >= o.policy.backstop {
+                Verdict::Deadlock
+            } else {
+                Verdict::Wait
             }
         }
     }

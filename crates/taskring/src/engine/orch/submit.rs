@@ -471,7 +471,7 @@ impl<'r> Orchestrator<'r> {
             counted: 0,
             what: what.to_string(),
         };
-        if !self.count_scope_overflow {
+        if !self.probe.counts_scope_overflow() {
             let d = DryScope {
                 owned: owned + 1,
                 ..d
