@@ -1,7 +1,7 @@
 """B9 python: a 67-task decode step replayed (``ChipWorker.capture`` / ``g.replay``,
 docs/api.md §10) against the same program run normally (``w.run``), from Python.
 
-The decode step mirrors ``crates/taskring-bench/src/bench/b9.rs`` (``decode_step``):
+The decode step mirrors ``crates/taskring-bench/src/bench/replay.rs`` (``decode_step``):
 the paged-attention decode with 32 KV blocks, q [H=4, D=16], K^T [32·16, 8],
 V [32·8, 16], out [4, 16]; ``rt.alloc`` of the scores [4, 256], 32 ``matmul`` in scopes
 of their own (a row slice of K^T, writing a column view of the scores), one
@@ -53,7 +53,7 @@ from taskring import IN, INOUT, ChipWorker
 ROOT = Path(__file__).resolve().parent.parent
 K = taskring.kernels
 
-# As bench/b9.rs: 2 x 32 + 3 = 67 tasks.
+# As bench/replay.rs: 2 x 32 + 3 = 67 tasks.
 BLOCKS = 32
 HEADS = 4
 DIM = 16
@@ -123,7 +123,7 @@ def py_fill(out, value):
 
 
 def decode_step(kernels, name: str) -> taskring.Program:
-    """The decode step of bench/b9.rs with ``kernels = (qk, softmax, fill, pv)``."""
+    """The decode step of bench/replay.rs with ``kernels = (qk, softmax, fill, pv)``."""
     qk, softmax, fill, pv = kernels
     width = BLOCK * BLOCKS
 
@@ -152,7 +152,7 @@ def empty_step(rt, q, kt, v, out):
 
 
 def data(seed: int):
-    """Host arrays as DecodeData::new in bench/b9.rs."""
+    """Host arrays as DecodeData::new in bench/replay.rs."""
 
     def f(n: int, m: int) -> np.ndarray:
         i = np.arange(n, dtype=np.int64)
@@ -352,7 +352,7 @@ def main() -> int:
             "chip_cores": args.cores,
             "sizing": "default (the worker's; replays use the captured sizing)",
             "decode": {"blocks": BLOCKS, "heads": HEADS, "dim": DIM, "block": BLOCK, "tasks": 67},
-            "mirrors": "crates/taskring-bench/src/bench/b9.rs decode_step",
+            "mirrors": "crates/taskring-bench/src/bench/replay.rs decode_step",
             "order": "per round and kernel set: a block of runs and a block of replays, order alternating by round",
             "checks": "replay out allclose to the normal run's and to numpy (graph captured on other arrays); every timed replay replayed=True",
         },

@@ -1,4 +1,4 @@
-// The peers of `taskring-bench peers`: the B3 patterns (crates/taskring-bench/src/bench/b3.rs)
+// The peers of `taskring-bench peers`: the B3 patterns (crates/taskring-bench/src/bench/overhead.rs)
 // run by oneTBB flow_graph and by OpenMP tasks with depend clauses, each with empty task
 // bodies, printing one machine-readable line per timed sample.
 //

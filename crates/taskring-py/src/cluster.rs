@@ -163,7 +163,7 @@ mod with_mpi {
     use parking_lot::Mutex;
     use pyo3::types::{PyBool, PyInt, PyList};
     use std::sync::Arc;
-    use taskring::cluster::comm;
+    use taskring::cluster::transport as comm;
     use taskring::cluster::{Cluster, ClusterError, ClusterOrchestrator, ClusterProgram};
     use taskring::node::{ArgDir, NextLevelArg};
 

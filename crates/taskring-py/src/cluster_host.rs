@@ -39,8 +39,8 @@ mod with_mpi {
     use crate::reports::PyNodeRunReport;
     use parking_lot::Mutex;
     use pyo3::exceptions::{PyException, PyValueError};
-    use taskring::cluster::host;
     use taskring::cluster::wire::{HostRequest, L4Arg, L4Dir, L4Task};
+    use taskring::cluster::worker as host;
     use taskring::node::shm;
 
     /// A host request's arguments for Python: tensors as tuples, scalars as values.

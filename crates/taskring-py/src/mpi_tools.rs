@@ -9,7 +9,7 @@ use crate::gil::signal_check;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use taskring::cluster::{self, comm};
+use taskring::cluster::{self, transport as comm};
 
 /// The module's name in `sys.modules`.
 const NAME: &str = "taskring._mpi_tools";

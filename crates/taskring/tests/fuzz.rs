@@ -1,7 +1,7 @@
 //! Fuzz tests (proptest; there is no nightly / cargo-fuzz on this machine) of the parsers
 //! that read bytes or text from outside the process:
 //!
-//! - (a) the L3 task frame and reply decoders (`taskring::node::frame`, `fuzz/frame.rs`):
+//! - (a) the L3 task frame and reply decoders (`taskring::node::wire`, `fuzz/frame.rs`):
 //!   arbitrary bytes, valid headers over random bodies and mutated valid frames never
 //!   panic and always give `Ok` or a typed `FrameError`; encode → decode is the identity
 //!   (and decode → encode → decode is stable for whatever a mutated frame decodes to); a

@@ -10,18 +10,18 @@
 //!
 //! What each benchmark measures, and how to read it: `docs/performance.md`.
 
-pub mod b10;
-pub mod b11;
-pub mod b2;
-pub mod b3;
-pub mod b4;
-pub mod b5;
-pub mod b6;
-pub mod b9;
+pub mod arena;
 pub mod baseline;
 pub mod cpus;
+pub mod device_memory;
+pub mod l3_round_trip;
+pub mod native_kernels;
+pub mod overhead;
 pub mod paired;
 pub mod peers;
+pub mod replay;
+pub mod ring_curve;
+pub mod submit;
 
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
@@ -502,14 +502,14 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
     let mut ok = true;
     for n in names {
         let r = match n.as_str() {
-            "b2" | "submit" => b2::run(opts).map(|_| ()),
-            "b3" | "overhead" => b3::run(opts).map(|_| ()),
-            "b4" | "ring" | "ring-curve" => b4::run(opts).map(|_| ()),
-            "b5" | "arena" => b5::run(opts).map(|_| ()),
-            "b6" | "l3" => b6::run(opts).map(|_| ()),
-            "b9" | "replay" => b9::run(opts).map(|_| ()),
-            "b10" | "native" => b10::run(opts).map(|_| ()),
-            "b11" | "device-memory" => b11::run(opts).map(|_| ()),
+            "b2" | "submit" => submit::run(opts).map(|_| ()),
+            "b3" | "overhead" => overhead::run(opts).map(|_| ()),
+            "b4" | "ring" | "ring-curve" => ring_curve::run(opts).map(|_| ()),
+            "b5" | "arena" => arena::run(opts).map(|_| ()),
+            "b6" | "l3" => l3_round_trip::run(opts).map(|_| ()),
+            "b9" | "replay" => replay::run(opts).map(|_| ()),
+            "b10" | "native" => native_kernels::run(opts).map(|_| ()),
+            "b11" | "device-memory" => device_memory::run(opts).map(|_| ()),
             "peers" => peers::run(opts).map(|_| ()),
             "b1" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
             "b7" | "python" => run_script("benches/b7_python.py", &[], opts),

@@ -18,7 +18,7 @@
 //!    above `t`, missed when the whole interval is below it, and undecided otherwise —
 //!    more blocks narrow the interval.
 //!
-//! Used by B11 (`b11.rs`), which adds blocks until each verdict is decided or a cap is
+//! Used by B11 (`device_memory.rs`), which adds blocks until each verdict is decided or a cap is
 //! reached.
 
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! peers: the B3 patterns (independent, chain, fanout, fanin, wavefront; [`super::b3`]) run
+//! peers: the B3 patterns (independent, chain, fanout, fanin, wavefront; [`super::overhead`]) run
 //! by taskring — submitted task by task (B3's dynamic path) and replayed (B9) — and by two
 //! real peers, in the same run, samples interleaved:
 //!
@@ -32,10 +32,12 @@
 //! oneTBB built-each-run sample of the same round) over the samples of each of
 //! [`RTT_BINS`]. The bars do not use them.
 
-use super::b3::{helper_config, pattern_args, patterns_param, run_taskring, tree_tasks, Pattern};
-use super::b3::{Rig, LEAVES};
-use super::b9::replay_once;
 use super::cpus::cross_cpu_rtt;
+use super::overhead::{
+    helper_config, pattern_args, patterns_param, run_taskring, tree_tasks, Pattern,
+};
+use super::overhead::{Rig, LEAVES};
+use super::replay::replay_once;
 use super::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -563,14 +565,14 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::b3;
+    use super::super::overhead;
     use super::*;
 
     /// The size arguments name B3's patterns (full and quick sizes).
     #[test]
     fn peer_sizes_match_b3() {
         for quick in [false, true] {
-            for p in b3::patterns(quick)
+            for p in overhead::patterns(quick)
                 .iter()
                 .filter(|p| PATTERNS.contains(&p.name))
             {
@@ -579,7 +581,7 @@ mod tests {
                 let tasks = match p.name {
                     "independent" | "chain" => f[0],
                     "fanout" => f[0] * (f[1] + 1),
-                    "fanin" => f[0] * b3::tree_tasks(),
+                    "fanin" => f[0] * overhead::tree_tasks(),
                     _ => f[0] * f[1] * f[2],
                 };
                 assert_eq!(tasks, p.tasks, "{} {size}", p.name);
@@ -609,11 +611,11 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         for p in [
-            b3::independent(2500),
-            b3::chain(2500),
-            b3::fanout(3, FANOUT_K),
-            b3::fanin(1),
-            b3::wavefront(2, GRID, GRID, false),
+            overhead::independent(2500),
+            overhead::chain(2500),
+            overhead::fanout(3, FANOUT_K),
+            overhead::fanin(1),
+            overhead::wavefront(2, GRID, GRID, false),
         ] {
             let edges = (p.edges)().1.len();
             let size = peer_size(&p).unwrap();

@@ -2,18 +2,22 @@
 //! a *host-endpoint* executor; ranks 1..N are hosts 0..N-1, each an L3 node with its
 //! own chip processes.
 //!
+//! The rooms (the same names as L3's in `node`):
+//!
 //! - [`wire`]: the L4 frames (task with its whole `CallConfig`, close, reply with the
 //!   host's `NodeRunReport`), in the node's frame format. Always built (and fuzzed).
-//! - `comm` (feature `mpi`): the MPI transport — rsmpi over Open MPI, initialised with
+//! - `transport` (feature `mpi`): MPI — rsmpi over Open MPI, initialised with
 //!   `MPI_THREAD_MULTIPLE`; waits are matched probes under a spin/yield/sleep backoff.
-//! - `rank0` (feature `mpi`): `Cluster`, rank 0's engine whose "kernel" ships an L4
+//! - `driver` (feature `mpi`): `Cluster`, rank 0's engine whose "kernel" ships an L4
 //!   task to its host and waits for the reply (one dispatch thread per task in flight,
 //!   two per host), with dependencies between L4 tasks inferred by rank 0's tensormap.
-//! - `host` (feature `mpi`): what a host rank does with a request — receive the task
+//! - `executor` (feature `mpi`): `Hosts`, rank 0's executor: one task's round trip to
+//!   its host, liveness pings, a host's order of service.
+//! - `worker` (feature `mpi`): what a host rank does with a request — receive the task
 //!   and its inputs straight into the caller's (shared) buffers, answer with the report
 //!   and the outputs. The serving loop itself (running the host's L3 orchestration) is
 //!   the embedding's (Python's `Worker(level=4).init()` on a host).
-//! - `trace`: the L4 timeline of a traced run (rank 0's dispatches and every host's L3
+//! - `timeline`: the L4 timeline of a traced run (rank 0's dispatches and every host's L3
 //!   timeline in one `merged_swimlane.json`).
 //!
 //! Traffic is MPI point to point in `MPI_COMM_WORLD` only: requests with tag
@@ -26,17 +30,17 @@
 pub mod wire;
 
 #[cfg(feature = "mpi")]
-pub mod comm;
+mod driver;
 #[cfg(feature = "mpi")]
-pub mod host;
-#[cfg(feature = "mpi")]
-mod link;
-#[cfg(feature = "mpi")]
-mod rank0;
+mod executor;
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-mod trace;
+mod timeline;
 #[cfg(feature = "mpi")]
-pub use rank0::{Cluster, ClusterOrchestrator, ClusterProgram};
+pub mod transport;
+#[cfg(feature = "mpi")]
+pub mod worker;
+#[cfg(feature = "mpi")]
+pub use driver::{Cluster, ClusterOrchestrator, ClusterProgram};
 
 use crate::config::ConfigError;
 use crate::engine::RuntimeFailure;

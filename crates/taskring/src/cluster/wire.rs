@@ -1,5 +1,5 @@
 //! The L4 frames between rank 0 and a host rank, in the node's frame format
-//! ([`crate::node::frame`]: the same header, the same `CallConfig` encoding).
+//! ([`crate::node::wire`]: the same header, the same `CallConfig` encoding).
 //!
 //! ```text
 //! task   : seq u64, data_tag i32, callable u32, name_len u16, name bytes,
@@ -29,7 +29,7 @@
 //! [`FrameError`], which fails that task (never the host).
 
 use crate::config::CallConfig;
-use crate::node::frame::{
+use crate::node::wire::{
     dtype_of, finish, get_config, get_report, header, open, put_config, put_report, FrameError,
     Ints, MAX_ERROR_BYTES, MAX_PREFIX_BYTES, R, VAR_MAX_BYTES, W,
 };

@@ -4,14 +4,16 @@
 //! One engine, two executors (`docs/architecture.md`): the node is the next-level engine
 //! (shared with L4's rank 0: argument checks, the run, lanes, the hook) with its chips as
 //! the executor. A dispatch thread of the node that picks a ready L3 task encodes it into
-//! its chip's mailbox ([`frame`], [`mailbox`]), waits for the reply and completes the
+//! its chip's mailbox ([`wire`], [`mailbox`]), waits for the reply and completes the
 //! task. Dependencies between L2 tasks are inferred by the node's tensormap from their
 //! tensor arguments, exactly as at L2.
 //!
-//! The rooms: `host` ([`Node`], [`NodeOrchestrator`], [`NodeHandle`]), `spawn` (starting
-//! chips), `link` (the host's side of one chip: round trip, liveness, shutdown), `child`
-//! (the chip process: watchdog, start-up, serving), `dispatch` (the executor), `timeline`
-//! and [`trace`] (a traced run's merged timeline), [`frame`] and [`mailbox`] (the wire).
+//! The rooms (the same names as L4's in `cluster`): `driver` ([`Node`],
+//! [`NodeOrchestrator`], [`NodeHandle`]), `executor` (the chips as the engine's executor:
+//! one dispatch's encode, round trip and completion), `transport` (the host's side of one
+//! chip: round trip, liveness, shutdown), `worker` (the chip process: watchdog, start-up,
+//! serving), `spawn` (starting chips), `timeline` and [`trace`] (a traced run's merged
+//! timeline), [`wire`] (the frames) and [`mailbox`] (the shared-memory slot they travel in).
 //!
 //! Life of a node:
 //! 1. [`Node::new`] creates one mailbox and one *host pipe* per chip, then forks the
@@ -116,11 +118,8 @@
 //!   the parent owns (no signal, no wait, no fd; the engine's threads, which do not
 //!   exist in the child, are not joined).
 
-mod child;
-mod dispatch;
-pub mod frame;
-mod host;
-mod link;
+mod driver;
+mod executor;
 pub mod mailbox;
 /// Shared memory lives in [`crate::mem::shm`] (the arena's heaps use it at L2); the node
 /// and the Python face keep reaching it here.
@@ -128,12 +127,15 @@ pub use crate::mem::shm;
 mod spawn;
 mod timeline;
 pub mod trace;
+mod transport;
+pub mod wire;
+mod worker;
 
 pub use crate::nextlevel::{ArgDir, NextLevelArg};
-pub use child::chip_dir;
-pub(crate) use child::wire_report;
-pub(crate) use dispatch::report_of;
-pub use host::{Node, NodeHandle, NodeOrchestrator};
+pub use driver::{Node, NodeHandle, NodeOrchestrator};
+pub(crate) use executor::report_of;
+pub use worker::chip_dir;
+pub(crate) use worker::wire_report;
 
 use crate::chip::{Program, RunReport};
 use crate::config::{CallConfig, ConfigError};

@@ -1,10 +1,10 @@
 //! Starting a node's chips: each chip's mailbox and host pipe, then the chip as a forked
 //! child process or a thread of the host, and the wait until every chip reports READY.
 
-use super::child::{chip_main, ChipContext};
-use super::frame;
-use super::link::{host_pipes, Beat, Chip, Ctl};
 use super::mailbox::{self, Mailbox, STATE_FAILED, STATE_READY, STATE_STARTING};
+use super::transport::{host_pipes, Beat, Chip, Ctl};
+use super::wire;
+use super::worker::{chip_main, ChipContext};
 use super::{ChipCallable, ForkHooks, NodeError, NodeOptions};
 use crate::nextlevel::LevelOptions;
 use parking_lot::{Mutex, RwLock};
@@ -177,7 +177,7 @@ pub(super) fn wait_chips_ready(
             // safety: the chip published FAILED after writing its reason.
             let buf = unsafe { &c.mailbox.resp_buf()[..len] };
             c.fault(
-                frame::decode_reply(buf)
+                wire::decode_reply(buf)
                     .map(|r| r.error)
                     .unwrap_or_else(|e| e.to_string()),
             )

@@ -1,7 +1,7 @@
 //! A traced L3 run's timeline, built from what its dispatches recorded (the file format
 //! and the clock are [`trace`]'s).
 
-use super::dispatch::{ChipSide, Chips, DispatchTrace};
+use super::executor::{ChipSide, Chips, DispatchTrace};
 use super::trace;
 use crate::nextlevel::{Rec, RunTrace, TaskTrace};
 

@@ -12,7 +12,7 @@ use taskring::cluster::wire::{
     self as l4w, HostRequest, L4Arg, L4Dir, L4Reply, L4Task, L4Tensor, KIND_L4_CLOSE,
     KIND_L4_REPLY, KIND_L4_TASK,
 };
-use taskring::node::frame::{KIND_TASK, MAX_PREFIX_BYTES};
+use taskring::node::wire::{KIND_TASK, MAX_PREFIX_BYTES};
 
 fn l4_tensor() -> impl Strategy<Value = L4Tensor> {
     (

@@ -9,7 +9,7 @@
 //! `TAG_REQUEST`, sends its inputs' bytes straight from the caller's arrays with the
 //! task's data tag, then waits (matched probe, backoff) for the reply with that tag and
 //! receives the outputs' bytes straight into the caller's arrays. Each dispatch's tag
-//! is its sequence number modulo [`comm::DATA_TAGS`]; the reply carries the sequence
+//! is its sequence number modulo [`transport::DATA_TAGS`]; the reply carries the sequence
 //! number back, and a reply of an earlier, abandoned dispatch that happens to share the
 //! tag (an interrupted run) is received and dropped.
 //!
@@ -24,9 +24,9 @@
 //! reason. A wait shorter than the ping interval costs nothing (no message, a clock
 //! read per poll after the first spins).
 
-use super::comm::{self, FIRST_DATA_TAG, TAG_REQUEST};
-use super::rank0::ClusterProgram;
-use super::trace::{self, TaskSpan};
+use super::driver::ClusterProgram;
+use super::timeline::{self, TaskSpan};
+use super::transport::{self, FIRST_DATA_TAG, TAG_REQUEST};
 use super::wire::{self, L4Arg, L4Dir, L4Reply, L4Task, L4Tensor};
 use super::{host_prefix, HostTaskReport};
 use crate::dfx::clock::{gettid, mono_ns};
@@ -93,18 +93,18 @@ impl HostLive {
     /// finalize.
     fn set_lost(&self, worker: usize, why: String, dead: bool) {
         if self.lost.set(why.clone()).is_ok() && dead {
-            comm::forbid_finalize(format!("{}: {why}", host_prefix(worker)));
+            transport::forbid_finalize(format!("{}: {why}", host_prefix(worker)));
         }
     }
 
     /// Take the host's liveness messages off the queue: pongs, a leaving notice, the
     /// close acknowledgement.
     pub(super) fn drain(&self, worker: usize) {
-        while let Some(m) = comm::try_receive(worker as i32 + 1, comm::TAG_LIVE) {
+        while let Some(m) = transport::try_receive(worker as i32 + 1, transport::TAG_LIVE) {
             match m.first() {
-                Some(&comm::LIVE_PONG) => self.heard.store(now_ns(), Relaxed),
-                Some(&comm::LIVE_CLOSED) => self.closed.store(true, Relaxed),
-                Some(&comm::LIVE_LEAVING) => {
+                Some(&transport::LIVE_PONG) => self.heard.store(now_ns(), Relaxed),
+                Some(&transport::LIVE_CLOSED) => self.closed.store(true, Relaxed),
+                Some(&transport::LIVE_LEAVING) => {
                     let why = String::from_utf8_lossy(&m[1..]);
                     self.set_lost(worker, format!("stopped serving ({why})"), false);
                 }
@@ -146,7 +146,11 @@ impl HostLive {
             return true;
         }
         if now.saturating_sub(self.pinged.load(Relaxed)) >= every {
-            comm::send_detached(worker as i32 + 1, comm::TAG_LIVE, &[comm::LIVE_PING]);
+            transport::send_detached(
+                worker as i32 + 1,
+                transport::TAG_LIVE,
+                &[transport::LIVE_PING],
+            );
             self.pinged.store(now, Relaxed);
         }
         false
@@ -388,28 +392,28 @@ impl Hosts {
         watch: &mut Watch<'_>,
     ) -> Result<L4Reply, String> {
         loop {
-            let (msg, status) = comm::wait_message(
+            let (msg, status) = transport::wait_message(
                 rank,
                 Some(tag),
                 REPLY_MAX_SLEEP,
-                comm::Backoff::EXPECTED,
+                transport::Backoff::EXPECTED,
                 || self.given_up() || watch.lost(),
             )
             .ok_or_else(|| self.why_given_up(watch))?;
-            let buf = comm::receive_vec(msg, &status);
+            let buf = transport::receive_vec(msg, &status);
             let reply = wire::decode_reply(&buf).map_err(|e| format!("malformed reply: {e}"))?;
             if reply.seq == seq {
                 return Ok(reply);
             }
             for _ in 0..reply.n_outputs {
-                if let Some((m, s)) = comm::wait_message(
+                if let Some((m, s)) = transport::wait_message(
                     rank,
                     Some(tag),
                     REPLY_MAX_SLEEP,
-                    comm::Backoff::EXPECTED,
+                    transport::Backoff::EXPECTED,
                     || self.given_up() || watch.lost(),
                 ) {
-                    drop(comm::receive_vec(m, &s));
+                    drop(transport::receive_vec(m, &s));
                 }
             }
         }
@@ -424,7 +428,7 @@ impl Hosts {
     }
 
     /// The round trip; Ok(reply) when the host answered (its task may have failed), with
-    /// the host's timeline when its config records one (`host::ships_timeline`).
+    /// the host's timeline when its config records one (`worker::ships_timeline`).
     fn round_trip(
         &self,
         rec: Rec,
@@ -437,9 +441,9 @@ impl Hosts {
             return Err(why.clone());
         }
         let seq = self.seq.fetch_add(1, Relaxed);
-        let tag = FIRST_DATA_TAG + (seq % comm::DATA_TAGS) as i32;
+        let tag = FIRST_DATA_TAG + (seq % transport::DATA_TAGS) as i32;
         let rank = worker as i32 + 1;
-        let ships_timeline = super::host::ships_timeline(&rec.config);
+        let ships_timeline = super::worker::ships_timeline(&rec.config);
         let (task, sent, back) = self.frame(rec, name, seq, tag, call);
         let mut buf = vec![0u8; wire::task_len(&task)];
         let n = wire::encode_task(&task, &mut buf)
@@ -448,7 +452,7 @@ impl Hosts {
         // The sends give up only on a lost host (never on Ctrl-C: MPI would go on
         // reading the caller's arrays); the frame's buffer is then left to MPI.
         let (k, sent_frame) =
-            turn.send(|| comm::send_until(rank, TAG_REQUEST, &buf[..n], || watch.lost()));
+            turn.send(|| transport::send_until(rank, TAG_REQUEST, &buf[..n], || watch.lost()));
         if !sent_frame {
             std::mem::forget(buf);
         }
@@ -458,7 +462,7 @@ impl Hosts {
                 // of memory the caller keeps alive for the run; this task reads it,
                 // so the engine runs no writer of it until the task ends.
                 let bytes = unsafe { bytes_of(t) };
-                comm::send_data_until(rank, tag, bytes, &mut || watch.lost())
+                transport::send_data_until(rank, tag, bytes, &mut || watch.lost())
             }) {
             turn.wait_turn(k, &self.cancel, &|| watch.live.lost().is_some());
             self.await_reply(rank, tag, seq, &mut watch)
@@ -481,7 +485,7 @@ impl Hosts {
                 // memory the caller keeps alive for the run; this task writes it, so the
                 // engine runs no other reader or writer of it until the task ends. The
                 // slice ends with this call.
-                comm::receive_data(rank, tag, unsafe { bytes_of_mut(t) }, &mut || {
+                transport::receive_data(rank, tag, unsafe { bytes_of_mut(t) }, &mut || {
                     self.given_up() || watch.lost()
                 })
                 .map_err(|e| match watch.live.lost() {
@@ -490,15 +494,15 @@ impl Hosts {
                 })?;
             }
             if ships_timeline {
-                let (m, st) = comm::wait_message(
+                let (m, st) = transport::wait_message(
                     rank,
                     Some(tag),
                     REPLY_MAX_SLEEP,
-                    comm::Backoff::EXPECTED,
+                    transport::Backoff::EXPECTED,
                     || self.given_up() || watch.lost(),
                 )
                 .ok_or_else(|| self.why_given_up(&watch))?;
-                timeline = Some(comm::receive_vec(m, &st));
+                timeline = Some(transport::receive_vec(m, &st));
             }
         } else {
             // A host that stops serving says so before this reply: its later tasks fail
@@ -596,8 +600,8 @@ impl Executor for Hosts {
     /// Write a traced run's L4 timeline (a failed write is a line on stderr, as at L3).
     fn write_timeline(&self, tr: RunTrace<TaskSpan>, _tasks: &[Rec]) {
         let spans: Vec<TaskSpan> = tr.tasks.into_iter().filter_map(|t| t.dispatch).collect();
-        let v = trace::merge(tr.t0_ns, std::process::id(), &spans);
-        if let Err(e) = trace::write(std::path::Path::new(&tr.prefix), &v) {
+        let v = timeline::merge(tr.t0_ns, std::process::id(), &spans);
+        if let Err(e) = timeline::write(std::path::Path::new(&tr.prefix), &v) {
             eprintln!(
                 "taskring: could not write merged_swimlane.json under {}: {e}",
                 tr.prefix

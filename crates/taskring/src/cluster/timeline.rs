@@ -4,7 +4,7 @@
 //! A traced L4 run (rank 0's `CallConfig` with `enable_chip_swimlane` and an
 //! `output_prefix`) has every L4 task record its host's timeline (the task's own prefix,
 //! else the run's; the host writes under its `host{h}/` directory there), and each host
-//! sends that file back after its reply (`host::ships_timeline`). Rank 0 then writes:
+//! sends that file back after its reply (`worker::ships_timeline`). Rank 0 then writes:
 //!
 //! - process `rank 0 (pid P)`, one lane per dispatch thread (`dispatch (tid T)`), a
 //!   slice per L4 task (`{program} -> host {h}`) from its request to its reply

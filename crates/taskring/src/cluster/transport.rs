@@ -97,7 +97,7 @@ pub fn forbid_finalize(why: String) {
 /// on stderr and `MPI_Abort` of the job, which `MPI_Finalize` would wait for forever.
 pub fn finalize() {
     if initialized() {
-        super::host::stop_watchdog();
+        super::worker::stop_watchdog();
         if let Some(why) = NO_FINALIZE.lock().clone() {
             eprintln!("taskring: {why}; ending the job with MPI_Abort (MPI_Finalize would wait for that rank)");
             abort(1);

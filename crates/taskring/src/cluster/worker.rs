@@ -10,9 +10,9 @@
 //! [`REQUEST_MAX_SLEEP`]). A host that stops serving on its own says so
 //! ([`leave`]); the close frame is acknowledged.
 
-use super::comm::{self, TAG_LIVE, TAG_REQUEST};
+use super::transport::{self, TAG_LIVE, TAG_REQUEST};
 use super::wire::{self, HostRequest, L4Arg, L4Reply, L4Task};
-use crate::node::frame::{FrameError, FRAME_MAGIC};
+use crate::node::wire::{FrameError, FRAME_MAGIC};
 use crate::node::NodeRunReport;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -64,15 +64,15 @@ fn short_sleeps_for(last_ns: u64, now_ns: u64) -> Duration {
 
 /// The next request from rank 0; `None` when `give_up()` said to stop waiting. A task's
 /// `output_prefix` comes back as this host's directory in it ([`host_dir`]); the close
-/// frame is acknowledged ([`comm::LIVE_CLOSED`]).
+/// frame is acknowledged ([`transport::LIVE_CLOSED`]).
 pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest, Malformed>> {
     BUSY.store(false, Relaxed);
     let short_for = short_sleeps_for(LAST_REQUEST_NS.load(Relaxed), now_ns());
     let (msg, status) =
-        comm::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, short_for, give_up)?;
+        transport::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, short_for, give_up)?;
     BUSY.store(true, Relaxed);
     LAST_REQUEST_NS.store(now_ns(), Relaxed);
-    let buf = comm::receive_vec(msg, &status);
+    let buf = transport::receive_vec(msg, &status);
     let req = wire::decode_request(&buf).map_err(|error| Malformed {
         ids: peek_ids(&buf),
         error,
@@ -80,13 +80,13 @@ pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest,
     Some(req.map(|r| match r {
         HostRequest::Task(mut t) => {
             if !t.config.output_prefix.is_empty() {
-                let worker = comm::world().rank.max(1) as usize - 1;
+                let worker = transport::world().rank.max(1) as usize - 1;
                 t.config.output_prefix = host_dir(&t.config.output_prefix, worker);
             }
             HostRequest::Task(t)
         }
         HostRequest::Close => {
-            comm::send_detached(0, TAG_LIVE, &[comm::LIVE_CLOSED]);
+            transport::send_detached(0, TAG_LIVE, &[transport::LIVE_CLOSED]);
             HostRequest::Close
         }
     }))
@@ -123,7 +123,7 @@ pub fn send_timeline(data_tag: i32, config: &crate::config::CallConfig) {
         .ok()
         .filter(|b| b.len() <= wire::CHUNK_BYTES)
         .unwrap_or_default();
-    comm::send(0, data_tag, &bytes);
+    transport::send(0, data_tag, &bytes);
 }
 
 /// How often the watchdog looks for pings while the host has a request in hand.
@@ -166,9 +166,9 @@ pub fn start_watchdog() {
 
 /// Answer every ping that is there.
 fn answer_pings() {
-    while let Some(m) = comm::try_receive(0, TAG_LIVE) {
-        if m.first() == Some(&comm::LIVE_PING) {
-            comm::send_detached(0, TAG_LIVE, &[comm::LIVE_PONG]);
+    while let Some(m) = transport::try_receive(0, TAG_LIVE) {
+        if m.first() == Some(&transport::LIVE_PING) {
+            transport::send_detached(0, TAG_LIVE, &[transport::LIVE_PONG]);
         }
     }
 }
@@ -188,9 +188,9 @@ pub fn stop_watchdog() {
 pub fn leave(why: &str) {
     LEFT.store(true, Relaxed);
     let mut m = Vec::with_capacity(1 + why.len());
-    m.push(comm::LIVE_LEAVING);
+    m.push(transport::LIVE_LEAVING);
     m.extend_from_slice(why.as_bytes());
-    comm::send_detached(0, TAG_LIVE, Box::leak(m.into_boxed_slice()));
+    transport::send_detached(0, TAG_LIVE, Box::leak(m.into_boxed_slice()));
 }
 
 /// Whether the task `seq` was answered (a reply went out for it).
@@ -208,7 +208,7 @@ fn peek_ids(buf: &[u8]) -> Option<(u64, i32)> {
     }
     let seq = u64::from_le_bytes(buf[12..20].try_into().ok()?);
     let tag = u32::from_le_bytes(buf[20..24].try_into().ok()?) as i32;
-    (comm::FIRST_DATA_TAG..comm::FIRST_DATA_TAG + comm::DATA_TAGS as i32)
+    (transport::FIRST_DATA_TAG..transport::FIRST_DATA_TAG + transport::DATA_TAGS as i32)
         .contains(&tag)
         .then_some((seq, tag))
 }
@@ -246,7 +246,7 @@ pub fn receive_inputs(
         return Err("the input buffers do not match the task's inputs".into());
     }
     for b in bufs.iter_mut() {
-        comm::receive_data(0, task.data_tag, b, give_up)?;
+        transport::receive_data(0, task.data_tag, b, give_up)?;
     }
     Ok(())
 }
@@ -273,9 +273,9 @@ pub fn reply(
     let n = wire::encode_reply(&r, &mut buf).expect("a reply fits its computed length");
     buf.truncate(n);
     LAST_REPLY.store(seq.wrapping_add(1), Relaxed);
-    comm::send_posted(0, data_tag, buf);
+    transport::send_posted(0, data_tag, buf);
     for o in outputs {
-        comm::send_data(0, data_tag, o);
+        transport::send_data(0, data_tag, o);
     }
 }
 

@@ -1,9 +1,9 @@
 //! Rank 0 of an L4 job: [`Cluster`], the engine whose tasks are whole L3 dispatches on
-//! hosts (the next-level engine with the hosts as its executor, [`super::link`]), and its
+//! hosts (the next-level engine with the hosts as its executor, [`super::executor`]), and its
 //! orchestration API.
 
-use super::comm::{self, TAG_REQUEST};
-use super::link::{Hosts, Watch};
+use super::executor::{Hosts, Watch};
+use super::transport::{self, TAG_REQUEST};
 use super::wire;
 use super::{ClusterError, ClusterRunReport};
 use crate::config::CallConfig;
@@ -49,7 +49,7 @@ impl<'r> ClusterOrchestrator<'_, 'r> {
     }
 }
 
-/// Rank 0 of an L4 job (after `comm::init`).
+/// Rank 0 of an L4 job (after `transport::init`).
 pub struct Cluster {
     level: Level<Hosts>,
     closed: bool,
@@ -127,7 +127,7 @@ impl Cluster {
     /// engine (idempotent). A host that does not answer within the host timeout is
     /// lost (the job then ends with `MPI_Abort` when rank 0 finalizes); one that answers
     /// pings but is still busy (a task of an interrupted run) is not waited for longer.
-    /// MPI itself is finalized by the embedding (`comm::finalize`).
+    /// MPI itself is finalized by the embedding (`transport::finalize`).
     pub fn close(&mut self) {
         if self.closed {
             return;
@@ -144,10 +144,10 @@ impl Cluster {
         // The close frame is small: it goes out at once, even to a stopped host.
         waiting.retain(|&h| {
             let w = &mut watches[h];
-            comm::send_until(h as i32 + 1, TAG_REQUEST, frame, || w.lost())
+            transport::send_until(h as i32 + 1, TAG_REQUEST, frame, || w.lost())
         });
         let t0 = Instant::now();
-        let mut b = comm::Backoff::new(Duration::from_millis(1), comm::Backoff::EXPECTED);
+        let mut b = transport::Backoff::new(Duration::from_millis(1), transport::Backoff::EXPECTED);
         while !waiting.is_empty() {
             waiting.retain(|&h| {
                 sh.live[h].drain(h);

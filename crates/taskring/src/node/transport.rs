@@ -2,10 +2,10 @@
 //! given-up requests), the watch of its life (death by `waitpid`, heartbeat, stop), the
 //! host pipe whose end tells a chip process that its host is gone, and shutdown.
 
-use super::child::STUCK_KERNEL_EXIT;
-use super::frame::{self, ReplyFrame, TaskFrame};
 use super::mailbox::{self, futex_wake, Mailbox, STATE_SHUTDOWN};
 use super::trace;
+use super::wire::{self, ReplyFrame, TaskFrame};
+use super::worker::STUCK_KERNEL_EXIT;
 use super::ChipFault;
 use crate::nextlevel::hook::poll_inline_hook;
 use parking_lot::Mutex;
@@ -271,14 +271,14 @@ impl Chip {
         stamp: bool,
         after: impl FnOnce(u64) -> T,
     ) -> Result<(ReplyFrame, T), ChipFault> {
-        self.round_trip_then(ctl, |buf| frame::encode_task(task, buf), stamp, after)
+        self.round_trip_then(ctl, |buf| wire::encode_task(task, buf), stamp, after)
     }
 
     /// One round trip with the request `encode` writes.
     pub(super) fn round_trip(
         &self,
         ctl: &Ctl,
-        encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, wire::FrameError>,
     ) -> Result<ReplyFrame, ChipFault> {
         self.round_trip_then(ctl, encode, false, |_| ())
             .map(|(r, ())| r)
@@ -289,7 +289,7 @@ impl Chip {
     pub(super) fn round_trip_then<T>(
         &self,
         ctl: &Ctl,
-        encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, wire::FrameError>,
         stamp: bool,
         after: impl FnOnce(u64) -> T,
     ) -> Result<(ReplyFrame, T), ChipFault> {
@@ -317,8 +317,7 @@ impl Chip {
         let len = (h.resp_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
         // safety: the chip wrote the reply before publishing resp_seq (acquired above).
         let buf = unsafe { &self.mailbox.resp_buf()[..len] };
-        let r =
-            frame::decode_reply(buf).map_err(|e| self.fault(format!("bad reply frame: {e}")))?;
+        let r = wire::decode_reply(buf).map_err(|e| self.fault(format!("bad reply frame: {e}")))?;
         Ok((r, after(posted)))
     }
 

@@ -2,9 +2,9 @@
 //! and what it records — the chip's report, its failure, and in a traced run the
 //! dispatch's and the chip's sides for the timeline.
 
-use super::child::chip_dir;
-use super::frame::{ReplyFrame, TaskFrame, WireArg, WireReport, WireTensor};
-use super::link::{Chip, Ctl};
+use super::transport::{Chip, Ctl};
+use super::wire::{ReplyFrame, TaskFrame, WireArg, WireReport, WireTensor};
+use super::worker::chip_dir;
 use super::{mailbox, shm, timeline, trace, ChipCallable, ChipFault, ChipTaskReport};
 use crate::chip::RunReport;
 use crate::config::RingSizing;

@@ -1,7 +1,7 @@
 //! B9 replay: captured graphs replayed (`docs/api.md` §10) against the executors they compete
 //! with, in the same run (samples interleaved).
 //!
-//! - every B3 pattern ([`super::b3::patterns`]), captured once with the default sizing,
+//! - every B3 pattern ([`super::overhead::patterns`]), captured once with the default sizing,
 //!   then replayed (`Captured::replay`, wall time) against B3's hand-rolled executor of
 //!   the same DAG ([`super::baseline`]; build + execute, as in B3 — its execute-only
 //!   time is reported too) and against the normal run of the program (B3's figure);
@@ -11,7 +11,9 @@
 //!   replayed against the same program run normally (`run_with_sizing`, the captured
 //!   sizing).
 
-use super::b3::{helper_config, pattern_args, patterns_param, run_baseline, run_taskring, Rig};
+use super::overhead::{
+    helper_config, pattern_args, patterns_param, run_baseline, run_taskring, Rig,
+};
 use super::*;
 use serde_json::json;
 use taskring::builtin::{FILL, MATMUL, MATMUL_ACC, NOOP, SOFTMAX_ROWS};

@@ -4,8 +4,8 @@
 //! mailbox: one L2 task with its whole `CallConfig`, its arena statistics, or a
 //! device-memory hold.
 
-use super::frame::{self, ReplyFrame, WireArg, WireReport};
 use super::mailbox::{self, futex_wake, Mailbox, STATE_FAILED, STATE_READY, STATE_SHUTDOWN};
+use super::wire::{self, ReplyFrame, WireArg, WireReport};
 use super::{shm, trace, ChipCallable, NodeOptions};
 use crate::chip::{Arg, ChipOptions, ChipWorker, HostTensor, RunError, RunReport};
 use crate::config::{CallConfig, RingSizing};
@@ -37,7 +37,7 @@ pub(super) fn report_start_failure(mb: &Mailbox, text: &str) {
         stats: None,
     };
     // safety: the chip side owns the reply buffer while starting.
-    if let Ok(n) = frame::encode_reply(&r, unsafe { mb.resp_buf() }) {
+    if let Ok(n) = wire::encode_reply(&r, unsafe { mb.resp_buf() }) {
         mb.header().resp_len.store(n as u32, Release);
     }
     mb.header().state.store(STATE_FAILED, Release);
@@ -161,9 +161,9 @@ pub(super) fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
             );
         }
         // safety: we own the reply buffer until we publish resp_seq.
-        let n = match frame::encode_reply(&reply, unsafe { mb.resp_buf() }) {
+        let n = match wire::encode_reply(&reply, unsafe { mb.resp_buf() }) {
             Ok(n) => n,
-            Err(e) => frame::encode_reply(
+            Err(e) => wire::encode_reply(
                 &ReplyFrame {
                     status: StatusCode::RuntimeSetup.code(),
                     error: format!("cannot encode the reply: {e}"),
@@ -234,10 +234,10 @@ fn serve_request(
     req: &[u8],
     traced: &mut bool,
 ) -> ReplyFrame {
-    match frame::request_kind(req) {
-        Ok(frame::KIND_STATS) => return stats_reply(chip),
-        Ok(frame::KIND_HOLD) => {
-            return match frame::decode_hold_request(req) {
+    match wire::request_kind(req) {
+        Ok(wire::KIND_STATS) => return stats_reply(chip),
+        Ok(wire::KIND_HOLD) => {
+            return match wire::decode_hold_request(req) {
                 Ok(bytes) => match chip.hold_resident_tensors(bytes) {
                     Ok(()) => stats_reply(chip),
                     Err(f) => failed_reply(f.code, f.to_string()),
@@ -247,7 +247,7 @@ fn serve_request(
         }
         _ => {}
     }
-    let task = match frame::decode_task(req) {
+    let task = match wire::decode_task(req) {
         Ok(t) => t,
         Err(e) => return failed_reply(StatusCode::InvalidArgs, format!("bad task frame: {e}")),
     };
@@ -301,7 +301,7 @@ fn stats_reply(chip: &ChipWorker) -> ReplyFrame {
         status: 0,
         error: String::new(),
         report: None,
-        stats: Some(frame::WireStats {
+        stats: Some(wire::WireStats {
             builds: st.builds,
             hits: st.hits,
             misses: st.misses,

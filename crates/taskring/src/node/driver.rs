@@ -1,11 +1,11 @@
 //! The host of an L3 node: [`Node`] (start, run, close), its orchestration API and the
 //! handle other threads use while a run is in flight.
 
-use super::dispatch::Chips;
-use super::frame;
-use super::link::{shutdown_chips, Chip, Ctl};
+use super::executor::Chips;
 use super::mailbox::futex_wake;
 use super::spawn::{node_engine_options, start_chip, wait_chips_ready};
+use super::transport::{shutdown_chips, Chip, Ctl};
+use super::wire;
 use super::{ChipCallable, ChipFault, ForkHooks, NodeError, NodeOptions, NodeRunReport};
 use crate::chip::ChipWorker;
 use crate::config::CallConfig;
@@ -65,8 +65,8 @@ impl NodeHandle {
     fn chip_stats_request(
         &self,
         worker: usize,
-        encode: impl FnOnce(&mut [u8]) -> Result<usize, frame::FrameError>,
-    ) -> Result<(&Chip, frame::WireStats), NodeError> {
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, wire::FrameError>,
+    ) -> Result<(&Chip, wire::WireStats), NodeError> {
         if std::process::id() != self.creator {
             return Err(NodeError::Forked(self.creator));
         }
@@ -86,7 +86,7 @@ impl NodeHandle {
     }
 
     /// The counters of a chip's reply, with the device memory the host knows of.
-    fn arena_stats_of(&self, chip: &Chip, st: frame::WireStats) -> crate::arena::ArenaStats {
+    fn arena_stats_of(&self, chip: &Chip, st: wire::WireStats) -> crate::arena::ArenaStats {
         crate::arena::ArenaStats {
             builds: st.builds,
             hits: st.hits,
@@ -106,7 +106,7 @@ impl NodeHandle {
 
     /// Chip `worker`'s arena-cache statistics.
     pub fn chip_arena_stats(&self, worker: usize) -> Result<crate::arena::ArenaStats, NodeError> {
-        let (chip, st) = self.chip_stats_request(worker, frame::encode_stats_request)?;
+        let (chip, st) = self.chip_stats_request(worker, wire::encode_stats_request)?;
         Ok(self.arena_stats_of(chip, st))
     }
 
@@ -118,7 +118,7 @@ impl NodeHandle {
         bytes: u64,
     ) -> Result<crate::arena::ArenaStats, NodeError> {
         let (chip, st) =
-            self.chip_stats_request(worker, |b| frame::encode_hold_request(b, bytes))?;
+            self.chip_stats_request(worker, |b| wire::encode_hold_request(b, bytes))?;
         chip.held.store(bytes, Relaxed);
         Ok(self.arena_stats_of(chip, st))
     }
