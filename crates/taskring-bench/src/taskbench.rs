@@ -101,6 +101,18 @@ use kernels::KernelKind;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// The name of `v` in a flag's `(name, value)` table (`-type`, `-kernel`).
+fn name_of<T: PartialEq>(table: &[(&'static str, T)], v: &T) -> &'static str {
+    table.iter().find(|(_, t)| t == v).map_or("?", |(n, _)| n)
+}
+
+/// Per-scope budgets on ring 1 (scopes at depth 1).
+#[derive(Clone, Copy)]
+struct Budgets {
+    tasks: usize,
+    edges: usize,
+}
+
 /// `taskring-bench taskbench <flags>`: `args` are the flags after the subcommand.
 pub fn main(args: Vec<String>) -> ExitCode {
     let opts = match parse(&args) {

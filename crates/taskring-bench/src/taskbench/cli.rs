@@ -97,10 +97,6 @@ fn named<T: Copy>(table: &[(&str, T)], s: &str, flag: &str) -> Result<T, String>
 }
 
 /// The name of `v` in `table` (`?` if it has none).
-pub(super) fn name_of<T: PartialEq>(table: &[(&'static str, T)], v: &T) -> &'static str {
-    table.iter().find(|(_, t)| t == v).map_or("?", |(n, _)| n)
-}
-
 /// `Err("")`: `-h` (print the usage); another `Err`: a usage error.
 pub(super) fn parse(args: &[String]) -> Result<Opts, String> {
     let mut opts = Opts {

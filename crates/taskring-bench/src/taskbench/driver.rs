@@ -6,19 +6,13 @@ use super::graph::Graph;
 use super::pattern::{Intervals, Pattern};
 use super::report::{print_config, print_mapping, ThreadTimes, Totals};
 use super::task::{Counters, TbKernel};
+use super::Budgets;
 use std::sync::Arc;
 use std::time::Instant;
 use taskring::{
     ChipOptions, ChipWorker, KernelRef, Orchestrator, Program, RingField, RingSizing, RuntimeEnv,
     RuntimeFailure, Scalar, SizeSource, TaskArgs, TaskId,
 };
-
-/// Per-scope budgets on ring 1 (scopes at depth 1).
-#[derive(Clone, Copy)]
-pub(super) struct Budgets {
-    pub(super) tasks: usize,
-    pub(super) edges: usize,
-}
 
 /// The program: each timestep's tasks of every graph in one scope at depth 1, split when
 /// a scope would pass `budget`; each task's inputs, its row and its explicit orderings.

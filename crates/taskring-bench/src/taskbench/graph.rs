@@ -135,7 +135,14 @@ fn per_task_costs(spec: &GraphSpec) -> Result<(u64, u64), String> {
 
 impl Graph {
     pub(super) fn new(idx: usize, spec: &GraphSpec) -> Result<Graph, String> {
-        let shape = Shape::new(spec);
+        let shape = Shape::new(
+            spec.pattern,
+            spec.steps,
+            spec.width,
+            spec.radix,
+            spec.period,
+            spec.fraction,
+        );
         let out_words = (spec.output / 8) as usize;
         let stride = out_words.div_ceil(8) * 8;
         let w = spec.width;

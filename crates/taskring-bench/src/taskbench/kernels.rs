@@ -2,7 +2,7 @@
 //! arithmetic: 16 independent 4-wide FMA chains with AVX2/FMA, the same lanes in plain
 //! arrays without) and `memory_bound` (copies within a per-thread scratch buffer).
 
-use super::cli::{name_of, GraphSpec};
+use super::name_of;
 use std::cell::RefCell;
 use std::hint::black_box;
 
@@ -32,22 +32,28 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Task (t, i)'s kernel, as the graph's flags give it.
+/// Task (t, i)'s kernel, as the graph's flags give it (`-kernel`, `-iter`, `-scratch`).
 #[inline]
-pub(super) fn run_kernel(spec: &GraphSpec, t: i64, i: i64) -> Result<(), String> {
-    match spec.kernel {
+pub(super) fn run_kernel(
+    kernel: KernelKind,
+    iter: u64,
+    scratch: u64,
+    t: i64,
+    i: i64,
+) -> Result<(), String> {
+    match kernel {
         KernelKind::Empty => {}
         KernelKind::BusyWait => {
             let mut acc: u64 = 1 + ((t * 31 + i) as u64 % 1000);
-            for _ in 0..spec.iter {
+            for _ in 0..iter {
                 acc = acc * 139 % 2_147_483_647;
             }
             black_box(acc);
         }
         KernelKind::ComputeBound => {
-            black_box(compute_bound(spec.iter));
+            black_box(compute_bound(iter));
         }
-        KernelKind::MemoryBound => return memory_bound(spec.iter, spec.scratch as usize),
+        KernelKind::MemoryBound => return memory_bound(iter, scratch as usize),
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Dependence patterns: which points exist at each timestep of a graph and which points
 //! of the previous timestep each one depends on, as sorted, disjoint point intervals.
 
-use super::cli::{name_of, GraphSpec};
+use super::name_of;
 
 /// Most dependency intervals one task may have (bounds spread / random_nearest radix).
 pub(super) const MAX_IV: usize = 64;
@@ -155,24 +155,33 @@ fn edge_uniform(dset: i64, point: i64, dep: i64) -> f64 {
 }
 
 impl Shape {
-    pub(super) fn new(g: &GraphSpec) -> Shape {
-        let period = if g.pattern.uses_period() && g.period <= 0 {
+    /// The shape of a graph of `pattern` with the flags `-steps -width -radix -period
+    /// -fraction` (`period` as given; -1: unset).
+    pub(super) fn new(
+        pattern: Pattern,
+        steps: i64,
+        width: i64,
+        radix: i64,
+        period: i64,
+        fraction: f64,
+    ) -> Shape {
+        let period = if pattern.uses_period() && period <= 0 {
             3
         } else {
-            g.period
+            period
         };
-        let ndsets = match g.pattern {
-            Pattern::Fft => ceil_log2(g.width).max(1),
+        let ndsets = match pattern {
+            Pattern::Fft => ceil_log2(width).max(1),
             Pattern::Spread | Pattern::RandomNearest => period.max(1),
             _ => 1,
         };
         Shape {
-            pattern: g.pattern,
-            steps: g.steps,
-            width: g.width,
-            radix: g.radix,
+            pattern,
+            steps,
+            width,
+            radix,
             period,
-            fraction: g.fraction,
+            fraction,
             ndsets,
         }
     }
@@ -289,13 +298,8 @@ pub(super) mod tests {
     use super::*;
 
     pub(in crate::taskbench) fn shape(p: Pattern, steps: i64, width: i64, radix: i64) -> Shape {
-        Shape::new(&GraphSpec {
-            pattern: p,
-            steps,
-            width,
-            radix,
-            ..Default::default()
-        })
+        let g = crate::taskbench::cli::GraphSpec::default();
+        Shape::new(p, steps, width, radix, g.period, g.fraction)
     }
 
     fn pts(s: &Shape, t: i64, i: i64) -> Vec<i64> {

@@ -2,8 +2,8 @@
 //! (numbers as C's `printf("%e")` prints them, so Task Bench's scripts parse them), and
 //! with `-v` the runtime mapping and each thread's share of the timed run on stderr.
 
-use super::driver::Budgets;
 use super::graph::Graph;
+use super::Budgets;
 use std::sync::Arc;
 use taskring::{ChipWorker, RingSizing};
 

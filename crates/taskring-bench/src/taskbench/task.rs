@@ -86,7 +86,7 @@ impl TbKernel {
             }
         }
 
-        run_kernel(&g.spec, t, i)?;
+        run_kernel(g.spec.kernel, g.spec.iter, g.spec.scratch, t, i)?;
 
         // safety: the row is this task's output (checked above); it is ordered after the
         // row's previous writer and readers by the runtime.
@@ -111,7 +111,7 @@ impl TbKernel {
                 g.idx + 1
             ));
         }
-        run_kernel(&g.spec, t, i)?;
+        run_kernel(g.spec.kernel, g.spec.iter, g.spec.scratch, t, i)?;
         let b = &g.blocks[p][g.block_of(i)];
         // safety: the row is inside the block; concurrent writers of the same row
         // (timesteps t and t±2, unordered in this pattern) use atomics.
