@@ -2,10 +2,11 @@
 //! and what it records — the chip's report, its failure, and in a traced run the
 //! dispatch's and the chip's sides for the timeline.
 
+use super::timeline::{self, chip_side, DispatchTrace, TraceSide};
 use super::transport::{Chip, Ctl};
 use super::wire::{ReplyFrame, TaskFrame, WireArg, WireReport, WireTensor};
 use super::worker::chip_dir;
-use super::{mailbox, shm, timeline, trace, ChipCallable, ChipFault, ChipTaskReport};
+use super::{mailbox, shm, trace, ChipCallable, ChipFault, ChipTaskReport};
 use crate::chip::RunReport;
 use crate::config::RingSizing;
 use crate::engine::PeakUse;
@@ -29,28 +30,6 @@ pub(crate) struct Chips {
     pub(super) callables: Arc<RwLock<Vec<ChipCallable>>>,
 }
 
-/// A dispatch on a node thread and what its chip reported.
-pub(crate) struct DispatchTrace {
-    pub(super) tid: u64,
-    pub(super) thread: String,
-    pub(super) start_ns: u64,
-    /// Request posted (after waiting for the chip's turn) and reply seen.
-    pub(super) posted_ns: u64,
-    pub(super) replied_ns: u64,
-    /// The chip's side; None when no reply came.
-    pub(super) chip: Option<ChipSide>,
-}
-
-/// A chip's side of one task: the thread that served it, when, and its own swimlane.
-pub(crate) struct ChipSide {
-    pub(super) tid: u64,
-    pub(super) served_ns: u64,
-    pub(super) replied_ns: u64,
-    /// The swimlane's `ts = 0` on the host's clock; the events, or why there are none.
-    pub(super) t0_ns: u64,
-    pub(super) events: Result<trace::ChipTrace, String>,
-}
-
 /// The wire form of a tensor argument: its shared-memory region and offset.
 fn wire_tensor(t: &Tensor) -> Result<WireTensor, String> {
     let bytes = t.extent() * t.dtype.size_bytes() as u64;
@@ -68,31 +47,6 @@ fn wire_tensor(t: &Tensor) -> Result<WireTensor, String> {
         shape: t.shape,
         strides: t.strides,
     })
-}
-
-/// What the host records of one dispatch's round trip for the timeline: when the request
-/// was posted, when the reply was seen, and the chip's side.
-type TraceSide = Option<(u64, u64, ChipSide)>;
-
-/// The chip's side of a traced dispatch, read while the host still holds the chip's
-/// turn (no later task of that chip can overwrite its swimlane file first).
-fn chip_side(chip: &Chip, swimlane: &std::path::Path, posted_ns: u64) -> (u64, u64, ChipSide) {
-    let replied_ns = trace::mono_ns();
-    let h = chip.mailbox.header();
-    let t0_ns = h.trace_t0_ns.load(Acquire);
-    let events = if t0_ns == 0 {
-        Err("the chip recorded no swimlane".to_string())
-    } else {
-        trace::read_chip_trace(swimlane)
-    };
-    let side = ChipSide {
-        tid: h.served_tid.load(Acquire) as u64,
-        served_ns: h.served_ns.load(Acquire),
-        replied_ns: h.replied_ns.load(Acquire),
-        t0_ns,
-        events,
-    };
-    (posted_ns, replied_ns, side)
 }
 
 /// The rule for tensor argument `i` of an L3 task: a chip maps the caller's shared
@@ -245,7 +199,7 @@ impl Executor for Chips {
 
     fn write_timeline(&self, t: RunTrace<DispatchTrace>, tasks: &[Rec]) {
         let prefix = std::path::PathBuf::from(&t.prefix);
-        if let Err(e) = timeline::build(self, t, tasks).write(&prefix) {
+        if let Err(e) = timeline::build(&self.chips, &self.callables, t, tasks).write(&prefix) {
             eprintln!(
                 "taskring: could not write merged_swimlane.json under {}: {e}",
                 prefix.display()

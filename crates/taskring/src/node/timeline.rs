@@ -1,21 +1,79 @@
-//! A traced L3 run's timeline, built from what its dispatches recorded (the file format
-//! and the clock are [`trace`]'s).
+//! A traced L3 run's timeline: what each dispatch records of itself and of its chip's
+//! side ([`DispatchTrace`], [`ChipSide`]), and the run's timeline built from those
+//! records (the file format and the clock are [`trace`]'s).
 
-use super::executor::{ChipSide, Chips, DispatchTrace};
-use super::trace;
+use super::transport::Chip;
+use super::{trace, ChipCallable};
 use crate::nextlevel::{Rec, RunTrace, TaskTrace};
+use parking_lot::RwLock;
+use std::sync::atomic::Ordering::Acquire;
+
+/// A dispatch on a node thread and what its chip reported.
+pub(crate) struct DispatchTrace {
+    pub(super) tid: u64,
+    pub(super) thread: String,
+    pub(super) start_ns: u64,
+    /// Request posted (after waiting for the chip's turn) and reply seen.
+    pub(super) posted_ns: u64,
+    pub(super) replied_ns: u64,
+    /// The chip's side; None when no reply came.
+    pub(super) chip: Option<ChipSide>,
+}
+
+/// A chip's side of one task: the thread that served it, when, and its own swimlane.
+pub(crate) struct ChipSide {
+    pub(super) tid: u64,
+    pub(super) served_ns: u64,
+    pub(super) replied_ns: u64,
+    /// The swimlane's `ts = 0` on the host's clock; the events, or why there are none.
+    pub(super) t0_ns: u64,
+    pub(super) events: Result<trace::ChipTrace, String>,
+}
+
+/// What the host records of one dispatch's round trip for the timeline: when the request
+/// was posted, when the reply was seen, and the chip's side.
+pub(super) type TraceSide = Option<(u64, u64, ChipSide)>;
+
+/// The chip's side of a traced dispatch, read while the host still holds the chip's
+/// turn (no later task of that chip can overwrite its swimlane file first).
+pub(super) fn chip_side(
+    chip: &Chip,
+    swimlane: &std::path::Path,
+    posted_ns: u64,
+) -> (u64, u64, ChipSide) {
+    let replied_ns = trace::mono_ns();
+    let h = chip.mailbox.header();
+    let t0_ns = h.trace_t0_ns.load(Acquire);
+    let events = if t0_ns == 0 {
+        Err("the chip recorded no swimlane".to_string())
+    } else {
+        trace::read_chip_trace(swimlane)
+    };
+    let side = ChipSide {
+        tid: h.served_tid.load(Acquire) as u64,
+        served_ns: h.served_ns.load(Acquire),
+        replied_ns: h.replied_ns.load(Acquire),
+        t0_ns,
+        events,
+    };
+    (posted_ns, replied_ns, side)
+}
 
 /// The run's L3 timeline (see [`trace`]): the host (its orchestration thread with
 /// each task's submit; each dispatch on the node thread that ran it), then each
 /// chip (the thread that served each task, its cores' kernels); a flow from each
 /// submit to its dispatch and from each dispatch to the chip task it started
 /// ([`TaskLane`] adds one task's part).
-pub(super) fn build(x: &Chips, t: RunTrace<DispatchTrace>, tasks: &[Rec]) -> trace::Timeline {
+pub(super) fn build(
+    chips: &[Chip],
+    callables: &RwLock<Vec<ChipCallable>>,
+    t: RunTrace<DispatchTrace>,
+    tasks: &[Rec],
+) -> trace::Timeline {
     use serde_json::json;
     let end_ns = trace::mono_ns();
     let host = std::process::id() as u64;
-    let names: Vec<String> = x
-        .callables
+    let names: Vec<String> = callables
         .read()
         .iter()
         .map(|c| c.program.name().to_string())
@@ -25,7 +83,7 @@ pub(super) fn build(x: &Chips, t: RunTrace<DispatchTrace>, tasks: &[Rec]) -> tra
         ..Default::default()
     };
     tl.processes.push((host, format!("host (pid {host})")));
-    for c in &x.chips {
+    for c in chips {
         tl.processes.push((c.lane_pid(), c.prefix()));
     }
     tl.threads.push((host, t.orch_tid, "orchestrator".into()));
@@ -55,7 +113,7 @@ pub(super) fn build(x: &Chips, t: RunTrace<DispatchTrace>, tasks: &[Rec]) -> tra
             continue;
         };
         if let Some(c) = tt.dispatch.as_ref().and_then(|d| d.chip.as_ref()) {
-            let pid = x.chips[w].lane_pid();
+            let pid = chips[w].lane_pid();
             lane.chip_side(&mut tl, &mut seen, pid, c, at_dispatch);
         }
     }
