@@ -1,6 +1,7 @@
 """`taskring._native`: the PyO3 module under the Python package `taskring`.
 
-Type stubs for the Rust extension (crates/taskring-py/src/{lib,config,runtime,node}.rs).
+Type stubs for the Rust extension (crates/taskring-py/src/). Read-only attributes are declared
+`Final`; classes the module only hands out are `@type_check_only` (not names of it).
 Everything with behaviour lives in the Rust crate `taskring`; this module converts
 between Python and Rust values and releases the GIL whenever the runtime waits.
 """
@@ -13,45 +14,15 @@ import numpy as np
 from typing_extensions import Self, TypeAlias
 
 __all__ = [
-    "CapturedProgram",
-    "sizing_command",
-    "SizingAdvice",
-    "RuntimeEnv",
-    "CallConfig",
-    "RingSizing",
-    "resolve_ring_sizing",
-    "Tensor",
-    "TensorSpec",
-    "Kernel",
-    "Task",
-    "TaskArgs",
-    "Orchestrator",
-    "Chip",
-    "RunReport",
-    "ArenaStats",
-    "PeakUse",
-    "DeviceMemory",
-    "make_python_kernel",
-    "load_native_kernel",
-    "native_kernel_from_address",
-    "report_kernel_raised",
-    "builtin_kernels",
-    "SharedMem",
-    "Node",
-    "NodeOrchestrator",
-    "NodeRunReport",
-    "ChipTaskReport",
-    "RUNTIME_ENV_RING_COUNT",
-    "DEFAULT_RING_TASK_WINDOW",
-    "DEFAULT_RING_HEAP",
-    "DEFAULT_RING_DEP_POOL",
+    "RuntimeEnv", "CallConfig", "RingSizing", "resolve_ring_sizing",
+    "RUNTIME_ENV_RING_COUNT", "DEFAULT_RING_TASK_WINDOW", "DEFAULT_RING_HEAP",
+    "DEFAULT_RING_DEP_POOL", "sizing_command", "SizingAdvice", "Tensor", "TensorSpec",
+    "Kernel", "make_python_kernel", "builtin_kernels", "load_native_kernel",
+    "native_kernel_from_address", "report_kernel_raised", "Task", "TaskArgs",
+    "Orchestrator", "Chip", "CapturedProgram", "RunReport", "ArenaStats", "DeviceMemory",
+    "PeakUse", "SharedMem", "Node", "NodeOrchestrator", "NodeRunReport", "ChipTaskReport",
+    "MPI_MISSING", "mpi_built", "Mpi", "HostTaskReport", "HostTensor", "host_serve",
     "Cluster",
-    "HostTaskReport",
-    "HostTensor",
-    "host_serve",
-    "MPI_MISSING",
-    "mpi_built",
-    "Mpi",
 ]
 
 # ----- helper aliases (stub-only) ------------------------------------------------------
@@ -206,17 +177,12 @@ class CallConfig:
 class RingSizing:
     """The resolved, validated sizes of one dispatch."""
 
-    @property
-    def task_window(self) -> _Ring4:
-        """Resolved task window per ring."""
-
-    @property
-    def heap(self) -> _Ring4:
-        """Resolved task-output heap bytes per ring."""
-
-    @property
-    def dep_pool(self) -> _Ring4:
-        """Resolved dependency-pool entries per ring."""
+    task_window: Final[_Ring4]
+    """Resolved task window per ring."""
+    heap: Final[_Ring4]
+    """Resolved task-output heap bytes per ring."""
+    dep_pool: Final[_Ring4]
+    """Resolved dependency-pool entries per ring."""
 
     def source(self, field: str, ring: int) -> Literal["call_config", "env", "default", "auto"]:
         """Where a value came from: "call_config", "env", "default" or "auto" (`field`: ring_task_window, ring_heap or ring_dep_pool, or this class's attribute names task_window, heap, dep_pool; `ring` in [0, 3])."""
@@ -243,45 +209,26 @@ class SizingAdvice:
     def __new__(cls, text: str, headroom: str | float | None = None, path: str | None = None) -> Self:
         """`text`: a whole `scope_stats.jsonl`; `headroom` (default 1.25): a str as `--headroom` takes it, a float checked by the same rule. ValueError for a bad headroom or text that is not scope stats (begun with `path: ` when given)."""
 
-    @property
-    def task_window(self) -> _Ring4:
-        """The suggested task window per ring."""
-
-    @property
-    def heap(self) -> _Ring4:
-        """The suggested heap per ring (bytes)."""
-
-    @property
-    def dep_pool(self) -> _Ring4:
-        """The suggested dependency pool per ring."""
-
-    @property
-    def headroom(self) -> float:
-        """The factor on the recorded peaks."""
-
-    @property
-    def peak(self) -> PeakUse:
-        """The recorded peaks per ring the advice is for."""
-
-    @property
-    def unfit(self) -> list[tuple[str, int, int, int]]:
-        """Needs no valid size holds: `(field, ring, need, largest valid size)`."""
-
-    @property
-    def notes(self) -> list[str]:
-        """The advisor's notes, one sentence each."""
-
-    @property
-    def runtime_env(self) -> dict[str, Any]:
-        """The suggestion as `runtime_env` fields: one int per field when the rings agree, else four."""
-
-    @property
-    def runtime_env_line(self) -> str:
-        """The suggestion as a line `runtime_env = {...}`."""
-
-    @property
-    def env_lines(self) -> list[str]:
-        """The suggestion as `PTO2_RING_*=...` lines."""
+    task_window: Final[_Ring4]
+    """The suggested task window per ring."""
+    heap: Final[_Ring4]
+    """The suggested heap per ring (bytes)."""
+    dep_pool: Final[_Ring4]
+    """The suggested dependency pool per ring."""
+    headroom: Final[float]
+    """The factor on the recorded peaks."""
+    peak: Final[PeakUse]
+    """The recorded peaks per ring the advice is for."""
+    unfit: Final[list[tuple[str, int, int, int]]]
+    """Needs no valid size holds: `(field, ring, need, largest valid size)`."""
+    notes: Final[list[str]]
+    """The advisor's notes, one sentence each."""
+    runtime_env: Final[dict[str, Any]]
+    """The suggestion as `runtime_env` fields: one int per field when the rings agree, else four."""
+    runtime_env_line: Final[str]
+    """The suggestion as a line `runtime_env = {...}`."""
+    env_lines: Final[list[str]]
+    """The suggestion as `PTO2_RING_*=...` lines."""
 
 # ----- tensors and kernels (runtime.rs) ------------------------------------------------------
 
@@ -289,29 +236,18 @@ class SizingAdvice:
 class Tensor:
     """A tensor handle inside an orchestration (a view; never owns memory)."""
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The view's shape."""
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        """The view's strides, in elements."""
-
-    @property
-    def dtype(self) -> str:
-        """The element type's name (e.g. "float32")."""
-
-    @property
-    def ndim(self) -> int:
-        """Number of dimensions."""
-
-    @property
-    def offset(self) -> int:
-        """Offset of the view's first element in its buffer, in elements."""
-
-    @property
-    def owner(self) -> int | None:
-        """Id of the task that produced this runtime tensor, or None for host tensors."""
+    shape: Final[tuple[int, ...]]
+    """The view's shape."""
+    strides: Final[tuple[int, ...]]
+    """The view's strides, in elements."""
+    dtype: Final[str]
+    """The element type's name (e.g. "float32")."""
+    ndim: Final[int]
+    """Number of dimensions."""
+    offset: Final[int]
+    """Offset of the view's first element in its buffer, in elements."""
+    owner: Final[int | None]
+    """Id of the task that produced this runtime tensor, or None for host tensors."""
 
     def view(self, shape: _Shape, offset: int | None = None, strides: Sequence[int] | None = None) -> Tensor:
         """A view over the same buffer: `offset` in elements from this view's start, `strides` in elements (row-major when None)."""
@@ -326,25 +262,19 @@ class TensorSpec:
     def __new__(cls, shape: _Shape, dtype: _DType) -> Self:
         """A spec for an output of `shape` and `dtype`."""
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The output's shape."""
-
-    @property
-    def dtype(self) -> str:
-        """The element type's name (e.g. "float32")."""
+    shape: Final[tuple[int, ...]]
+    """The output's shape."""
+    dtype: Final[str]
+    """The element type's name (e.g. "float32")."""
 
 @final
 class Kernel:
     """A kernel handle (`taskring.kernels.add`, or made by `@taskring.kernel`)."""
 
-    @property
-    def name(self) -> str:
-        """The kernel's name."""
-
-    @property
-    def core(self) -> Literal["aic", "aiv", "any"]:
-        """The core kind it runs on: "aic", "aiv" or "any"."""
+    name: Final[str]
+    """The kernel's name."""
+    core: Final[Literal["aic", "aiv", "any"]]
+    """The core kind it runs on: "aic", "aiv" or "any"."""
 
 def load_native_kernel(
     path: str,
@@ -377,17 +307,12 @@ def builtin_kernels() -> dict[str, Kernel]:
 class Task:
     """A submitted task: its id and its runtime outputs."""
 
-    @property
-    def id(self) -> int:
-        """The task id (ring and local index packed)."""
-
-    @property
-    def outputs(self) -> list[Tensor]:
-        """The runtime-allocated outputs (one per TensorSpec), in order."""
-
-    @property
-    def ring(self) -> int:
-        """The ring the task was submitted on."""
+    id: Final[int]
+    """The task id (ring and local index packed)."""
+    outputs: Final[list[Tensor]]
+    """The runtime-allocated outputs (one per TensorSpec), in order."""
+    ring: Final[int]
+    """The ring the task was submitted on."""
 
 @final
 class TaskArgs:
@@ -447,9 +372,8 @@ class Orchestrator:
     def end_scope(self) -> None:
         """Close the innermost scope."""
 
-    @property
-    def depth(self) -> int:
-        """Current scope depth (the run's root scope is 0)."""
+    depth: Final[int]
+    """Current scope depth (the run's root scope is 0)."""
 
     def scope(self, manual: bool = False) -> Scope:
         """`with rt.scope(manual=False): ...` — a nested scope (depth + 1; ring min(depth, 3))."""
@@ -476,133 +400,82 @@ class Scope:
 class ArenaStats:
     """Counters of a chip's arena cache."""
 
-    @property
-    def builds(self) -> int:
-        """Arenas built so far."""
-
-    @property
-    def hits(self) -> int:
-        """Dispatches whose arena was resident."""
-
-    @property
-    def misses(self) -> int:
-        """Dispatches that had to build their arena."""
-
-    @property
-    def evictions(self) -> int:
-        """Arenas evicted from the cache."""
-
-    @property
-    def resident(self) -> list[tuple[int, ...]]:
-        """Keys (12-tuples, as `RingSizing.key()`), most recently used first."""
-
-    @property
-    def build_s(self) -> float:
-        """Total seconds spent building."""
-
-    @property
-    def resident_bytes(self) -> int:
-        """Device bytes of the resident arenas."""
-
-    @property
-    def held_bytes(self) -> int:
-        """Device bytes held outside the cache (arenas set aside for a stuck kernel, device-resident tensors)."""
-
-    @property
-    def capacity_bytes(self) -> int:
-        """The chip's device memory."""
+    builds: Final[int]
+    """Arenas built so far."""
+    hits: Final[int]
+    """Dispatches whose arena was resident."""
+    misses: Final[int]
+    """Dispatches that had to build their arena."""
+    evictions: Final[int]
+    """Arenas evicted from the cache."""
+    resident: Final[list[tuple[int, ...]]]
+    """Keys (12-tuples, as `RingSizing.key()`), most recently used first."""
+    build_s: Final[float]
+    """Total seconds spent building."""
+    resident_bytes: Final[int]
+    """Device bytes of the resident arenas."""
+    held_bytes: Final[int]
+    """Device bytes held outside the cache (arenas set aside for a stuck kernel, device-resident tensors)."""
+    capacity_bytes: Final[int]
+    """The chip's device memory."""
 
 @final
 class DeviceMemory:
     """Device memory as a run report gives it (bytes)."""
 
-    @property
-    def arena_bytes(self) -> int:
-        """The device footprint of the run's sizing."""
-
-    @property
-    def used_bytes(self) -> int:
-        """The chip's device memory in use after the run (0 where not reported)."""
-
-    @property
-    def capacity_bytes(self) -> int:
-        """The chip's device memory (0 where not reported)."""
+    arena_bytes: Final[int]
+    """The device footprint of the run's sizing."""
+    used_bytes: Final[int]
+    """The chip's device memory in use after the run (0 where not reported)."""
+    capacity_bytes: Final[int]
+    """The chip's device memory (0 where not reported)."""
 
 @final
 class PeakUse:
     """Highest simultaneous use per ring."""
 
-    @property
-    def task_window(self) -> _Ring4:
-        """Peak task-window slots in use per ring."""
-
-    @property
-    def heap(self) -> _Ring4:
-        """Peak heap bytes in use per ring."""
-
-    @property
-    def dep_pool(self) -> _Ring4:
-        """Peak dependency-pool entries in use per ring."""
+    task_window: Final[_Ring4]
+    """Peak task-window slots in use per ring."""
+    heap: Final[_Ring4]
+    """Peak heap bytes in use per ring."""
+    dep_pool: Final[_Ring4]
+    """Peak dependency-pool entries in use per ring."""
 
 @final
 class RunReport:
     """What one L2 run did."""
 
-    @property
-    def ring_sizing(self) -> RingSizing:
-        """The effective sizing."""
-
-    @property
-    def peak(self) -> PeakUse:
-        """Highest simultaneous use per ring (slots, heap bytes, dep entries)."""
-
-    @property
-    def tasks(self) -> int:
-        """Tasks submitted (including alloc and dummy tasks)."""
-
-    @property
-    def arena_hit(self) -> bool:
-        """The arena was resident (nothing was built)."""
-
-    @property
-    def arena_build_s(self) -> float:
-        """Seconds spent building the arena (0 on a hit)."""
-
-    @property
-    def elapsed_s(self) -> float:
-        """Wall time of the run, in seconds."""
-
-    @property
-    def replayed(self) -> bool:
-        """A replay of a captured program (False for normal runs)."""
-
-    @property
-    def device_memory(self) -> DeviceMemory:
-        """This sizing's arena footprint and the chip's device memory use after the run."""
+    ring_sizing: Final[RingSizing]
+    """The effective sizing."""
+    peak: Final[PeakUse]
+    """Highest simultaneous use per ring (slots, heap bytes, dep entries)."""
+    tasks: Final[int]
+    """Tasks submitted (including alloc and dummy tasks)."""
+    arena_hit: Final[bool]
+    """The arena was resident (nothing was built)."""
+    arena_build_s: Final[float]
+    """Seconds spent building the arena (0 on a hit)."""
+    elapsed_s: Final[float]
+    """Wall time of the run, in seconds."""
+    replayed: Final[bool]
+    """A replay of a captured program (False for normal runs)."""
+    device_memory: Final[DeviceMemory]
+    """This sizing's arena footprint and the chip's device memory use after the run."""
 
 @final
 class CapturedProgram:
     """A program's task graph recorded by `ChipWorker.capture`; replays on that worker only."""
 
-    @property
-    def tasks(self) -> int:
-        """Recorded tasks (including alloc and dummy tasks)."""
-
-    @property
-    def edges(self) -> int:
-        """Recorded dependency edges (one per producer-consumer pair)."""
-
-    @property
-    def ring_needs(self) -> PeakUse:
-        """The highest use per ring of the recorded run."""
-
-    @property
-    def report(self) -> RunReport:
-        """The report of the capture run."""
-
-    @property
-    def name(self) -> str:
-        """The program's name."""
+    tasks: Final[int]
+    """Recorded tasks (including alloc and dummy tasks)."""
+    edges: Final[int]
+    """Recorded dependency edges (one per producer-consumer pair)."""
+    ring_needs: Final[PeakUse]
+    """The highest use per ring of the recorded run."""
+    report: Final[RunReport]
+    """The report of the capture run."""
+    name: Final[str]
+    """The program's name."""
 
     def exact_config(self) -> CallConfig:
         """A CallConfig whose runtime_env is exactly what the graph needs (replays under it never fail for capacity)."""
@@ -649,16 +522,14 @@ class Chip:
     def arena_stats(self) -> ArenaStats:
         """The chip's arena-cache counters."""
 
-    @property
-    def cores(self) -> int:
-        """Number of core threads (0 once closed)."""
+    cores: Final[int]
+    """Number of core threads (0 once closed)."""
 
     def close(self) -> None:
         """Stop the chip's threads and free its arenas (idempotent)."""
 
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` has been called."""
+    closed: Final[bool]
+    """Whether `close()` has been called."""
 
 # ----- the L3 node (node.rs) -----------------------------------------------------------------------
 
@@ -669,13 +540,10 @@ class SharedMem:
     def __new__(cls, nbytes: int) -> Self:
         """Map `nbytes` of zero-filled shared memory."""
 
-    @property
-    def address(self) -> int:
-        """The mapping's address in this process."""
-
-    @property
-    def nbytes(self) -> int:
-        """The mapping's size in bytes."""
+    address: Final[int]
+    """The mapping's address in this process."""
+    nbytes: Final[int]
+    """The mapping's size in bytes."""
 
     @staticmethod
     def itemsize(dtype: str) -> int:
@@ -685,70 +553,41 @@ class SharedMem:
 class ChipTaskReport:
     """What a chip reported for one L2 task."""
 
-    @property
-    def worker(self) -> int:
-        """The chip (worker index) that ran the task."""
-
-    @property
-    def callable(self) -> int:
-        """The registered program's handle."""
-
-    @property
-    def ring_sizing(self) -> RingSizing | None:
-        """The sizing the chip resolved (None if the task failed before that)."""
-
-    @property
-    def peak(self) -> PeakUse:
-        """Highest simultaneous use per ring."""
-
-    @property
-    def tasks(self) -> int:
-        """L2 tasks submitted."""
-
-    @property
-    def arena_hit(self) -> bool:
-        """Whether the arena came from the chip's cache."""
-
-    @property
-    def arena_build_s(self) -> float:
-        """Seconds spent building the arena (0 on a hit)."""
-
-    @property
-    def elapsed_s(self) -> float:
-        """Wall time of the L2 run, in seconds."""
-
-    @property
-    def error(self) -> str | None:
-        """The failure text, or None if the task succeeded."""
-
-    @property
-    def arena_bytes(self) -> int:
-        """The device footprint of the task's sizing on its chip (0 if it failed before)."""
+    worker: Final[int]
+    """The chip (worker index) that ran the task."""
+    callable: Final[int]
+    """The registered program's handle."""
+    ring_sizing: Final[RingSizing | None]
+    """The sizing the chip resolved (None if the task failed before that)."""
+    peak: Final[PeakUse]
+    """Highest simultaneous use per ring."""
+    tasks: Final[int]
+    """L2 tasks submitted."""
+    arena_hit: Final[bool]
+    """Whether the arena came from the chip's cache."""
+    arena_build_s: Final[float]
+    """Seconds spent building the arena (0 on a hit)."""
+    elapsed_s: Final[float]
+    """Wall time of the L2 run, in seconds."""
+    error: Final[str | None]
+    """The failure text, or None if the task succeeded."""
+    arena_bytes: Final[int]
+    """The device footprint of the task's sizing on its chip (0 if it failed before)."""
 
 @final
 class NodeRunReport:
     """What one L3 run did: one `ChipTaskReport` per L2 task, in submission order."""
 
-    @property
-    def tasks(self) -> list[Any]:
-        """One report per task, in submission order: `ChipTaskReport`s at L3, `HostTaskReport`s at L4."""
-
-    @property
-    def elapsed_s(self) -> float:
-        """Wall time of the run, in seconds."""
+    tasks: Final[list[Any]]
+    """One report per task, in submission order: `ChipTaskReport`s at L3, `HostTaskReport`s at L4."""
+    elapsed_s: Final[float]
+    """Wall time of the run, in seconds."""
 
 @final
 class NodeOrchestrator:
     """The orchestrator handed to an L3 orchestration; valid only while its run lasts."""
 
-    def submit_next_level(
-        self,
-        handle: int,
-        args: Iterable[Any],
-        config: _ConfigLike = None,
-        *,
-        worker: int,
-    ) -> int:
+    def submit_next_level(self, handle: int, args: Iterable[Any], config: _ConfigLike = None, *, worker: int) -> int:
         """Submit the registered program `handle` with `args` to chip `worker` with `config` (never the run's implicitly); returns the L3 task id."""
 
     def begin_scope(self, manual: bool = False, site: str | None = None) -> None:
@@ -760,9 +599,8 @@ class NodeOrchestrator:
     def alloc(self, shape: _Shape, dtype: _DType) -> Tensor:
         """An allocation in the node's shared memory, alive until the current scope ends."""
 
-    @property
-    def chips(self) -> int:
-        """Number of chips of the node."""
+    chips: Final[int]
+    """Number of chips of the node."""
 
     def scope(self, manual: bool = False) -> NodeScope:
         """`with o.scope(manual=False): ...` — a nested scope of the node's engine."""
@@ -823,13 +661,10 @@ class Node:
     def arena_stats(self, worker: int) -> ArenaStats:
         """Chip `worker`'s arena statistics."""
 
-    @property
-    def pids(self) -> tuple[int, ...]:
-        """Process ids of the chips (this process's pid for each chip when `chip_processes=False`)."""
-
-    @property
-    def chips(self) -> int:
-        """Number of chips."""
+    pids: Final[tuple[int, ...]]
+    """Process ids of the chips (this process's pid for each chip when `chip_processes=False`)."""
+    chips: Final[int]
+    """Number of chips."""
 
     def close(self) -> None:
         """Stop every chip (idempotent)."""
@@ -870,29 +705,18 @@ class Mpi:
 class HostTaskReport:
     """What rank 0 learnt of one L4 task."""
 
-    @property
-    def worker(self) -> int:
-        """The host (0-based)."""
-
-    @property
-    def rank(self) -> int:
-        """Its MPI rank (`worker + 1`)."""
-
-    @property
-    def callable(self) -> int:
-        """The registered DistributedProgram's handle."""
-
-    @property
-    def report(self) -> NodeRunReport | None:
-        """The host's own report of its L3 run (None when no reply came)."""
-
-    @property
-    def elapsed_s(self) -> float:
-        """Dispatch to reply, seen from rank 0, in seconds."""
-
-    @property
-    def error(self) -> str | None:
-        """`host {worker} (rank {rank}): ...`, or None if the task succeeded."""
+    worker: Final[int]
+    """The host (0-based)."""
+    rank: Final[int]
+    """Its MPI rank (`worker + 1`)."""
+    callable: Final[int]
+    """The registered DistributedProgram's handle."""
+    report: Final[NodeRunReport | None]
+    """The host's own report of its L3 run (None when no reply came)."""
+    elapsed_s: Final[float]
+    """Dispatch to reply, seen from rank 0, in seconds."""
+    error: Final[str | None]
+    """`host {worker} (rank {rank}): ...`, or None if the task succeeded."""
 
 @final
 class HostTensor:
@@ -901,50 +725,32 @@ class HostTensor:
     def __new__(cls, worker: int, shape: Sequence[int], dtype: str) -> Self:
         """Reserve its stand-in on rank 0."""
 
-    @property
-    def worker(self) -> int:
-        """The host it lives on."""
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Its shape."""
-
-    @property
-    def dtype(self) -> str:
-        """Its numpy dtype name."""
-
-    @property
-    def nbytes(self) -> int:
-        """Its size in bytes."""
-
-    @property
-    def id(self) -> int:
-        """Its identity on the host."""
+    worker: Final[int]
+    """The host it lives on."""
+    shape: Final[tuple[int, ...]]
+    """Its shape."""
+    dtype: Final[str]
+    """Its numpy dtype name."""
+    nbytes: Final[int]
+    """Its size in bytes."""
+    id: Final[int]
+    """Its identity on the host."""
 
 @final
 @type_check_only
 class HostRequest:
     """One L4 task as a host receives it (`host_serve` hands it out; not a name of the module)."""
 
-    @property
-    def callable(self) -> int:
-        """The DistributedProgram's handle."""
-
-    @property
-    def name(self) -> str:
-        """The DistributedProgram's name (checked against the host's)."""
-
-    @property
-    def config(self) -> CallConfig:
-        """The CallConfig rank 0 sent, whole."""
-
-    @property
-    def args(self) -> tuple[Any, ...]:
-        """`("shipped", dir, dtype, shape, nbytes)`, `("resident", dir, dtype, shape, id)`, ints and floats."""
-
-    @property
-    def scalars_only(self) -> bool:
-        """No argument is a tensor (`args` are the orchestration's arguments as they are)."""
+    callable: Final[int]
+    """The DistributedProgram's handle."""
+    name: Final[str]
+    """The DistributedProgram's name (checked against the host's)."""
+    config: Final[CallConfig]
+    """The CallConfig rank 0 sent, whole."""
+    args: Final[tuple[Any, ...]]
+    """`("shipped", dir, dtype, shape, nbytes)`, `("resident", dir, dtype, shape, id)`, ints and floats."""
+    scalars_only: Final[bool]
+    """No argument is a tensor (`args` are the orchestration's arguments as they are)."""
 
     def receive_inputs(self, addrs: Sequence[int]) -> None:
         """Receive the task's shipped inputs into the buffers at `addrs`."""
@@ -968,9 +774,8 @@ class Cluster:
     def __new__(cls, hosts: int, programs: Sequence[tuple[str, Sequence[int]]], arena_cache_slots: int = 4) -> Self:
         """Rank 0's engine for `hosts` hosts and the registered programs' `(name, signature)`."""
 
-    @property
-    def hosts(self) -> int:
-        """Number of hosts."""
+    hosts: Final[int]
+    """Number of hosts."""
 
     def run(self, orch: Callable[..., object], config: _ConfigLike = None, rest: tuple[Any, ...] | None = None) -> NodeRunReport:
         """Run `orch(o, *rest)`; returns a NodeRunReport of HostTaskReports."""
@@ -983,14 +788,7 @@ class Cluster:
 class ClusterOrchestrator:
     """The orchestrator handed to an L4 orchestration; valid only while its run lasts (not a name of the module)."""
 
-    def submit_next_level(
-        self,
-        handle: int,
-        args: Iterable[Any],
-        config: _ConfigLike = None,
-        *,
-        worker: int,
-    ) -> int:
+    def submit_next_level(self, handle: int, args: Iterable[Any], config: _ConfigLike = None, *, worker: int) -> int:
         """Submit DistributedProgram `handle` with `args` to host `worker`, whose orchestration gets `config` whole."""
 
     def hosts(self) -> int:
