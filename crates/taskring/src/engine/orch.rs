@@ -145,8 +145,9 @@ impl Default for WaitPolicy {
 /// The executor's side of a run, as its orchestrator asks it: what its cores are doing
 /// (the backstop), whether the orchestrator's thread runs ready tasks while it waits,
 /// whether it runs a lone queued task once its program has nothing more to submit, and
-/// how a scope that overflows its window fails. Asked only off the submit path: while
-/// the orchestrator waits for space, at a scope's overflow, at the end of the program.
+/// how a scope that overflows its window fails. Asked only off a submit's common path:
+/// while the orchestrator waits for space, at a scope's overflow, at the end of the
+/// program.
 pub(crate) trait ExecutorProbe {
     /// Is a task running on a core, or ready in a queue (about to be dispatched)?
     fn busy(&self) -> bool;
