@@ -163,29 +163,29 @@ mod with_mpi {
     use parking_lot::Mutex;
     use pyo3::types::{PyBool, PyInt, PyList};
     use std::sync::Arc;
-    use taskring::cluster::transport as comm;
+    use taskring::cluster::mpi;
     use taskring::cluster::{Cluster, ClusterError, ClusterOrchestrator, ClusterProgram};
     use taskring::node::{ArgDir, NextLevelArg};
 
     /// `Mpi.init`.
     pub fn mpi_init(py: Python<'_>) -> PyResult<(i32, i32)> {
-        let w = py.detach(comm::init).map_err(mpi_err)?;
+        let w = py.detach(mpi::init).map_err(mpi_err)?;
         Ok((w.rank, w.size))
     }
 
     /// `Mpi.finalize`.
     pub fn mpi_finalize(py: Python<'_>) {
-        py.detach(comm::finalize)
+        py.detach(mpi::finalize)
     }
 
     /// `Mpi.finalize_at_exit`.
     pub fn mpi_finalize_at_exit() -> bool {
-        comm::finalize_at_exit()
+        mpi::finalize_at_exit()
     }
 
     /// `Mpi.say_at_sigterm`.
     pub fn mpi_say_at_sigterm() -> bool {
-        comm::say_at_sigterm()
+        mpi::say_at_sigterm()
     }
 
     /// Rank 0 of an L4 job (the native part of `Worker(level=4)` there).
@@ -218,7 +218,7 @@ mod with_mpi {
             programs: Vec<(String, Vec<u32>)>,
             arena_cache_slots: usize,
         ) -> PyResult<Self> {
-            if !comm::initialized() {
+            if !mpi::initialized() {
                 return Err(PyRuntimeError::new_err("MPI is not initialised (Mpi.init)"));
             }
             let programs = programs

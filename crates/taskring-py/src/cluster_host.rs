@@ -16,7 +16,7 @@ use pyo3::types::PyTuple;
 #[pyclass(module = "taskring._native", name = "HostRequest", frozen)]
 pub struct PyHostRequest {
     #[cfg(feature = "mpi")]
-    task: taskring::cluster::wire::L4Task,
+    task: taskring::cluster::L4Task,
     #[pyo3(get)]
     callable: u32,
     #[pyo3(get)]
@@ -28,6 +28,9 @@ pub struct PyHostRequest {
     /// No argument is a tensor: `args` are the orchestration's arguments as they are.
     #[pyo3(get)]
     scalars_only: bool,
+    /// A reply went out for it (`reply`, `run`).
+    #[cfg(feature = "mpi")]
+    answered: std::sync::atomic::AtomicBool,
 }
 
 #[cfg(feature = "mpi")]
@@ -39,8 +42,9 @@ mod with_mpi {
     use crate::reports::PyNodeRunReport;
     use parking_lot::Mutex;
     use pyo3::exceptions::{PyException, PyValueError};
-    use taskring::cluster::wire::{HostRequest, L4Arg, L4Dir, L4Task};
-    use taskring::cluster::worker as host;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use taskring::cluster::worker::{self as host, HostSession};
+    use taskring::cluster::{HostRequest, L4Arg, L4Dir, L4Task};
     use taskring::node::shm;
 
     /// A host request's arguments for Python: tensors as tuples, scalars as values.
@@ -80,10 +84,10 @@ mod with_mpi {
 
     /// The next task from rank 0, or None when rank 0 closed. A malformed task frame is
     /// answered at once as a failed task (and the wait goes on).
-    fn next_task(py: Python<'_>) -> PyResult<Option<L4Task>> {
+    fn next_task(py: Python<'_>, session: &mut HostSession) -> PyResult<Option<L4Task>> {
         let pending = Mutex::new(None);
         loop {
-            let got = py.detach(|| host::next_request(signal_check(&pending)));
+            let got = py.detach(|| session.next_request(signal_check(&pending)));
             if let Some(e) = pending.lock().take() {
                 return Err(e);
             }
@@ -118,6 +122,7 @@ mod with_mpi {
             args: request_args(py, &task)?.unbind(),
             scalars_only: scalars_only(&task),
             task,
+            answered: AtomicBool::new(false),
         })
     }
 
@@ -147,15 +152,6 @@ mod with_mpi {
         }
     }
 
-    /// Stops the host's watchdog thread when the serving loop ends, however it ends.
-    struct WatchdogGuard;
-
-    impl Drop for WatchdogGuard {
-        fn drop(&mut self) {
-            host::stop_watchdog();
-        }
-    }
-
     /// A host's serving loop, until rank 0 closes. `programs[i]` is `(name,
     /// orchestration, chips)` of the DistributedProgram registered i-th. A request whose
     /// arguments are all scalars, for a program registered under its name, is served
@@ -179,33 +175,46 @@ mod with_mpi {
         programs: Vec<(String, Py<PyAny>, Py<PyAny>)>,
         other: Py<PyAny>,
     ) -> PyResult<()> {
-        host::start_watchdog();
-        let _guard = WatchdogGuard;
+        let mut session = HostSession::start(true);
+        let r = serve(py, &mut session, node, &programs, &other);
+        session.finalize();
+        r
+    }
+
+    /// [`host_serve`]'s loop in `session`.
+    fn serve(
+        py: Python<'_>,
+        session: &mut HostSession,
+        node: &PyNode,
+        programs: &[(String, Py<PyAny>, Py<PyAny>)],
+        other: &Py<PyAny>,
+    ) -> PyResult<()> {
         let leaves = |e: &PyErr| !e.is_instance_of::<PyException>(py);
         loop {
-            let task = match next_task(py) {
+            let task = match next_task(py, session) {
                 Ok(Some(task)) => task,
                 Ok(None) => return Ok(()),
                 Err(e) => {
                     if leaves(&e) {
                         let why = typed_text(py, &e);
-                        py.detach(|| host::leave(&why));
+                        py.detach(|| session.leave(&why));
                     }
                     return Err(e);
                 }
             };
             let (seq, tag) = (task.seq, task.data_tag);
-            let r = serve_one(py, node, &programs, &other, task);
+            let answered = AtomicBool::new(false);
+            let r = serve_one(py, node, programs, other, task, &answered);
             let Err(e) = r else { continue };
             let leaving = leaves(&e);
             let text = if leaving {
                 let why = typed_text(py, &e);
-                py.detach(|| host::leave(&why));
+                py.detach(|| session.leave(&why));
                 format!("{why}; the host stopped serving")
             } else {
                 exception_text(py, &e)
             };
-            if !host::replied(seq) {
+            if !answered.load(Relaxed) {
                 py.detach(|| host::reply(seq, tag, None, Some(&text), &[]));
             }
             if leaving {
@@ -214,20 +223,25 @@ mod with_mpi {
         }
     }
 
-    /// One request of [`host_serve`]: served here (all scalars), or by `other`.
+    /// One request of [`host_serve`]: served here (all scalars), or by `other`;
+    /// `answered` says whether a reply went out for it.
     fn serve_one(
         py: Python<'_>,
         node: &PyNode,
         programs: &[(String, Py<PyAny>, Py<PyAny>)],
         other: &Py<PyAny>,
         task: L4Task,
+        answered: &AtomicBool,
     ) -> PyResult<()> {
         let served_here = scalars_only(&task)
             && programs
                 .get(task.callable as usize)
                 .is_some_and(|p| p.0 == task.name);
         if !served_here {
-            other.call1(py, (request_py(py, task)?,))?;
+            let req = Py::new(py, request_py(py, task)?)?;
+            let r = other.call1(py, (req.clone_ref(py),));
+            answered.store(req.get().answered.load(Relaxed), Relaxed);
+            r?;
             return Ok(());
         }
         let (_, orch, chips) = &programs[task.callable as usize];
@@ -239,7 +253,7 @@ mod with_mpi {
                 .into_bound(py)
                 .into_any(),
         };
-        run_and_reply(py, node, call, &task, Outputs::default())
+        run_and_reply(py, node, call, &task, Outputs::default(), answered)
     }
 
     /// [`shm::check_buffers`] as a Python `ValueError`.
@@ -329,6 +343,7 @@ mod with_mpi {
                     .collect();
                 host::reply(seq, tag, raw.as_ref(), error.as_deref(), &outs);
             });
+            self.answered.store(true, Relaxed);
             Ok(())
         }
 
@@ -362,7 +377,7 @@ mod with_mpi {
                 addrs: &addrs,
                 sizes: &sizes,
             };
-            run_and_reply(py, node, call, &self.task, outputs)
+            run_and_reply(py, node, call, &self.task, outputs, &self.answered)
         }
     }
 
@@ -382,15 +397,16 @@ mod with_mpi {
         sizes: &'a [usize],
     }
 
-    /// `call` on the host's node (`task`'s CallConfig sizing its rings), then the reply:
-    /// the host's report and `outputs`, and the host's timeline when the config records
-    /// one. An exception of the run is returned, unanswered.
+    /// `call` on the host's node (`task`'s CallConfig sizing its rings), then the reply
+    /// (`answered` set): the host's report and `outputs`, and the host's timeline when
+    /// the config records one. An exception of the run is returned, unanswered.
     fn run_and_reply(
         py: Python<'_>,
         node: &PyNode,
         call: HostCall<'_, '_>,
         task: &L4Task,
         outputs: Outputs<'_>,
+        answered: &AtomicBool,
     ) -> PyResult<()> {
         let rest = PyTuple::new(py, [call.chips.bind(py).clone(), call.args, call.cfg])?.unbind();
         let rep = node.run_rust(py, call.orch.clone_ref(py), Some(rest), &task.config)?;
@@ -406,6 +422,7 @@ mod with_mpi {
                 .map(|s| &*s)
                 .collect();
             host::reply(seq, tag, Some(&rep), None, &outs);
+            answered.store(true, Relaxed);
             if host::ships_timeline(&task.config) {
                 host::send_timeline(tag, &task.config);
             }

@@ -9,7 +9,8 @@ use crate::gil::signal_check;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use taskring::cluster::{self, transport as comm};
+use taskring::cluster::mpi;
+use taskring::internals::cluster::{transport as comm, wire};
 
 /// The module's name in `sys.modules`.
 const NAME: &str = "taskring._mpi_tools";
@@ -42,7 +43,7 @@ fn mpi_pingpong(
     echo: bool,
 ) -> PyResult<f64> {
     py.detach(|| {
-        let me = comm::world().rank;
+        let me = mpi::world().rank;
         let mut buf = vec![0u8; nbytes];
         let mut ack = [0u8; 1];
         let tag = comm::FIRST_DATA_TAG + comm::DATA_TAGS as i32; // no L4 message uses it
@@ -102,6 +103,6 @@ fn mpi_recv_bytes(py: Python<'_>, source: i32, tag: i32) -> PyResult<Vec<u8>> {
 /// `(seq, status, error, n_outputs)` of an L4 reply frame (tests).
 #[pyfunction]
 fn l4_decode_reply(data: Vec<u8>) -> PyResult<(u64, u32, String, u32)> {
-    let r = cluster::wire::decode_reply(&data).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let r = wire::decode_reply(&data).map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok((r.seq, r.status, r.error, r.n_outputs))
 }

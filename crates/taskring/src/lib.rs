@@ -106,6 +106,8 @@ pub mod cluster;
 mod config;
 pub mod dfx;
 mod engine;
+#[cfg(feature = "internals")]
+pub mod internals;
 mod kernel;
 #[cfg(all(test, loom))]
 mod loom_models;

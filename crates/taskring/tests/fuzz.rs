@@ -1,13 +1,13 @@
 //! Fuzz tests (proptest; there is no nightly / cargo-fuzz on this machine) of the parsers
 //! that read bytes or text from outside the process:
 //!
-//! - (a) the L3 task frame and reply decoders (`taskring::node::wire`, `fuzz/frame.rs`):
+//! - (a) the L3 task frame and reply decoders (`taskring::internals::node::wire`, `fuzz/frame.rs`):
 //!   arbitrary bytes, valid headers over random bodies and mutated valid frames never
 //!   panic and always give `Ok` or a typed `FrameError`; encode → decode is the identity
 //!   (and decode → encode → decode is stable for whatever a mutated frame decodes to); a
 //!   tensor argument off the wire that `Tensor::validate` accepts stays inside its
 //!   shared-memory region (`fuzz/tensor_views.rs`); the L4 frames of
-//!   `taskring::cluster::wire` likewise (`fuzz/l4.rs`);
+//!   `taskring::internals::cluster::wire` likewise (`fuzz/l4.rs`);
 //! - (b) `PTO2_RING_*` parsing (taskring's config, `fuzz/env.rs`): arbitrary strings are
 //!   either a value that passes the field's rule or one warning naming the variable
 //!   (checked against an independent model of the rule), and resolution never panics and

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 use taskring::builtin::NOOP;
-use taskring::node::mailbox::{futex_wake, wait_until};
+use taskring::internals::node::mailbox::{futex_wake, wait_until};
 use taskring::node::shm::SharedBuffer;
 use taskring::node::*;
 use taskring::*;

@@ -5,20 +5,13 @@
 use super::executor::{Hosts, Watch};
 use super::transport::{self, TAG_REQUEST};
 use super::wire;
-use super::{ClusterError, ClusterRunReport};
+use super::{ClusterError, ClusterProgram, ClusterRunReport};
 use crate::config::CallConfig;
 use crate::engine::{Orchestrator, RuntimeFailure};
-use crate::nextlevel::{ArgDir, Level, LevelError, LevelOptions, NextLevelArg, Orch};
+use crate::nextlevel::{Level, LevelError, LevelOptions, NextLevelArg, Orch};
 use crate::tensor::TaskId;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
-
-/// A registered L4 program (a `DistributedProgram`): its name and signature.
-#[derive(Clone, Debug)]
-pub struct ClusterProgram {
-    pub name: String,
-    pub signature: Vec<ArgDir>,
-}
 
 /// The orchestration API of an L4 run (rank 0).
 pub struct ClusterOrchestrator<'a, 'r> {

@@ -24,11 +24,10 @@
 //! reason. A wait shorter than the ping interval costs nothing (no message, a clock
 //! read per poll after the first spins).
 
-use super::driver::ClusterProgram;
 use super::timeline::{self, TaskSpan};
 use super::transport::{self, FIRST_DATA_TAG, TAG_REQUEST};
 use super::wire::{self, L4Arg, L4Dir, L4Reply, L4Task, L4Tensor};
-use super::{host_prefix, HostTaskReport};
+use super::{host_prefix, ClusterProgram, HostTaskReport};
 use crate::dfx::clock::{gettid, mono_ns};
 use crate::kernel::KernelCall;
 use crate::nextlevel::args::Slot;

@@ -4,7 +4,7 @@
 //!
 //! The rooms (the same names as L3's in `node`):
 //!
-//! - [`wire`]: the L4 frames (task with its whole `CallConfig`, close, reply with the
+//! - `wire`: the L4 frames (task with its whole `CallConfig`, close, reply with the
 //!   host's `NodeRunReport`), in the node's frame format. Always built (and fuzzed).
 //! - `transport` (feature `mpi`): MPI — rsmpi over Open MPI, initialised with
 //!   `MPI_THREAD_MULTIPLE`; waits are matched probes under a spin/yield/sleep backoff.
@@ -27,7 +27,10 @@
 //! a host *before* it initialises MPI (Open MPI's progress and PMIx threads then do not
 //! exist in the fork's child, and a chip never touches MPI).
 
-pub mod wire;
+// Without MPI the L4 frames are only the fuzz tests' (through `internals`).
+#[cfg_attr(not(any(feature = "mpi", feature = "internals")), allow(dead_code))]
+pub(crate) mod wire;
+pub use wire::{HostRequest, L4Arg, L4Dir, L4Task, L4Tensor};
 
 #[cfg(feature = "mpi")]
 mod driver;
@@ -36,15 +39,35 @@ mod executor;
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 mod timeline;
 #[cfg(feature = "mpi")]
-pub mod transport;
+pub(crate) mod transport;
 #[cfg(feature = "mpi")]
 pub mod worker;
 #[cfg(feature = "mpi")]
-pub use driver::{Cluster, ClusterOrchestrator, ClusterProgram};
+pub use driver::{Cluster, ClusterOrchestrator};
 
 use crate::config::ConfigError;
 use crate::engine::RuntimeFailure;
+use crate::nextlevel::ArgDir;
 use crate::node::NodeRunReport;
+
+/// A registered L4 program (a `DistributedProgram`): its name and signature.
+#[derive(Clone, Debug)]
+pub struct ClusterProgram {
+    pub name: String,
+    pub signature: Vec<ArgDir>,
+}
+
+/// MPI in this process (feature `mpi`): initialised once with `MPI_THREAD_MULTIPLE`
+/// ([`init`](mpi::init)), finalized once ([`finalize`](mpi::finalize), or at exit with
+/// the exit status in hand: [`finalize_at_exit`](mpi::finalize_at_exit)), or the job
+/// aborted. The messages themselves are the crate's own (`transport`).
+#[cfg(feature = "mpi")]
+pub mod mpi {
+    pub use super::transport::{
+        abort, finalize, finalize_at_exit, init, initialized, say_at_sigterm, world, World,
+        SIGTERM_TEXT,
+    };
+}
 
 /// What rank 0 learnt of one L4 task.
 #[derive(Clone, Debug)]

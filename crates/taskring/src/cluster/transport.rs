@@ -93,11 +93,12 @@ pub fn forbid_finalize(why: String) {
     NO_FINALIZE.lock().get_or_insert(why);
 }
 
-/// `MPI_Finalize` (idempotent); or, when a rank was lost ([`forbid_finalize`]), a line
-/// on stderr and `MPI_Abort` of the job, which `MPI_Finalize` would wait for forever.
+/// `MPI_Finalize` (idempotent); or, when a rank was lost (`forbid_finalize`), a line
+/// on stderr and `MPI_Abort` of the job, which `MPI_Finalize` would wait for forever. A
+/// host's serving session has ended before (`HostSession::finalize` stops its watchdog,
+/// the only thread of it that uses MPI).
 pub fn finalize() {
     if initialized() {
-        super::worker::stop_watchdog();
         if let Some(why) = NO_FINALIZE.lock().clone() {
             eprintln!("taskring: {why}; ending the job with MPI_Abort (MPI_Finalize would wait for that rank)");
             abort(1);
@@ -485,7 +486,9 @@ pub fn wait_message(
 }
 
 /// Receive `buf.len()` bytes from `source` with `tag` with MPI's own blocking receive
-/// (Open MPI polls at full speed meanwhile): the bare baseline of B8.
+/// (Open MPI polls at full speed meanwhile): the bare baseline of B8 (through
+/// `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn receive_blocking(source: i32, tag: i32, buf: &mut [u8]) {
     let world = SimpleCommunicator::world();
     for c in super::wire::chunks(buf.len()) {

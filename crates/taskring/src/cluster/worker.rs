@@ -1,22 +1,27 @@
-//! A host rank's side of L4: take the next request from rank 0, receive a task's inputs
-//! straight into the buffers its L3 run uses (shared memory the chips see: no second
-//! copy on the host), and answer with the report and the outputs.
+//! A host rank's side of L4: take the next request from rank 0 ([`HostSession`]),
+//! receive a task's inputs straight into the buffers its L3 run uses (shared memory the
+//! chips see: no second copy on the host), and answer with the report and the outputs
+//! ([`receive_inputs`], [`reply`]: they keep no state of their own).
 //!
-//! Liveness: while a host serves, a watchdog thread ([`Watchdog`]) answers rank 0's
-//! pings whatever the serving thread does (a long task, Python holding the GIL), so rank
-//! 0 tells a busy host from a stopped one. It looks for pings every
-//! [`WATCHDOG_PERIOD`] while the host has a request in hand, and only reads a flag
-//! otherwise (rank 0 pings only a host it waits on, which takes its request within
-//! [`REQUEST_MAX_SLEEP`]). A host that stops serving on its own says so
-//! ([`leave`]); the close frame is acknowledged.
+//! A [`HostSession`] is all the state of a serving host: when it last took a request,
+//! whether it has one in hand, whether it left, and its watchdog thread. It starts once
+//! MPI is up and ends with [`HostSession::finalize`] (or its drop), which stops the
+//! watchdog.
+//!
+//! Liveness: while a host serves, a watchdog thread answers rank 0's pings whatever the
+//! serving thread does (a long task, Python holding the GIL), so rank 0 tells a busy
+//! host from a stopped one. It looks for pings every [`WATCHDOG_PERIOD`] while the host
+//! has a request in hand, and only reads a flag otherwise (rank 0 pings only a host it
+//! waits on, which takes its request within [`REQUEST_MAX_SLEEP`]). A host that stops
+//! serving on its own says so ([`HostSession::leave`]); the close frame is
+//! acknowledged.
 
 use super::transport::{self, TAG_LIVE, TAG_REQUEST};
 use super::wire::{self, HostRequest, L4Arg, L4Reply, L4Task};
 use crate::node::wire::{FrameError, FRAME_MAGIC};
 use crate::node::NodeRunReport;
-use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Longest sleep of a host waiting for its next request: an idle host wakes about 100
@@ -43,9 +48,6 @@ pub struct Malformed {
 /// 30–40 µs on the other host.
 pub const BUSY_FOR: Duration = Duration::from_millis(20);
 
-/// When this host last took a request (nanoseconds on a process-local clock; 0: never).
-static LAST_REQUEST_NS: AtomicU64 = AtomicU64::new(0);
-
 fn now_ns() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
@@ -60,36 +62,6 @@ fn short_sleeps_for(last_ns: u64, now_ns: u64) -> Duration {
     } else {
         Duration::ZERO
     }
-}
-
-/// The next request from rank 0; `None` when `give_up()` said to stop waiting. A task's
-/// `output_prefix` comes back as this host's directory in it ([`host_dir`]); the close
-/// frame is acknowledged ([`transport::LIVE_CLOSED`]).
-pub fn next_request(give_up: impl FnMut() -> bool) -> Option<Result<HostRequest, Malformed>> {
-    BUSY.store(false, Relaxed);
-    let short_for = short_sleeps_for(LAST_REQUEST_NS.load(Relaxed), now_ns());
-    let (msg, status) =
-        transport::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, short_for, give_up)?;
-    BUSY.store(true, Relaxed);
-    LAST_REQUEST_NS.store(now_ns(), Relaxed);
-    let buf = transport::receive_vec(msg, &status);
-    let req = wire::decode_request(&buf).map_err(|error| Malformed {
-        ids: peek_ids(&buf),
-        error,
-    });
-    Some(req.map(|r| match r {
-        HostRequest::Task(mut t) => {
-            if !t.config.output_prefix.is_empty() {
-                let worker = transport::world().rank.max(1) as usize - 1;
-                t.config.output_prefix = host_dir(&t.config.output_prefix, worker);
-            }
-            HostRequest::Task(t)
-        }
-        HostRequest::Close => {
-            transport::send_detached(0, TAG_LIVE, &[transport::LIVE_CLOSED]);
-            HostRequest::Close
-        }
-    }))
 }
 
 /// Where host `worker` writes a task's DFX files (its node's scope stats, `deps.json`
@@ -129,39 +101,46 @@ pub fn send_timeline(data_tag: i32, config: &crate::config::CallConfig) {
 /// How often the watchdog looks for pings while the host has a request in hand.
 pub const WATCHDOG_PERIOD: Duration = Duration::from_millis(20);
 
-/// The host has a request in hand (from its receipt to the next wait for one).
-static BUSY: AtomicBool = AtomicBool::new(false);
-/// The host stopped serving ([`leave`], or the watchdog was stopped).
-static LEFT: AtomicBool = AtomicBool::new(false);
-static WATCHDOG: Mutex<Option<Watchdog>> = Mutex::new(None);
+/// What a serving host and its watchdog thread share.
+#[derive(Default)]
+struct Liveness {
+    /// The host has a request in hand (from its receipt to the next wait for one).
+    busy: AtomicBool,
+    /// The host stopped serving ([`HostSession::leave`]).
+    left: AtomicBool,
+}
 
 /// The thread that answers rank 0's pings (see the module doc).
-pub struct Watchdog {
-    stop: std::sync::Arc<AtomicBool>,
+struct Watchdog {
+    stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
 }
 
-/// Start the watchdog (once; after MPI was initialised).
-pub fn start_watchdog() {
-    let mut w = WATCHDOG.lock();
-    if w.is_some() {
-        return;
-    }
-    LEFT.store(false, Relaxed);
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let thread = std::thread::Builder::new()
-        .name("taskring-l4-watchdog".into())
-        .spawn(move || {
-            while !stop2.load(Relaxed) {
-                std::thread::sleep(WATCHDOG_PERIOD);
-                if BUSY.load(Relaxed) && !LEFT.load(Relaxed) && !stop2.load(Relaxed) {
-                    answer_pings();
+impl Watchdog {
+    fn start(live: Arc<Liveness>) -> Watchdog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("taskring-l4-watchdog".into())
+            .spawn(move || {
+                while !stop2.load(Relaxed) {
+                    std::thread::sleep(WATCHDOG_PERIOD);
+                    let answers =
+                        live.busy.load(Relaxed) && !live.left.load(Relaxed) && !stop2.load(Relaxed);
+                    if answers {
+                        answer_pings();
+                    }
                 }
-            }
-        })
-        .expect("spawn the L4 watchdog thread");
-    *w = Some(Watchdog { stop, thread });
+            })
+            .expect("spawn the L4 watchdog thread");
+        Watchdog { stop, thread }
+    }
+
+    /// Stop the thread and wait for it.
+    fn stop(self) {
+        self.stop.store(true, Relaxed);
+        let _ = self.thread.join();
+    }
 }
 
 /// Answer every ping that is there.
@@ -173,33 +152,96 @@ fn answer_pings() {
     }
 }
 
-/// Stop the watchdog and wait for its thread (before `MPI_Finalize`; idempotent).
-pub fn stop_watchdog() {
-    let w = WATCHDOG.lock().take();
-    if let Some(w) = w {
-        w.stop.store(true, Relaxed);
-        let _ = w.thread.join();
+/// A host rank serving rank 0's requests: all its state, from [`HostSession::start`]
+/// (MPI initialised) to [`HostSession::finalize`].
+pub struct HostSession {
+    /// This host (0-based; its MPI rank is `worker + 1`).
+    worker: usize,
+    /// When this host last took a request (nanoseconds on a process-local clock; 0:
+    /// never).
+    last_request_ns: u64,
+    live: Arc<Liveness>,
+    /// None: no thread answers pings (a session that only takes requests), or finalized.
+    watchdog: Option<Watchdog>,
+}
+
+impl HostSession {
+    /// Start serving as this process's MPI rank (MPI initialised). With `answer_pings`
+    /// (a serving loop), a watchdog thread answers rank 0's pings while the host has a
+    /// request in hand, until [`finalize`](Self::finalize).
+    pub fn start(answer_pings: bool) -> HostSession {
+        let live = Arc::new(Liveness::default());
+        HostSession {
+            worker: transport::world().rank.max(1) as usize - 1,
+            last_request_ns: 0,
+            watchdog: answer_pings.then(|| Watchdog::start(live.clone())),
+            live,
+        }
+    }
+
+    /// The next request from rank 0; `None` when `give_up()` said to stop waiting. A task's
+    /// `output_prefix` comes back as this host's directory in it ([`host_dir`]); the close
+    /// frame is acknowledged (`LIVE_CLOSED` on the liveness tag).
+    pub fn next_request(
+        &mut self,
+        give_up: impl FnMut() -> bool,
+    ) -> Option<Result<HostRequest, Malformed>> {
+        self.live.busy.store(false, Relaxed);
+        let short_for = short_sleeps_for(self.last_request_ns, now_ns());
+        let (msg, status) =
+            transport::wait_message(0, Some(TAG_REQUEST), REQUEST_MAX_SLEEP, short_for, give_up)?;
+        self.live.busy.store(true, Relaxed);
+        self.last_request_ns = now_ns();
+        let buf = transport::receive_vec(msg, &status);
+        let req = wire::decode_request(&buf).map_err(|error| Malformed {
+            ids: peek_ids(&buf),
+            error,
+        });
+        Some(req.map(|r| match r {
+            HostRequest::Task(mut t) => {
+                if !t.config.output_prefix.is_empty() {
+                    t.config.output_prefix = host_dir(&t.config.output_prefix, self.worker);
+                }
+                HostRequest::Task(t)
+            }
+            HostRequest::Close => {
+                transport::send_detached(0, TAG_LIVE, &[transport::LIVE_CLOSED]);
+                HostRequest::Close
+            }
+        }))
+    }
+
+    /// This host stops serving on its own (`why`: e.g. `SystemExit: 3`): rank 0 is told
+    /// (before the failed task's reply, if any, so that it knows when it reads that
+    /// reply), and pings are no longer answered.
+    pub fn leave(&mut self, why: &str) {
+        self.live.left.store(true, Relaxed);
+        let mut m = Vec::with_capacity(1 + why.len());
+        m.push(transport::LIVE_LEAVING);
+        m.extend_from_slice(why.as_bytes());
+        transport::send_detached(0, TAG_LIVE, Box::leak(m.into_boxed_slice()));
+    }
+
+    /// The end of serving: the watchdog stops and its thread is joined (before
+    /// `MPI_Finalize`).
+    pub fn finalize(mut self) {
+        self.stop_watchdog();
+    }
+
+    fn stop_watchdog(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.stop();
+        }
     }
 }
 
-/// This host stops serving on its own (`why`: e.g. `SystemExit: 3`): rank 0 is told
-/// (before the failed task's reply, if any, so that it knows when it reads that reply),
-/// and pings are no longer answered.
-pub fn leave(why: &str) {
-    LEFT.store(true, Relaxed);
-    let mut m = Vec::with_capacity(1 + why.len());
-    m.push(transport::LIVE_LEAVING);
-    m.extend_from_slice(why.as_bytes());
-    transport::send_detached(0, TAG_LIVE, Box::leak(m.into_boxed_slice()));
+impl Drop for HostSession {
+    /// A session that ends without [`finalize`](Self::finalize) (an unwinding serving
+    /// loop) stops its watchdog all the same.
+    fn drop(&mut self) {
+        self.stop_watchdog();
+    }
 }
-
-/// Whether the task `seq` was answered (a reply went out for it).
-pub fn replied(seq: u64) -> bool {
-    LAST_REPLY.load(Relaxed) == seq.wrapping_add(1)
-}
-
-/// The sequence number + 1 of the last task answered (0: none).
-static LAST_REPLY: AtomicU64 = AtomicU64::new(0);
 
 /// The sequence number and data tag of a task frame whose body is damaged.
 fn peek_ids(buf: &[u8]) -> Option<(u64, i32)> {
@@ -272,7 +314,6 @@ pub fn reply(
     let mut buf = vec![0u8; wire::reply_len(&r)];
     let n = wire::encode_reply(&r, &mut buf).expect("a reply fits its computed length");
     buf.truncate(n);
-    LAST_REPLY.store(seq.wrapping_add(1), Relaxed);
     transport::send_posted(0, data_tag, buf);
     for o in outputs {
         transport::send_data(0, data_tag, o);

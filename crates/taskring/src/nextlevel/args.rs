@@ -16,8 +16,8 @@ pub enum ArgDir {
 /// One argument of a next-level submit: of an L3 task to a chip
 /// ([`NodeOrchestrator::submit_next_level`](crate::node::NodeOrchestrator::submit_next_level))
 /// and of an L4 task to a host (rank 0's `ClusterOrchestrator::submit_next_level`). The two
-/// wire formats stay their own ([`WireArg`](crate::node::wire::WireArg),
-/// [`L4Arg`](crate::cluster::wire::L4Arg)).
+/// wire formats stay their own (`node::wire::WireArg`,
+/// [`L4Arg`](crate::cluster::L4Arg)).
 #[derive(Clone, Copy, Debug)]
 pub enum NextLevelArg {
     /// An array of the caller's: at L3 in shared memory (the chip maps it); at L4 a

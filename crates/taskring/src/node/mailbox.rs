@@ -197,7 +197,9 @@ pub(crate) const REQUEST_SPIN: SpinThenPark = SpinThenPark {
 };
 
 /// Wait until `cond()` holds, spinning briefly, then sleeping on `word` (which the other
-/// side changes and wakes), checking `give_up()` between sleeps.
+/// side changes and wakes), checking `give_up()` between sleeps. (B6's bare futex
+/// round trip waits with it, through `internals`.)
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn wait_until(
     word: &AtomicU32,
     cond: impl Fn() -> bool,

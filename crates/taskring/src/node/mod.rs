@@ -4,7 +4,7 @@
 //! One engine, two executors (`docs/architecture.md`): the node is the next-level engine
 //! (shared with L4's rank 0: argument checks, the run, lanes, the hook) with its chips as
 //! the executor. A dispatch thread of the node that picks a ready L3 task encodes it into
-//! its chip's mailbox ([`wire`], [`mailbox`]), waits for the reply and completes the
+//! its chip's mailbox (`wire`, `mailbox`), waits for the reply and completes the
 //! task. Dependencies between L2 tasks are inferred by the node's tensormap from their
 //! tensor arguments, exactly as at L2.
 //!
@@ -13,7 +13,7 @@
 //! one dispatch's encode, round trip and completion), `transport` (the host's side of one
 //! chip: round trip, liveness, shutdown), `worker` (the chip process: watchdog, start-up,
 //! serving), `spawn` (starting chips), `timeline` and [`trace`] (a traced run's merged
-//! timeline), [`wire`] (the frames) and [`mailbox`] (the shared-memory slot they travel in).
+//! timeline), `wire` (the frames) and `mailbox` (the shared-memory slot they travel in).
 //!
 //! Life of a node:
 //! 1. [`Node::new`] creates one mailbox and one *host pipe* per chip, then forks the
@@ -63,7 +63,7 @@
 //! # Faults (what a node survives)
 //!
 //! - **Stopped or frozen chip.** Every chip process runs a watchdog thread that bumps
-//!   the mailbox's `heartbeat` word every 20 ms ([`mailbox::HEARTBEAT`]), whatever its
+//!   the mailbox's `heartbeat` word every 20 ms (`mailbox::HEARTBEAT`), whatever its
 //!   cores do. A host thread waiting for a reply (or for its turn on a busy chip) checks
 //!   in 20 ms slices: `waitpid` (death), the heartbeat, and the run's cancel flag. When
 //!   the heartbeat has not moved for the chip timeout ([`NodeOptions::chip_timeout`]:
@@ -120,7 +120,7 @@
 
 mod driver;
 mod executor;
-pub mod mailbox;
+pub(crate) mod mailbox;
 /// Shared memory lives in [`crate::mem::shm`] (the arena's heaps use it at L2); the node
 /// and the Python face keep reaching it here.
 pub use crate::mem::shm;
@@ -128,7 +128,7 @@ mod spawn;
 mod timeline;
 pub mod trace;
 mod transport;
-pub mod wire;
+pub(crate) mod wire;
 mod worker;
 
 pub use crate::nextlevel::{ArgDir, NextLevelArg};

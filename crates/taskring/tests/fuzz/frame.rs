@@ -1,4 +1,4 @@
-//! (a) The L3 task frame and reply decoders (`taskring::node::wire`): arbitrary bytes,
+//! (a) The L3 task frame and reply decoders (`taskring::internals::node::wire`): arbitrary bytes,
 //! valid headers over random bodies and mutated valid frames never panic and give `Ok` or
 //! a typed `FrameError`; encode → decode is the identity, and decode → encode → decode is
 //! stable for whatever a mutated frame decodes to.
@@ -9,7 +9,7 @@ use crate::generators::{
 use crate::harness::fuzz;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use taskring::node::wire::*;
+use taskring::internals::node::wire::*;
 use taskring::{CallConfig, DType};
 
 fn wire_tensor() -> impl Strategy<Value = WireTensor> {

@@ -3,7 +3,7 @@
 //! mutations of a valid frame (with the frame header both layers share).
 
 use proptest::prelude::*;
-use taskring::node::wire::{FRAME_MAGIC, FRAME_VERSION};
+use taskring::internals::node::wire::{FRAME_MAGIC, FRAME_VERSION};
 use taskring::{CallConfig, DType};
 
 /// u64 values that matter at limits, plus uniform ones.

@@ -1,4 +1,4 @@
-//! L4 frames (`taskring::cluster::wire`): what a host decodes from rank 0 and rank 0 from
+//! L4 frames (`taskring::internals::cluster::wire`): what a host decodes from rank 0 and rank 0 from
 //! a host. Decoding never panics; whatever decodes re-encodes to a frame that decodes the
 //! same; encode → decode is the identity for every task and reply the encoder accepts.
 
@@ -8,11 +8,11 @@ use crate::generators::{
 use crate::harness::fuzz;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use taskring::cluster::wire::{
+use taskring::internals::cluster::wire::{
     self as l4w, HostRequest, L4Arg, L4Dir, L4Reply, L4Task, L4Tensor, KIND_L4_CLOSE,
     KIND_L4_REPLY, KIND_L4_TASK,
 };
-use taskring::node::wire::{KIND_TASK, MAX_PREFIX_BYTES};
+use taskring::internals::node::wire::{KIND_TASK, MAX_PREFIX_BYTES};
 
 fn l4_tensor() -> impl Strategy<Value = L4Tensor> {
     (
