@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 use taskring::node::ArgDir;
 use taskring::Scalar;
-use taskring::{Arg, DType, HostTensor, Tensor};
+use taskring::{Arg, CallerTensor, DType, Tensor};
 
 /// The dtype names the runtime supports, as error messages list them.
 const DTYPE_NAMES: &str = "float32, float16, bfloat16, int32, int64, int8, uint8";
@@ -295,7 +295,7 @@ pub fn host_args<'py>(
         } else {
             let t = array_tensor(i, &a, true)?;
             // safety: the caller keeps the array referenced for the whole run.
-            host.push(Arg::Tensor(unsafe { HostTensor::from_raw(t) }));
+            host.push(Arg::Tensor(unsafe { CallerTensor::from_raw(t) }));
         }
     }
     Ok(host)

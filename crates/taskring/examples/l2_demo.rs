@@ -125,10 +125,10 @@ fn main() {
     ] {
         out.iter_mut().for_each(|x| *x = 0.0);
         let args = [
-            Arg::Tensor(HostTensor::f32(&mut q, &[HEADS, DIM])),
-            Arg::Tensor(HostTensor::f32(&mut kt, &[BLOCKS * DIM, BLOCK])),
-            Arg::Tensor(HostTensor::f32(&mut v, &[BLOCKS * BLOCK, DIM])),
-            Arg::Tensor(HostTensor::f32(&mut out, &[HEADS, DIM])),
+            Arg::Tensor(CallerTensor::f32(&mut q, &[HEADS, DIM])),
+            Arg::Tensor(CallerTensor::f32(&mut kt, &[BLOCKS * DIM, BLOCK])),
+            Arg::Tensor(CallerTensor::f32(&mut v, &[BLOCKS * BLOCK, DIM])),
+            Arg::Tensor(CallerTensor::f32(&mut out, &[HEADS, DIM])),
         ];
         let t0 = Instant::now();
         let rep = match chip.run(&prog, &args, cfg) {

@@ -38,9 +38,9 @@
 //!
 //! let (mut a, mut b, mut c) = (vec![1.0f32; 8], vec![2.0f32; 8], vec![0.0f32; 8]);
 //! let args = [
-//!     Arg::Tensor(HostTensor::f32(&mut a, &[2, 4])),
-//!     Arg::Tensor(HostTensor::f32(&mut b, &[2, 4])),
-//!     Arg::Tensor(HostTensor::f32(&mut c, &[2, 4])),
+//!     Arg::Tensor(CallerTensor::f32(&mut a, &[2, 4])),
+//!     Arg::Tensor(CallerTensor::f32(&mut b, &[2, 4])),
+//!     Arg::Tensor(CallerTensor::f32(&mut c, &[2, 4])),
 //! ];
 //! let report = chip.run(&program, &args, &config)?;
 //! assert_eq!(c, vec![3.0f32; 8]);
@@ -121,7 +121,7 @@ mod tensor;
 pub use arena::{device_footprint, tensormap_bytes, AcquireError, Arena, ArenaCache, ArenaStats};
 pub use chip::RunInterrupter;
 pub use chip::{
-    auto_size, Arg, ChipOptions, ChipWorker, DeviceMemory, HostTensor, Program, RunError,
+    auto_size, Arg, CallerTensor, ChipOptions, ChipWorker, DeviceMemory, Program, RunError,
     RunReport, AUTO_HEADROOM, AUTO_KEYS,
 };
 pub use chip::{MAX_CORES, MIN_DEVICE_MEMORY};

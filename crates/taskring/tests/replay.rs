@@ -582,7 +582,7 @@ fn arguments_must_match_count_shape_and_dtype() {
             &mut w,
             // safety: `t` is `c`'s 64 i32s exactly, and `c` is alive and untouched
             // until the replay returns.
-            &[Arg::Tensor(unsafe { HostTensor::from_raw(t) })],
+            &[Arg::Tensor(unsafe { CallerTensor::from_raw(t) })],
             None,
         )
         .unwrap_err();

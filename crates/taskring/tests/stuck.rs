@@ -149,7 +149,7 @@ fn a_run_over_a_stuck_kernels_buffer_is_refused_until_it_returns() {
     // A view of the middle of x overlaps it too.
     let view = Tensor::from_raw(xp + 64, &[8], DType::F32);
     // safety: x lives to the end of the test; nothing else uses it meanwhile.
-    let arg = Arg::Tensor(unsafe { HostTensor::from_raw(view) });
+    let arg = Arg::Tensor(unsafe { CallerTensor::from_raw(view) });
     let e = w
         .run_with_sizing(&fill, &[arg], &RingSizing::default())
         .unwrap_err();

@@ -61,8 +61,8 @@ fn one_run(chip: &mut ChipWorker, k: KernelRef, with_args: bool, n: u32) -> Resu
     let mut va = vec![1f32; 256];
     let mut vb = vec![2f32; 256];
     let args = [
-        Arg::Tensor(HostTensor::f32(&mut va, &[256])),
-        Arg::Tensor(HostTensor::f32(&mut vb, &[256])),
+        Arg::Tensor(CallerTensor::f32(&mut va, &[256])),
+        Arg::Tensor(CallerTensor::f32(&mut vb, &[256])),
     ];
     let t0 = Instant::now();
     let rep = chip

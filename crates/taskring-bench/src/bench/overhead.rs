@@ -309,7 +309,7 @@ pub fn patterns(quick: bool) -> Vec<Pattern> {
 /// The arguments of one run of `p`: its host buffer, if it takes one.
 pub fn pattern_args<'a>(p: &Pattern, buf: &'a mut [f32]) -> Vec<Arg<'a>> {
     if p.buf_elems > 0 {
-        vec![Arg::Tensor(HostTensor::f32(buf, &[p.buf_elems as u32]))]
+        vec![Arg::Tensor(CallerTensor::f32(buf, &[p.buf_elems as u32]))]
     } else {
         vec![]
     }

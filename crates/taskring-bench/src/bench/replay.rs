@@ -112,10 +112,10 @@ impl DecodeData {
     }
     pub fn args(&mut self, blocks: u32) -> Vec<Arg<'_>> {
         vec![
-            Arg::Tensor(HostTensor::f32(&mut self.q, &[HEADS, DIM])),
-            Arg::Tensor(HostTensor::f32(&mut self.kt, &[blocks * DIM, BLOCK])),
-            Arg::Tensor(HostTensor::f32(&mut self.v, &[blocks * BLOCK, DIM])),
-            Arg::Tensor(HostTensor::f32(&mut self.out, &[HEADS, DIM])),
+            Arg::Tensor(CallerTensor::f32(&mut self.q, &[HEADS, DIM])),
+            Arg::Tensor(CallerTensor::f32(&mut self.kt, &[blocks * DIM, BLOCK])),
+            Arg::Tensor(CallerTensor::f32(&mut self.v, &[blocks * BLOCK, DIM])),
+            Arg::Tensor(CallerTensor::f32(&mut self.out, &[HEADS, DIM])),
         ]
     }
 }

@@ -263,7 +263,7 @@ fn measure(
     let n = sz.tasks(p);
     let mut run = |prog: &Program, buf: &mut Vec<f32>| -> Result<(f64, RunReport), String> {
         let len = buf.len() as u32;
-        let args = [Arg::Tensor(HostTensor::f32(buf, &[len]))];
+        let args = [Arg::Tensor(CallerTensor::f32(buf, &[len]))];
         let t0 = Instant::now();
         let r = chip
             .run_with_sizing(prog, &args, sizing)

@@ -111,9 +111,9 @@ fn one_run(
     let mut vb = vec![2f32; 16];
     let mut vx = vec![0f32; 16];
     let args = [
-        Arg::Tensor(HostTensor::f32(&mut va, &[16])),
-        Arg::Tensor(HostTensor::f32(&mut vb, &[16])),
-        Arg::Tensor(HostTensor::f32(&mut vx, &[16])),
+        Arg::Tensor(CallerTensor::f32(&mut va, &[16])),
+        Arg::Tensor(CallerTensor::f32(&mut vb, &[16])),
+        Arg::Tensor(CallerTensor::f32(&mut vx, &[16])),
     ];
     let rep = chip
         .run_with_sizing(&prog, &args, &RingSizing::default())

@@ -21,7 +21,7 @@
 //! (what a run says: its report, diagnostics files, a stall's sub-class), `quarantine`
 //! (the memory a kernel given up on can still write, set aside). Capture and replay,
 //! direct replays on these cores included, are the sibling module `replay`. This file:
-//! the user's types (`HostTensor`, `Arg`, `Program`) and the `ChipWorker` itself
+//! the user's types (`CallerTensor`, `Arg`, `Program`) and the `ChipWorker` itself
 //! (start, stuck-core replacement, shutdown).
 
 #[doc(hidden)]
@@ -60,17 +60,18 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A host tensor handed to a run: a view over caller memory that outlives the run.
+/// A tensor over the caller's memory, handed to a run: a view that outlives the run.
+/// (Not Python's `HostTensor`, which is a tensor resident on an L4 host.)
 #[derive(Clone, Copy, Debug)]
-pub struct HostTensor<'a> {
+pub struct CallerTensor<'a> {
     tensor: Tensor,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
-impl<'a> HostTensor<'a> {
+impl<'a> CallerTensor<'a> {
     /// A tensor over `data` with `shape` (row-major). Panics if the shape does not
     /// match the slice length.
-    pub fn f32(data: &'a mut [f32], shape: &[u32]) -> HostTensor<'a> {
+    pub fn f32(data: &'a mut [f32], shape: &[u32]) -> CallerTensor<'a> {
         let n: u64 = shape.iter().map(|&d| d as u64).product();
         assert_eq!(
             n as usize,
@@ -78,7 +79,7 @@ impl<'a> HostTensor<'a> {
             "shape {shape:?} does not match {} elements",
             data.len()
         );
-        HostTensor {
+        CallerTensor {
             tensor: Tensor::from_raw(data.as_mut_ptr() as u64, shape, DType::F32),
             _borrow: PhantomData,
         }
@@ -87,8 +88,8 @@ impl<'a> HostTensor<'a> {
     /// # Safety
     /// `tensor` must describe memory that is valid for reads and writes, and not used
     /// elsewhere, for `'a` (the duration of the run).
-    pub unsafe fn from_raw(tensor: Tensor) -> HostTensor<'a> {
-        HostTensor {
+    pub unsafe fn from_raw(tensor: Tensor) -> CallerTensor<'a> {
+        CallerTensor {
             tensor,
             _borrow: PhantomData,
         }
@@ -102,7 +103,7 @@ impl<'a> HostTensor<'a> {
 /// One argument of a program.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg<'a> {
-    Tensor(HostTensor<'a>),
+    Tensor(CallerTensor<'a>),
     Scalar(Scalar),
 }
 
@@ -240,7 +241,7 @@ pub(crate) struct ChipShared {
 /// });
 /// let mut out = vec![0.0f32; 16];
 /// let args = [
-///     Arg::Tensor(HostTensor::f32(&mut out, &[4, 4])),
+///     Arg::Tensor(CallerTensor::f32(&mut out, &[4, 4])),
 ///     Arg::Scalar(Scalar::F64(7.0)),
 /// ];
 /// let sizing = RingSizing::uniform(16, 64 << 10, 64).unwrap();

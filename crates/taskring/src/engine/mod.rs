@@ -214,9 +214,9 @@ fn spec_entry(spec: &TensorSpec) -> Tensor {
 /// let mut chip = ChipWorker::new(ChipOptions { cores: 2, ..ChipOptions::default() }).unwrap();
 /// let (mut a, mut b, mut out) = (vec![1.0f32, 2.0, 3.0, 4.0], vec![2.0f32, 0.0, 0.0, 2.0], vec![0.0f32; 4]);
 /// let args = [
-///     Arg::Tensor(HostTensor::f32(&mut a, &[2, 2])),
-///     Arg::Tensor(HostTensor::f32(&mut b, &[2, 2])),
-///     Arg::Tensor(HostTensor::f32(&mut out, &[2, 2])),
+///     Arg::Tensor(CallerTensor::f32(&mut a, &[2, 2])),
+///     Arg::Tensor(CallerTensor::f32(&mut b, &[2, 2])),
+///     Arg::Tensor(CallerTensor::f32(&mut out, &[2, 2])),
 /// ];
 /// let report = chip.run(&program, &args, &CallConfig::default()).unwrap();
 /// assert_eq!(report.tasks, 2);

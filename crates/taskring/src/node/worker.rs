@@ -7,7 +7,7 @@
 use super::mailbox::{self, futex_wake, Mailbox, STATE_FAILED, STATE_READY, STATE_SHUTDOWN};
 use super::wire::{self, ReplyFrame, WireArg, WireReport};
 use super::{shm, trace, ChipCallable, NodeOptions};
-use crate::chip::{Arg, ChipOptions, ChipWorker, HostTensor, RunError, RunReport};
+use crate::chip::{Arg, CallerTensor, ChipOptions, ChipWorker, RunError, RunReport};
 use crate::config::{CallConfig, RingSizing};
 use crate::engine::{Scalar, StatusCode};
 use crate::tensor::Tensor;
@@ -365,7 +365,7 @@ fn chip_args<'a>(regions: &mut shm::RegionMap, wire: &[WireArg]) -> Result<Vec<A
                 t.validate().map_err(|e| format!("argument {i}: {e}"))?;
                 // safety: the region is mapped for this chip's lifetime and the host
                 // keeps the buffer alive while the task runs.
-                args.push(Arg::Tensor(unsafe { HostTensor::from_raw(t) }));
+                args.push(Arg::Tensor(unsafe { CallerTensor::from_raw(t) }));
             }
         }
     }

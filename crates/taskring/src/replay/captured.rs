@@ -537,13 +537,13 @@ pub(crate) fn arg_buffer(a: &Arg<'_>) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::{sharing, Sharing};
-    use crate::chip::{Arg, HostTensor};
+    use crate::chip::{Arg, CallerTensor};
     use crate::engine::Scalar;
     use crate::tensor::{DType, Tensor};
 
     fn arg(addr: u64, n: u32) -> Arg<'static> {
         // safety: never run; only its address range is compared.
-        Arg::Tensor(unsafe { HostTensor::from_raw(Tensor::from_raw(addr, &[n], DType::F32)) })
+        Arg::Tensor(unsafe { CallerTensor::from_raw(Tensor::from_raw(addr, &[n], DType::F32)) })
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub fn submit(
 }
 
 pub fn host<'a>(v: &'a mut [f32], shape: &[u32]) -> Arg<'a> {
-    Arg::Tensor(HostTensor::f32(v, shape))
+    Arg::Tensor(CallerTensor::f32(v, shape))
 }
 
 /// Run a program with one AIC-only task (a 2x2 matmul) on `w`; on a chip without AIC
