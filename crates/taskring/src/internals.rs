@@ -1,5 +1,6 @@
-//! The wire formats and transports of L3 and L4, for the benchmarks (`taskring-bench`)
-//! and the fuzz tests (feature `internals`; not part of the API). The paths mirror the
+//! The wire formats and transports of L3 and L4, for the benchmarks (`taskring-bench`,
+//! and the bare MPI of B8 and the L4 tests in the binding's `taskring._mpi_tools`) and
+//! the fuzz tests (feature `internals`; not part of the API). The paths mirror the
 //! crate's own: `internals::node::wire` is the crate's `node::wire`.
 
 /// L3's internals.
