@@ -29,6 +29,7 @@
 //! failures' texts). This file: the `Orchestrator` itself, its wake-up debt, the
 //! failure latch, and what a submit returns ([`TaskOutputs`]).
 
+mod canonical;
 mod capacity;
 mod scope;
 mod state;

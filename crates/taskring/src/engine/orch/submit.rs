@@ -1,12 +1,12 @@
 //! Submit, stage by stage (the numbered steps of the module doc of [`super`]). Each stage
 //! is one function whose doc states what it guarantees to the next:
 //!
-//! 1. arguments — [`canonical_order`], [`Orchestrator::canonicalize`] (every view and
+//! 1. arguments — [`canonical_order`] (in `canonical.rs`, with stage 3b), [`Orchestrator::canonicalize`] (every view and
 //!    output spec valid, every producer live, the heap demand summed) and
 //!    [`Orchestrator::check_call`] (the kernel's own check, explicit deps): nothing of
 //!    the run has changed when one of them fails;
 //! 2. [`Orchestrator::admit`]: scope admission;
-//! 3. [`Orchestrator::take_slot`] and [`place_outputs`]: the task's id, slot and output
+//! 3. [`Orchestrator::take_slot`] and [`place_outputs`] (3b): the task's id, slot and output
 //!    block;
 //! 4. fan-in — [`Orchestrator::gather_fanin`] (explicit deps, creator edges, tensormap
 //!    lookups), [`Orchestrator::insert_writers`] (step 5: this task as the new writer),
@@ -23,15 +23,15 @@
 //! The stages are `#[inline(always)]`: each runs once per submit, and the hot path is
 //! one function after inlining, as it was before the split (B2 measures it).
 
+use super::canonical::{
+    canonical_order, output_block_bytes, output_spec_error, output_spec_ok, place_outputs,
+    CanonicalArgs,
+};
 use super::{add_fanin_to, DryScope, Orchestrator, ScopeFrame, TaskOutputs, What};
 use super::{Blocked, PREFETCH_AHEAD};
-use crate::engine::ring::{align_output, OUTPUT_ALIGN_BYTES};
 use crate::engine::shared::{self, DEP_RETAIN, DEP_WAIT};
-use crate::engine::{
-    ArgKind, ArgTag, KernelRef, RuntimeFailure, TaskArgs, TensorSpec, FANIN_INLINE,
-    MAX_TASK_TENSORS,
-};
-use crate::tensor::{TaskId, Tensor, TensorError, MAX_DIMS};
+use crate::engine::{ArgKind, ArgTag, KernelRef, RuntimeFailure, TaskArgs, FANIN_INLINE};
+use crate::tensor::{TaskId, Tensor};
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering::*;
 
@@ -47,158 +47,6 @@ pub(super) struct Submitted {
     pub(super) queue: u8,
 }
 
-/// A submit's tensor arguments in canonical order — inputs, inouts, outputs (OUTPUT and
-/// OUTPUT_EXISTING in argument order), no_dep — with what the later stages need of
-/// them. Stage 1's result; on the stack, no heap allocation.
-struct CanonicalArgs {
-    /// Entries `0..n` are initialised (stage 1 writes them in order).
-    tensors: [MaybeUninit<Tensor>; MAX_TASK_TENSORS],
-    tags: [ArgTag; MAX_TASK_TENSORS],
-    /// Heap bytes of each OUTPUT's block ([`output_block_bytes`]), written for OUTPUT
-    /// entries only (left uninitialised: most submits have no OUTPUT).
-    out_size: [MaybeUninit<u64>; MAX_TASK_TENSORS],
-    /// The argument index of each canonical entry (`order[..n]`).
-    order: [u8; MAX_TASK_TENSORS],
-    n: usize,
-    n_inputs: usize,
-    /// The sum of the outputs' `out_size` (saturating).
-    heap_bytes: u64,
-    /// Tensormap inserts the submit will make (INOUT / OUTPUT_EXISTING, not no-dep).
-    tm_inserts: u32,
-}
-
-impl CanonicalArgs {
-    #[inline(always)]
-    fn new() -> CanonicalArgs {
-        CanonicalArgs {
-            tensors: [const { MaybeUninit::uninit() }; MAX_TASK_TENSORS],
-            tags: [ArgTag::Input; MAX_TASK_TENSORS],
-            out_size: [const { MaybeUninit::uninit() }; MAX_TASK_TENSORS],
-            order: [0; MAX_TASK_TENSORS],
-            n: 0,
-            n_inputs: 0,
-            heap_bytes: 0,
-            tm_inserts: 0,
-        }
-    }
-
-    #[inline(always)]
-    fn tensors(&self) -> &[Tensor] {
-        // safety: entries 0..n are initialised (the type's invariant).
-        unsafe { std::slice::from_raw_parts(self.tensors.as_ptr() as *const Tensor, self.n) }
-    }
-
-    #[inline(always)]
-    fn tags(&self) -> &[ArgTag] {
-        &self.tags[..self.n]
-    }
-}
-
-/// The canonical group of a tensor argument: 0 inputs, 1 inouts, 2 outputs (OUTPUT,
-/// OUTPUT_EXISTING), 3 no_dep.
-#[inline(always)]
-fn canonical_group(a: ArgKind) -> u8 {
-    match a {
-        ArgKind::Existing(ArgTag::Input) => 0,
-        ArgKind::Existing(ArgTag::Inout) => 1,
-        ArgKind::Existing(ArgTag::OutputExisting) | ArgKind::Spec => 2,
-        // (`TaskArgs::tensor` turns a tensor tagged OUTPUT into a spec.)
-        ArgKind::Existing(ArgTag::Output) => 2,
-        ArgKind::Existing(ArgTag::NoDep) => 3,
-    }
-}
-
-/// Stage 1a: writes to `order[..argv.len()]` the argument indices in canonical order,
-/// stable (argument order within a group). Most submits list their arguments in
-/// canonical order already: then `order` is the identity and nothing is sorted.
-#[inline(always)]
-fn canonical_order(argv: &[ArgKind], order: &mut [u8; MAX_TASK_TENSORS]) {
-    let mut group = [0u8; MAX_TASK_TENSORS];
-    let mut count = [0usize; 4];
-    let mut sorted = true;
-    for (i, &a) in argv.iter().enumerate() {
-        let g = canonical_group(a);
-        sorted &= i == 0 || g >= group[i - 1];
-        group[i] = g;
-        count[g as usize] += 1;
-    }
-    if sorted {
-        for (i, o) in order.iter_mut().enumerate().take(argv.len()) {
-            *o = i as u8;
-        }
-        return;
-    }
-    // Stable counting sort by group.
-    let mut at = [
-        0,
-        count[0],
-        count[0] + count[1],
-        count[0] + count[1] + count[2],
-    ];
-    for (i, &g) in group.iter().enumerate().take(argv.len()) {
-        let g = g as usize;
-        order[at[g]] = i as u8;
-        at[g] += 1;
-    }
-}
-
-/// Why the OUTPUT spec `s` cannot be materialised, or `None`. Materialising needs a valid
-/// rank and non-empty dimensions, and a byte size that overflows 64 bits must not wrap
-/// into a small buffer; with these checked (and contiguous strides that fit), the
-/// materialised tensor is valid by construction (contiguous from offset 0 over exactly
-/// its bytes).
-#[cold]
-#[inline(never)]
-fn output_spec_error(s: &TensorSpec) -> Option<String> {
-    let nd = s.ndims as usize;
-    let bytes = s.shape[..nd.min(MAX_DIMS)]
-        .iter()
-        .fold(s.dtype.size_bytes() as u128, |b, &d| b * d as u128);
-    if nd == 0 || nd > MAX_DIMS {
-        Some(TensorError::Rank(nd).to_string())
-    } else if s.shape[..nd].contains(&0) {
-        Some(TensorError::EmptyDim(s.shape[..nd].to_vec()).to_string())
-    } else if bytes > u64::MAX as u128 {
-        Some(format!(
-            "an output of shape {:?} ({bytes} bytes) does not fit 64-bit sizes",
-            &s.shape[..nd]
-        ))
-    } else if !crate::tensor::contiguous_strides_fit(&s.shape[..nd]) {
-        Some(TensorError::StrideOverflow(s.shape[..nd].to_vec()).to_string())
-    } else {
-        None
-    }
-}
-
-/// Is the OUTPUT spec `s` valid? The fast test in front of [`output_spec_error`] (which
-/// names the problem): rank, non-empty dimensions, a byte size within 64 bits and
-/// strides that fit.
-#[inline(always)]
-fn output_spec_ok(s: &TensorSpec) -> bool {
-    let nd = s.ndims as usize;
-    if nd == 0 || nd > MAX_DIMS {
-        return false;
-    }
-    let mut bytes = s.dtype.size_bytes() as u128;
-    for &d in &s.shape[..nd] {
-        if d == 0 {
-            return false;
-        }
-        bytes *= d as u128;
-    }
-    bytes <= u64::MAX as u128 && crate::tensor::contiguous_strides_fit(&s.shape[..nd])
-}
-
-/// The heap bytes an output of `nbytes` takes in its task's output block: rounded up to
-/// [`OUTPUT_ALIGN_BYTES`]. Saturating: a size near 2^64 must not wrap into a small
-/// allocation (it fails as larger than any heap instead).
-#[inline(always)]
-fn output_block_bytes(nbytes: u64) -> u64 {
-    nbytes
-        .checked_add(OUTPUT_ALIGN_BYTES - 1)
-        .map_or(u64::MAX, |_| align_output(nbytes))
-}
-
 /// Fanin spill entries a task needs: its producers beyond the [`FANIN_INLINE`] held in
 /// the payload. `live_edges` are the producers claimed or found live, `finished` the
 /// overlapping writers found completed by the tensormap lookup: both count, as in
@@ -207,37 +55,6 @@ fn output_block_bytes(nbytes: u64) -> u64 {
 #[inline(always)]
 fn spill_demand(live_edges: usize, finished: usize) -> u64 {
     (live_edges + finished).saturating_sub(FANIN_INLINE) as u64
-}
-
-/// Stage 3b: gives each OUTPUT of `c` its address in the task's output block at `base`
-/// (packed in canonical order, `out_size` bytes each) and the task (`outputs.id`) as its
-/// owner, and appends it to `outputs` (what the caller gets back, in canonical order).
-/// `outputs` is the caller's, filled in place: returning it would copy its ~0.5 KiB on
-/// every submit.
-#[inline(always)]
-fn place_outputs(c: &mut CanonicalArgs, base: u64, outputs: &mut TaskOutputs) {
-    let id = outputs.id;
-    let mut off = 0u64;
-    for i in 0..c.n {
-        if c.tags[i] != ArgTag::Output {
-            continue;
-        }
-        // safety: entries 0..n are initialised, and an OUTPUT entry's size with it.
-        let (t, size) = unsafe { (c.tensors[i].assume_init_mut(), c.out_size[i].assume_init()) };
-        t.addr = base + off;
-        t.owner = id;
-        off += size;
-        outputs.push(t);
-        debug_assert!({
-            let back = outputs.output(outputs.len() - 1);
-            back.addr == t.addr
-                && back.offset == t.offset
-                && back.buf_bytes == t.buf_bytes
-                && back.shape == t.shape
-                && back.strides == t.strides
-                && back.owner == t.owner
-        });
-    }
 }
 
 impl<'r> Orchestrator<'r> {
@@ -719,111 +536,6 @@ impl<'r> Orchestrator<'r> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::DType;
-
-    fn input() -> ArgKind {
-        ArgKind::Existing(ArgTag::Input)
-    }
-    fn tagged(tag: ArgTag) -> ArgKind {
-        ArgKind::Existing(tag)
-    }
-    fn spec(shape: &[u32]) -> TensorSpec {
-        TensorSpec {
-            shape: {
-                let mut s = [0; MAX_DIMS];
-                s[..shape.len()].copy_from_slice(shape);
-                s
-            },
-            ndims: shape.len() as u8,
-            dtype: DType::F32,
-        }
-    }
-    fn order_of(argv: &[ArgKind]) -> Vec<u8> {
-        let mut order = [0xff; MAX_TASK_TENSORS];
-        canonical_order(argv, &mut order);
-        order[..argv.len()].to_vec()
-    }
-
-    #[test]
-    fn canonical_order_keeps_an_ordered_list() {
-        let argv = [
-            input(),
-            input(),
-            tagged(ArgTag::Inout),
-            ArgKind::Spec,
-            tagged(ArgTag::OutputExisting),
-            tagged(ArgTag::NoDep),
-        ];
-        assert_eq!(order_of(&argv), [0, 1, 2, 3, 4, 5]);
-        assert_eq!(order_of(&[]), Vec::<u8>::new());
-    }
-
-    #[test]
-    fn canonical_order_groups_stably() {
-        // no_dep, output, inout, input, output_existing, input, spec
-        let argv = [
-            tagged(ArgTag::NoDep),
-            ArgKind::Spec,
-            tagged(ArgTag::Inout),
-            input(),
-            tagged(ArgTag::OutputExisting),
-            input(),
-            ArgKind::Spec,
-        ];
-        // inputs 3, 5; inout 2; outputs in argument order 1, 4, 6; no_dep 0.
-        assert_eq!(order_of(&argv), [3, 5, 2, 1, 4, 6, 0]);
-    }
-
-    #[test]
-    fn canonical_order_at_the_argument_limit() {
-        let mut argv = vec![tagged(ArgTag::NoDep); MAX_TASK_TENSORS];
-        argv[MAX_TASK_TENSORS - 1] = input();
-        let order = order_of(&argv);
-        assert_eq!(order[0] as usize, MAX_TASK_TENSORS - 1);
-        assert_eq!(
-            &order[1..],
-            (0..MAX_TASK_TENSORS as u8 - 1).collect::<Vec<_>>()
-        );
-    }
-
-    #[test]
-    fn output_specs_are_validated() {
-        assert_eq!(output_spec_error(&spec(&[4, 8])), None);
-        assert!(output_spec_ok(&spec(&[4, 8])));
-        let bad = [
-            spec(&[]),
-            spec(&[2, 0, 3]),
-            // 2^32-1 elements per dimension, 4 bytes each: over 2^64 bytes.
-            spec(&[u32::MAX, u32::MAX, u32::MAX]),
-        ];
-        for s in &bad {
-            assert!(!output_spec_ok(s), "{s:?}");
-            assert!(output_spec_error(s).is_some(), "{s:?}");
-        }
-        let mut too_many = spec(&[1]);
-        too_many.ndims = MAX_DIMS as u8 + 1;
-        assert!(!output_spec_ok(&too_many));
-        assert_eq!(
-            output_spec_error(&too_many),
-            Some(TensorError::Rank(MAX_DIMS + 1).to_string())
-        );
-        assert_eq!(
-            output_spec_error(&spec(&[2, 0])),
-            Some(TensorError::EmptyDim(vec![2, 0]).to_string())
-        );
-        let big = output_spec_error(&spec(&[u32::MAX, u32::MAX, u32::MAX])).unwrap();
-        assert!(big.contains("does not fit 64-bit sizes"), "{big}");
-    }
-
-    #[test]
-    fn output_blocks_are_aligned_and_saturate() {
-        let a = OUTPUT_ALIGN_BYTES;
-        assert_eq!(output_block_bytes(1), a);
-        assert_eq!(output_block_bytes(a), a);
-        assert_eq!(output_block_bytes(a + 1), 2 * a);
-        assert_eq!(output_block_bytes(u64::MAX - a + 2), u64::MAX);
-        assert_eq!(output_block_bytes(u64::MAX), u64::MAX);
-    }
 
     #[test]
     fn spill_demand_counts_producers_beyond_the_inline_record() {
