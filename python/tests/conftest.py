@@ -1,5 +1,6 @@
 import faulthandler
 import os
+import sys
 
 import pytest
 
@@ -14,11 +15,15 @@ def _no_ring_env(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _watchdog():
+def _watchdog(request):
     """A hang must not hang the suite: a run that deadlocks while holding the GIL (or a
     hung chip protocol) cannot be interrupted from Python, so faulthandler's C watchdog
-    dumps every thread's stack and exits instead (TASKRING_TEST_WATCHDOG_S, default 60)."""
-    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True)
+    dumps every thread's stack and exits instead (TASKRING_TEST_WATCHDOG_S, default 60).
+    The stacks go to the terminal's stderr: pytest's capture of it is lost at that exit."""
+    capturing = getattr(request.config.pluginmanager.getplugin("capturemanager"), "_global_capturing", None)
+    stderr = getattr(getattr(capturing, "err", None), "targetfd_save", None)
+    out = stderr if isinstance(stderr, int) else sys.stderr
+    faulthandler.dump_traceback_later(float(os.environ.get("TASKRING_TEST_WATCHDOG_S", "60")), exit=True, file=out)
     yield
     faulthandler.cancel_dump_traceback_later()
 
