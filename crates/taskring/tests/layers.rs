@@ -2,7 +2,7 @@
 //! modules of its own layer and of the layers below it, never one above.
 //!
 //! ```text
-//! cluster → node → nextlevel → {chip, replay} → arena → engine → {kernel, dfx, sync}
+//! cluster → node → nextlevel → replay → chip → arena → engine → {kernel, dfx, sync}
 //!   → {config, tensor, mem}
 //! ```
 //!
@@ -17,16 +17,16 @@ const LAYERS: &[(&str, u32)] = &[
     ("cluster", 0),
     ("node", 1),
     ("nextlevel", 2),
-    ("chip", 3),
     ("replay", 3),
-    ("arena", 4),
-    ("engine", 5),
-    ("kernel", 6),
-    ("dfx", 6),
-    ("sync", 6),
-    ("config", 7),
-    ("tensor", 7),
-    ("mem", 7),
+    ("chip", 4),
+    ("arena", 5),
+    ("engine", 6),
+    ("kernel", 7),
+    ("dfx", 7),
+    ("sync", 7),
+    ("config", 8),
+    ("tensor", 8),
+    ("mem", 8),
 ];
 
 fn layer(module: &str) -> Option<u32> {

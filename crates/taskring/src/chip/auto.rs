@@ -12,10 +12,10 @@
 //!    auto entries (halved, the entry that frees the most device memory first, until
 //!    the arena fits the device memory) while the engine records its task graph, as a
 //!    capture does: no kernel runs twice, no array is written twice. The graph's
-//!    structural demand per ring (`replay::graph::Needs`: what must be held at once
-//!    whatever the timing) is the need. Its arena is dropped when the learned sizing
-//!    differs and the dispatch built it (a prewarmed or shared one stays), so only the
-//!    smaller one stays charged to device memory.
+//!    structural demand per ring (what must be held at once whatever the timing; the
+//!    recording side computes it, [`PerEntry`]) is the need. Its arena is dropped when
+//!    the learned sizing differs and the dispatch built it (a prewarmed or shared one
+//!    stays), so only the smaller one stays charged to device memory.
 //! 2. **Known.** Later dispatches of the key get, in each auto entry, the need ×
 //!    [`AUTO_HEADROOM`] rounded up to a valid size ([`auto_size`]).
 //! 3. **A need that grows** (the orchestration reads data, or a scalar changes the
@@ -41,7 +41,6 @@ use super::run::Dispatch;
 use super::{Arg, ChipWorker, Diagnostics, Program, RunReport};
 use crate::config::{RingField, RingSizing, SizeSource, RUNTIME_ENV_RING_COUNT};
 use crate::engine::{Resource, RuntimeFailure, Scalar, StatusCode};
-use crate::replay::graph::{Graph, Needs};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
@@ -105,20 +104,11 @@ fn valid_at_least(f: RingField, v: u64) -> u64 {
     clamp_valid(f, v)
 }
 
-/// A value per field and ring.
-type PerEntry<T> = [[T; RUNTIME_ENV_RING_COUNT]; 3];
-
-/// The need per field and ring of a recorded graph (window: live slots + 1; heap bytes;
-/// dep entries): its structural demand, what must be held at once whatever the timing
-/// (a run's peaks depend on the timing).
-fn need_of(graph: &Graph) -> PerEntry<u64> {
-    let needs = Needs::of(graph);
-    let mut need = [[0; RUNTIME_ENV_RING_COUNT]; 3];
-    need[RingField::TaskWindow.index()] = needs.slots.map(|s| s + 1);
-    need[RingField::Heap.index()] = needs.heap;
-    need[RingField::DepPool.index()] = needs.deps;
-    need
-}
+/// A value per field and ring (indexed by `RingField::index`, then ring). The need of
+/// a recorded graph is one: window: live slots + 1; heap bytes; dep entries — its
+/// structural demand, what must be held at once whatever the timing (a run's peaks
+/// depend on the timing); the recording side computes it (`replay::graph::Needs`).
+pub(crate) type PerEntry<T> = [[T; RUNTIME_ENV_RING_COUNT]; 3];
 
 /// Entry-wise maximum.
 fn max_of(a: PerEntry<u64>, b: PerEntry<u64>) -> PerEntry<u64> {
@@ -419,12 +409,10 @@ impl ChipWorker {
             }
             // A check (step 4): record the graph while it runs on the learned sizing.
             l.since = 0;
-            let (r, graph) =
-                self.run_recorded(policy, Dispatch::program(program, args, &s, hook, diag));
+            let (r, need) =
+                self.run_learning(policy, Dispatch::program(program, args, &s, hook, diag));
             let mut rep = r.map_err(|e| self.grow(key, program, l, &sizing, &s, e))?;
-            l.check(need_of(
-                &graph.expect("a run that succeeded gives its graph"),
-            ));
+            l.check(need.expect("a run that succeeded gives its graph's need"));
             let next = self.fitted(&l, sizing);
             self.auto.put(&key, program, l, false);
             if next.key() != s.key() {
@@ -436,14 +424,12 @@ impl ChipWorker {
         // A learning dispatch (step 1): record the graph while it runs.
         let first = self.shrink_to_fit(l.apply(sizing), &l.floor);
         let built = !self.cache.contains(&first);
-        let (r, graph) =
-            self.run_recorded(policy, Dispatch::program(program, args, &first, hook, diag));
+        let (r, need) =
+            self.run_learning(policy, Dispatch::program(program, args, &first, hook, diag));
         match r {
             Ok(mut rep) => {
                 let before = l;
-                l.learn(need_of(
-                    &graph.expect("a run that succeeded gives its graph"),
-                ));
+                l.learn(need.expect("a run that succeeded gives its graph's need"));
                 // A need learned again after a failure is checked downwards later.
                 l.raised = before.floor.iter().flatten().any(|&f| f > 0);
                 self.auto.put(&key, program, l, true);
@@ -485,14 +471,19 @@ impl ChipWorker {
         }
     }
 
-    /// Record `graph` (a capture's, of `program` with `args`) as the need of their key
-    /// when it is not known yet, as a learning dispatch does.
-    pub(crate) fn auto_learn_from(&mut self, program: &Program, args: &[Arg<'_>], graph: &Graph) {
+    /// Record `need` (a captured graph's, of `program` with `args`) as the need of their
+    /// key when it is not known yet, as a learning dispatch does.
+    pub(crate) fn auto_learn_from(
+        &mut self,
+        program: &Program,
+        args: &[Arg<'_>],
+        need: PerEntry<u64>,
+    ) {
         let key = self.auto.key(program, args);
         let mut l = self.auto.get(&key);
         if !l.known {
             let before = l;
-            l.learn(need_of(graph));
+            l.learn(need);
             l.raised = before.floor.iter().flatten().any(|&f| f > 0);
             self.auto.put(&key, program, l, true);
         }
@@ -513,11 +504,11 @@ impl ChipWorker {
         self.grow(key, program, l, asked, ran, e)
     }
 
-    /// `sizing` with its auto entries sized for `graph`'s own need (a captured graph
-    /// knows its need exactly), fitted to the device memory.
-    pub(crate) fn sized_for(&self, sizing: RingSizing, graph: &Graph) -> RingSizing {
+    /// `sizing` with its auto entries sized for a captured graph's own `need` (it is
+    /// known exactly), fitted to the device memory.
+    pub(crate) fn sized_for(&self, sizing: RingSizing, need: PerEntry<u64>) -> RingSizing {
         let mut l = Learned::default();
-        l.learn(need_of(graph));
+        l.learn(need);
         self.fitted(&l, sizing)
     }
 

@@ -1,8 +1,8 @@
 //! Core threads: what a core does with a ready task (run its kernel, complete it, keep
-//! the first consumer it made ready; a direct replay's task goes to
-//! `replay::step::direct_step`), the idle protocol (spin, yield, park), the
-//! orchestrator's help. Hot path: nothing here allocates or takes a lock per task unless
-//! the swimlane is recorded.
+//! the first consumer it made ready; a direct replay's task goes to the replay's job
+//! through [`DirectRun::step`], one call per chain of tasks), the idle protocol (spin,
+//! yield, park), the orchestrator's help. Hot path: nothing here allocates or takes a
+//! lock per task unless the swimlane is recorded.
 //!
 //! # The abort handshake (a failed run, then the next run)
 //!
@@ -56,25 +56,24 @@
 //!    (Acquire) sees the new arena.
 //!
 //! A direct replay's threads also keep ready tasks in deques of their own
-//! (`DirectLocal`), which idle cores steal from (`replay::step::Thieves`). A steal is a pop for this
-//! protocol: an idle core steals only inside its SEARCHING window (`abort::search_or`),
-//! so the settle waits for it as for a pop; `open_direct` drains the deques as it
-//! drains the queues, before its wait for IDLE (a failed replay may leave tasks there,
-//! a core given up on too); a task stolen before that drain is dropped at `admit`,
-//! `fatal` being still up. A thread with work of its own never parks: it steals only
-//! once its deque is empty, and it empties it before it goes idle. A core about to park
-//! looks at every deque after registering as a sleeper; an owner whose deque goes from
-//! empty to non-empty wakes a sleeper after its push (`wake_for_queues`, fenced as any
-//! push's wake-up).
+//! ([`DirectLocal`], `chip/deque.rs`), which idle cores steal from (`Thieves`). A steal
+//! is a pop for this protocol: an idle core steals only inside its SEARCHING window
+//! (`abort::search_or`), so the settle waits for it as for a pop; `open_direct` drains
+//! the deques as it drains the queues, before its wait for IDLE (a failed replay may
+//! leave tasks there, a core given up on too); a task stolen before that drain is
+//! dropped at `admit`, `fatal` being still up. A thread with work of its own never
+//! parks: it steals only once its deque is empty, and it empties it before it goes
+//! idle. A core about to park looks at every deque after registering as a sleeper; an
+//! owner whose deque goes from empty to non-empty wakes a sleeper after its push
+//! (`wake_for_queues`, fenced as any push's wake-up).
 
 use super::abort;
+use super::deque::{CoreWords, DirectLocal, DirectRun};
 use super::spin::SpinThenPark;
 use super::ChipShared;
 use crate::engine::shared::{queue_takes, ArenaShared, EngineShared};
 use crate::engine::RuntimeFailure;
 use crate::kernel::{CoreKind, KernelCall, KernelRef};
-use crate::replay::job::DirectJob;
-use crate::replay::step::{direct_step, CoreWords, DirectLocal};
 use crate::sync::{AtomicU64, Ordering::*};
 use crate::tensor::TaskId;
 use crossbeam_utils::CachePadded;
@@ -206,8 +205,8 @@ pub(super) fn help_one(
 
 /// A core thread: take a task (the one its last completion made ready, else one from
 /// the ready queues, else go idle), run it, complete it; until shutdown or until the
-/// core is given up on. A direct replay's tasks take [`direct_step`], a run's
-/// [`run_ring_task`]. `core.state` says what the core holds at every moment (the
+/// core is given up on. A direct replay's tasks take the job's [`DirectRun::step`], a
+/// run's [`run_ring_task`]. `core.state` says what the core holds at every moment (the
 /// settle and the stall report read it).
 pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
     let kind = core.kind;
@@ -234,8 +233,8 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
         let task = match next.take() {
             Some(t) => t,
             None => {
-                // Only a failed direct replay leaves tasks here (`direct_step` hands
-                // them out before it returns None): they must never meet another run.
+                // Only a failed direct replay leaves tasks here (its step hands them
+                // out before it returns None): they must never meet another run.
                 local.clear();
                 // A core back from a park takes what the orchestrator pushed but has not
                 // published yet (it may be in user code between two submits). A core that
@@ -280,13 +279,14 @@ pub(super) fn core_loop(sh: &ChipShared, core: &Core, mut local: DirectLocal) {
         let step = if job.is_null() {
             run_ring_task(sh, core, task, &mut held)
         } else {
-            // safety: installed for the whole direct replay, removed only after every
-            // core went idle; an abandoned core touches nothing after its kernel.
-            let job = unsafe { &*(job as *const DirectJob<'static>) };
-            let n = direct_step(
+            // safety: installed for the whole direct replay (a `&dyn DirectRun` that
+            // outlives it), removed only after every core went idle; an abandoned core
+            // touches nothing after its kernel.
+            let job = unsafe { *(job as *const &'static dyn DirectRun) };
+            // One indirect call per chain of tasks (the step loops until it runs out).
+            let n = job.step(
                 eng,
                 &sh.thieves,
-                job,
                 task.0 as u32,
                 kind,
                 Some(CoreWords {

@@ -19,8 +19,12 @@
 //! dispatch from arena to report, and the waits), `spin` (the spin phase
 //! every wait of `chip` and `node` shares), `report`
 //! (what a run says: its report, diagnostics files, a stall's sub-class), `quarantine`
-//! (the memory a kernel given up on can still write, set aside). Capture and replay,
-//! direct replays on these cores included, are the sibling module `replay`. This file:
+//! (the memory a kernel given up on can still write, set aside), `deque` (the threads'
+//! work deques, and [`DirectRun`](deque::DirectRun): what a core asks of a direct
+//! replay). Capture and replay, direct replays on these cores included, are the module
+//! `replay`, a layer above: it uses the chip, the chip names nothing of it (a direct job
+//! reaches the cores as a `DirectRun`, a recorder as the engine's `Recording`, a
+//! recorded graph's need as values). This file:
 //! the user's types (`CallerTensor`, `Arg`, `Program`) and the `ChipWorker` itself
 //! (start, stuck-core replacement, shutdown).
 
@@ -28,6 +32,7 @@
 pub mod abort;
 mod auto;
 pub(crate) mod core;
+pub(crate) mod deque;
 mod options;
 pub(crate) mod policy;
 mod quarantine;
@@ -40,6 +45,8 @@ pub use options::{default_device_memory, ChipOptions, Diagnostics, MAX_CORES, MI
 pub use report::{DeviceMemory, RunError, RunReport};
 pub use run::RunInterrupter;
 
+pub(crate) use auto::PerEntry;
+
 use self::core::{core_loop, Core, CORE_IDLE};
 use crate::arena::{ArenaCache, ArenaStats};
 use crate::config::RingSizing;
@@ -47,10 +54,10 @@ use crate::engine::orch::WaitPolicy;
 use crate::engine::shared::{ArenaShared, EngineShared};
 use crate::engine::{Orchestrator, RuntimeFailure, Scalar, StatusCode};
 use crate::kernel::CoreKind;
-use crate::replay::step::{DirectLocal, Thieves};
 use crate::sync::{AtomicBool, AtomicU64, Ordering::*};
 use crate::tensor::{DType, TaskId, Tensor};
 use crossbeam_utils::CachePadded;
+use deque::{DirectLocal, Thieves};
 use policy::ChipPolicy;
 use std::marker::PhantomData;
 // Not in the `sync` facade (it has no pointer atomic): the run's arena and direct job
@@ -207,14 +214,15 @@ pub(crate) struct ChipShared {
     trace_t0: parking_lot::Mutex<Option<Instant>>,
     arena: AtomicPtr<ArenaShared>,
     pub(crate) cores: parking_lot::RwLock<Vec<Arc<Core>>>,
-    /// The direct replay in progress (a `DirectJob`), or null: then queued task ids are
-    /// indices into its graph, not ring slots.
+    /// The direct replay in progress (a `&dyn DirectRun`, set by the replay for as long
+    /// as it runs), or null: then queued task ids are indices into its graph, not ring
+    /// slots.
     pub(crate) direct: AtomicPtr<()>,
     /// During a direct replay, bit k: idle cores of queue index k park at once instead
     /// of spinning (`DirectJob::quiet`); 0 otherwise. Read without the job (a core may
     /// look while the job is being removed).
     pub(crate) direct_quiet: std::sync::atomic::AtomicU8,
-    /// The stealing ends of the threads' direct-replay deques (`replay::step::DirectLocal`).
+    /// The stealing ends of the threads' direct-replay deques ([`DirectLocal`]).
     pub(crate) thieves: Thieves,
     /// The run in progress was interrupted ([`RunInterrupter`]): its settle gives up on
     /// the cores still running kernels without waiting out the scheduler timeout.

@@ -4,6 +4,7 @@
 //! without orchestration.
 
 use super::core::{help_kind, help_one, wait_cores_idle};
+use super::deque::DirectRun;
 use super::policy::{Help, RunPolicy};
 use super::quarantine::{GivenUp, GivenUpWhy, Stuck};
 use super::report::classify_stall;
@@ -17,8 +18,6 @@ use crate::engine::shared::ArenaShared;
 use crate::engine::{Orchestrator, RuntimeFailure, StatusCode};
 use crate::kernel::panic_text;
 use crate::kernel::CoreKind;
-use crate::replay::job::DirectJob;
-use crate::replay::record::Recorder;
 use crate::sync::Ordering::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -152,7 +151,7 @@ impl ChipWorker {
         failure: Option<&RuntimeFailure>,
         blocking_hook: Option<&dyn Fn(bool)>,
         sizing: &RingSizing,
-        job: Option<&DirectJob<'_>>,
+        job: Option<&dyn DirectRun>,
     ) {
         if failure.is_some() {
             self.shared.eng.drain_queues();
@@ -202,14 +201,8 @@ impl ChipWorker {
             let why = *why;
             let stuck = match job {
                 Some(job) => {
-                    let (_, k) = job.head(g.task.0 as u32);
-                    Stuck::new(
-                        g,
-                        why,
-                        k.as_ref().map(|k| k.name()),
-                        &job.tensors(g.task.0 as u32),
-                        sizing,
-                    )
+                    let (k, tensors) = job.task(g.task.0 as u32);
+                    Stuck::new(g, why, k.as_ref().map(|k| k.name()), &tensors, sizing)
                 }
                 None => {
                     let Some((arena, ())) = self.cache.acquire_resident(sizing) else {
@@ -310,10 +303,7 @@ impl ChipWorker {
         // A failure is latched at once, so the cores stop.
         let result = latch(sh, result);
         if let Some(c) = record {
-            *c = arena
-                .orch
-                .take_capture()
-                .and_then(|r| (r as Box<dyn std::any::Any>).downcast().ok());
+            *c = arena.orch.take_capture();
         }
         let (peak, tasks) = (arena.orch.peaks(), arena.orch.tasks());
 
@@ -359,7 +349,7 @@ pub(crate) struct Dispatch<'d> {
     pub(crate) diag: &'d Diagnostics,
     /// A recorder to install for the run (a capture, or a dispatch that learns its
     /// sizes): it is put back when the orchestration returned.
-    pub(crate) record: Option<&'d mut Option<Box<Recorder>>>,
+    pub(crate) record: Option<&'d mut Option<Box<dyn Recording>>>,
     /// A replay through the rings (its report says `replayed`).
     pub(crate) replayed: bool,
 }
@@ -415,7 +405,11 @@ pub(crate) fn acquire_arena<'c>(
 
 /// Step 1 of a run: reset the arena and switch on what the dispatch records (scope
 /// stats, `deps.json`, a capture).
-fn arm_arena(arena: &mut Arena, diag: &Diagnostics, capture: Option<&mut Option<Box<Recorder>>>) {
+fn arm_arena(
+    arena: &mut Arena,
+    diag: &Diagnostics,
+    capture: Option<&mut Option<Box<dyn Recording>>>,
+) {
     arena.reset();
     if diag.scope_stats_prefix.is_some() {
         arena.orch.enable_stats();
@@ -424,9 +418,7 @@ fn arm_arena(arena: &mut Arena, diag: &Diagnostics, capture: Option<&mut Option<
         arena.orch.enable_deps();
     }
     if let Some(c) = capture {
-        arena
-            .orch
-            .install_capture(c.take().map(|r| r as Box<dyn Recording>));
+        arena.orch.install_capture(c.take());
     }
 }
 

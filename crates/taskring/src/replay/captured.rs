@@ -11,10 +11,11 @@ use super::record::Recorder;
 use super::rings::replay_ops;
 use crate::chip::policy::RunPolicy;
 use crate::chip::run::Dispatch;
-use crate::chip::{Arg, ChipWorker, Diagnostics, Program, RunError, RunReport};
+use crate::chip::{Arg, ChipWorker, Diagnostics, PerEntry, Program, RunError, RunReport};
 use crate::config::{
     CallConfig, RingSizing, RuntimeEnv, MIN_RING_DEP_POOL, MIN_RING_HEAP, MIN_RING_TASK_WINDOW,
 };
+use crate::engine::recording::Recording;
 use crate::engine::{Orchestrator, PeakUse, RuntimeFailure};
 use crate::tensor::DType;
 use std::fmt;
@@ -155,9 +156,10 @@ impl ChipWorker {
             Err(e) => return Err(e.into()),
         };
         let graph = graph.expect("the recorder comes back from the run");
+        let needs = Needs::of(&graph);
         if auto {
-            self.auto_learn_from(program, args, &graph);
-            let fit = self.sized_for(asked, &graph);
+            self.auto_learn_from(program, args, needs.per_entry());
+            let fit = self.sized_for(asked, needs.per_entry());
             if built && fit.key() != sizing.key() {
                 drop(self.cache.take(&sizing));
                 report.device_memory = self.device_memory(&sizing);
@@ -178,7 +180,6 @@ impl ChipWorker {
                 Arg::Scalar(_) => ArgSig::Scalar,
             })
             .collect();
-        let needs = Needs::of(&graph);
         let n = args.len();
         let mut pairs = Vec::with_capacity(n * n.saturating_sub(1) / 2);
         for i in 0..n {
@@ -210,19 +211,31 @@ impl ChipWorker {
         policy: P,
         run: Dispatch<'_>,
     ) -> (Result<RunReport, RuntimeFailure>, Option<Graph>) {
-        let mut rec = Some(Box::new(Recorder::new(
-            run.args.iter().map(arg_buffer).collect(),
-        )));
+        let rec = Recorder::new(run.args.iter().map(arg_buffer).collect());
+        let mut rec = Some(Box::new(rec) as Box<dyn Recording>);
         let run = Dispatch {
             record: Some(&mut rec),
             ..run
         };
         let r = self.cycle(policy, run);
+        let rec = rec.and_then(|r| (r as Box<dyn std::any::Any>).downcast::<Recorder>().ok());
         let graph = match (&r, rec) {
             (Ok(_), Some(rec)) => Some(rec.finish()),
             _ => None,
         };
         (r, graph)
+    }
+
+    /// The cycle of `run` recording its graph for the auto sizing (a learning or a
+    /// checking dispatch, `chip::auto`): the graph's need per field and ring
+    /// ([`Needs::per_entry`]) when the run succeeded.
+    pub(crate) fn run_learning<P: RunPolicy>(
+        &mut self,
+        policy: P,
+        run: Dispatch<'_>,
+    ) -> (Result<RunReport, RuntimeFailure>, Option<PerEntry<u64>>) {
+        let (r, graph) = self.run_recorded(policy, run);
+        (r, graph.map(|g| Needs::of(&g).per_entry()))
     }
 }
 
@@ -450,7 +463,7 @@ impl Captured {
                 let s = RingSizing::resolve_from_process(&c.runtime_env).map_err(RunError::from)?;
                 // Auto entries: the graph's own need (known exactly).
                 let s = if s.is_auto() {
-                    chip.sized_for(s, &self.graph)
+                    chip.sized_for(s, self.needs.per_entry())
                 } else {
                     s
                 };

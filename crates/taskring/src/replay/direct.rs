@@ -2,8 +2,9 @@
 //! the caller's thread, wait for its end (or its stall), settle and report.
 
 use super::job::DirectJob;
-use super::step::{can_run, direct_step, DirectLocal};
+use super::step::{direct_step, report_sinks};
 use crate::chip::core::{help_kind, wait_cores_idle};
+use crate::chip::deque::{can_run, DirectLocal, DirectRun};
 use crate::chip::policy::{Help, RunPolicy};
 use crate::chip::run::{acquire_arena, partly_written, tick, HOOK_TICK};
 use crate::chip::spin::SpinThenPark;
@@ -39,7 +40,10 @@ impl ChipWorker {
             .kinds
             .len()
             .min(job.roots().saturating_sub(helps as usize));
-        open_direct(&self.shared, job, cores, self.scheduler_timeout);
+        // What the cores read while the replay runs (`ChipShared::direct` points here,
+        // until the store of null below).
+        let run: &dyn DirectRun = job;
+        open_direct(&self.shared, job, &run, cores, self.scheduler_timeout);
         self.wait_direct(job, blocking_hook);
         let sh = &*self.shared;
         let result = if sh.eng.fatal.load(Acquire) {
@@ -182,9 +186,16 @@ impl ChipWorker {
 }
 
 /// Open a direct replay: wait until no core holds a task of the previous run, clear
-/// its failure, install `job` (queued task ids are now indices into its graph) and
-/// queue one root per core (`cores`); the cores take the others as they go.
-fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Duration) {
+/// its failure, install `job` (`run`, the job as the cores run it: queued task ids are
+/// now indices into its graph) and queue one root per core (`cores`); the cores take
+/// the others as they go.
+fn open_direct(
+    sh: &ChipShared,
+    job: &DirectJob<'_>,
+    run: &&dyn DirectRun,
+    cores: usize,
+    timeout: Duration,
+) {
     sh.eng.drain_queues();
     // What a failed replay left in the deques (a core given up on leaves its own): a
     // core stealing it now still reads `fatal` set and drops it; after the wait below
@@ -199,7 +210,7 @@ fn open_direct(sh: &ChipShared, job: &DirectJob<'_>, cores: usize, timeout: Dura
         Relaxed,
     );
     sh.direct
-        .store(job as *const DirectJob<'_> as *mut (), Release);
+        .store(run as *const &dyn DirectRun as *mut (), Release);
     for _ in 0..cores {
         match job.claim_root() {
             Some(i) => sh.eng.push_ready(TaskId(i as u64), job.kind(i)),
@@ -245,7 +256,7 @@ fn help_direct(
             // and report the sinks counted here.
             eng.push_ready(TaskId(n as u64), job.kind(n));
             local.hand_back(eng);
-            local.report_sinks(eng, job);
+            report_sinks(local, eng, job);
             break;
         }
         i = n;

@@ -2,6 +2,8 @@
 //! walks), the direct executor's compact form of it (`Direct`), and its structural
 //! demand per ring (`Needs`).
 
+use crate::chip::PerEntry;
+use crate::config::RingField;
 use crate::engine::recording::TaskHead;
 use crate::engine::shared::DEP_RETAIN;
 use crate::engine::shared::DEP_WAIT;
@@ -348,6 +350,16 @@ pub(crate) struct Needs {
 }
 
 impl Needs {
+    /// The need per field and ring the chip's auto sizing takes (`chip::auto`):
+    /// window: live slots + 1; heap bytes; dep entries.
+    pub(crate) fn per_entry(&self) -> PerEntry<u64> {
+        let mut need = [[0; 4]; 3];
+        need[RingField::TaskWindow.index()] = self.slots.map(|s| s + 1);
+        need[RingField::Heap.index()] = self.heap;
+        need[RingField::DepPool.index()] = self.deps;
+        need
+    }
+
     /// Walk the ops: a task can retire only once its scope ended, every RETAIN
     /// consumer of it can retire and every WAIT consumer was submitted (`free_at`, an
     /// op index); in order, so at each submit

@@ -227,7 +227,7 @@ impl<'a> DirectJob<'a> {
         }
     }
 
-    /// `n` sinks completed (counted by their threads, see `step::DirectLocal`):
+    /// `n` sinks completed (counted by their threads, see `chip::deque::DirectLocal`):
     /// true if they were the last.
     #[inline]
     pub(crate) fn finish_sinks(&self, n: usize) -> bool {

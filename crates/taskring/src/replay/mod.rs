@@ -9,7 +9,9 @@
 //!   structural demand per ring (`Needs`);
 //! - `job`: one direct replay of a graph (`DirectJob`, the state the threads share) and
 //!   the predecessor counters kept from one replay to the next;
-//! - `step`: a thread's part of a direct replay (`direct_step`, its deque, stealing);
+//! - `step`: a thread's part of a direct replay (`direct_step`, on the chip's per-thread
+//!   deques, stealing; `DirectJob` implements the chip's `DirectRun` with it, the one
+//!   call a core makes per chain of tasks);
 //! - `direct`: a direct replay on a chip (open, help, wait, stall, report);
 //! - `rings`: a replay through the rings;
 //! - `captured`: the worker-facing part ([`Captured`]: the capture, the argument check

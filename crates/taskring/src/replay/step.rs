@@ -1,156 +1,45 @@
 //! A thread's part of a direct replay: run a task of the graph and complete it, keep the
 //! successors it made ready in its own deque, take more from the roots or steal from
-//! another thread's deque ([`direct_step`]). Core threads and a helping caller both
-//! run it; see `chip/core.rs` for how a steal fits the abort handshake.
+//! another thread's deque ([`direct_step`]). The deques are the chip's
+//! (`chip::deque`); a core runs this through the chip's `DirectRun` interface, which
+//! `DirectJob` implements here, a helping caller calls it directly. See `chip/core.rs`
+//! for how a steal fits the abort handshake.
 
 use super::job::{DirectJob, TaskArgsCache};
 use crate::chip::abort;
-use crate::engine::shared::{queue_takes, EngineShared};
+use crate::chip::deque::{can_run, CoreWords, DirectLocal, DirectRun, Thieves};
+use crate::engine::shared::EngineShared;
 use crate::engine::RuntimeFailure;
-use crate::kernel::CoreKind;
-use crate::sync::{AtomicU64, Ordering::*};
-use crate::tensor::TaskId;
-use crossbeam_deque::{Steal, Stealer, Worker};
+use crate::kernel::{CoreKind, KernelRef};
+use crate::sync::Ordering::*;
+use crate::tensor::{TaskId, Tensor};
 
-/// A ready task of a direct replay in a thread's deque: its index in the graph, and
-/// the queue index of its core kind above bit 32 (a thief checks the kind without the
-/// job, which it may not touch unless it holds a task).
-#[inline]
-fn pack(i: u32, kind: CoreKind) -> u64 {
-    i as u64 | (crate::engine::shared::queue_index(kind) as u64) << 32
-}
-
-#[inline]
-fn unpack(v: u64) -> (u32, CoreKind) {
-    (
-        v as u32,
-        crate::engine::shared::queue_kind((v >> 32) as usize),
-    )
-}
-
-/// The stealing ends of the direct-replay deques of a chip's threads: slot 0 the
-/// orchestrator's (a replay's caller helps), slot `1 + i` core `i`'s (replaced with
-/// the core). Read-locked only by a thread out of work of its own.
-pub(crate) struct Thieves(parking_lot::RwLock<Vec<Stealer<u64>>>);
-
-impl Thieves {
-    /// `slots` empty deques' stealers (replaced by [`Thieves::set`]).
-    pub(crate) fn new(slots: usize) -> Thieves {
-        Thieves(parking_lot::RwLock::new(
-            (0..slots).map(|_| Worker::new_lifo().stealer()).collect(),
-        ))
-    }
-
-    /// Slot `slot` steals from `s` from now on.
-    pub(crate) fn set(&self, slot: usize, s: Stealer<u64>) {
-        let mut v = self.0.write();
-        if slot >= v.len() {
-            v.resize_with(slot + 1, || Worker::new_lifo().stealer());
-        }
-        v[slot] = s;
-    }
-
-    /// Take one ready task from another thread's deque for a thread of `kind` in slot
-    /// `me`; a task of a kind it cannot run goes to the shared ready queues instead.
-    pub(crate) fn steal(&self, me: usize, kind: CoreKind, eng: &EngineShared) -> Option<u32> {
-        let v = self.0.read();
-        let n = v.len();
-        loop {
-            let mut retry = false;
-            // From the next slot on, so thieves do not all start at the same victim.
-            for k in 1..n {
-                match v[(me + k) % n].steal() {
-                    Steal::Success(t) => {
-                        let (i, tk) = unpack(t);
-                        if can_run(kind, tk) {
-                            return Some(i);
-                        }
-                        eng.push_ready(TaskId(i as u64), tk);
-                    }
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
-                }
-            }
-            if !retry {
-                return None;
-            }
-        }
-    }
-
-    /// Does any deque hold a task (a core about to park looks)?
-    pub(crate) fn any(&self) -> bool {
-        self.0.read().iter().any(|s| !s.is_empty())
-    }
-
-    /// Drop every task left in the deques (what a failed replay left, or a core given
-    /// up on: it never meets the next replay).
-    pub(crate) fn drain(&self) {
-        for s in self.0.read().iter() {
-            while !matches!(s.steal(), Steal::Empty) {}
-        }
+/// Report the sinks `local` counted to `job` (`DirectJob::finish_sinks`); the caller
+/// waiting for the replay is notified when they were the job's last.
+pub(crate) fn report_sinks(local: &mut DirectLocal, eng: &EngineShared, job: &DirectJob<'_>) {
+    let n = std::mem::take(&mut local.sinks);
+    if n > 0 && job.finish_sinks(n) {
+        eng.progress.notify();
     }
 }
 
-/// What a core running [`direct_step`] shows the other threads (its `chip::core::Core`
-/// words): its state word (the abort handshake) and its progress counter (the
-/// replay's stall clock).
-#[derive(Clone, Copy)]
-pub(crate) struct CoreWords<'a> {
-    pub(crate) state: &'a AtomicU64,
-    pub(crate) progress: &'a std::sync::atomic::AtomicU64,
-}
-
-/// A thread's own part of a direct replay (`direct_step`).
-pub(crate) struct DirectLocal {
-    /// Ready tasks it made and kept (LIFO; other threads out of work steal from the
-    /// other end through [`Thieves`]). Only tasks this thread can run.
-    deque: Worker<u64>,
-    /// Its slot in [`Thieves`].
-    pub(crate) slot: usize,
-    /// Sinks completed here and not yet reported to the job (`DirectJob::finish_sinks`):
-    /// reported when this thread runs out of work, not one shared decrement per task
-    /// (an independent or fan-out graph is almost all sinks, and every thread
-    /// decrementing one counter for each made its cache line travel between the cores).
-    sinks: usize,
-}
-
-impl DirectLocal {
-    /// The part of the thread in slot `slot` of [`Thieves`], and its deque's stealer
-    /// (for [`Thieves::set`]).
-    pub(crate) fn new(slot: usize) -> (DirectLocal, Stealer<u64>) {
-        let deque = Worker::new_lifo();
-        let s = deque.stealer();
-        (
-            DirectLocal {
-                deque,
-                slot,
-                sinks: 0,
-            },
-            s,
-        )
+impl DirectRun for DirectJob<'_> {
+    #[inline]
+    fn step(
+        &self,
+        eng: &EngineShared,
+        thieves: &Thieves,
+        i: u32,
+        kind: CoreKind,
+        core: Option<CoreWords<'_>>,
+        local: &mut DirectLocal,
+        budget: u32,
+    ) -> Option<u32> {
+        direct_step(eng, thieves, self, i, kind, core, local, budget)
     }
 
-    /// Forget everything (a failed replay: none of it may meet the next one).
-    pub(crate) fn clear(&mut self) {
-        while self.deque.pop().is_some() {}
-        self.sinks = 0;
-    }
-
-    /// Report the sinks counted here; true if they were the job's last (then the caller
-    /// waiting for the replay is notified).
-    pub(crate) fn report_sinks(&mut self, eng: &EngineShared, job: &DirectJob<'_>) {
-        let n = std::mem::take(&mut self.sinks);
-        if n > 0 && job.finish_sinks(n) {
-            eng.progress.notify();
-        }
-    }
-
-    /// Hand the kept tasks to the shared ready queues.
-    pub(crate) fn hand_back(&mut self, eng: &EngineShared) {
-        while let Some(t) = self.deque.pop() {
-            let (i, k) = unpack(t);
-            eng.push_ready(TaskId(i as u64), k);
-        }
+    fn task(&self, i: u32) -> (Option<KernelRef>, Vec<Tensor>) {
+        (self.head(i).1, self.tensors(i))
     }
 }
 
@@ -220,13 +109,13 @@ pub(crate) fn direct_step(
                 } else if next.is_none() {
                     next = Some(s);
                 } else {
-                    if !kept && local.deque.is_empty() {
+                    if !kept && local.is_empty() {
                         // The deque gets work: a parked core of a kind that can run it may
                         // steal it (the wake-up is skipped while a core spins).
                         queued |= 1 << crate::engine::shared::queue_index(kind);
                     }
                     kept = true;
-                    local.deque.push(pack(s, sk));
+                    local.push(s, sk);
                 }
             })
         };
@@ -246,7 +135,7 @@ pub(crate) fn direct_step(
                 None => {
                     // Out of work here: the sinks counted here go to the job (the
                     // last report ends the replay).
-                    local.report_sinks(eng, job);
+                    report_sinks(local, eng, job);
                     return None;
                 }
             },
@@ -274,24 +163,24 @@ fn find_direct(
     kind: CoreKind,
     local: &mut DirectLocal,
 ) -> Option<u32> {
-    if let Some(l) = local.deque.pop() {
-        return Some(unpack(l).0);
+    if let Some(l) = local.pop() {
+        return Some(l);
     }
     while let Some(rs) = job.claim_roots() {
         // The first this thread can run is run next; the others it can run go to its
         // deque (others steal them), the rest to the shared ready queues.
         let mut next = None;
         let mut queued = 0u64;
-        let was_empty = local.deque.is_empty();
+        let was_empty = local.is_empty();
         for &r in rs.iter().rev() {
             let rk = job.kind(r);
             if !can_run(kind, rk) {
                 queued |= eng.push_ready_quiet(TaskId(r as u64), rk);
             } else if let Some(n) = next.replace(r) {
-                local.deque.push(pack(n, job.kind(n)));
+                local.push(n, job.kind(n));
             }
         }
-        if was_empty && !local.deque.is_empty() {
+        if was_empty && !local.is_empty() {
             queued |= 1 << crate::engine::shared::queue_index(kind);
         }
         if queued != 0 {
@@ -302,12 +191,4 @@ fn find_direct(
         }
     }
     thieves.steal(local.slot, kind, eng)
-}
-
-/// May a core of `core` kind run a task of `task` kind? The ready queues' rule
-/// (`queue_takes`) for the kinds' queues.
-#[inline]
-pub(crate) fn can_run(core: CoreKind, task: CoreKind) -> bool {
-    use crate::engine::shared::queue_index;
-    queue_takes(queue_index(core), queue_index(task))
 }
