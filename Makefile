@@ -21,7 +21,15 @@ demo-l3: py-dev
 demo-l2:
 	$(CARGO) run --locked --release -q -p taskring --example l2_demo
 
-test: lint test-rust test-loom test-python test-cluster
+# Lint and the Rust tests first; then the loom models beside pytest, which mostly waits
+# (on chip processes, timeouts, subprocesses, mpirun: ~100 s of CPU in ~250-300 s) and
+# leaves the cores to the loom build and models (measured on 2 shared cores: the two
+# together 6 min, one after the other about 9-10); then the L4 tests across nodes. -j3:
+# two targets, and a job slot more so that cargo, which takes its jobs from make's, builds
+# on both cores. The later steps reuse the native module lint installed (PY_DEV_BUILD=:).
+test: lint test-rust
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-loom test-python PY_DEV_BUILD=:
+	$(MAKE) --no-print-directory test-cluster PY_DEV_BUILD=:
 
 # Python package: a virtual environment with the pinned tools, the native module built
 # by maturin into it (release mode), then pytest.
@@ -33,8 +41,9 @@ $(VENV)/.ready: python/requirements-dev.txt
 venv: $(VENV)/.ready
 
 # The native module, with L4 (MPI) when Open MPI and libclang are installed (`make mpi`).
+PY_DEV_BUILD = VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q $$($(MPI_FEATURES))
 py-dev: venv mpi
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q $$($(MPI_FEATURES))
+	$(PY_DEV_BUILD)
 
 # L4 (docs/api.md §9) runs on Open MPI through the `mpi` crate, whose build needs libclang
 # (bindgen). Installed from Debian's packages when missing and running as root; otherwise
