@@ -184,11 +184,11 @@ def test_a_killed_host_rank_ends_the_job_without_leftovers(tmp_path, kill_timeou
     death = tmp_path / "death"
     script = os.path.join(L4, "killed_host.py")
     p = launch(2, script, str(death), timeout=60, flags=("--kill-timeout", str(kill_timeout)))
-    ended = time.time()
     assert p.returncode != 0
     assert death.exists(), p.stdout[-2000:] + p.stderr[-2000:]
-    assert ended - float(death.read_text()) < 5.0
     text = p.stdout + p.stderr
+    # mpirun ended the job before rank 0's host timeout (5 s) could say the host is gone
+    assert "not responding" not in text, text[-2000:]
     assert "rank 2" in text, text[-2000:]
     assert "should not have" not in text
     # The launcher names the ranks; rank 0, given time between SIGTERM and SIGKILL, says

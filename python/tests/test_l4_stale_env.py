@@ -43,12 +43,12 @@ def _job_processes(marker):
 
 
 def _run_init(tmp_path, extra_env, bound_s=20):
-    """Runs l4/init_only.py outside any launch with `extra_env` added; returns
-    (stderr, seconds). Fails the test if it takes longer than `bound_s`."""
+    """Runs l4/init_only.py outside any launch with `extra_env` added; returns its
+    stderr. A run that hangs (MPI_Init waiting for a launch that is not there) fails the
+    test after `bound_s`."""
     env = _clean_env()
     env.update(extra_env)
     out = tmp_path / "ran"
-    t0 = time.monotonic()
     try:
         p = subprocess.run([sys.executable, os.path.join(L4, "init_only.py"), str(out)], env=env, capture_output=True, text=True, timeout=bound_s)
     except subprocess.TimeoutExpired as e:
@@ -58,20 +58,18 @@ def _run_init(tmp_path, extra_env, bound_s=20):
         left = _job_processes(str(out))
         for pid in left:
             os.kill(pid, 9)
-    took = time.monotonic() - t0
     assert left == [], "processes left behind"
     assert p.returncode != 0 and not out.exists()
-    return p.stderr, took
+    return p.stderr
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_rank_variable_without_an_mpi_launch_is_an_error(tmp_path, rank):
-    err, took = _run_init(tmp_path, {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "3"})
+    err = _run_init(tmp_path, {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "3"})
     assert "RuntimeError: Worker(level=4): this process is MPI rank" in err, err[-3000:]
     assert f"OMPI_COMM_WORLD_RANK={rank}" in err and "not part of a running MPI job" in err, err[-3000:]
     assert "none of the variables mpirun sets" in err, err[-3000:]
     assert "taskring launch --hosts N" in err
-    assert took < 10, took
 
 
 @pytest.mark.parametrize(
@@ -86,9 +84,8 @@ def test_a_rank_variable_without_an_mpi_launch_is_an_error(tmp_path, rank):
 def test_rank_variables_that_mpi_disagrees_with_are_an_error(tmp_path, env):
     # The variables look like a launch's, but MPI_Init makes the process a job of its own
     # (rank 0 of 1): the rank and size MPI gives are checked against the environment's.
-    err, took = _run_init(tmp_path, env)
+    err = _run_init(tmp_path, env)
     assert "not part of a running MPI job" in err and "MPI_Init made it rank 0 of 1" in err, err[-3000:]
-    assert took < 10, took
 
 
 def test_the_environment_of_a_launch_that_has_ended_is_an_error(tmp_path):
@@ -100,6 +97,5 @@ def test_the_environment_of_a_launch_that_has_ended_is_an_error(tmp_path):
     stale = json.loads((tmp_path / "env.1.json").read_text())
     stale = {k: v for k, v in stale.items() if k.startswith(("OMPI_", "PMI_", "PMIX_"))}
     assert stale["OMPI_COMM_WORLD_RANK"] == "1" and "PMIX_SERVER_TMPDIR" in stale
-    err, took = _run_init(tmp_path, stale)
+    err = _run_init(tmp_path, stale)
     assert "not part of a running MPI job" in err and "PMIX_SERVER_TMPDIR" in err and "no longer exists" in err, err[-3000:]
-    assert took < 10, took
