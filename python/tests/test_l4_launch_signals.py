@@ -106,11 +106,9 @@ def _stop_and_check(tmp_path, p, info, sig, to_group, bound_s):
         took = time.monotonic() - t0
         log = (tmp_path / "launch.log").read_text()
         # The launcher returns once mpirun is gone; the chips leave as their host's pipe
-        # closes (~10 ms).
-        deadline = time.monotonic() + 3.0
-        while _job_processes(marker) and time.monotonic() < deadline:
+        # closes (~10 ms; one that never does is a hang, which the suite's watchdog ends).
+        while _job_processes(marker):
             time.sleep(0.05)
-        assert _job_processes(marker) == [], log[-3000:]
         assert _segments(info["jobid"]) == [], log[-3000:]
         if info["pmix_dir"]:
             assert not os.path.exists(info["pmix_dir"]), info["pmix_dir"]
