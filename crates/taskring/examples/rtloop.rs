@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskring::builtin::{BUSY_WAIT, NOOP};
+use taskring::node::ChipCallable;
 use taskring::node::*;
 use taskring::*;
 

@@ -114,6 +114,7 @@ mod loom_models;
 mod mem;
 mod nextlevel;
 pub mod node;
+pub mod pto2;
 mod replay;
 mod sync;
 mod tensor;
@@ -137,5 +138,6 @@ pub use engine::{
 pub use kernel::native::{self, NativeKernel, NativeKernelError, NativeSignature, TensorRule};
 pub use kernel::{builtin, fn_kernel, CoreKind, Kernel, KernelCall, KernelRef};
 pub use mem::rss_bytes;
+pub use pto2::{CallableError, ChipCallable, CoreCallable};
 pub use replay::{Captured, ReplayError};
 pub use tensor::{DType, TaskId, Tensor, MAX_DIMS};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use taskring::builtin::*;
 use taskring::node::shm::SharedBuffer;
 use taskring::node::trace::mono_ns;
+use taskring::node::ChipCallable;
 use taskring::node::*;
 use taskring::*;
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskring::builtin::*;
 use taskring::node::shm::SharedBuffer;
+use taskring::node::ChipCallable;
 use taskring::node::*;
 use taskring::*;
 

@@ -29,6 +29,7 @@ use std::time::Duration;
 use taskring::builtin::NOOP;
 use taskring::internals::node::mailbox::{futex_wake, wait_until};
 use taskring::node::shm::SharedBuffer;
+use taskring::node::ChipCallable;
 use taskring::node::*;
 use taskring::*;
 

@@ -677,4 +677,14 @@ impl<P: RunPolicy> ExecutorProbe for CoreProbe<'_, P> {
     fn counts_scope_overflow(&self) -> bool {
         P::COUNTS_SCOPE_OVERFLOW
     }
+    fn cores(&self) -> (usize, usize) {
+        let cores = self.sh.cores.read();
+        let count = |k: CoreKind| {
+            cores
+                .iter()
+                .filter(|c| c.kind == k || c.kind == CoreKind::Any)
+                .count()
+        };
+        (count(CoreKind::Aic), count(CoreKind::Aiv))
+    }
 }

@@ -18,6 +18,7 @@ pub enum StatusCode {
     FlowControlDeadlock = 3,
     DepPoolOverflow = 4,
     InvalidArgs = 5,
+    RequireSyncStartInvalid = 7,
     TensorWaitTimeout = 8,
     ExplicitOrchFatal = 9,
     TensormapOverflow = 11,
@@ -32,6 +33,28 @@ impl StatusCode {
         self as u32
     }
 
+    /// The code with upstream's number `n` (`PTO2_ERROR_*`, 200+ taskring's own).
+    pub fn from_code(n: u32) -> Option<StatusCode> {
+        use StatusCode::*;
+        [
+            ScopeDeadlock,
+            HeapRingDeadlock,
+            FlowControlDeadlock,
+            DepPoolOverflow,
+            InvalidArgs,
+            RequireSyncStartInvalid,
+            TensorWaitTimeout,
+            ExplicitOrchFatal,
+            TensormapOverflow,
+            SchedulerTimeout,
+            TaskFailed,
+            RuntimeSetup,
+            DeviceOutOfMemory,
+        ]
+        .into_iter()
+        .find(|c| c.code() == n)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             StatusCode::ScopeDeadlock => "SCOPE_DEADLOCK",
@@ -39,6 +62,7 @@ impl StatusCode {
             StatusCode::FlowControlDeadlock => "FLOW_CONTROL_DEADLOCK",
             StatusCode::DepPoolOverflow => "DEP_POOL_OVERFLOW",
             StatusCode::InvalidArgs => "INVALID_ARGS",
+            StatusCode::RequireSyncStartInvalid => "REQUIRE_SYNC_START_INVALID",
             StatusCode::TensorWaitTimeout => "TENSOR_WAIT_TIMEOUT",
             StatusCode::ExplicitOrchFatal => "EXPLICIT_ORCH_FATAL",
             StatusCode::TensormapOverflow => "TENSORMAP_OVERFLOW",
@@ -56,6 +80,7 @@ impl StatusCode {
             StatusCode::FlowControlDeadlock => "the task allocator could not admit another task because the configured task window had no available slot",
             StatusCode::DepPoolOverflow => "a task's producer dependencies exceeded the runtime's available fanin representation capacity",
             StatusCode::InvalidArgs => "an orchestration API rejected its arguments (bad alloc_tensors info, illegal nested scope, unknown task id in set_dependencies, or an CoreTaskArgs carrying an error flag)",
+            StatusCode::RequireSyncStartInvalid => "a task asked for all its blocks to start at once (require_sync_start) but has more blocks than the chip has cores of its kind",
             StatusCode::TensorWaitTimeout => "waiting for tensor data timed out: the producing task never completed, or a consumer never released its fanout reference",
             StatusCode::ExplicitOrchFatal => "the orchestration code called rt_report_fatal() itself; every later orchestration API call short-circuits to a no-op",
             StatusCode::TensormapOverflow => "the tensormap could not reserve the entries required to register another task's outputs",
@@ -73,6 +98,7 @@ impl StatusCode {
             StatusCode::FlowControlDeadlock => "raise ring_task_window (PTO2_RING_TASK_WINDOW) or shrink the graph; in a reclaiming runtime also check for nested submission or a stalled consumer",
             StatusCode::DepPoolOverflow => "follow the preceding resource diagnostic: HBG has no spill pool, so reduce fanin to PTO2_MAX_FANIN or less; for a reclaiming runtime raise PTO2_RING_DEP_POOL or cut fanin",
             StatusCode::InvalidArgs => "an orchestration bug, not a capacity problem -- resizing the rings will not help; recheck the arguments of the orchestration API calls listed above",
+            StatusCode::RequireSyncStartInvalid => "lower the task's block_num to at most rt_available_cluster_count() (AIC or mixed tasks) or rt_available_aiv_count() (AIV tasks), or drop set_require_sync_start",
             StatusCode::TensorWaitTimeout => "find the producing kernel and check it for a hang (see SCHEDULER_TIMEOUT sub_class S1); verify the consumer declares the dependency and exits; raise PTO2_TENSOR_DATA_TIMEOUT_MS to tell a slow kernel apart from a stuck one",
             StatusCode::ExplicitOrchFatal => "self-inflicted -- follow the message passed to the rt_report_fatal() call site",
             StatusCode::TensormapOverflow => "follow the preceding resource diagnostic: in HBG increase PTO2_TENSORMAP_POOL_SIZE or shrink the graph; in a reclaiming runtime also inspect entry-reclaim progress",

@@ -396,7 +396,7 @@ impl TaskArgs {
     pub fn dep_wait(&mut self, id: TaskId) -> &mut Self {
         self.dep_flags(id, shared::DEP_WAIT)
     }
-    fn dep_flags(&mut self, id: TaskId, flags: u64) -> &mut Self {
+    pub(crate) fn dep_flags(&mut self, id: TaskId, flags: u64) -> &mut Self {
         if self.n_deps == MAX_TASK_DEPS {
             self.record(ArgError::TooManyDeps);
         } else {

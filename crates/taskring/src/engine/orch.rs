@@ -29,6 +29,7 @@
 //! failures' texts). This file: the `Orchestrator` itself, its wake-up debt, the
 //! failure latch, and what a submit returns ([`TaskOutputs`]).
 
+mod await_task;
 mod canonical;
 mod capacity;
 mod scope;
@@ -167,6 +168,11 @@ pub(crate) trait ExecutorProbe {
     /// overflowing submit, with a lower bound). False for executors that cannot tell a
     /// counted submit from a dispatched one (a next level records its tasks at submit).
     fn counts_scope_overflow(&self) -> bool;
+    /// The cores the run may use, (AIC, AIV); a core of either kind counts in both.
+    /// (0, 0) for executors that are no chip.
+    fn cores(&self) -> (usize, usize) {
+        (0, 0)
+    }
 }
 
 /// The orchestration API for one run. See the module doc.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 /// An error's text followed by its sources' (the loader's own reason, `dlerror()`'s, is
 /// the source of libloading's "dlopen failed").
-fn with_sources(e: &dyn std::error::Error) -> String {
+pub(crate) fn with_sources(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {

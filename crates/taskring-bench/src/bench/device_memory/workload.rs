@@ -2,6 +2,7 @@
 //! one dispatch, and what the chips reported of their sizings.
 
 use super::*;
+use taskring::node::ChipCallable;
 
 /// A way of sizing the workload's tasks.
 #[derive(Clone, Copy, Debug, PartialEq)]

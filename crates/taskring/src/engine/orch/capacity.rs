@@ -366,14 +366,19 @@ impl<'r> Orchestrator<'r> {
         };
         // Back to submitting at once if something was freed — before helping, which
         // would first run a whole task.
-        if moved() {
-            return;
-        }
-        if self.probe.help() {
+        self.wait_until(moved);
+    }
+
+    /// Return once `done()` holds, or after a while: at once if it holds already or a
+    /// ready task could be run here instead (the executor helps), else after spinning
+    /// and yielding a little, else after parking on the engine's progress for at most
+    /// 20 ms (or the backstop if shorter). The caller looks again and decides.
+    pub(super) fn wait_until(&self, done: impl Fn() -> bool) {
+        if done() || self.probe.help() {
             return;
         }
         for i in 0..64 {
-            if moved() {
+            if done() {
                 return;
             }
             if i < 48 {
@@ -387,7 +392,7 @@ impl<'r> Orchestrator<'r> {
         }
         self.eng
             .progress
-            .wait(moved, Duration::from_millis(20).min(self.policy.backstop));
+            .wait(done, Duration::from_millis(20).min(self.policy.backstop));
         if let Some(h) = self.blocking_hook {
             h(false);
         }
