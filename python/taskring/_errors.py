@@ -8,7 +8,8 @@ from typing import Any, Optional, Tuple
 class RuntimeFailure(RuntimeError):
     """A run failed. ``code``/``name``/``description``/``hint`` follow upstream's status
     codes (1 SCOPE_DEADLOCK, 2 HEAP_RING_DEADLOCK, 3 FLOW_CONTROL_DEADLOCK,
-    4 DEP_POOL_OVERFLOW, 5 INVALID_ARGS, 8 TENSOR_WAIT_TIMEOUT, 11 TENSORMAP_OVERFLOW,
+    4 DEP_POOL_OVERFLOW, 5 INVALID_ARGS, 7 REQUIRE_SYNC_START_INVALID, 8 TENSOR_WAIT_TIMEOUT,
+    11 TENSORMAP_OVERFLOW,
     100 SCHEDULER_TIMEOUT) plus ours (200 TASK_FAILED, 201 RUNTIME_SETUP,
     202 DEVICE_OUT_OF_MEMORY). Capacity failures carry ``resource``, ``configured`` and
     ``needed`` (when known). ``str()`` is ``{name} (code {code}) on ring {ring}:
