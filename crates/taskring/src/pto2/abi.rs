@@ -303,8 +303,10 @@ impl ChipTensorAbi {
             return Err(format!("tensor version {} is outside 0..255", self.version));
         }
         let n = self.ndims as usize;
+        // Entries past ndims as the engine's own tensors have them (shape 1, stride 0);
+        // a C++ record may leave them unset.
         let mut shape = [1u32; MAX_DIMS];
-        let mut strides = [1u32; MAX_DIMS];
+        let mut strides = [0u32; MAX_DIMS];
         shape[..n].copy_from_slice(&self.shapes[..n]);
         strides[..n].copy_from_slice(&self.strides[..n]);
         Ok(Tensor {
@@ -319,5 +321,45 @@ impl ChipTensorAbi {
             version: self.version as u8,
             manual_dep: self.manual_dep,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_survives_the_round_trip_through_its_record() {
+        let base = Tensor::from_raw(0x1000, &[4, 6], DType::F16);
+        let mut v = base;
+        v.offset = 7;
+        v.shape[..2].copy_from_slice(&[2, 3]);
+        v.strides[..2].copy_from_slice(&[6, 2]);
+        v.owner = TaskId::new(2, 9);
+        v.version = 3;
+        let r = ChipTensorAbi::of(&v);
+        assert_eq!(r.dtype, 1);
+        assert!(!r.is_contiguous);
+        // 1 + (2-1)*6 + (3-1)*2
+        assert_eq!(r.extent_elem_cache, 11);
+        assert_eq!(r.tensor().unwrap(), v);
+        assert!(ChipTensorAbi::of(&base).is_contiguous);
+    }
+
+    #[test]
+    fn dtypes_keep_upstream_numbers_and_unsupported_ones_are_named() {
+        for d in DType::ALL {
+            assert_eq!(dtype_of(code_of(d)).unwrap(), d);
+        }
+        assert_eq!(code_of(DType::BF16), 6);
+        let e = dtype_of(10).unwrap_err();
+        assert!(e.contains("UINT32 (10)"), "{e}");
+    }
+
+    #[test]
+    fn a_record_without_dimensions_is_refused() {
+        let mut r = ChipTensorAbi::of(&Tensor::from_raw(0x1000, &[4], DType::F32));
+        r.ndims = 0;
+        assert!(r.tensor().unwrap_err().contains("0 dimensions"));
     }
 }
