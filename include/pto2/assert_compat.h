@@ -35,8 +35,9 @@ private:
         text += condition ? condition : "?";
         text += "\n  Location: ";
         text += file ? file : "?";
-        text += ":";
-        text += std::to_string(line);
+        char at[16];
+        std::snprintf(at, sizeof at, ":%d", line);
+        text += at;
         return text;
     }
 

@@ -155,7 +155,8 @@ inline TaskOutputTensors alloc_tensors(const TensorCreateInfo create_infos[], ui
     return alloc_tensors(args);
 }
 
-template <typename... CIs>
+// (Not chosen for an array and a count, whatever the count's integer type.)
+template <typename... CIs, typename = std::enable_if_t<!(std::is_pointer_v<std::decay_t<CIs>> || ...)>>
 inline TaskOutputTensors alloc_tensors(const CIs &...cis) {
     static_assert(sizeof...(cis) > 0, "alloc_tensors requires at least one TensorCreateInfo");
     static_assert(
