@@ -11,6 +11,7 @@ export CARGO_TERM_COLOR ?= never
 .PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy lint clean
 .PHONY: fuzz soak browser mpi demo-l4 bench-l4 test-cluster
 .PHONY: tbb peers-build peers
+.PHONY: clang test-headers
 
 # The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
 run: demo-l3
@@ -21,13 +22,13 @@ demo-l3: py-dev
 demo-l2:
 	$(CARGO) run --locked --release -q -p taskring --example l2_demo
 
-# Lint and the Rust tests first; then the loom models beside pytest, which mostly waits
+# Lint, the PTO2 headers (seconds) and the Rust tests first; then the loom models beside pytest, which mostly waits
 # (on chip processes, timeouts, subprocesses, mpirun: ~100 s of CPU in ~250-300 s) and
 # leaves the cores to the loom build and models (measured on 2 shared cores: the two
 # together 6 min, one after the other about 9-10); then the L4 tests across nodes. -j3:
 # two targets, and a job slot more so that cargo, which takes its jobs from make's, builds
 # on both cores. The later steps reuse the native module lint installed (PY_DEV_BUILD=:).
-test: lint test-rust
+test: lint test-headers test-rust
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-loom test-python PY_DEV_BUILD=:
 	$(MAKE) --no-print-directory test-cluster PY_DEV_BUILD=:
 
@@ -169,6 +170,45 @@ peers-build: tbb
 
 peers: peers-build
 	$(CARGO) run --locked --release -p taskring-bench -- peers
+
+# The PTO2 headers (include/pto2, upstream Simpler's orchestration and kernel names):
+# tests/headers built as libraries with g++ and clang++-19, each as C++17 and C++23,
+# warnings as errors; the orchestration library must export the two taskring_pto2_*
+# entry points beside its own, and no GNU-unique symbol (which would pin it in memory);
+# fake_chip runs the wrappers against a recording function table. clang-19 is Debian's
+# package, installed when missing and running as root (make clang); without it the
+# g++ half runs.
+HEADERS_OUT := target/headers
+HEADERS_FLAGS := -Wall -Wextra -Werror -I include/pto2
+CLANG_PACKAGES := clang-19
+clang:
+	@if command -v clang++-19 >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make clang: installing $(CLANG_PACKAGES) (Debian package) for make test-headers"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CLANG_PACKAGES) >/dev/null) \
+	    || echo "make clang: could not install $(CLANG_PACKAGES); make test-headers will use g++ only"; \
+	else echo "make clang: clang++-19 not found; for make test-headers with clang install it (as root: apt-get update && apt-get install -y $(CLANG_PACKAGES)), then run make again"; fi
+
+test-headers: clang
+	@set -e; for cxx in g++ clang++-19; do \
+	  if ! command -v $$cxx >/dev/null 2>&1; then echo "make test-headers: $$cxx not found, skipped"; continue; fi; \
+	  for std in c++17 c++23; do \
+	    out=$(HEADERS_OUT)/$$cxx-$$std; mkdir -p $$out; \
+	    $$cxx -std=$$std $(HEADERS_FLAGS) -shared -fPIC -o $$out/all_names.so tests/headers/all_names.cpp; \
+	    $$cxx -std=$$std $(HEADERS_FLAGS) -shared -fPIC -o $$out/kernel_names.so tests/headers/kernel_names.cpp; \
+	    $$cxx -std=$$std $(HEADERS_FLAGS) -o $$out/fake_chip tests/headers/fake_chip.cpp; \
+	    nm -D --defined-only $$out/all_names.so > $$out/all_names.syms; \
+	    nm -D --defined-only $$out/kernel_names.so > $$out/kernel_names.syms; \
+	    for sym in taskring_pto2_config taskring_pto2_enter aicpu_orchestration_config aicpu_orchestration_entry; do \
+	      grep -qw $$sym $$out/all_names.syms || { echo "make test-headers: $$cxx -std=$$std: all_names.so does not export $$sym"; exit 1; }; \
+	    done; \
+	    grep -qw kernel_entry $$out/kernel_names.syms || { echo "make test-headers: $$cxx -std=$$std: kernel_names.so does not export kernel_entry"; exit 1; }; \
+	    if awk '$$2 == "u"' $$out/all_names.syms $$out/kernel_names.syms | grep .; then \
+	      echo "make test-headers: $$cxx -std=$$std: GNU-unique symbols above"; exit 1; fi; \
+	    $$out/fake_chip >/dev/null; \
+	    echo "make test-headers: $$cxx -std=$$std ok"; \
+	  done; \
+	done
 
 fmt:
 	$(CARGO) fmt --all
