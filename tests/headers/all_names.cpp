@@ -5,6 +5,8 @@
 #include <stdint.h>
 
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "pto_orchestration_api.h"
 
@@ -38,6 +40,24 @@ static_assert(PTO2_ERROR_SCOPE_TASKS_OVERFLOW == 10 && PTO2_ERROR_TENSORMAP_OVER
 static_assert(PTO2_ERROR_SCHEDULER_TIMEOUT == 100 && PTO2_ERROR_ASYNC_COMPLETION_INVALID == 101);
 static_assert(PTO2_ERROR_ASYNC_WAIT_OVERFLOW == 102 && PTO2_ERROR_ASYNC_REGISTRATION_FAILED == 103);
 static_assert(std::is_same_v<PTO2RuntimeOps, taskring_pto2_ops>);
+#ifndef PTO2_ORCHESTRATION_CONFIG_DEFINED
+#error "PTO2_ORCHESTRATION_CONFIG_DEFINED is not set"
+#endif
+
+// get_ref exists on a named TaskOutputTensors only.
+template <typename T, typename = void>
+struct borrows_from_temporary : std::false_type {};
+template <typename T>
+struct borrows_from_temporary<T, std::void_t<decltype(std::declval<T>().get_ref(0))>> : std::true_type {};
+static_assert(borrows_from_temporary<TaskOutputTensors &>::value);
+static_assert(!borrows_from_temporary<TaskOutputTensors>::value);
+
+constexpr DepFlags both_kinds() {
+    DepFlags k = DEP_WAIT;
+    k |= DEP_RETAIN;
+    return k;
+}
+static_assert(both_kinds() == (DEP_WAIT | DEP_RETAIN) && (both_kinds() & DEP_RETAIN) == DEP_RETAIN);
 
 void tensors_and_views(const ChipTensor &in) {
     static float host[64];
@@ -156,6 +176,12 @@ void submits(const ChipTaskArgs &orch_args) {
     uint64_t bits = get_tensor_data(a2.get_ref(0), 1, i0);
     set_tensor_data(a3.get_ref(0), 1, i0, f + 1.0f);
     set_tensor_data(a3.get_ref(0), 1, i0, bits);
+    ChipStorageTaskArgs storage;
+    storage.add_tensor(in0);
+    storage.add_scalar(uint64_t{5});
+    ChipTaskArgs rebuilt;
+    rebuilt.create_from_chip_args(storage);
+    LOG_ALWAYS("rebuilt %d %d", rebuilt.tensor_count(), rebuilt.scalar_count());
     LOG_ALWAYS("clusters %d aiv %d fatal %d", rt_available_cluster_count(), rt_available_aiv_count(), rt_is_fatal());
     DispatchPredicate dp;
     (void)dp.pass();
