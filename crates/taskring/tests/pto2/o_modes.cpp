@@ -4,8 +4,9 @@
 //   1  eight tasks in one scope (SCOPE_DEADLOCK under a window of 4)
 //   2  a 32 KiB output (HEAP_RING_DEADLOCK under a small heap); the failed submit's
 //      outputs are then used as if nothing happened
-//   3  128 writers of x's rows, then one reader of all x (DEP_POOL_OVERFLOW under a
-//      dependency pool of 4)
+//   3  128 writers of x's rows (OUTPUT_EXISTING), then one reader of all x
+//      (DEP_POOL_OVERFLOW under a dependency pool of 4: 112 edges beyond the 16 inline)
+//  10  as 3 with the rows written as INOUT
 //   4  4097 tasks of 16 one-element outputs each in the root scope (TENSORMAP_OVERFLOW:
 //      more than 65536 entries live)
 //   5  rt_report_fatal with a formatted message, then more submits
@@ -71,12 +72,20 @@ __attribute__((visibility("default"))) void aicpu_orchestration_entry(const Chip
         use_failed_outputs(outs, x);
         break;
     }
-    case 3: {
+    case 3:
+    case 10: {
         for (uint32_t i = 0; i < 128; i++) {
             uint32_t shape[1] = {4};
             uint32_t at[1] = {4 * i};
             ChipTensor row = x.view(shape, at);
-            add_one(row);
+            CoreTaskArgs w;
+            if (mode == 3) {
+                w.add_output(row);  // the kernel's += reads it too: the values do not matter here
+            } else {
+                w.add_inout(row);
+            }
+            w.add_scalar(1.0f);
+            rt_submit_aiv_task(K_ADD_SCALAR, w);
         }
         CoreTaskArgs all;
         all.add_input(x);
