@@ -102,10 +102,7 @@ __attribute__((visibility("default"))) void aicpu_orchestration_entry(const Chip
 
     TensorCreateInfo pair[2] = {TensorCreateInfo(four, 1), TensorCreateInfo(four, 1)};
     pair[1].set_initial_value(7.0f);
-    // The array form wants a const pointer and an unsigned count: with a non-const array
-    // or an int, overload resolution picks the variadic form (as with upstream's header).
-    const TensorCreateInfo *pair_infos = pair;
-    TaskOutputTensors al2 = alloc_tensors(pair_infos, 2u);
+    TaskOutputTensors al2 = alloc_tensors(pair, 2);
 
     TensorCreateInfo l_info(four, 1, DataType::INT64);
     l_info.set_initial_value<int64_t>(int64_t(1) << 40);
