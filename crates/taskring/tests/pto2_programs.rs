@@ -5,8 +5,8 @@
 //! orchestration reports itself or provokes, a crashing kernel at L3, and L3 dispatches
 //! of a C++ callable with their own `CallConfig`.
 //!
-//! Kernel ids are those of `tests/pto2/kernel_ids.h`. No test asserts a time: a test
-//! that could hang arms the watchdog.
+//! Kernel ids are those of `tests/pto2/kernel_ids.h`. No test asserts a time: every test
+//! arms the watchdog.
 
 mod common;
 use common::*;
@@ -79,6 +79,17 @@ fn lib(name: &str) -> PathBuf {
         out
     })
     .clone()
+}
+
+/// L2 tests run side by side; the L3 test forks chip processes and runs alone, so no
+/// chip of another test holds a lock of this process (stderr's, an allocator's) in the
+/// middle of the fork.
+static TURN: parking_lot::RwLock<()> = parking_lot::RwLock::new(());
+
+/// An L2 test's turn, with the watchdog armed while the test runs.
+fn l2_turn() -> (Watchdog, parking_lot::RwLockReadGuard<'static, ()>) {
+    let turn = TURN.read();
+    (watchdog(), turn)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -260,7 +271,7 @@ fn failure(r: Result<RunReport, RunError>) -> RuntimeFailure {
 
 #[test]
 fn pipeline_matches_the_oracle_twice_and_with_its_own_sizing() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let cc = pipeline();
     let prog = cc.program();
     let mut w = chip(4);
@@ -311,7 +322,7 @@ fn pipeline_matches_the_oracle_twice_and_with_its_own_sizing() {
 /// tasks keep the scalars the orchestration computed) without running the entry again.
 #[test]
 fn a_captured_pipeline_replays_on_new_data() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let cc = pipeline();
     let mut w = chip(2);
     let mut d = PipelineData::new(2);
@@ -333,7 +344,7 @@ fn a_captured_pipeline_replays_on_new_data() {
 /// refused with the reason.
 #[test]
 fn callables_from_bytes_and_what_is_refused() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let bytes = |name: &str| std::fs::read(lib(name)).expect("library bytes");
     let kernels: Vec<(i32, CoreCallable)> = [
         (K_ADD, "k_add", CoreKind::Aiv, vec![In, In, Out]),
@@ -394,7 +405,7 @@ fn i64_arg(v: &mut [i64]) -> Arg<'_> {
 
 #[test]
 fn features_compute_what_the_loops_do() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let cc = features();
     let mut w = chip(4);
     let mut echo = vec![0i64; 12];
@@ -530,7 +541,7 @@ fn sized(window: [u64; 4], heap: [u64; 4], dep_pool: [u64; 4]) -> CallConfig {
 
 #[test]
 fn capacity_codes_from_a_cxx_orchestration_leave_the_chip_usable() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let cc = modes();
     // A short backstop: the tensormap shortage is reported after it.
     let mut w = chip_with(2, Duration::from_millis(100));
@@ -584,7 +595,7 @@ fn capacity_codes_from_a_cxx_orchestration_leave_the_chip_usable() {
 
 #[test]
 fn failures_the_orchestration_reports_or_provokes() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let cc = modes();
     let mut w = chip(2);
     let mut x = vec![0f32; MODES_N];
@@ -629,7 +640,7 @@ fn failures_the_orchestration_reports_or_provokes() {
 
 #[test]
 fn too_few_arguments_fail_the_config_check() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     // The pipeline's library without a signature (so only its config counts the
     // arguments), given two of its six.
     let cc = callable("o_pipeline", &[], &[K_ADD, K_MUL, K_ADD_SCALAR]);
@@ -660,7 +671,7 @@ fn too_few_arguments_fail_the_config_check() {
 #[ignore = "taskring runs an SPMD task's blocks one after another on one core (docs/api.md \
             §13.3), so blocks that wait for each other never meet: each gives up and writes -1"]
 fn sync_start_blocks_run_together() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let cc = modes();
     let mut w = chip(4);
     let aiv = w.cores().iter().filter(|&&k| k == CoreKind::Aiv).count();
@@ -688,7 +699,7 @@ fn sync_start_blocks_run_together() {
             other rows of the buffer (TensorMap::lookup_pending), so the reader no longer \
             finds them; OUTPUT_EXISTING writers do no lookup and give 112 every time"]
 fn inout_writers_count_in_the_fanin_demand_whatever_completed() {
-    let _hang = watchdog();
+    let _turn = l2_turn();
     let cc = modes();
     let mut w = chip(2);
     let mut x = vec![0f32; MODES_N];
@@ -806,6 +817,7 @@ mod l3 {
 
     #[test]
     fn cxx_callables_at_l3_with_per_task_config_and_a_crashing_kernel() {
+        let _turn = TURN.write();
         let _hang = watchdog();
         let mut n = node();
 
