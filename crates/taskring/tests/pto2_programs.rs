@@ -631,6 +631,14 @@ fn failures_the_orchestration_reports_or_provokes() {
     );
     assert_good_run(&mut w, &cc);
 
+    // A sync-start launch larger than the chip.
+    let aiv = w.cores().iter().filter(|&&k| k == CoreKind::Aiv).count();
+    let e = failure(run_mode(&mut w, &cc, &mut x, 11, &CallConfig::default()));
+    assert_eq!(e.code, StatusCode::RequireSyncStartInvalid, "{e}");
+    let says = format!("block_num {} but the chip has {aiv} AIV cores", aiv + 1);
+    assert!(e.to_string().contains(&says), "{e}");
+    assert_good_run(&mut w, &cc);
+
     // A C++ exception out of the entry.
     let e = failure(run_mode(&mut w, &cc, &mut x, 8, &CallConfig::default()));
     assert_eq!(e.code, StatusCode::ExplicitOrchFatal, "{e}");

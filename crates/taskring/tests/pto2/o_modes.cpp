@@ -7,6 +7,8 @@
 //   3  128 writers of x's rows (OUTPUT_EXISTING), then one reader of all x
 //      (DEP_POOL_OVERFLOW under a dependency pool of 4: 112 edges beyond the 16 inline)
 //  10  as 3 with the rows written as INOUT
+//  11  a sync-start launch of one block more than the chip has AIV cores
+//      (REQUIRE_SYNC_START_INVALID)
 //   4  4097 tasks of 16 one-element outputs each in the root scope (TENSORMAP_OVERFLOW:
 //      more than 65536 entries live)
 //   5  rt_report_fatal with a formatted message, then more submits
@@ -146,6 +148,19 @@ __attribute__((visibility("default"))) void aicpu_orchestration_entry(const Chip
         t.add_inout(counter.get_ref(0));
         t.add_scalar(1000.5, int64_t(1));
         t.launch_spec.set_block_num(static_cast<int16_t>(n));
+        t.launch_spec.set_require_sync_start(true);
+        rt_submit_aiv_task(K_SPMD_FILL, t);
+        break;
+    }
+    case 11: {
+        uint32_t len[1] = {8};
+        uint32_t at[1] = {0};
+        ChipTensor row = x.view(len, at);
+        CoreTaskArgs t;  // refused at submit: the kernel never sees these arguments
+        t.add_output(row);
+        t.add_inout(row);
+        t.add_scalar(0.0, int64_t(0));
+        t.launch_spec.set_block_num(static_cast<int16_t>(rt_available_aiv_count() + 1));
         t.launch_spec.set_require_sync_start(true);
         rt_submit_aiv_task(K_SPMD_FILL, t);
         break;
