@@ -179,7 +179,7 @@ peers: peers-build
 # package, installed when missing and running as root (make clang); without it the
 # g++ half runs.
 HEADERS_OUT := target/headers
-HEADERS_FLAGS := -Wall -Wextra -Werror -I include/pto2
+HEADERS_FLAGS := -O2 -Wall -Wextra -Werror -I include/pto2
 CLANG_PACKAGES := clang-19
 clang:
 	@if command -v clang++-19 >/dev/null 2>&1; then :; \

@@ -83,7 +83,8 @@ public:
     PTO2TaskId task_id() const { return task_id_; }
 
     const ChipTensor &get_ref(uint32_t index) const & {
-        return index < output_count_ ? tensors_[index] : none();
+        if (index >= TASKRING_PTO2_MAX_OUTPUTS || index >= output_count_) return none();
+        return tensors_[index];
     }
     const ChipTensor &get_ref(uint32_t index) const && = delete;
 
