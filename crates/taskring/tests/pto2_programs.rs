@@ -676,8 +676,6 @@ fn too_few_arguments_fail_the_config_check() {
 /// n = min(4, AIV cores) blocks of a sync-start launch that wait for each other: upstream
 /// launches them together, so each sees the others arrive.
 #[test]
-#[ignore = "taskring runs an SPMD task's blocks one after another on one core (docs/api.md \
-            §13.3), so blocks that wait for each other never meet: each gives up and writes -1"]
 fn sync_start_blocks_run_together() {
     let _turn = l2_turn();
     let cc = modes();

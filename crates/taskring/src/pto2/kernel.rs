@@ -23,6 +23,8 @@ pub(crate) struct KernelKey {
     /// AIC, AIV0, AIV1 func_ids (-1: none).
     pub ids: [i32; 3],
     pub block_num: u16,
+    /// `launch_spec.set_require_sync_start(true)`: every block starts at once.
+    pub sync_start: bool,
     /// The tensor arguments' tags, 3 bits each in argument order.
     pub tags: u64,
     pub n_tensors: u8,
@@ -55,6 +57,7 @@ pub(crate) struct PtoKernel {
     core: CoreKind,
     parts: Vec<Part>,
     block_num: u32,
+    sync_start: bool,
     n_tensors: usize,
     /// `order[c]`: the argument index of canonical tensor `c` (user tensors only).
     order: [u8; MAX_TASK_TENSORS + 1],
@@ -115,6 +118,7 @@ impl PtoKernel {
             core,
             parts,
             block_num: key.block_num.max(1) as u32,
+            sync_start: key.sync_start,
             n_tensors: n,
             order,
             predicate,
@@ -198,25 +202,51 @@ impl Kernel for PtoKernel {
         for (j, s) in call.scalars.iter().enumerate() {
             args[self.n_tensors + j] = *s as i64;
         }
+        let units = self.block_num as usize * self.parts.len();
+        if self.sync_start || self.parts.len() > 1 {
+            // Units that may wait for each other run at once: every block and part of a
+            // sync-start task, the parts of each block of a mixed task.
+            let group = if self.sync_start {
+                units
+            } else {
+                self.parts.len()
+            };
+            for first in (0..units).step_by(group) {
+                std::thread::scope(|s| {
+                    for u in first + 1..first + group {
+                        s.spawn(move || self.run_unit(&args, u));
+                    }
+                    self.run_unit(&args, first);
+                });
+            }
+        } else {
+            for u in 0..units {
+                self.run_unit(&args, u);
+            }
+        }
+    }
+}
+
+impl PtoKernel {
+    /// Run unit `u` (block `u / parts`, part `u % parts`) with its own block context.
+    fn run_unit(&self, base: &[i64; KERNEL_ARGS], u: usize) {
+        let p = self.parts[u % self.parts.len()];
         let mut local = LocalContext {
+            block_idx: (u / self.parts.len()) as i32,
             block_num: self.block_num as i32,
             ..LocalContext::default()
         };
-        let mut global = GlobalContext::default();
+        let mut global = GlobalContext {
+            sub_block_id: p.sub_block_id,
+            ..GlobalContext::default()
+        };
+        let mut args = *base;
         args[LOCAL_CONTEXT_INDEX] = &mut local as *mut LocalContext as i64;
         args[GLOBAL_CONTEXT_INDEX] = &mut global as *mut GlobalContext as i64;
-        for b in 0..self.block_num {
-            for p in &self.parts {
-                // SAFETY: the context records outlive the call; `args` is rebuilt
-                // pointer by pointer above; kernel_entry is the library's function of
-                // the documented ABI (trusted as native kernels are, docs/api.md §11).
-                unsafe {
-                    std::ptr::write_volatile(&mut local.block_idx, b as i32);
-                    std::ptr::write_volatile(&mut global.sub_block_id, p.sub_block_id);
-                    (p.entry)(args.as_mut_ptr());
-                }
-            }
-        }
+        // SAFETY: the context records and the tensor records `args` points at outlive
+        // the call; kernel_entry is the library's function of the documented ABI
+        // (trusted as native kernels are, docs/api.md §11).
+        unsafe { (p.entry)(args.as_mut_ptr()) };
     }
 }
 
@@ -230,6 +260,7 @@ mod tests {
         KernelKey {
             ids: [-1, 0, -1],
             block_num: 1,
+            sync_start: false,
             tags: tags
                 .iter()
                 .enumerate()

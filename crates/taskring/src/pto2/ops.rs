@@ -327,6 +327,7 @@ impl<'a, 'o> Runtime<'a, 'o> {
         let mut key = KernelKey {
             ids,
             block_num: s.block_num as u16,
+            sync_start: s.require_sync_start != 0 && s.block_num > 1,
             tags,
             n_tensors: n as u8,
             predicate,
