@@ -99,6 +99,7 @@ typedef struct taskring_pto2_ops {
     uint32_t abi_version; /* TASKRING_PTO2_ABI_VERSION */
     uint32_t size;        /* sizeof(taskring_pto2_ops) */
     void (*submit)(struct PTO2Runtime *rt, const taskring_pto2_submit *s, taskring_pto2_outputs *out);
+    /* file is NULL (and line 0) when the scope has no call site (rt_scope_begin). */
     void (*scope_begin)(struct PTO2Runtime *rt, uint8_t mode, const char *file, int32_t line);
     void (*scope_end)(struct PTO2Runtime *rt);
     void (*orchestration_done)(struct PTO2Runtime *rt);
@@ -130,12 +131,16 @@ typedef struct taskring_pto2_entry_args {
  *
  * taskring_pto2_config(config_fn, args): the expected argument count that config_fn
  *   (the library's aicpu_orchestration_config, a `PTO2OrchestrationConfig (*)(const
- *   ChipTaskArgs &)`) reports for these arguments. Returns the ABI version in *abi.
+ *   ChipTaskArgs &)`) reports for these arguments; -1 when config_fn is NULL, throws,
+ *   or the arguments do not fit a ChipTaskArgs. A count of 0 or less means no check.
+ *   Writes the ABI version the library was built against into *abi.
  *
  * taskring_pto2_enter(rt, entry_fn, args): bind rt for the calling thread, build the
  *   ChipTaskArgs, call entry_fn (`void (*)(const ChipTaskArgs &)`), unbind. A C++
  *   exception that leaves the entry is reported through rt->ops->report_fatal and does
- *   not cross into the chip. Returns 0, or 1 when an exception was caught.
+ *   not cross into the chip. Returns 0; 1 when an exception was caught, or when the
+ *   arguments do not fit a ChipTaskArgs (256 tensors, 128 scalars: reported as
+ *   INVALID_ARGS), the entry then not called.
  */
 typedef int32_t (*taskring_pto2_config_fn)(const void *config_fn, const taskring_pto2_entry_args *args,
                                            uint32_t *abi);

@@ -231,17 +231,9 @@ impl Inner {
                 Arg::Scalar(s) => scalars.push(s.bits()),
             }
         }
+        // The signature names the tensors' directions (what an L3 host stages and copies
+        // back); as upstream, it is not checked against the arguments here.
         let given = tensors.len() + scalars.len();
-        if !self.signature.is_empty() && self.signature.len() != given {
-            return Err(RuntimeFailure::invalid_args(
-                None,
-                format!(
-                    "callable '{}' takes {} arguments (its signature), got {given}",
-                    self.name,
-                    self.signature.len()
-                ),
-            ));
-        }
         let entry_args = EntryArgs {
             tensors: tensors.as_ptr(),
             scalars: scalars.as_ptr(),
