@@ -14,17 +14,18 @@ from ._types import ArgDirection
 
 class Program:
     """An orchestration ``f(rt, *args)`` with its signature (``ArgDirection`` per
-    argument). Calling it runs it once: ``prog(*args, config=None)``."""
+    argument). Calling it runs it once: ``prog(*args, config=None)``. The orchestration
+    can also be a C++ program, a ``taskring._native.ChipCallable`` (docs/api.md §13)."""
 
     __module__ = "taskring"
 
     def __init__(self, orchestration: Callable, signature: Sequence[ArgDirection], name: Optional[str] = None) -> None:
-        if not callable(orchestration):
-            raise TypeError("Program: orchestration must be callable")
+        if not callable(orchestration) and not isinstance(orchestration, _native.ChipCallable):
+            raise TypeError("Program: orchestration must be callable or a ChipCallable")
         sig = [ArgDirection(s) for s in signature]
         self.orchestration = orchestration
         self.signature: List[ArgDirection] = sig
-        self.name: str = name or str(getattr(orchestration, "__name__", "program"))
+        self.name: str = name or str(getattr(orchestration, "__name__", None) or getattr(orchestration, "name", "program"))
 
     def check_args(self, args: Sequence[Any]) -> List[Any]:
         """Check ``args`` against the signature (a numpy array per IN/OUT/INOUT, an int

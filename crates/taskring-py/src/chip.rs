@@ -1,12 +1,12 @@
 //! `Chip`, the native part of `taskring.ChipWorker`: a resident simulated chip that runs
 //! Python orchestrations (L2) and captures them for replay.
 
+use crate::callable::program_of;
 use crate::config::call_config_of;
 use crate::conversion::host_args;
 use crate::errors::{failure_err, raised_in_run, run_err, same_failure_said_fully, PendingErr};
 use crate::gil::interrupt_hook;
 use crate::kernel::interrupt_python_kernels;
-use crate::orchestrator::python_program;
 use crate::replay::PyCaptured;
 use crate::reports::{arena_stats_py, report_py, PyArenaStats, PyRunReport};
 use crate::resident::Resident;
@@ -67,7 +67,7 @@ impl PyChip {
         self.chip.check_process()?;
         let cfg = call_config_of(py, o.config)?;
         let host = host_args(o.args.iter())?;
-        let (program, pending) = python_program(o.orchestration, o.name);
+        let (program, pending) = program_of(o.orchestration, o.name);
         let mut guard = self.chip.lock(py, o.call)?;
         let chip = guard
             .as_mut()

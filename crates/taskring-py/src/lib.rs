@@ -11,6 +11,7 @@
 //! `node`, `cluster_host`, `cluster`, `sizing`, `mpi_tools` (`taskring._mpi_tools`, a
 //! module of its own: bare MPI for B8 and the L4 tests).
 
+mod callable;
 mod chip;
 mod cluster;
 #[cfg(feature = "mpi")]
@@ -65,6 +66,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<orchestrator::PyTask>()?;
     m.add_class::<task_args::PyTaskArgs>()?;
     m.add_class::<orchestrator::PyOrchestrator>()?;
+    m.add_class::<callable::PyCoreCallable>()?;
+    m.add_class::<callable::PyChipCallable>()?;
     m.add_class::<chip::PyChip>()?;
     m.add_class::<replay::PyCaptured>()?;
     m.add_class::<reports::PyRunReport>()?;

@@ -1,6 +1,7 @@
 //! `Node`, the native part of `taskring.Worker(level=3)`, and `SharedMem`, the memory
 //! its chips see (backs `taskring.shared_array`).
 
+use crate::callable::program_of;
 use crate::config::call_config_of;
 use crate::conversion::{arg_dirs, dtype_itemsize, worker_index};
 use crate::errors::{
@@ -8,7 +9,7 @@ use crate::errors::{
 };
 use crate::gil::{gil_hook, interrupt_hook, RunGuard, RunLock};
 use crate::node_orchestrator::PyNodeOrchestrator;
-use crate::orchestrator::{call_bound, python_program};
+use crate::orchestrator::call_bound;
 use crate::reports::{arena_stats_py, PyArenaStats, PyNodeRunReport};
 use parking_lot::RwLock;
 use pyo3::exceptions::PyRuntimeError;
@@ -199,7 +200,7 @@ impl PyNode {
         let reg = Arc::new(RwLock::new(Vec::new()));
         for c in callables.iter() {
             let (f, name, sig): (Py<PyAny>, String, Vec<u32>) = c.extract()?;
-            let (program, _pending) = python_program(f, &name);
+            let (program, _pending) = program_of(f, &name);
             reg.write().push(ChipCallable {
                 program,
                 signature: arg_dirs(sig)?,
@@ -298,7 +299,7 @@ impl PyNode {
                 "register programs before init(): chip processes are forked at init() and only know the programs registered by then (or use chip_processes=False)",
             ));
         }
-        let (program, _pending) = python_program(f, &name);
+        let (program, _pending) = program_of(f, &name);
         let mut r = self.callables.write();
         r.push(ChipCallable {
             program,
