@@ -371,6 +371,11 @@ impl<'a, 'o> Runtime<'a, 'o> {
         }
         let id = self.o.submit_dummy(&a)?.id;
         self.o.wait_task(id, what)?;
+        if inout && t.owner.is_valid() {
+            // A write also waits for the tasks that read the element's buffer through
+            // its creator (as upstream's set_tensor_data does).
+            self.o.wait_consumers(t.owner, what)?;
+        }
         Ok(t)
     }
 }

@@ -11,13 +11,32 @@ impl Orchestrator<'_> {
     /// Block until task `id` of this run has completed. `what` names the access in the
     /// failure (`"get_tensor_data"`).
     pub fn wait_task(&mut self, id: TaskId, what: &str) -> Result<(), RuntimeFailure> {
+        self.wait_on(id, what, false)
+    }
+
+    /// Block until task `id` has completed and every consumer that retains it (a task
+    /// that reads its outputs through the creator edge) has finished: what a write into
+    /// `id`'s outputs from the orchestration waits for (`set_tensor_data`).
+    pub fn wait_consumers(&mut self, id: TaskId, what: &str) -> Result<(), RuntimeFailure> {
+        self.wait_on(id, what, true)
+    }
+
+    fn wait_on(&mut self, id: TaskId, what: &str, consumers: bool) -> Result<(), RuntimeFailure> {
         self.check_fatal()?;
-        if !id.is_valid() || self.sh.is_completed(id) {
+        let sh = self.sh;
+        let done = move || {
+            if consumers {
+                sh.consumers_done(id)
+            } else {
+                sh.is_completed(id)
+            }
+        };
+        if !id.is_valid() || done() {
             return Ok(());
         }
         let mut clock = Backstop::new();
         loop {
-            if self.sh.is_completed(id) {
+            if done() {
                 return Ok(());
             }
             self.check_fatal()?;
@@ -28,8 +47,13 @@ impl Orchestrator<'_> {
                         StatusCode::TensorWaitTimeout,
                         Some(id.ring()),
                         format!(
-                            "{what}: producer (ring={}, local={}) not completed: nothing ran, \
-                             completed or was ready for {:?}",
+                            "{what}: {} (ring={}, local={}) not done: nothing ran, completed \
+                             or was ready for {:?}",
+                            if consumers {
+                                "consumers of producer"
+                            } else {
+                                "producer"
+                            },
                             id.ring(),
                             id.local(),
                             self.policy.backstop
@@ -38,14 +62,21 @@ impl Orchestrator<'_> {
                 }
                 Verdict::Stalled(f) => return Err(self.fail(f)),
             }
-            self.wait_for_completion(id);
+            self.pay_wakes();
+            let moved = || self.eng.fatal.load(Acquire) || done();
+            if moved() || self.probe.help() {
+                continue;
+            }
+            if let Some(h) = self.blocking_hook {
+                h(true);
+            }
+            self.eng
+                .progress
+                .wait_completion(moved, Duration::from_millis(20).min(self.policy.backstop));
+            if let Some(h) = self.blocking_hook {
+                h(false);
+            }
         }
-    }
-
-    /// Wait briefly for `id` to complete (or the run to fail).
-    fn wait_for_completion(&self, id: TaskId) {
-        self.pay_wakes();
-        self.wait_until(|| self.eng.fatal.load(Acquire) || self.sh.is_completed(id));
     }
 
     /// Has the run failed (a failure is latched)? Every later call returns it.

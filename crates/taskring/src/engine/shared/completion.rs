@@ -31,7 +31,9 @@
 
 use super::ready::EngineShared;
 use super::retire::RingShared;
-use super::slot::{DepNode, SlotState, COMPLETED, DEP_FLAGS, DEP_RETAIN, DEP_WAIT};
+use super::slot::{
+    DepNode, SlotState, COMPLETED, CONSUMED, DEP_FLAGS, DEP_RETAIN, DEP_WAIT, SCOPE_BIT,
+};
 use crate::sync::schedule_hint;
 use crate::sync::Ordering::*;
 use crate::tensor::TaskId;
@@ -136,6 +138,21 @@ impl ArenaShared {
         let s = self.slot(p);
         let state = s.state.load(Acquire);
         s.local.load(Relaxed) != p.local() || state >= COMPLETED
+    }
+
+    /// Have all of `p`'s consumers released it (its retaining consumers finished; a
+    /// consumed or reused slot counts)? `p` must have completed for a `true`; the
+    /// reference of the scope `p` was submitted in does not count. A plain read: a
+    /// `true` is final, a `false` may be stale.
+    pub(crate) fn consumers_done(&self, p: TaskId) -> bool {
+        let s = self.slot(p);
+        let state = s.state.load(Acquire);
+        if s.local.load(Relaxed) != p.local() || state >= CONSUMED {
+            return true;
+        }
+        state >= COMPLETED
+            && (s.fanout_refcount.load(Acquire) & !SCOPE_BIT)
+                >= (s.fanout_count.load(Acquire) & !SCOPE_BIT)
     }
 
     /// Release one reference on `p` and retire it if that was the last.
@@ -265,6 +282,8 @@ impl ArenaShared {
                 self.release_ref(TaskId(e & !DEP_FLAGS), 1, eng);
             }
         }
-        self.release_ref_held(id, 1)
+        let consumed = self.release_ref_held(id, 1);
+        eng.progress.notify_completion();
+        consumed
     }
 }

@@ -319,6 +319,9 @@ const NOBODY: usize = 0;
 const ANY_MOVE: usize = 1;
 /// A waiter for the end of a ring's retirements.
 const RING_END: usize = 2;
+/// A waiter for a task's completion or its consumers' releases (the orchestration
+/// reading or writing tensor data).
+const TASK_DONE: usize = 3;
 
 impl Progress {
     /// Is the orchestrator waiting (or about to wait) for a retirement? A plain load: a
@@ -344,7 +347,7 @@ impl Progress {
     pub fn notify_advance(&self, ring_done: impl FnOnce() -> bool) {
         fence(SeqCst);
         let w = self.waiting.load(Relaxed);
-        if w == ANY_MOVE || (w == RING_END && ring_done()) {
+        if w == ANY_MOVE || w == TASK_DONE || (w == RING_END && ring_done()) {
             let _g = self.m.lock();
             self.cv.notify_all();
         }
@@ -354,6 +357,23 @@ impl Progress {
     /// last value.
     pub fn wait(&self, done: impl Fn() -> bool, timeout: Duration) -> bool {
         self.wait_as(ANY_MOVE, done, timeout)
+    }
+
+    /// Wait until `done()` or `timeout`, woken by any completion
+    /// ([`Progress::notify_completion`]) as well as any retirement.
+    pub fn wait_completion(&self, done: impl Fn() -> bool, timeout: Duration) -> bool {
+        self.wait_as(TASK_DONE, done, timeout)
+    }
+
+    /// A task completed (and released what it retained): wake a waiter for completions.
+    /// On every completion, so no fence: a waiter that arrives as this looks may sleep
+    /// until its timeout (it looks again then).
+    #[inline]
+    pub fn notify_completion(&self) {
+        if self.waiting.load(Relaxed) == TASK_DONE {
+            let _g = self.m.lock();
+            self.cv.notify_all();
+        }
     }
 
     /// Wait until `done()` or `timeout`, woken only when a ring retired everything (or
