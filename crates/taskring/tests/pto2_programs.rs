@@ -104,6 +104,7 @@ const K_MIXED_AIV0: i32 = 5;
 const K_MIXED_AIV1: i32 = 6;
 const K_ECHO: i32 = 7;
 const K_CRASH: i32 = 8;
+const K_SLOW_COPY: i32 = 9;
 
 fn kernel(id: i32) -> (i32, CoreCallable) {
     let (src, core, sig): (&str, CoreKind, Vec<ArgDir>) = match id {
@@ -119,6 +120,7 @@ fn kernel(id: i32) -> (i32, CoreCallable) {
             s
         }),
         K_CRASH => ("k_crash", CoreKind::Aiv, vec![Sc]),
+        K_SLOW_COPY => ("k_slow_copy", CoreKind::Aiv, vec![In, Out, Sc]),
         _ => unreachable!(),
     };
     let k = CoreCallable::from_path(lib(src), core, &sig)
@@ -720,6 +722,33 @@ fn inout_writers_count_in_the_fanin_demand_whatever_completed() {
         assert_eq!(e.code, StatusCode::DepPoolOverflow, "{e}");
         assert!(e.detail.contains("needs 112 fanin edges"), "{e}");
     }
+}
+
+/// set_tensor_data on a runtime output waits for the task still reading it (through the
+/// creator edge), then get_tensor_data sees the write.
+#[test]
+fn a_write_from_the_orchestration_waits_for_the_readers_of_its_buffer() {
+    let _turn = l2_turn();
+    let cc = callable("o_war", &[In, In, Out, Out, Sc], &[K_ADD, K_SLOW_COPY]);
+    let mut w = chip(2);
+    let n = 64;
+    let (mut a, mut b) = (
+        vec![1.5f32; n],
+        (0..n).map(|i| i as f32).collect::<Vec<_>>(),
+    );
+    let (mut seen, mut after) = (vec![0f32; n], vec![0f32; 1]);
+    let args = [
+        Arg::Tensor(CallerTensor::f32(&mut a, &[n as u32])),
+        Arg::Tensor(CallerTensor::f32(&mut b, &[n as u32])),
+        Arg::Tensor(CallerTensor::f32(&mut seen, &[n as u32])),
+        Arg::Tensor(CallerTensor::f32(&mut after, &[1])),
+        Arg::Scalar(Scalar::I64(30)),
+    ];
+    w.run(&cc.program(), &args, &CallConfig::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let want: Vec<f32> = (0..n).map(|i| 1.5 + i as f32).collect();
+    assert_eq!(seen, want, "the reader saw the orchestration's later write");
+    assert_eq!(after, vec![88.0]);
 }
 
 // ---------------------------------------------------------------------------------------

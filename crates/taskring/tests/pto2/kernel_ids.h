@@ -11,3 +11,4 @@
 #define K_MIXED_AIV1 6  // k_mixed_aiv.cpp (AIV1 part)
 #define K_ECHO 7        // k_echo.cpp (AIV)
 #define K_CRASH 8       // k_crash.cpp (AIV)
+#define K_SLOW_COPY 9   // k_slow_copy.cpp (AIV)
