@@ -1,0 +1,187 @@
+"""taskring.simpler_setup.scene_test (docs/api.md §13.3): scene tests in Simpler's form —
+CALLABLE of C++ sources, CASES with config, TaskArgsBuilder, goldens, --case / --rounds,
+levels 2 and 3, under pytest (the plugin) and standalone. The repo's examples under
+examples/simpler are the programs."""
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from taskring.simpler_setup import Scalar, SceneTestCase, TaskArgsBuilder, TensorArg, scene_test
+
+# The module (the package's name `scene_test` is the decorator, as upstream has it).
+st = importlib.import_module("taskring.simpler_setup.scene_test")
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "simpler"
+VENV_PY = ROOT / ".venv" / "bin" / "python"
+PY = str(VENV_PY) if VENV_PY.exists() else sys.executable
+CFG_ALLOWED = "allowed keys: aicpu_thread_num, device_count, num_sub_workers, runtime_env"
+ENV_ALLOWED = "allowed keys: ring_dep_pool, ring_heap, ring_task_window"
+# Runs a scene-test file as `python file.py ARGS` would, with the upstream module names
+# installed first.
+STANDALONE = (
+    "import runpy, sys, taskring.simpler; taskring.simpler.install(); "
+    "sys.argv = sys.argv[1:]; sys.path.insert(0, __import__('os').path.dirname(sys.argv[0])); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def decorate(cases, name="ConfigScene", level=2):
+    return scene_test(level=level, runtime="tensormap_and_ringbuffer")(type(name, (SceneTestCase,), {"CASES": cases}))
+
+
+def run(args, cwd=ROOT, env=None):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PTO2_RING_")}
+    e.update(env or {})
+    return subprocess.run([PY, *map(str, args)], capture_output=True, text=True, timeout=240, cwd=cwd, env=e)
+
+
+# ----- case config validation: Simpler's messages ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cases, exc, msg",
+    [
+        ([{"name": "c0", "config": {"block_dim": 24}}], ValueError, f"ConfigScene.CASES[0] ('c0') config has unknown keys: block_dim; {CFG_ALLOWED}"),
+        (
+            [{"name": "ok"}, {"name": "c1", "config": {"zeta": 1, "block_dim": 2}}],
+            ValueError,
+            f"ConfigScene.CASES[1] ('c1') config has unknown keys: block_dim, zeta; {CFG_ALLOWED}",
+        ),
+        ([{"name": "e", "config": {"runtime_env": {"ring_heep": 1024}}}], ValueError, f"ConfigScene.CASES[0] ('e') config.runtime_env has unknown keys: ring_heep; {ENV_ALLOWED}"),
+        ([{"name": "n", "config": None}], TypeError, "ConfigScene.CASES[0] ('n') config must be a mapping, got NoneType"),
+        ([{"config": {"runtime_env": None}}], TypeError, "ConfigScene.CASES[0] ('index 0') config.runtime_env must be a mapping, got NoneType"),
+        ([["not", "a", "mapping"]], TypeError, "ConfigScene.CASES[0] must be a mapping, got list"),
+    ],
+)
+def test_case_config_is_checked_at_decoration(cases, exc, msg):
+    with pytest.raises(exc) as e:
+        decorate(cases)
+    assert str(e.value) == msg
+
+
+def test_every_config_key_and_extension_keys_are_accepted():
+    cls = decorate(
+        [
+            {
+                "name": "all",
+                "platforms": ["a2a3sim"],
+                "config": {
+                    "aicpu_thread_num": 4,
+                    "device_count": 2,
+                    "num_sub_workers": 1,
+                    "runtime_env": {"ring_task_window": 64, "ring_heap": [1 << 20, 0, 0, 0], "ring_dep_pool": 128},
+                },
+                "required_sched_phases": ["x"],  # case-level keys of extensions are free
+            },
+            {"name": "bare", "platforms": ["a2a3sim"]},
+        ]
+    )
+    assert cls._st_level == 2 and cls._st_runtime == "tensormap_and_ringbuffer"
+
+
+def test_unsupported_level_is_a_value_error():
+    with pytest.raises(ValueError, match=r"Unsupported scene test level 5; expected one of: 2, 3, 4"):
+        scene_test(level=5, runtime="tensormap_and_ringbuffer")
+
+
+def test_callable_paths_are_relative_to_the_test_file():
+    @scene_test(level=2, runtime="tensormap_and_ringbuffer")
+    class Paths(SceneTestCase):
+        CALLABLE = {
+            "orchestration": {"source": "k/orch.cpp", "function_name": "f", "signature": []},
+            "incores": [{"func_id": 0, "source": "k/a.cpp", "core_type": "aiv", "extra_include_dirs": ["inc", "/abs", "$HOME/x"]}],
+        }
+        CASES = []
+
+    here = Path(__file__).resolve().parent
+    assert Paths.CALLABLE["orchestration"]["source"] == str(here / "k/orch.cpp")
+    inc = Paths.CALLABLE["incores"][0]
+    assert inc["source"] == str(here / "k/a.cpp")
+    assert inc["extra_include_dirs"] == [str(here / "inc"), "/abs", "$HOME/x"]
+
+
+# ----- TaskArgsBuilder ---------------------------------------------------------------------
+
+
+def test_task_args_builder_order_names_and_clone():
+    a = np.arange(4, dtype=np.float32)
+    args = TaskArgsBuilder(TensorArg("a", a), TensorArg("out", np.zeros(4, np.float32)), Scalar("alpha", 1.5))
+    assert [s.name for s in args.specs] == ["a", "out", "alpha"]
+    assert args.tensor_names() == ["a", "out"]
+    assert args.a is a and args.alpha == 1.5
+    g = args.clone()
+    g.out[:] = 7
+    assert not args.out.any() and g.a is not a and np.array_equal(g.a, a)
+    with pytest.raises(ValueError, match="Cannot add tensor after scalar"):
+        args.add_tensor("late", np.zeros(1))
+    with pytest.raises(ValueError, match="duplicate argument name 'a'"):
+        args.add_scalar("a", 1)
+    with pytest.raises(ValueError, match="argument name 'clone' conflicts with builder attributes/methods"):
+        TaskArgsBuilder(TensorArg("clone", a))
+    with pytest.raises(AttributeError, match="TaskArgsBuilder has no argument 'nope'"):
+        args.nope
+
+
+def test_scalars_travel_as_upstream_packs_them():
+    import ctypes
+
+    assert st._scalar_to_uint64(1.0) == 0x3F800000  # a Python float is an f32
+    assert st._scalar_to_uint64(ctypes.c_double(1.0)) == 0x3FF0000000000000
+    assert st._scalar_to_uint64(-1) == (1 << 64) - 1
+    assert st._scalar_to_uint64(ctypes.c_int32(7)) == 7
+
+
+def test_golden_mismatch_names_the_output():
+    a = TaskArgsBuilder(TensorArg("f", np.array([1.0, 2.0], np.float32)))
+    b = TaskArgsBuilder(TensorArg("f", np.array([1.0, 2.5], np.float32)))
+    st._compare_outputs(a, a.clone(), ["f"], 1e-5, 1e-5)
+    with pytest.raises(AssertionError, match=r"^Golden mismatch on 'f': max_diff=0.5, rtol=1e-05, atol=1e-05$"):
+        st._compare_outputs(a, b, ["f"], 1e-5, 1e-5)
+
+
+# ----- case selection ------------------------------------------------------------------------
+
+
+def _sel_classes():
+    A = decorate([{"name": "x", "platforms": ["a2a3sim"]}, {"name": "m", "platforms": ["a2a3sim"], "manual": True}], name="A")
+    B = decorate([{"name": "x", "platforms": ["a2a3"]}, {"name": "y", "platforms": ["a2a3sim"], "manual": ["a2a3"]}], name="B")
+    return A, B
+
+
+@pytest.mark.parametrize(
+    "selectors, manual, picked",
+    [
+        ([], "exclude", [("A", "x"), ("B", "y")]),
+        ([], "include", [("A", "x"), ("A", "m"), ("B", "y")]),
+        ([], "only", [("A", "m")]),
+        (["x"], "exclude", [("A", "x")]),  # B::x is not on a2a3sim
+        (["B::"], "exclude", [("B", "y")]),
+        (["::y", "A::x"], "exclude", [("A", "x"), ("B", "y")]),
+    ],
+)
+def test_case_selection(selectors, manual, picked):
+    sel = [st._parse_case_selector(s) for s in selectors]
+    got = st._select_cases(list(_sel_classes()), "a2a3sim", sel, manual)
+    assert [(c.__name__, case["name"]) for c, case in got] == picked
+
+
+@pytest.mark.parametrize(
+    "selectors, msg",
+    [
+        (["C::x"], "--case: unknown class 'C'. Available: A, B"),
+        (["nope"], "--case: case 'nope' not found in any class"),
+        (["A::m"], "--case: no cases matched [A::m] for platform=a2a3sim (matches are manual; pass --manual include or only)"),
+    ],
+)
+def test_case_selection_errors(selectors, msg):
+    with pytest.raises(ValueError) as e:
+        st._select_cases(list(_sel_classes()), "a2a3sim", [st._parse_case_selector(s) for s in selectors], "exclude")
+    assert str(e.value) == msg
