@@ -11,13 +11,18 @@ export CARGO_TERM_COLOR ?= never
 .PHONY: run test test-rust test-loom test-python py-dev venv bench demo-l2 demo-l3 fmt clippy lint clean
 .PHONY: fuzz soak browser mpi demo-l4 bench-l4 test-cluster
 .PHONY: tbb peers-build peers
-.PHONY: clang test-headers
+.PHONY: clang test-headers demo-simpler
 
 # The main demo: an L3 dispatch of heterogeneous L2 tasks, each with its own sizing.
 run: demo-l3
 
 demo-l3: py-dev
 	$(VPY) examples/l3_demo.py
+
+# Simpler's Python API on taskring: an L3 orchestration submits C++ programs (compiled by
+# simpler_setup's KernelCompiler) to two chips, each L2 task with its own runtime_env.
+demo-simpler: py-dev
+	$(VPY) examples/simpler/per_task_runtime_env/main.py
 
 demo-l2:
 	$(CARGO) run --locked --release -q -p taskring --example l2_demo
@@ -67,6 +72,7 @@ demo-l4: py-dev
 
 test-python: py-dev browser
 	$(VPY) -m pytest -q python/tests
+	$(VPY) -m pytest -q -p taskring.simpler.pytest_plugin examples/simpler --platform a2a3sim
 
 # L4 across separate nodes (python/tests/cluster/run.sh): 4 nodes made of Linux namespaces
 # on a bridge, mpirun starting the ranks of other nodes through an nsenter agent as it
