@@ -11,7 +11,7 @@ scope for its intermediates. The golden is plain numpy attention.
 import numpy as np
 from simpler.task_interface import ArgDirection as D
 
-from simpler_setup import SceneTestCase, TaskArgsBuilder, TensorArg, scene_test
+from simpler_setup import Scalar, SceneTestCase, TaskArgsBuilder, TensorArg, scene_test
 
 COMMON = ["../common/include"]
 
@@ -76,14 +76,14 @@ class TestPagedAttention(SceneTestCase):
             TensorArg("block_table", table),
             TensorArg("context_lens", lens),
             TensorArg("out", np.zeros((batch, h, d), np.float32)),
+            Scalar("scale", float(1.0 / np.sqrt(d))),  # a Python float travels as f32
         )
 
     def compute_golden(self, args, params):
-        d = args.query.shape[2]
         for b, ctx in enumerate(args.context_lens):
             k = np.concatenate([args.key_cache[blk] for blk in args.block_table[b]])[:ctx]
             v = np.concatenate([args.value_cache[blk] for blk in args.block_table[b]])[:ctx]
-            s = args.query[b] @ k.T / np.sqrt(d)
+            s = (args.query[b] @ k.T) * np.float32(args.scale)
             p = np.exp(s - s.max(axis=1, keepdims=True))
             args.out[b] = (p / p.sum(axis=1, keepdims=True)) @ v
 

@@ -4,7 +4,7 @@
 //
 // Arguments (tensors): query [B, H, D] f32, key_cache [NB, BS, D] f32,
 // value_cache [NB, BS, D] f32, block_table [B, MB] i32, context_lens [B] i32 (in),
-// out [B, H, D] f32 (out). Scale: 1 / sqrt(D).
+// out [B, H, D] f32 (out); then one scalar, the score scale (f32, usually 1 / sqrt(D)).
 //
 // Per request (a scope holding its running state m, l, o), per KV block (a nested scope
 // holding that block's intermediates):
@@ -12,7 +12,6 @@
 //   softmax_prepare (aiv): p, m_j, l_j (tokens past the context are masked)
 //   PV (aic):             o_j = p @ v
 //   online_update (aiv):  fold (m_j, l_j, o_j) into (m, l, o); the last block writes out
-#include <math.h>
 #include <stdint.h>
 
 #include "pto_orchestration_api.h"
@@ -23,7 +22,7 @@ extern "C" {
 
 __attribute__((visibility("default"))) PTO2OrchestrationConfig aicpu_orchestration_config(const ChipTaskArgs &args) {
     (void)args;
-    return PTO2OrchestrationConfig{.expected_arg_count = 6};
+    return PTO2OrchestrationConfig{.expected_arg_count = 7};
 }
 
 __attribute__((visibility("default"))) void aicpu_orchestration_entry(const ChipTaskArgs &args) {
@@ -36,7 +35,7 @@ __attribute__((visibility("default"))) void aicpu_orchestration_entry(const Chip
 
     const uint32_t batch = query.shapes[0], heads = query.shapes[1], dim = query.shapes[2];
     const uint32_t block = key_cache.shapes[1], max_blocks = block_table.shapes[1];
-    const float scale = 1.0f / sqrtf(static_cast<float>(dim));
+    const float scale = from_u64<float>(args.scalar(0));
 
     uint32_t hd[2] = {heads, dim};
     uint32_t hb[2] = {heads, block};
