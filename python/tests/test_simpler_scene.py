@@ -185,3 +185,16 @@ def test_case_selection_errors(selectors, msg):
     with pytest.raises(ValueError) as e:
         st._select_cases(list(_sel_classes()), "a2a3sim", [st._parse_case_selector(s) for s in selectors], "exclude")
     assert str(e.value) == msg
+def test_importing_the_module_under_upstreams_name_keeps_the_decorator():
+    code = (
+        "import taskring.simpler as s; s.install()\n"
+        "from simpler_setup.scene_test import _rehosted_ref, SceneTestCase\n"
+        "import simpler_setup\n"
+        "from simpler_setup import scene_test\n"
+        "import sys\n"
+        "assert callable(scene_test) and not isinstance(scene_test, type(sys)), scene_test\n"
+        "assert sys.modules['simpler_setup.scene_test'] is sys.modules['taskring.simpler_setup.scene_test']\n"
+        "print('ok')\n"
+    )
+    r = run(["-c", code])
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

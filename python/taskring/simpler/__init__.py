@@ -83,6 +83,14 @@ def install() -> None:
         sys.meta_path.insert(0, _finder)
     for name in _EAGER:
         sys.modules[name] = importlib.import_module(_target(name))  # type: ignore[arg-type]
+    # Submodules imported already (taskring.simpler_setup imports its scene_test) get
+    # their upstream names now: a first import under a new name binds the module on its
+    # package, which would hide the package attribute of that name (simpler_setup's
+    # ``scene_test`` is the decorator, as upstream's is).
+    for upstream, real in _ALIASES.items():
+        for name, module in list(sys.modules.items()):
+            if name.startswith(real + "."):
+                sys.modules.setdefault(upstream + name[len(real) :], module)
 
 
 def __getattr__(name: str) -> Any:
