@@ -11,17 +11,24 @@ L4 and the build says so, with what to install (pip shows a build's output with 
 
 ``TASKRING_MPI=0`` builds without L4 whatever is installed; ``TASKRING_MPI=1`` asks for
 it even when the look-up finds nothing (the build then fails where the missing piece is
-needed). Every other hook is maturin's own.
+needed).
+
+A wheel carries taskring's C and C++ headers (the repository's ``include/``: the PTO2
+headers that ``taskring.simpler_setup.KernelCompiler`` builds against) as
+``taskring/include``: ``build_wheel`` copies them into the package for the build and
+removes the copy after. An editable install reads them from the source tree. Every other
+hook is maturin's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shlex
 import shutil
 import sys
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 import maturin
 from maturin import (  # noqa: F401  (hooks of this backend, as maturin has them)
@@ -110,10 +117,34 @@ def _settings(config_settings: Optional[Mapping[str, Any]], say: bool) -> Option
     return rest or None
 
 
+#: The headers' directory in the source tree, and where a wheel has them.
+HEADERS_SOURCE = "include"
+HEADERS_IN_PACKAGE = os.path.join("python", "taskring", "include")
+
+
+@contextlib.contextmanager
+def headers_in_package(root: str = ".") -> Iterator[Optional[str]]:
+    """``<root>/include`` copied to ``<root>/python/taskring/include`` while the block
+    runs (yields the copy's path; None, and no copy, when there is no ``include`` or the
+    package already has one)."""
+    src = os.path.join(root, HEADERS_SOURCE)
+    dst = os.path.join(root, HEADERS_IN_PACKAGE)
+    if not os.path.isdir(src) or os.path.lexists(dst):
+        yield None
+        return
+    shutil.copytree(src, dst)
+    try:
+        yield dst
+    finally:
+        shutil.rmtree(dst, ignore_errors=True)
+
+
 def build_wheel(
     wheel_directory: str, config_settings: Optional[Mapping[str, Any]] = None, metadata_directory: Optional[str] = None
 ) -> str:
-    return maturin.build_wheel(wheel_directory, _settings(config_settings, True), metadata_directory)
+    settings = _settings(config_settings, True)
+    with headers_in_package():
+        return maturin.build_wheel(wheel_directory, settings, metadata_directory)
 
 
 def build_editable(
