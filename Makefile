@@ -183,17 +183,20 @@ peers: peers-build
 # entry points beside its own, and no GNU-unique symbol (which would pin it in memory);
 # fake_chip runs the wrappers against a recording function table. clang-19 is Debian's
 # package, installed when missing and running as root (make clang); without it the
-# g++ half runs.
+# g++ half runs. clang-19 with compiler-rt's builtins (libclang-rt-19-dev: the bf16
+# conversions) is also what taskring.simpler_setup.KernelCompiler builds PTO-ISA kernels
+# with on Debian 12, whose g++ 12 cannot.
 HEADERS_OUT := target/headers
 HEADERS_FLAGS := -O2 -Wall -Wextra -Werror -I include/pto2
-CLANG_PACKAGES := clang-19
+CLANG_PACKAGES := clang-19 libclang-rt-19-dev
+CLANG_FOUND = command -v clang++-19 >/dev/null 2>&1 && ls /usr/lib/llvm-19/lib/clang/19/lib/linux/libclang_rt.builtins-*.a >/dev/null 2>&1
 clang:
-	@if command -v clang++-19 >/dev/null 2>&1; then :; \
+	@if $(CLANG_FOUND); then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "make clang: installing $(CLANG_PACKAGES) (Debian package) for make test-headers"; \
+	  echo "make clang: installing $(CLANG_PACKAGES) (Debian packages) for make test-headers and PTO-ISA kernels"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CLANG_PACKAGES) >/dev/null) \
-	    || echo "make clang: could not install $(CLANG_PACKAGES); make test-headers will use g++ only"; \
-	else echo "make clang: clang++-19 not found; for make test-headers with clang install it (as root: apt-get update && apt-get install -y $(CLANG_PACKAGES)), then run make again"; fi
+	    || echo "make clang: could not install $(CLANG_PACKAGES); make test-headers will use g++ only and PTO-ISA kernels need g++ >= 13"; \
+	else echo "make clang: clang++-19 or compiler-rt's builtins not found; for make test-headers with clang and for PTO-ISA kernels install them (as root: apt-get update && apt-get install -y $(CLANG_PACKAGES)), then run make again"; fi
 
 test-headers: clang
 	@set -e; for cxx in g++ clang++-19; do \
