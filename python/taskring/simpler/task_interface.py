@@ -143,6 +143,8 @@ def numpy_to_datatype(dtype: Any) -> DataType:
     for dt, n in _ML_DTYPES_NAMES.items():
         if n == name:
             return dt
+    if name == "float4_e2m1fn_x2":  # torch's packed E2M1 (2 values a byte)
+        return DataType.FP4E2M1
     raise ValueError(f"Unsupported dtype {dtype}; no DataType matches it")
 
 
@@ -400,24 +402,29 @@ def _binary(binary: Any, what: str) -> bytes:
     raise TypeError(f"{what}.build: binary must be bytes (a shared library), got {type(binary).__name__}")
 
 
-class CoreCallable:
-    """A kernel: a shared library exporting ``kernel_entry``, its signature and core type."""
+CORE_MAX_TENSOR_ARGS = 32
+CHIP_MAX_TENSOR_ARGS = 256
 
-    __slots__ = ("_sig", "_binary", "core_type", "_native")
 
-    def __init__(self, signature: Sequence[ArgDirection], binary: bytes, core_type: str) -> None:
-        self._sig = _directions(signature, "CoreCallable.build")
+def _check_count(signature: Sequence[Any], cap: int) -> None:
+    if len(signature) > cap:
+        raise ValueError(f"make_callable: requested tensor count {len(signature)} exceeds supported tensor count {cap}")
+
+
+class _Signed:
+    """A callable's signature and library bytes."""
+
+    __slots__ = ("_sig", "_binary", "_loaded", "_buf")
+
+    def __init__(self, signature: Sequence[Any], binary: bytes, what: str) -> None:
+        self._sig = _directions(signature, what)
         self._binary = binary
-        self.core_type = core_type
-        self._native = _NativeCore(binary, core_type, [_TO_TASKRING_DIR[d] for d in self._sig])
-
-    @staticmethod
-    def build(signature: Sequence[Any], binary: Any, core_type: str = "aiv") -> "CoreCallable":
-        """Build a kernel callable from its signature and library bytes (``core_type``
-        ``"aiv"`` or ``"aic"``; the task's core is the one the orchestration submits it to)."""
-        return CoreCallable(signature, _binary(binary, "CoreCallable"), core_type)
+        self._loaded: Any = None
+        self._buf: Any = None
 
     def sig(self, i: int) -> ArgDirection:
+        if not 0 <= i < len(self._sig):
+            raise IndexError(f"signature index {i} out of range (sig_count {len(self._sig)})")
         return self._sig[i]
 
     @property
@@ -428,18 +435,61 @@ class CoreCallable:
     def binary_size(self) -> int:
         return len(self._binary)
 
+    def _native_signature(self) -> List[int]:
+        """The signature in taskring's numbering (0 IN, 1 OUT, 2 INOUT, 3 SCALAR)."""
+        return [_TO_TASKRING_DIR[d] for d in self._sig]
+
+    def buffer_ptr(self) -> int:
+        """The address of the callable's bytes (kept alive by the callable)."""
+        if self._buf is None:
+            self._buf = ctypes.create_string_buffer(self._serialized(), max(1, len(self._serialized())))
+        return ctypes.addressof(self._buf)
+
     def buffer_size(self) -> int:
-        return len(self._binary)
+        return len(self._serialized())
+
+    def _serialized(self) -> bytes:
+        raise NotImplementedError
+
+
+class CoreCallable(_Signed):
+    """A kernel: a shared library exporting ``kernel_entry``, its signature and core
+    type. The library is loaded when a chip first needs it (``Worker.register``)."""
+
+    __slots__ = ("core_type",)
+
+    def __init__(self, signature: Sequence[Any], binary: bytes, core_type: str) -> None:
+        _check_count(signature, CORE_MAX_TENSOR_ARGS)
+        super().__init__(signature, binary, "CoreCallable.build")
+        if core_type not in ("aiv", "aic"):
+            raise ValueError(f"CoreCallable.build: core_type must be 'aic' or 'aiv', got {core_type!r}")
+        self.core_type = core_type
+
+    @staticmethod
+    def build(signature: Sequence[Any], binary: Any, core_type: str = "aiv") -> "CoreCallable":
+        """Build a kernel callable from its signature and library bytes (``core_type``
+        ``"aiv"`` or ``"aic"``; the task's core is the one the orchestration submits it to)."""
+        return CoreCallable(signature, _binary(binary, "CoreCallable"), core_type)
+
+    @property
+    def _native(self) -> Any:
+        if self._loaded is None:
+            self._loaded = _NativeCore(self._binary, self.core_type, self._native_signature())
+        return self._loaded
+
+    def _serialized(self) -> bytes:
+        return struct.pack("<ii", len(self._sig), len(self._binary)) + bytes(int(d) for d in self._sig) + self._binary
 
     def __repr__(self) -> str:
         return f"CoreCallable(sig_count={self.sig_count}, binary_size={self.binary_size})"
 
 
-class ChipCallable:
+class ChipCallable(_Signed):
     """An orchestration: a shared library with the entry ``func_name``, its signature and
-    its kernels by func_id."""
+    its kernels by func_id. The libraries are loaded when a chip first needs them
+    (``Worker.register``)."""
 
-    __slots__ = ("_sig", "_binary", "_func_name", "_config_name", "_children", "_native", "_digest")
+    __slots__ = ("_func_name", "_config_name", "_children", "_digest")
 
     def __init__(
         self,
@@ -449,8 +499,8 @@ class ChipCallable:
         children: Sequence[Tuple[int, CoreCallable]],
         config_name: str,
     ) -> None:
-        self._sig = _directions(signature, "ChipCallable.build")
-        self._binary = binary
+        _check_count(signature, CHIP_MAX_TENSOR_ARGS)
+        super().__init__(signature, binary, "ChipCallable.build")
         self._func_name = str(func_name)
         self._config_name = str(config_name)
         kids: List[Tuple[int, CoreCallable]] = []
@@ -460,14 +510,7 @@ class ChipCallable:
                 raise TypeError(f"ChipCallable.build: children must be (func_id, CoreCallable) pairs, got {type(core).__name__}")
             kids.append((int(fid), core))
         self._children = kids
-        self._native = _NativeChip(
-            binary, self._func_name, [_TO_TASKRING_DIR[d] for d in self._sig], [(f, k._native) for f, k in kids]
-        )
-        h = hashlib.sha256(binary)
-        h.update(self._func_name.encode() + b"\0" + bytes(int(d) for d in self._sig))
-        for f, k in kids:
-            h.update(struct.pack("<i", f) + hashlib.sha256(k._binary).digest())
-        self._digest = h.hexdigest()
+        self._digest = hashlib.sha256(self._serialized()).hexdigest()
 
     @staticmethod
     def build(
@@ -481,20 +524,21 @@ class ChipCallable:
         and ``(func_id, CoreCallable)`` children."""
         return ChipCallable(signature, func_name, _binary(binary, "ChipCallable"), children, config_name)
 
-    def sig(self, i: int) -> ArgDirection:
-        return self._sig[i]
-
-    def _native_signature(self) -> List[int]:
-        """The signature in taskring's numbering (0 IN, 1 OUT, 2 INOUT, 3 SCALAR)."""
-        return [_TO_TASKRING_DIR[d] for d in self._sig]
-
     @property
-    def sig_count(self) -> int:
-        return len(self._sig)
+    def _native(self) -> Any:
+        if self._loaded is None:
+            self._loaded = _NativeChip(
+                self._binary, self._func_name, self._native_signature(), [(f, k._native) for f, k in self._children]
+            )
+        return self._loaded
 
-    @property
-    def binary_size(self) -> int:
-        return len(self._binary)
+    def _serialized(self) -> bytes:
+        head = struct.pack("<iii", len(self._sig), len(self._binary), len(self._children))
+        names = self._func_name.encode() + b"\0" + self._config_name.encode() + b"\0"
+        out = head + bytes(int(d) for d in self._sig) + names + self._binary
+        for f, k in self._children:
+            out += b"\0" * (-len(out) % 64) + struct.pack("<i", f) + k._serialized()
+        return out
 
     @property
     def func_name(self) -> str:
@@ -508,14 +552,27 @@ class ChipCallable:
     def child_count(self) -> int:
         return len(self._children)
 
+    def _child_index(self, i: int) -> int:
+        if not 0 <= i < len(self._children):
+            raise IndexError(f"child index {i} out of range (child_count {len(self._children)})")
+        return i
+
     def child_func_id(self, i: int) -> int:
-        return self._children[i][0]
+        return self._children[self._child_index(i)][0]
 
     def child(self, i: int) -> CoreCallable:
-        return self._children[i][1]
+        return self._children[self._child_index(i)][1]
 
-    def buffer_size(self) -> int:
-        return len(self._binary) + sum(len(k._binary) for _, k in self._children)
+    def child_offset(self, i: int) -> int:
+        """The 64-byte aligned offset of child ``i`` in the callable's bytes."""
+        self._child_index(i)
+        off = 12 + len(self._sig) + len(self._func_name) + len(self._config_name) + 2 + len(self._binary)
+        for j, (_, k) in enumerate(self._children):
+            off += -off % 64
+            if j == i:
+                return off
+            off += 4 + len(k._serialized())
+        raise AssertionError("unreachable")
 
     def __repr__(self) -> str:
         return (
@@ -552,6 +609,8 @@ def as_array(obj: Any) -> np.ndarray:
         return obj
     if isinstance(obj, Tensor):
         return obj._array
+    if isinstance(obj, ChipTensor):
+        return obj.numpy()
     if type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr"):
         return _torch_array(obj)
     if hasattr(obj, "__array_interface__"):
@@ -650,6 +709,22 @@ class ChipTensor:
     def ndims(self) -> int:
         return len(self.shapes)
 
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        """Row-major element strides (a ChipTensor is contiguous)."""
+        el = [1] * len(self.shapes)
+        for i in range(len(self.shapes) - 2, -1, -1):
+            el[i] = el[i + 1] * self.shapes[i + 1]
+        return tuple(el)
+
+    @property
+    def start_offset(self) -> int:
+        return 0
+
+    @property
+    def is_contiguous(self) -> bool:
+        return True
+
     def nbytes(self) -> int:
         return math.prod(self.shapes) * get_element_size(self.dtype)
 
@@ -667,11 +742,48 @@ class ChipTensor:
 ContinuousTensor = ChipTensor
 
 
+class ChipStorageTaskArgs:
+    """Arguments of a direct chip call: ``ChipTensor``s, then 64-bit scalars."""
+
+    __slots__ = ("_tensors", "_scalars")
+
+    def __init__(self) -> None:
+        self._tensors: List[ChipTensor] = []
+        self._scalars: List[int] = []
+
+    def add_tensor(self, t: ChipTensor) -> None:
+        if self._scalars:
+            raise RuntimeError("TaskArgs: cannot add tensor after scalar")
+        self._tensors.append(t)
+
+    def add_scalar(self, s: int) -> None:
+        self._scalars.append(int(s) & (_U64 - 1))
+
+    def tensor(self, i: int) -> ChipTensor:
+        if not 0 <= i < len(self._tensors):
+            raise IndexError("ChipStorageTaskArgs tensor index out of range")
+        return self._tensors[i]
+
+    def scalar(self, i: int) -> int:
+        if not 0 <= i < len(self._scalars):
+            raise IndexError("ChipStorageTaskArgs scalar index out of range")
+        return self._scalars[i]
+
+    def tensor_count(self) -> int:
+        return len(self._tensors)
+
+    def scalar_count(self) -> int:
+        return len(self._scalars)
+
+    def clear(self) -> None:
+        self._tensors.clear()
+        self._scalars.clear()
+
+    def __len__(self) -> int:
+        return len(self._tensors) + len(self._scalars)
+
+
 # ----- TaskArgs -------------------------------------------------------------------------------
-
-_MAX_TENSORS = 32
-_MAX_SCALARS = 128
-
 
 class TaskArgs:
     """A task's arguments: tensors (each with a ``TensorArgType`` tag, default INPUT),
@@ -688,8 +800,6 @@ class TaskArgs:
         """Add a tensor (a ``Tensor``, or anything ``as_array`` takes) with its tag."""
         if self._scalars:
             raise RuntimeError("TaskArgs: cannot add tensor after scalar")
-        if len(self._tensors) >= _MAX_TENSORS:
-            raise IndexError("TaskArgs: tensor capacity exceeded")
         if not isinstance(t, Tensor):
             t = Tensor(as_array(t))
         self._tensors.append(t)
@@ -766,6 +876,7 @@ __all__ = [
     "ArgDirection",
     "CallConfig",
     "ChipCallable",
+    "ChipStorageTaskArgs",
     "ChipTensor",
     "ContinuousTensor",
     "CoreCallable",

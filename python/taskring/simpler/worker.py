@@ -251,6 +251,7 @@ class Worker:
         if self._closed:
             raise RuntimeError("Worker is closed; create a new Worker")
         hashid = "sha256:" + target._digest
+        _ = target._native  # load the libraries now: a bad one fails here, naming itself
         if hashid not in self._slots:
             if self.level == 3 and self._node is not None:
                 raise RuntimeError(

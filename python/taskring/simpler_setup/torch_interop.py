@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..simpler.task_interface import DataType, Tensor, numpy_to_datatype
+from ..simpler.task_interface import ChipTensor, DataType, Tensor, numpy_to_datatype
 
 
 def torch_dtype_to_datatype(dt: Any) -> DataType:
@@ -13,6 +13,19 @@ def torch_dtype_to_datatype(dt: Any) -> DataType:
         return numpy_to_datatype(dt)
     except ValueError:
         raise KeyError(dt) from None
+
+
+def make_chip_tensor_arg(tensor: Any) -> ChipTensor:
+    """A ``ChipTensor`` at a contiguous CPU torch tensor's address, with its shape and dtype."""
+    try:
+        dt = numpy_to_datatype(tensor.dtype)
+    except ValueError:
+        raise ValueError(f"Unsupported tensor dtype for ChipTensor: {tensor.dtype}") from None
+    if tensor.device.type != "cpu":
+        raise ValueError(f"make_chip_tensor_arg requires a CPU tensor, got device={tensor.device}.")
+    if not tensor.is_contiguous():
+        raise ValueError("make_chip_tensor_arg requires a contiguous tensor; call tensor.contiguous() before passing it.")
+    return ChipTensor.make(tensor.data_ptr(), tuple(int(s) for s in tensor.shape), dt)
 
 
 def make_tensor_arg(worker: Any, tensor: Any) -> Tensor:
@@ -32,4 +45,4 @@ def make_tensor_arg(worker: Any, tensor: Any) -> Tensor:
     return worker.make_tensor_arg(tensor, shapes=tuple(int(s) for s in tensor.shape), dtype=int(dt))
 
 
-__all__ = ["make_tensor_arg", "torch_dtype_to_datatype"]
+__all__ = ["make_chip_tensor_arg", "make_tensor_arg", "torch_dtype_to_datatype"]
