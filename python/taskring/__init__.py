@@ -46,6 +46,7 @@ from ._native import (
     resolve_ring_sizing,
 )
 from ._errors import RuntimeFailure
+from ._include import include_dir
 from ._config import RunConfig
 from ._types import IN, INOUT, OUT, SCALAR, ArgDirection, DataType, TensorArgType
 from ._kernel import kernel, load_kernel
@@ -101,6 +102,7 @@ __all__ = [
     "Tensor",
     "TensorArgType",
     "TensorSpec",
+    "include_dir",
     "kernel",
     "kernels",
     "load_kernel",

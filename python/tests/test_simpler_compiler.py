@@ -207,6 +207,7 @@ def test_include_dirs_hold_taskrings_headers():
     incore = kc.get_incore_include_dirs()
     assert any((Path(d) / "pipe_sync.h").is_file() for d in incore)
     assert orch_dir in incore
+    assert taskring.include_dir() == str(Path(orch_dir).parent)
 
 
 def test_ensure_pto_isa_root_reads_the_environment_and_never_downloads(monkeypatch, tmp_path):
