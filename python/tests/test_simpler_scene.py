@@ -26,11 +26,7 @@ CFG_ALLOWED = "allowed keys: aicpu_thread_num, device_count, num_sub_workers, ru
 ENV_ALLOWED = "allowed keys: ring_dep_pool, ring_heap, ring_task_window"
 # Runs a scene-test file as `python file.py ARGS` would, with the upstream module names
 # installed first.
-STANDALONE = (
-    "import runpy, sys, taskring.simpler; taskring.simpler.install(); "
-    "sys.argv = sys.argv[1:]; sys.path.insert(0, __import__('os').path.dirname(sys.argv[0])); "
-    "runpy.run_path(sys.argv[0], run_name='__main__')"
-)
+STANDALONE = ["-m", "taskring.simpler"]
 
 
 def decorate(cases, name="ConfigScene", level=2):
@@ -198,3 +194,64 @@ def test_importing_the_module_under_upstreams_name_keeps_the_decorator():
     )
     r = run(["-c", code])
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+# ----- the examples, end to end ----------------------------------------------------------------
+
+
+def test_standalone_case_selection_and_rounds():
+    f = EXAMPLES / "vector_example" / "test_vector_example.py"
+    r = run([*STANDALONE, f, "-p", "a2a3sim", "--case", "small_rings", "--rounds", "3"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "TestVectorExample::small_rings PASSED" in r.stdout and "::default" not in r.stdout
+    assert "1 passed, 0 failed" in r.stdout
+    r = run([*STANDALONE, f, "-p", "a2a3sim", "--case", "nope"])
+    assert r.returncode == 2 and "--case: case 'nope' not found in any class" in r.stderr
+
+
+def test_standalone_level3_runs_each_task_with_its_own_sizing():
+    f = EXAMPLES / "per_task_runtime_env" / "test_per_task_runtime_env.py"
+    r = run([*STANDALONE, f, "-p", "a2a3"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for label in ("TestPerTaskRuntimeEnv::per_task", "TestCaseRuntimeEnv::case_sizing", "TestCaseRuntimeEnv::defaults"):
+        assert f"{label} PASSED" in r.stdout, r.stdout
+
+
+def test_demo_prints_each_tasks_sizing_and_checks_results():
+    r = run([EXAMPLES / "per_task_runtime_env" / "main.py"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "small: chip 0, 8 tasks, window=(16, 16, 16, 16)" in out
+    assert "large: chip 1, 8 tasks, window=(128, 128, 128, 128)" in out
+    # per_ring sizes each ring and leaves the dependency pool to the default
+    assert "window=CCCC heap=CCCC dep_pool=DDDD" in out
+    assert out.count("max |out - expected| = 0.000e+00") == 3 and "all golden checks PASSED" in out
+
+
+def test_a_wrong_golden_fails_its_case_and_names_the_output(tmp_path):
+    src = EXAMPLES / "vector_example"
+    (tmp_path / "test_wrong.py").write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(src)!r})
+            import test_vector_example as base
+            from simpler_setup import SceneTestCase, scene_test
+
+            @scene_test(level=2, runtime="tensormap_and_ringbuffer")
+            class TestWrong(base.TestVectorExample):
+                CALLABLE = base.TestVectorExample.CALLABLE
+                CASES = [{{"name": "off_by_one", "platforms": ["a2a3sim"], "params": {{"size": 256}}}}]
+
+                def compute_golden(self, args, params):
+                    super().compute_golden(args, params)
+                    args.f[3] += 1
+
+            if __name__ == "__main__":
+                SceneTestCase.run_module(__name__)
+            """
+        )
+    )
+    r = run([*STANDALONE, tmp_path / "test_wrong.py", "-p", "a2a3sim"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"TestWrong::off_by_one FAILED: AssertionError: Golden mismatch on 'f': max_diff=1\.0", r.stdout), r.stdout
