@@ -715,6 +715,14 @@ def test_l3_orchestrator_errors_and_child_memory(libs):
                 except (TypeError, ValueError) as e:
                     errors.append(f"{type(e).__name__}: {e}")
 
+        class SentinelError(Exception):
+            pass
+
+        def failing(o, _args, _cfg):
+            raise SentinelError("boom")
+
+        with pytest.raises(SentinelError, match="boom"):  # as it is raised
+            w.run(failing)
         w.run(orch)
         assert errors == [
             "TypeError: orch.submit_next_level now takes a CallableHandle, not a ChipCallable. Register the callable "

@@ -95,7 +95,14 @@ def pytest_collection_modifyitems(config: Any, items: List[Any]) -> None:
     platform = config.getoption("--platform")
     manual = config.getoption("--manual")
     runtime = config.getoption("--runtime")
+    level, exclude_level = config.getoption("--level"), config.getoption("--exclude-level")
     for item in items:
+        item_level = getattr(getattr(item, "cls", None), "_st_level", None)
+        if item_level is not None:
+            if level is not None and int(item_level) != level:
+                item.add_marker(pytest.mark.skip(reason=f"scene test of level {int(item_level)} (--level {level})"))
+            if exclude_level is not None and int(item_level) == exclude_level:
+                item.add_marker(pytest.mark.skip(reason=f"scene test of level {int(item_level)} (--exclude-level {exclude_level})"))
         m = item.get_closest_marker("platforms")
         if m is not None and m.args and platform is not None and platform not in m.args[0]:
             item.add_marker(pytest.mark.skip(reason=f"not for platform {platform}"))

@@ -127,8 +127,24 @@ def datatype_to_numpy(dtype: Any) -> np.dtype:
     return np.dtype(getattr(ml_dtypes, _ML_DTYPES_NAMES[dt]))
 
 
+_DT_CACHE: Dict[Any, DataType] = {}
+
+
 def numpy_to_datatype(dtype: Any) -> DataType:
     """The DataType of a numpy dtype (or its name), or of a torch dtype."""
+    try:
+        return _DT_CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    dt = _lookup_datatype(dtype)
+    try:
+        _DT_CACHE[dtype] = dt
+    except TypeError:
+        pass
+    return dt
+
+
+def _lookup_datatype(dtype: Any) -> DataType:
     name = str(dtype)
     if name.startswith("torch."):
         name = name[len("torch.") :]
@@ -627,20 +643,26 @@ class Tensor:
     """A task's tensor argument: a view (``shapes``, ``strides`` in elements, ``dtype`` as
     the DataType's int, ``byte_offset``) of a buffer's memory, used in place."""
 
-    __slots__ = ("buffer", "byte_offset", "shapes", "strides", "dtype", "_array", "__weakref__")
+    __slots__ = ("buffer", "byte_offset", "dtype", "_array", "__weakref__")
 
     def __init__(self, array: np.ndarray, buffer: Any = None, byte_offset: int = 0) -> None:
+        self.dtype = int(numpy_to_datatype(array.dtype))
         self._array = array
         self.buffer = buffer
-        self.byte_offset = int(byte_offset)
-        self.shapes: Tuple[int, ...] = tuple(int(s) for s in array.shape)
-        item = array.dtype.itemsize
-        self.strides: Tuple[int, ...] = tuple(int(s) // item for s in array.strides)
-        self.dtype = int(numpy_to_datatype(array.dtype))
+        self.byte_offset = byte_offset
+
+    @property
+    def shapes(self) -> Tuple[int, ...]:
+        return tuple(int(s) for s in self._array.shape)
+
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        item = self._array.dtype.itemsize
+        return tuple(int(s) // item for s in self._array.strides)
 
     @property
     def ndims(self) -> int:
-        return len(self.shapes)
+        return self._array.ndim
 
     @property
     def data(self) -> int:
