@@ -340,6 +340,28 @@ def _build_l2_ref_args(test_args: TaskArgsBuilder, orch_signature: Sequence[Any]
     return _build_args(test_args, orch_signature, lambda spec: _make_tensor_arg(worker, spec.value))
 
 
+def _build_chip_task_args(test_args: TaskArgsBuilder, orch_signature: Sequence[Any]) -> Tuple[Any, List[str]]:
+    """The ``ChipStorageTaskArgs`` of a direct chip run (no tags) and the names of the
+    OUT / INOUT tensors."""
+    from .torch_interop import make_chip_tensor_arg
+
+    ti = _ti()
+    outs = (ti.ArgDirection.OUT, ti.ArgDirection.INOUT)
+    args = ti.ChipStorageTaskArgs()
+    output_names: List[str] = []
+    idx = 0
+    for spec in test_args.specs:
+        if isinstance(spec, TensorArg):
+            direction = _signature_entry(test_args, orch_signature, spec, idx)
+            args.add_tensor(make_chip_tensor_arg(spec.value))
+            if direction in outs:
+                output_names.append(spec.name)
+            idx += 1
+        elif isinstance(spec, Scalar):
+            args.add_scalar(_scalar_to_uint64(spec.value))
+    return args, output_names
+
+
 def _l3_ref(test_args: TaskArgsBuilder, name: str, worker: Any = None) -> Any:
     """The tensor argument for the L3 tensor ``name`` (its rehosted copy, which the
     chips see)."""
@@ -649,12 +671,20 @@ def _effective_diagnostics(rounds: int, diag: _Diagnostics) -> _Diagnostics:
     return _Diagnostics()
 
 
+def _outputs_dir() -> Path:
+    """Where per-case output directories go: ``outputs/`` under the working directory."""
+    return Path.cwd() / "outputs"
+
+
+def _sanitize_for_filename(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in s)
+
+
 def _output_prefix(case_label: str) -> Path:
     """``outputs/<case label>_<timestamp>/`` under the working directory (created)."""
     from datetime import datetime
 
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in case_label)
-    prefix = Path.cwd() / "outputs" / f"{safe}_{datetime.now().strftime('%Y%m%d_%H%M%S')}"
+    prefix = _outputs_dir() / f"{_sanitize_for_filename(case_label)}_{datetime.now().strftime('%Y%m%d_%H%M%S')}"
     prefix.mkdir(parents=True, exist_ok=True)
     return prefix
 
