@@ -255,3 +255,18 @@ def test_a_wrong_golden_fails_its_case_and_names_the_output(tmp_path):
     r = run([*STANDALONE, tmp_path / "test_wrong.py", "-p", "a2a3sim"])
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(r"TestWrong::off_by_one FAILED: AssertionError: Golden mismatch on 'f': max_diff=1\.0", r.stdout), r.stdout
+
+
+def test_diagnostics_flags_write_taskrings_outputs_per_case(tmp_path):
+    f = EXAMPLES / "vector_example" / "test_vector_example.py"
+    r = run([*STANDALONE, f, "-p", "a2a3sim", "--case", "default", "--enable-scope-stats", "--enable-dep-gen"], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (case_dir,) = (tmp_path / "outputs").iterdir()
+    assert case_dir.name.startswith("TestVectorExample_default_")
+    assert (case_dir / "scope_stats" / "scope_stats.jsonl").stat().st_size > 0
+    assert (case_dir / "deps.json").stat().st_size > 0
+    # More than one round: every diagnostic is off (a warning says so), nothing is written.
+    r = run([*STANDALONE, f, "-p", "a2a3sim", "--case", "small_rings", "--rounds", "2", "--enable-scope-stats"], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "scope_stats disabled: --rounds > 1" in r.stderr
+    assert len(list((tmp_path / "outputs").iterdir())) == 1
