@@ -270,3 +270,25 @@ def test_diagnostics_flags_write_taskrings_outputs_per_case(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "scope_stats disabled: --rounds > 1" in r.stderr
     assert len(list((tmp_path / "outputs").iterdir())) == 1
+
+
+def test_paged_attention_golden_is_attention_over_each_requests_blocks():
+    from taskring.simpler_setup.goldens import paged_attention as pa
+
+    rng = np.random.default_rng(3)
+    batch, heads, dim, block, blocks = 3, 4, 8, 4, 9
+    q = rng.standard_normal((batch, heads, dim)).astype(np.float32)
+    k = rng.standard_normal((blocks, block, 1, dim)).astype(np.float32)
+    v = rng.standard_normal((blocks, block, 1, dim)).astype(np.float32)
+    table = rng.permutation(blocks).reshape(batch, 3).astype(np.int32)
+    lens = np.array([9, 4, 12], np.int32)
+    got = pa.paged_attention(q, k, v, table, lens, scale=0.5)
+    for b in range(batch):
+        kk = np.concatenate([k[t, :, 0] for t in table[b]])[: lens[b]]
+        vv = np.concatenate([v[t, :, 0] for t in table[b]])[: lens[b]]
+        s = q[b] @ kk.T * 0.5
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(got[b], (p / p.sum(axis=1, keepdims=True)) @ vv, rtol=1e-5, atol=1e-6)
+    # bf16 rounding of p: to nearest, ties to even, on the upper 16 bits
+    x = np.array([1.0, 1.00390625, 1.01171875, 3.14159], np.float32)
+    assert pa._round_to(x, "bfloat16").tolist() == [1.0, 1.0, 1.015625, 3.140625]

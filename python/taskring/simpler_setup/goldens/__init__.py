@@ -1,0 +1,2 @@
+"""Reference (golden) computations that Simpler's tests share, as upstream's
+``simpler_setup.goldens`` names them."""
