@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .toolchain import _write_atomic, cache_dir
 
@@ -43,11 +44,23 @@ def logic_token() -> str:
     return h.hexdigest()
 
 
+_digests: Dict[str, Tuple[int, int, str]] = {}
+
+
 def file_digest(path: str) -> Optional[str]:
+    """The sha256 of a file's content (None when it cannot be read). Remembered per
+    process while the file's size and modification time stay the same, so the headers
+    many kernels share are read once."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        st = os.stat(path)
+        known = _digests.get(path)
+        if known is not None and known[0] == st.st_mtime_ns and known[1] == st.st_size:
+            return known[2]
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None
+    _digests[path] = (st.st_mtime_ns, st.st_size, digest)
+    return digest
 
 
 def make_key(parts: Sequence[object]) -> str:

@@ -45,6 +45,8 @@ def run_compiler(cmd: Sequence[str]) -> subprocess.CompletedProcess:
 
 
 def _abs_dirs(dirs: Optional[Iterable[str]]) -> List[str]:
+    if isinstance(dirs, (str, os.PathLike)):
+        dirs = [os.fspath(dirs)]  # one directory given as a plain path
     return [os.path.abspath(os.fspath(d)) for d in (dirs or ())]
 
 
