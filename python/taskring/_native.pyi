@@ -8,7 +8,8 @@ between Python and Rust values and releases the GIL whenever the runtime waits.
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Final, Literal, Protocol, final, type_check_only
+import os
+from typing import Any, ClassVar, Final, List, Literal, Optional, Protocol, Tuple, Union, final, type_check_only
 
 import numpy as np
 from typing_extensions import Self, TypeAlias
@@ -482,6 +483,33 @@ class CapturedProgram:
 
     def replay(self, *args: Any, config: _ConfigLike = None) -> RunReport:
         """Replay with arrays of the captured shapes and dtypes (ValueError naming the argument otherwise); config None: the captured sizing."""
+
+@final
+class CoreCallable:
+    """A C++ kernel library (`kernel_entry`), its core type and signature (docs/api.md §13)."""
+
+    def __new__(cls, binary: Union[bytes, str, os.PathLike[str]], core_type: str = "aiv", signature: Sequence[int] = ...) -> Self: ...
+    @property
+    def core_type(self) -> str: ...
+    @property
+    def sig_count(self) -> int: ...
+
+@final
+class ChipCallable:
+    """A C++ orchestration library with its kernels by func_id (docs/api.md §13); usable
+    as a Program's orchestration."""
+
+    def __new__(
+        cls,
+        binary: Union[bytes, str, os.PathLike[str]],
+        func_name: str = "aicpu_orchestration_entry",
+        signature: Sequence[int] = ...,
+        children: Optional[List[Tuple[int, CoreCallable]]] = None,
+    ) -> Self: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def sig_count(self) -> int: ...
 
 @final
 class Chip:

@@ -27,8 +27,8 @@ RUNTIME_ENV_RING_COUNT = 4
 MAX_TENSOR_DIMS = 5
 _RING_FIELDS = ("ring_task_window", "ring_heap", "ring_dep_pool")
 # The native callables (taskring._native.CoreCallable / ChipCallable).
-_NativeCore: Any = getattr(_native, "CoreCallable")
-_NativeChip: Any = getattr(_native, "ChipCallable")
+_NativeCore = _native.CoreCallable
+_NativeChip = _native.ChipCallable
 _INT32_MAX = 2**31 - 1
 _U64 = 2**64
 
