@@ -241,7 +241,10 @@ def test_a_wrong_golden_fails_its_case_and_names_the_output(tmp_path):
             @scene_test(level=2, runtime="tensormap_and_ringbuffer")
             class TestWrong(base.TestVectorExample):
                 CALLABLE = base.TestVectorExample.CALLABLE
-                CASES = [{{"name": "off_by_one", "platforms": ["a2a3sim"], "params": {{"size": 256}}}}]
+                CASES = [
+                    {{"name": "off_by_one", "platforms": ["a2a3sim"], "params": {{"size": 256}}}},
+                    {{"name": "unchecked", "platforms": ["a2a3sim"], "params": {{"size": 256}}, "skip_golden": True}},
+                ]
 
                 def compute_golden(self, args, params):
                     super().compute_golden(args, params)
@@ -255,6 +258,7 @@ def test_a_wrong_golden_fails_its_case_and_names_the_output(tmp_path):
     r = run([*STANDALONE, tmp_path / "test_wrong.py", "-p", "a2a3sim"])
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(r"TestWrong::off_by_one FAILED: AssertionError: Golden mismatch on 'f': max_diff=1\.0", r.stdout), r.stdout
+    assert "TestWrong::unchecked PASSED" in r.stdout and "1 passed, 1 failed" in r.stdout
 
 
 def test_diagnostics_flags_write_taskrings_outputs_per_case(tmp_path):
@@ -292,3 +296,13 @@ def test_paged_attention_golden_is_attention_over_each_requests_blocks():
     # bf16 rounding of p: to nearest, ties to even, on the upper 16 bits
     x = np.array([1.0, 1.00390625, 1.01171875, 3.14159], np.float32)
     assert pa._round_to(x, "bfloat16").tolist() == [1.0, 1.0, 1.015625, 3.140625]
+
+
+def test_under_pytest_case_selection_rounds_and_skips():
+    f = EXAMPLES / "vector_example" / "test_vector_example.py"
+    base = ["-m", "pytest", "-q", "-p", "taskring.simpler.pytest_plugin", "-p", "no:cacheprovider", f, "-rs"]
+    r = run([*base, "--platform", "a2a3sim", "--case", "TestVectorExample::small_rings", "--rounds", "2"])
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
+    # cases of another class only: this class's test is skipped, saying why
+    r = run([*base, "--platform", "a2a3sim", "--case", "TestOther::"])
+    assert r.returncode == 0 and "No cases matched TestVectorExample (platform=a2a3sim, manual=exclude)" in r.stdout, r.stdout + r.stderr
