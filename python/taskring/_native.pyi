@@ -547,6 +547,9 @@ class Chip:
     ) -> CapturedProgram:
         """Run `orchestration(rt, *args)` once, as `run` does, and record its task graph."""
 
+    def hold(self, nbytes: int) -> None:
+        """Charge ``nbytes`` of device-resident buffers to the chip's device memory (idle
+        arenas evicted to make room; DEVICE_OUT_OF_MEMORY when they cannot fit)."""
     def arena_stats(self) -> ArenaStats:
         """The chip's arena-cache counters."""
 

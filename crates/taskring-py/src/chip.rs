@@ -211,6 +211,20 @@ impl PyChip {
         Ok(PyCaptured::new(g, self.chip.clone()))
     }
 
+    /// The chip holds `nbytes` of device-resident buffers (the Simpler face's
+    /// `malloc`): charged to its device memory, idle cached arenas evicted to make room;
+    /// DEVICE_OUT_OF_MEMORY (and nothing changes) when they cannot fit.
+    fn hold(&self, py: Python<'_>, nbytes: u64) -> PyResult<()> {
+        self.chip.check_process()?;
+        let mut guard = self.chip.lock(py, "hold")?;
+        let chip = guard
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err("this ChipWorker is closed"))?;
+        let r = chip.hold_resident_tensors(nbytes);
+        drop(guard);
+        r.map_err(|f| run_err(py, RunError::Failure(f)))
+    }
+
     fn arena_stats(&self, py: Python<'_>) -> PyResult<PyArenaStats> {
         self.chip.check_process()?;
         let stats = self
