@@ -1,7 +1,9 @@
 // Compile test for include/pto2's kernel side: a kernel_entry that reads its tensors
-// (ChipTensor addresses), a scalar and the SPMD context, with tensor.h and intrinsic.h only.
+// (ChipTensor addresses), a scalar and the SPMD context, with tensor.h, intrinsic.h and
+// the platform constants only.
 #include <stdint.h>
 
+#include "common/platform_config.h"
 #include "intrinsic.h"
 #include "tensor.h"
 
@@ -13,6 +15,8 @@ extern "C" __attribute__((visibility("default"))) __aicore__ void kernel_entry(_
     const int32_t blocks = get_block_num(args);
     const int32_t lane = get_sub_block_id(args);
     (void)get_dma_workspace(args, DMA_WORKSPACE_SDMA);
+    static_assert(PLATFORM_PROF_SYS_CNT_FREQ == 50000000);
+    (void)cycles_to_us(0);
     static_assert(SPMD_LOCAL_CONTEXT_INDEX == 48 && SPMD_GLOBAL_CONTEXT_INDEX == 49 && PTO2_EXT_PARAMS_COUNT == 2);
     const uint64_t n = src->numel();
     const uint64_t per = (n + static_cast<uint64_t>(blocks) - 1) / static_cast<uint64_t>(blocks);
