@@ -306,3 +306,14 @@ def test_under_pytest_case_selection_rounds_and_skips():
     # cases of another class only: this class's test is skipped, saying why
     r = run([*base, "--platform", "a2a3sim", "--case", "TestOther::"])
     assert r.returncode == 0 and "No cases matched TestVectorExample (platform=a2a3sim, manual=exclude)" in r.stdout, r.stdout + r.stderr
+
+
+def test_manual_modes_under_pytest_follow_the_cases():
+    # test_vector_example's cases are not manual: --manual only skips the class, saying why;
+    # include runs them.
+    f = EXAMPLES / "vector_example" / "test_vector_example.py"
+    base = ["-m", "pytest", "-q", "-p", "taskring.simpler.pytest_plugin", "-p", "no:cacheprovider", f, "-rs", "--platform", "a2a3sim"]
+    r = run([*base, "--manual", "only"])
+    assert r.returncode == 0 and "no case of TestVectorExample for platform a2a3sim (--manual only)" in r.stdout, r.stdout + r.stderr
+    r = run([*base, "--manual", "include"])
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr

@@ -114,11 +114,27 @@ def pytest_collection_modifyitems(config: Any, items: List[Any]) -> None:
                 item.add_marker(pytest.mark.skip(reason=f"--runtime {runtime}"))
         if item.get_closest_marker("requires_hardware") is not None:
             item.add_marker(pytest.mark.skip(reason="needs an Ascend device; taskring simulates the chip"))
+        cls: Any = getattr(item, "cls", None)
+        if item_level is not None and isinstance(getattr(cls, "CASES", None), list):
+            # A scene class: its cases say on which platforms and in which --manual mode it
+            # runs (test_run picks the matching ones); none matching skips the class.
+            if platform is not None and not any(_scene_case_runs(c, platform, manual) for c in cls.CASES):
+                item.add_marker(pytest.mark.skip(reason=f"no case of {cls.__name__} for platform {platform} (--manual {manual})"))
+            continue
         is_manual = _is_manual(item, platform)
         if manual == "exclude" and is_manual:
             item.add_marker(pytest.mark.skip(reason="manual test (run with --manual include)"))
         elif manual == "only" and not is_manual:
             item.add_marker(pytest.mark.skip(reason="not a manual test (--manual only)"))
+
+
+def _scene_case_runs(case: Any, platform: str, manual: str) -> bool:
+    from ..simpler_setup.scene_test import is_manual_for_platform
+
+    if not isinstance(case, dict) or platform not in case.get("platforms", ()):
+        return False
+    is_manual = is_manual_for_platform(case.get("manual"), platform)
+    return manual == "include" or is_manual == (manual == "only")
 
 
 @pytest.fixture(scope="session")
