@@ -1,4 +1,4 @@
-//! `taskring-bench <name>`: the benchmarks B2–B6, B9–B11 and peers of `docs/benchmarks.md`
+//! `taskring-bench <name>`: the benchmarks B2–B6, B9–B12 and peers of `docs/benchmarks.md`
 //! (B7 is `benches/b7_python.py`, B1 is `taskring-bench taskbench`).
 //!
 //! Every benchmark pins its thread counts, takes the median of at least 5 repetitions
@@ -12,6 +12,7 @@
 
 pub mod arena;
 pub mod baseline;
+pub mod cpp_submit;
 pub mod cpus;
 pub mod device_memory;
 pub mod l3_round_trip;
@@ -510,10 +511,11 @@ pub fn run(names: &[String], opts: &Opts) -> bool {
             "b9" | "replay" => replay::run(opts).map(|_| ()),
             "b10" | "native" => native_kernels::run(opts).map(|_| ()),
             "b11" | "device-memory" => device_memory::run(opts).map(|_| ()),
+            "b12" | "cpp-submit" => cpp_submit::run(opts).map(|_| ()),
             "peers" => peers::run(opts).map(|_| ()),
             "b1" | "metg" => run_script("benches/taskbench/metg.py", &["trivial", "stencil_1d"], opts),
             "b7" | "python" => run_script("benches/b7_python.py", &[], opts),
-            other => Err(format!("unknown benchmark '{other}' (b1 metg, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b9 replay, b10 native, b11 device-memory, peers, all; `taskring-bench taskbench` is the Task Bench driver)")),
+            other => Err(format!("unknown benchmark '{other}' (b1 metg, b2 submit, b3 overhead, b4 ring, b5 arena, b6 l3, b7 python, b9 replay, b10 native, b11 device-memory, b12 cpp-submit, peers, all; `taskring-bench taskbench` is the Task Bench driver)")),
         };
         if let Err(e) = r {
             eprintln!("taskring-bench {n}: {e}");

@@ -20,7 +20,7 @@ use taskring::*;
 
 static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
 
-fn set_gate(open: bool) {
+pub(super) fn set_gate(open: bool) {
     let mut g = GATE.0.lock().unwrap();
     g.0 = open;
     if !open {
@@ -29,7 +29,7 @@ fn set_gate(open: bool) {
     GATE.1.notify_all();
 }
 
-fn gate_kernel() -> KernelRef {
+pub(super) fn gate_kernel() -> KernelRef {
     fn_kernel("gate", CoreKind::Any, |_| {
         let mut g = GATE.0.lock().unwrap();
         g.1 = true; // running
@@ -40,7 +40,7 @@ fn gate_kernel() -> KernelRef {
     })
 }
 
-fn wait_gate_running() {
+pub(super) fn wait_gate_running() {
     let mut g = GATE.0.lock().unwrap();
     while !g.1 {
         g = GATE.1.wait(g).unwrap();
