@@ -2,16 +2,21 @@
 // submit loop with std::chrono::steady_clock. The same program in Rust is in
 // src/bench/cpp_submit.rs, in Python in program.py beside this file.
 //
-// Arguments: a, b, x (16 float32 each), gate (int64[2]), timing (int64[1]); scalars n
+// Arguments: a, b, x (16 float32 each), gate (int32[2]), timing (int64[1]); scalars n
 // and chain. chain == 0: each task takes a and b as inputs and one runtime output of 16
 // floats; chain != 0: a and b as inputs and x as INOUT, so every task depends on the
 // previous one.
 //
 // Before the loop a gate task (func_id 1) holds the chip's only core: it sets gate[0]
-// and waits until the orchestration sets gate[1] after the scope, so nothing completes
-// while the loop runs and the figure is the submit path alone.
+// and sleeps on a futex until the orchestration sets gate[1] after the scope, so nothing
+// completes while the loop runs and the figure is the submit path alone.
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <ctime>
 
@@ -19,8 +24,9 @@
 
 namespace {
 
-int64_t *int64_data(const ChipTensor &t) {
-    return reinterpret_cast<int64_t *>(t.buffer.addr) + t.start_offset;
+template <typename T>
+T *data(const ChipTensor &t) {
+    return reinterpret_cast<T *>(t.buffer.addr) + t.start_offset;
 }
 
 void pause_briefly() {
@@ -49,7 +55,7 @@ __attribute__((visibility("default"))) void aicpu_orchestration_entry(const Chip
     const uint64_t n = args.scalar(0);
     const bool chain = args.scalar(1) != 0;
 
-    int64_t *g = int64_data(gate);
+    int32_t *g = data<int32_t>(gate);
     __atomic_store_n(&g[0], 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g[1], 0, __ATOMIC_RELAXED);
     CoreTaskArgs gate_args;
@@ -87,8 +93,9 @@ __attribute__((visibility("default"))) void aicpu_orchestration_entry(const Chip
         auto t1 = std::chrono::steady_clock::now();
         ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
     }
-    int64_data(timing)[0] = ns;
+    data<int64_t>(timing)[0] = ns;
     __atomic_store_n(&g[1], 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &g[1], FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // extern "C"

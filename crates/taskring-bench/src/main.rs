@@ -17,14 +17,14 @@ use std::process::ExitCode;
 /// Run benchmarks: b1 (taskbench METG sweep vs OpenMP), b2 (submit), b3 (overhead),
 /// b4 (ring curve), b5 (arena), b6 (l3), b7 (python), b9 (replay), b10 (native kernels),
 /// b11 (device memory), b12 (C++ orchestration submit vs Rust and Python), peers (the B3 patterns vs oneTBB and OpenMP; `make peers-build`
-/// first), or all (b2..b6 and b9..b11 in sequence; b1 and b7 run Python scripts of the
+/// first), or all (b2..b6 and b9..b12 in sequence; b1 and b7 run Python scripts of the
 /// source tree). Results go to bench-results/<id>_<name>.json (B11:
 /// bench-results/b11.json, peers: bench-results/peers.json). `taskring-bench taskbench
 /// <flags>` runs the Task Bench driver instead (`taskring-bench taskbench -h`).
 #[derive(Parser)]
 #[command(name = "taskring-bench", version)]
 struct Cli {
-    /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7 b9 b10 b11 b12 peers, or all = b2..b6 and b9..b11).
+    /// Benchmarks to run (b1 b2 b3 b4 b5 b6 b7 b9 b10 b11 b12 peers, or all = b2..b6 and b9..b12).
     #[arg(required = true)]
     names: Vec<String>,
     /// Repetitions per measured point (median of them; at least 5).
@@ -46,7 +46,7 @@ struct Cli {
 }
 
 /// Every benchmark `all` runs, in order.
-const ALL: [&str; 8] = ["b2", "b3", "b4", "b5", "b6", "b9", "b10", "b11"];
+const ALL: [&str; 9] = ["b2", "b3", "b4", "b5", "b6", "b9", "b10", "b11", "b12"];
 
 fn main() -> ExitCode {
     let mut argv = std::env::args();

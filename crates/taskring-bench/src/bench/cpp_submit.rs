@@ -4,7 +4,7 @@
 //! One program, written three times, each timing its own submit loop:
 //! - C++: `b12/orchestration.cpp` (`aicpu_orchestration_entry`, `CoreTaskArgs`,
 //!   `rt_submit_aiv_task`) with a no-op kernel library (`b12/noop_kernel.cpp`) and a gate
-//!   kernel library (`b12/gate_kernel.cpp`), compiled when the benchmark starts with
+//!   kernel library (`b12/gate_kernel.cpp`, a futex wait), compiled when the benchmark starts with
 //!   `$CXX` (else `g++`) `-O2 -std=c++17 -shared -fPIC -I include/pto2` into a temporary
 //!   directory; `std::chrono::steady_clock` around the loop, the nanoseconds written
 //!   into an int64 tensor argument;
@@ -130,9 +130,10 @@ fn cpp_program(dir: &Path, cxx: &str) -> Result<ChipCallable, String> {
     .map_err(|e| e.to_string())
 }
 
-/// An int64 tensor over `v`.
-fn i64_tensor(v: &mut [i64]) -> CallerTensor<'_> {
-    let t = Tensor::from_raw(v.as_mut_ptr() as u64, &[v.len() as u32], DType::I64);
+/// A one-dimensional tensor of `dtype` over `v`.
+fn raw_tensor<T>(v: &mut [T], dtype: DType) -> CallerTensor<'_> {
+    assert_eq!(std::mem::size_of::<T>(), dtype.size_bytes());
+    let t = Tensor::from_raw(v.as_mut_ptr() as u64, &[v.len() as u32], dtype);
     // SAFETY: `v` is borrowed mutably for the tensor's lifetime, and only the run
     // touches it.
     unsafe { CallerTensor::from_raw(t) }
@@ -147,13 +148,13 @@ fn cpp_run(
     n: u32,
 ) -> Result<f64, String> {
     let (mut va, mut vb, mut vx) = (vec![1f32; 16], vec![2f32; 16], vec![0f32; 16]);
-    let (mut gate, mut timing) = (vec![0i64; 2], vec![-1i64; 1]);
+    let (mut gate, mut timing) = (vec![0i32; 2], vec![-1i64; 1]);
     let args = [
         Arg::Tensor(CallerTensor::f32(&mut va, &[16])),
         Arg::Tensor(CallerTensor::f32(&mut vb, &[16])),
         Arg::Tensor(CallerTensor::f32(&mut vx, &[16])),
-        Arg::Tensor(i64_tensor(&mut gate)),
-        Arg::Tensor(i64_tensor(&mut timing)),
+        Arg::Tensor(raw_tensor(&mut gate, DType::I32)),
+        Arg::Tensor(raw_tensor(&mut timing, DType::I64)),
         Arg::Scalar(Scalar::I64(n as i64)),
         Arg::Scalar(Scalar::I64(chain as i64)),
     ];
