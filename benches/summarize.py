@@ -54,14 +54,17 @@ def rows_of_cases(doc: dict, show_all: bool) -> list[str]:
             bfig = f"{fmt(base['value']['median'])} {base['value']['unit']} ({bname})"
         ratio = f"{c['ratio']:.2f}" if c.get("ratio") is not None else "—"
         bars = c.get("bars") or []
-        if not bars and not show_all:
+        # A case without a bar is shown when it says it is reported (B12's Python column).
+        reported = isinstance(c.get("extra"), dict) and c["extra"].get("reported") is True
+        if not bars and not show_all and not reported:
             continue
         fig = f"{fmt(v['median'])} {v['unit']} ({fmt(v['min'])}–{fmt(v['max'])})"
         for i, b in enumerate(bars or [None]):
             first = i == 0
+            text = b["text"] if b else ("reported" if reported else "—")
             out.append(
                 f"| {doc['bench']} | {c['name']} | {fig if first else '″'} | {bfig if first else '″'} "
-                f"| {ratio if first else '″'} | {b['text'] if b else '—'} | {verdict(b['met']) if b else '—'} |"
+                f"| {ratio if first else '″'} | {text} | {verdict(b['met']) if b else '—'} |"
             )
     return out
 
