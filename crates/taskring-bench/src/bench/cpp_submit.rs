@@ -434,7 +434,10 @@ pub fn run(opts: &Opts) -> Result<Report, String> {
                     ps,
                 )
                 .with_baseline("Rust", rs, "Python ns/submit / Rust ns/submit", pr)
-                .extra(json!({ "paired_over_rust": paired_json(&PairedRatios::new(p, r)) })),
+                .extra(json!({
+                    "paired_over_rust": paired_json(&PairedRatios::new(p, r)),
+                    "reported": true,
+                })),
             );
             parts.push(format!("{name} C++/Rust {ratio:.2}x, Python/Rust {pr:.2}x"));
         } else {
