@@ -12,10 +12,10 @@
 //!
 //! A run calls the library's `aicpu_orchestration_config` (when it has one: the argument
 //! count check) and its entry on the chip's orchestrator thread, inside the run's root
-//! scope, with the run's record bound as the thread's `PTO2Runtime` ([`ops`]). Every
-//! submit goes through the run's [`Orchestrator`](crate::Orchestrator); each C++ task's
-//! engine kernel calls its parts' `kernel_entry` ([`kernel`]). Libraries stay loaded
-//! for the life of the process ([`library`]).
+//! scope, with the run's record bound as the thread's `PTO2Runtime` (`ops.rs`). Every
+//! submit goes through the run's [`Orchestrator`]; each C++ task's engine kernel calls
+//! its parts' `kernel_entry` (`kernel.rs`). Libraries stay loaded for the life of the
+//! process (`library.rs`).
 
 mod abi;
 mod kernel;
