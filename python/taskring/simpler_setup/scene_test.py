@@ -971,6 +971,13 @@ class SceneTestCase:
             rehosted.release()
 
     # -- pytest ----------------------------------------------------------------------------
+    @staticmethod
+    def _effective_enable_dep_gen(request: Any) -> bool:
+        """``--enable-dep-gen`` as the runs see it (off when ``--rounds`` > 1), for hooks
+        of subclasses."""
+        opt = request.config.getoption
+        return bool(opt("--enable-dep-gen", default=False)) and int(opt("--rounds", default=1) or 1) <= 1
+
     def _matching_cases(self, st_platform: str, request: Any) -> List[Dict[str, Any]]:
         selectors = [_parse_case_selector(v) for v in (request.config.getoption("--case", default=None) or [])]
         manual_mode = request.config.getoption("--manual", default="exclude") or "exclude"
