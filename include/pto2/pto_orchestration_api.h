@@ -86,7 +86,8 @@ __attribute__((format(printf, 4, 5))) inline void report_fatal(
 }
 
 // One submit through ops->submit: the description points into `args`, the outputs are
-// written into the returned object's own storage.
+// written into the returned object's own storage. Once the run is fatal the table's submit
+// returns at once (an invalid task id, no outputs), so the wrappers do not ask first.
 inline TaskOutputTensors submit(PTO2Runtime *rt, int32_t kind, const MixedKernels &mk, const CoreTaskArgs &args) {
     TaskOutputTensors result;
     taskring_pto2_submit s;
@@ -136,7 +137,6 @@ static_assert(sizeof(ChipTensor) == 128, "outputs are 128-byte ChipTensors");
 // Outputs only: a task that allocates the OUTPUT tensors of `args` and runs nothing.
 inline TaskOutputTensors alloc_tensors(const CoreTaskArgs &args) {
     PTO2Runtime *rt = current_runtime();
-    if (taskring_pto2_detail::fatal(rt)) return TaskOutputTensors{};
     return taskring_pto2_detail::submit(rt, TASKRING_PTO2_SUBMIT_ALLOC, MixedKernels{}, args);
 }
 
@@ -178,7 +178,6 @@ inline TaskOutputTensors alloc_tensors(const CIs &...cis) {
 
 inline TaskOutputTensors rt_submit_task(const MixedKernels &mixed_kernels, const CoreTaskArgs &args) {
     PTO2Runtime *rt = current_runtime();
-    if (taskring_pto2_detail::fatal(rt)) return TaskOutputTensors{};
     return taskring_pto2_detail::submit(rt, TASKRING_PTO2_SUBMIT_TASK, mixed_kernels, args);
 }
 
@@ -197,7 +196,6 @@ inline TaskOutputTensors rt_submit_aiv_task(int32_t kernel_id, const CoreTaskArg
 // A task that runs no kernel but takes part in dependencies like any other.
 inline TaskOutputTensors rt_submit_dummy_task(const CoreTaskArgs &args) {
     PTO2Runtime *rt = current_runtime();
-    if (taskring_pto2_detail::fatal(rt)) return TaskOutputTensors{};
     return taskring_pto2_detail::submit(rt, TASKRING_PTO2_SUBMIT_DUMMY, MixedKernels{}, args);
 }
 

@@ -37,6 +37,7 @@ struct FakeChip {
     std::vector<Seen> submits;
     std::vector<std::string> events;
     int32_t fatal_code = 0;
+    int submits_after_fatal = 0;
     std::string fatal_text;
     std::vector<std::string> logs;
     uint64_t next_id = 0;
@@ -47,6 +48,13 @@ FakeChip &chip_of(PTO2Runtime *rt) { return *reinterpret_cast<FakeChip *>(rt); }
 
 void fake_submit(PTO2Runtime *rt, const taskring_pto2_submit *s, taskring_pto2_outputs *out) {
     FakeChip &c = chip_of(rt);
+    // As the chip: once the run is fatal a submit returns at once, with no outputs.
+    if (c.fatal_code != 0) {
+        c.submits_after_fatal++;
+        out->task_id = PTO2TaskId::invalid().raw;
+        out->count = 0;
+        return;
+    }
     Seen seen;
     seen.s = *s;
     seen.tags.assign(s->tags, s->tags + s->tensor_count);
@@ -190,7 +198,7 @@ int main() {
     FakeChip c;
     EXPECT(enter(c, entry_main, args) == 0);
     EXPECT(framework_current_runtime() == nullptr);
-    EXPECT(c.submits.size() == 5);
+    EXPECT(c.submits.size() == 5 && c.submits_after_fatal == 1);  // the submit after the failure returned at once
     if (c.submits.size() == 5) {
         const Seen &a = c.submits[0];
         EXPECT(a.s.kind == TASKRING_PTO2_SUBMIT_TASK && a.s.tensor_count == 2 && a.s.scalar_count == 3);

@@ -111,6 +111,13 @@ impl TaskOutputs {
     pub fn outputs(&self) -> impl ExactSizeIterator<Item = Tensor> + '_ {
         (0..self.len()).map(|i| self.output(i))
     }
+    /// Output `i` as its address and spec (panics if `i >= len()`).
+    #[inline]
+    pub(crate) fn output_raw(&self, i: usize) -> (u64, TensorSpec) {
+        assert!(i < self.len());
+        // safety: the first `n` entries were written by the submit.
+        unsafe { self.outs[i].assume_init() }
+    }
     /// Output `i` (panics if `i >= len()`).
     pub fn output(&self, i: usize) -> Tensor {
         assert!(
