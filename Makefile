@@ -138,13 +138,16 @@ $(VENV)/.bench-ready: benches/requirements.txt $(VENV)/.ready
 	$(VPY) -m pip install -q -r benches/requirements.txt
 	touch $@
 
-# B2-B6, B7 (Python), B1 (METG sweeps of trivial and stencil_1d against OpenMP), the
+# B2-B6, B7 and B10 (Python), B12 (the Simpler examples; B12_UPSTREAM=<Simpler checkout>,
+# with PTO_ISA_ROOT set, adds upstream's vector example), B1 (METG sweeps of trivial and
+# stencil_1d against OpenMP), the
 # peers (oneTBB and OpenMP on the B3 patterns; skipped, saying why, without oneTBB), then
 # the PNG plots; results and plots in bench-results/. About 5 minutes on 2 cores.
 bench: py-dev $(VENV)/.bench-ready peers-build
 	$(CARGO) run --locked --release -p taskring-bench -- all
 	$(VPY) benches/b7_python.py
 	$(VPY) benches/b10_python.py
+	$(VPY) benches/b12_simpler.py $(if $(B12_UPSTREAM),--upstream $(B12_UPSTREAM))
 	$(VPY) benches/taskbench/metg.py trivial stencil_1d
 	@if [ -x $(PEERS_BIN) ]; then set -x; $(CARGO) run --locked --release -p taskring-bench -- peers; \
 	else echo "make bench: $(PEERS_BIN) not built (no oneTBB, see make tbb): the peers benchmark is skipped"; fi
