@@ -140,9 +140,9 @@ $(VENV)/.bench-ready: benches/requirements.txt $(VENV)/.ready
 
 # B2-B6, B7 and B10 (Python), B12 (the Simpler examples; B12_UPSTREAM=<Simpler checkout>,
 # with PTO_ISA_ROOT set, adds upstream's vector example), B1 (METG sweeps of trivial and
-# stencil_1d against OpenMP), the
-# peers (oneTBB and OpenMP on the B3 patterns; skipped, saying why, without oneTBB), then
-# the PNG plots; results and plots in bench-results/. About 5 minutes on 2 cores.
+# stencil_1d against OpenMP), the peers (oneTBB and OpenMP on the B3 patterns; skipped,
+# saying why, without oneTBB), then the PNG plots; results and plots in bench-results/.
+# About 5 minutes on 2 cores.
 bench: py-dev $(VENV)/.bench-ready peers-build
 	$(CARGO) run --locked --release -p taskring-bench -- all
 	$(VPY) benches/b7_python.py
