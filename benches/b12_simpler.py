@@ -18,7 +18,7 @@ round; the figure is the median wall time of ``run`` (and that divided by the ta
 run's report counts). Every run's output is checked against numpy once at the end.
 
 For scale: upstream Simpler's own a2a3 simulator, recorded on this kind of machine (2
-CPUs; ``tools/upstream-sim``), takes about 61 ms of host time per run of its 5-task
+CPUs; built from the ``6ebaf771`` snapshot), takes about 61 ms of host time per run of its 5-task
 vector example and 76 ms per run of its 13-task paged attention (medians of 20). Those
 are recorded figures of upstream's simulator on its own sources, not measured here; the
 bar is >= 100x faster per run. ``--upstream DIR`` (a Simpler checkout, with
@@ -56,7 +56,7 @@ COMMON = str(EX / "common" / "include")
 RUNTIME = "tensormap_and_ringbuffer"
 PLATFORM = "a2a3sim"
 
-# Upstream's simulator, recorded (tools/upstream-sim/README.md): host ms per run, median of 20.
+# Upstream's simulator (built from the 6ebaf771 snapshot on a 2-CPU machine), recorded: host ms per run, median of 20.
 UPSTREAM_RECORDED_MS = {"vector_example": 61.0, "paged_attention": 76.0}
 UPSTREAM_RECORDED_TASKS = {"vector_example": 5, "paged_attention": 13}
 BAR = 100.0
@@ -291,7 +291,7 @@ def bench_l3(case: Dict[str, Any], reps: int) -> Dict[str, Any]:
 
 UPSTREAM_NOTE = (
     "upstream_sim_recorded_ms_per_run are recorded figures of upstream Simpler's own a2a3 simulator "
-    "on its own sources (tools/upstream-sim/README.md, medians of 20 on a 2-CPU machine), not measured in this run"
+    "on its own sources (built from the 6ebaf771 snapshot, medians of 20 on a 2-CPU machine), not measured in this run"
 )
 
 
