@@ -196,6 +196,19 @@ def _directions(signature: Sequence[Any], what: str) -> List[ArgDirection]:
 # ----- CallConfig and RuntimeEnv ------------------------------------------------------------
 
 
+def _ring_property(name: str) -> Any:
+    """A ``RuntimeEnv`` ring field: reads back as a 4-list; set from an int (broadcast)
+    or a list of 4."""
+
+    def get(self: "RuntimeEnv") -> List[int]:
+        return list(self._v[name])
+
+    def put(self: "RuntimeEnv", value: Any) -> None:
+        self._v[name] = self._ring_values(name, value)
+
+    return property(get, put)
+
+
 class RuntimeEnv:
     """Per-ring ring sizes of one call: ``ring_task_window``, ``ring_heap``,
     ``ring_dep_pool``, each set from an int (broadcast to the 4 rings) or a list of 4
@@ -218,29 +231,9 @@ class RuntimeEnv:
             return [int(x) for x in value]
         raise ValueError(f"RuntimeEnv.{name} must be an int (broadcast) or a list of {RUNTIME_ENV_RING_COUNT} ints")
 
-    @property
-    def ring_task_window(self) -> List[int]:
-        return list(self._v["ring_task_window"])
-
-    @ring_task_window.setter
-    def ring_task_window(self, value: Any) -> None:
-        self._v["ring_task_window"] = self._ring_values("ring_task_window", value)
-
-    @property
-    def ring_heap(self) -> List[int]:
-        return list(self._v["ring_heap"])
-
-    @ring_heap.setter
-    def ring_heap(self, value: Any) -> None:
-        self._v["ring_heap"] = self._ring_values("ring_heap", value)
-
-    @property
-    def ring_dep_pool(self) -> List[int]:
-        return list(self._v["ring_dep_pool"])
-
-    @ring_dep_pool.setter
-    def ring_dep_pool(self, value: Any) -> None:
-        self._v["ring_dep_pool"] = self._ring_values("ring_dep_pool", value)
+    ring_task_window = _ring_property("ring_task_window")
+    ring_heap = _ring_property("ring_heap")
+    ring_dep_pool = _ring_property("ring_dep_pool")
 
     def any(self) -> bool:
         return any(x for f in _RING_FIELDS for x in self._v[f])
