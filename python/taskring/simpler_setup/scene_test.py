@@ -60,7 +60,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -315,23 +315,37 @@ def _signature_entry(test_args: TaskArgsBuilder, orch_signature: Sequence[Any], 
     return orch_signature[idx]
 
 
-def _build_args(test_args: TaskArgsBuilder, orch_signature: Sequence[Any], name_tensor: Any) -> Tuple[Any, List[str]]:
+def _fill_args(
+    test_args: TaskArgsBuilder, orch_signature: Sequence[Any], args: Any, add_tensor: Callable[[Any, Any], None]
+) -> Tuple[Any, List[str]]:
+    """Add ``test_args``' tensors (``add_tensor(spec, direction)``) and scalars to
+    ``args``; returns it with the names of the OUT / INOUT tensors."""
     ti = _ti()
-    tags = _dir_to_tag()
     outs = (ti.ArgDirection.OUT, ti.ArgDirection.INOUT)
-    args = ti.TaskArgs()
     output_names: List[str] = []
     idx = 0
     for spec in test_args.specs:
         if isinstance(spec, TensorArg):
             direction = _signature_entry(test_args, orch_signature, spec, idx)
-            args.add_tensor(name_tensor(spec), tags.get(direction, ti.TensorArgType.INPUT))
+            add_tensor(spec, direction)
             if direction in outs:
                 output_names.append(spec.name)
             idx += 1
         elif isinstance(spec, Scalar):
             args.add_scalar(_scalar_to_uint64(spec.value))
     return args, output_names
+
+
+def _build_args(test_args: TaskArgsBuilder, orch_signature: Sequence[Any], name_tensor: Any) -> Tuple[Any, List[str]]:
+    ti = _ti()
+    tags = _dir_to_tag()
+    args = ti.TaskArgs()
+    return _fill_args(
+        test_args,
+        orch_signature,
+        args,
+        lambda spec, direction: args.add_tensor(name_tensor(spec), tags.get(direction, ti.TensorArgType.INPUT)),
+    )
 
 
 def _build_l2_ref_args(test_args: TaskArgsBuilder, orch_signature: Sequence[Any], worker: Any) -> Tuple[Any, List[str]]:
@@ -345,21 +359,8 @@ def _build_chip_task_args(test_args: TaskArgsBuilder, orch_signature: Sequence[A
     OUT / INOUT tensors."""
     from .torch_interop import make_chip_tensor_arg
 
-    ti = _ti()
-    outs = (ti.ArgDirection.OUT, ti.ArgDirection.INOUT)
-    args = ti.ChipStorageTaskArgs()
-    output_names: List[str] = []
-    idx = 0
-    for spec in test_args.specs:
-        if isinstance(spec, TensorArg):
-            direction = _signature_entry(test_args, orch_signature, spec, idx)
-            args.add_tensor(make_chip_tensor_arg(spec.value))
-            if direction in outs:
-                output_names.append(spec.name)
-            idx += 1
-        elif isinstance(spec, Scalar):
-            args.add_scalar(_scalar_to_uint64(spec.value))
-    return args, output_names
+    args = _ti().ChipStorageTaskArgs()
+    return _fill_args(test_args, orch_signature, args, lambda spec, _direction: args.add_tensor(make_chip_tensor_arg(spec.value)))
 
 
 def _l3_ref(test_args: TaskArgsBuilder, name: str, worker: Any = None) -> Any:
