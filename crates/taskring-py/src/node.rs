@@ -2,10 +2,11 @@
 //! its chips see (backs `taskring.shared_array`).
 
 use crate::callable::program_of;
-use crate::config::call_config_of;
+use crate::config::{call_config_of, PyCallConfig};
 use crate::conversion::{arg_dirs, dtype_itemsize, worker_index};
 use crate::errors::{
-    config_err, forked_err, is_failure, node_err, orchestration_failed, raised_in_run, PendingErr,
+    config_err, forked_err, is_failure, node_err, orchestration_failed, py_err_text, raised_in_run,
+    PendingErr,
 };
 use crate::gil::{gil_hook, interrupt_hook, RunGuard, RunLock};
 use crate::node_orchestrator::PyNodeOrchestrator;
@@ -19,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use taskring::node::shm::SharedBuffer;
 use taskring::node::{
-    ChipCallable, ForkHooks, Node, NodeError, NodeHandle, NodeOptions, NodeOrchestrator,
-    NodeRunReport,
+    ChipCallable, ForkHooks, HostArg, HostCall, HostHook, HostWorkers, Node, NodeError, NodeHandle,
+    NodeOptions, NodeOrchestrator, NodeRunReport,
 };
 use taskring::CallConfig;
 use taskring::StatusCode;
@@ -86,6 +87,82 @@ struct NodeArgs<'py> {
     device_memory: Option<u64>,
     /// A prewarm that does not fit a chip's device memory is a warning, not a failure.
     prewarm_if_fits: bool,
+    /// Host workers: their labels, the pool, entry and hooks (see [`host_workers`]).
+    host: Option<HostArgs>,
+}
+
+/// The host workers of `Node(...)`: `labels[i]` names host worker `i` in failures; the
+/// first `pool` form the pool; `entry(worker, callable, args, config)` runs each task in
+/// the worker's process (returns None, or a failure text); `start(worker)` and
+/// `stop(worker)` run there once.
+struct HostArgs {
+    labels: Vec<String>,
+    pool: usize,
+    entry: Py<PyAny>,
+    start: Option<Py<PyAny>>,
+    stop: Option<Py<PyAny>>,
+}
+
+/// A host-worker hook's outcome: None is success, a str the failure text.
+fn hook_outcome(py: Python<'_>, r: PyResult<Py<PyAny>>) -> Result<(), String> {
+    match r {
+        Ok(v) if v.is_none(py) => Ok(()),
+        Ok(v) => Err(v
+            .bind(py)
+            .str()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|_| "failed".into())),
+        Err(e) => Err(py_err_text(py, &e)),
+    }
+}
+
+/// The node's host workers, calling into Python in their processes.
+fn host_workers(h: HostArgs) -> HostWorkers {
+    let entry = Arc::new(h.entry);
+    let hook = |f: Option<Py<PyAny>>| -> Option<HostHook> {
+        f.map(|f| {
+            let f = Arc::new(f);
+            Arc::new(move |i: usize| Python::attach(|py| hook_outcome(py, f.call1(py, (i,)))))
+                as HostHook
+        })
+    };
+    HostWorkers {
+        labels: h.labels,
+        pool: h.pool,
+        start: hook(h.start),
+        stop: hook(h.stop),
+        entry: Arc::new(move |c: &HostCall<'_>| {
+            Python::attach(|py| {
+                let args = PyList::empty(py);
+                for a in c.args {
+                    let r = match *a {
+                        HostArg::Int(v) => args.append(v),
+                        HostArg::Float(v) => args.append(v),
+                        HostArg::Tensor(t) => {
+                            let n = t.ndims as usize;
+                            // Elements from the first to one past the last, in strides.
+                            let span = (0..n)
+                                .map(|k| {
+                                    (t.shape[k] as u64).saturating_sub(1) * t.strides[k] as u64
+                                })
+                                .sum::<u64>()
+                                + 1;
+                            args.append((
+                                t.data_ptr() as u64,
+                                span * t.dtype.size_bytes() as u64,
+                                t.shape[..n].to_vec(),
+                                t.strides[..n].to_vec(),
+                                t.dtype.name(),
+                            ))
+                        }
+                    };
+                    r.map_err(|e| py_err_text(py, &e))?;
+                }
+                let cfg = PyCallConfig::from_rust(py, c.config).map_err(|e| py_err_text(py, &e))?;
+                hook_outcome(py, entry.call1(py, (c.worker, c.callable, args, cfg)))
+            })
+        }),
+    }
 }
 
 /// Native part of `taskring.Worker(level=3)`.
@@ -107,6 +184,7 @@ pub struct PyNode {
     processes: bool,
     owners: Py<PyAny>,
     pids: Vec<i32>,
+    host_pids: Vec<i32>,
     started: AtomicBool,
     /// Statistics, cancel and close without the node lock; dropped by `close()`.
     handle: parking_lot::Mutex<Option<NodeHandle>>,
@@ -222,6 +300,7 @@ impl PyNode {
             prewarm,
             prewarm_if_fits: o.prewarm_if_fits,
             blocking_hook: Some(Arc::new(gil_hook)),
+            host: o.host.map(host_workers),
             ..NodeOptions::default()
         };
         let opts = NodeOptions {
@@ -230,6 +309,7 @@ impl PyNode {
         };
         let node = Node::new(opts, reg.clone(), &PythonForkHooks).map_err(|e| node_err(py, e))?;
         let pids = node.chip_pids();
+        let host_pids = node.host_pids();
         let handle = node.handle();
         Ok(PyNode {
             handle: parking_lot::Mutex::new(Some(handle)),
@@ -240,6 +320,7 @@ impl PyNode {
             processes: o.chip_processes,
             owners,
             pids,
+            host_pids,
             started: AtomicBool::new(true),
         })
     }
@@ -266,7 +347,12 @@ impl PyNode {
         chip_cores=0,
         prewarm=None,
         device_memory=None,
-        prewarm_if_fits=false
+        prewarm_if_fits=false,
+        host_labels=None,
+        host_pool=0,
+        host_entry=None,
+        host_start=None,
+        host_stop=None
     ))]
     #[allow(clippy::too_many_arguments)] // the Python signature's, bound by PyO3
     fn new(
@@ -279,7 +365,27 @@ impl PyNode {
         prewarm: Option<Bound<'_, PyAny>>,
         device_memory: Option<u64>,
         prewarm_if_fits: bool,
+        host_labels: Option<Vec<String>>,
+        host_pool: usize,
+        host_entry: Option<Py<PyAny>>,
+        host_start: Option<Py<PyAny>>,
+        host_stop: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        let host = match (host_labels, host_entry) {
+            (Some(labels), Some(entry)) if !labels.is_empty() => Some(HostArgs {
+                labels,
+                pool: host_pool,
+                entry,
+                start: host_start,
+                stop: host_stop,
+            }),
+            (Some(labels), None) if !labels.is_empty() => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "host workers need host_entry",
+                ))
+            }
+            _ => None,
+        };
         let o = NodeArgs {
             chip_processes,
             arena_cache_slots,
@@ -287,6 +393,7 @@ impl PyNode {
             prewarm,
             device_memory,
             prewarm_if_fits,
+            host,
         };
         PyNode::start(device_ids, callables, owners, o)
     }
@@ -358,6 +465,12 @@ impl PyNode {
     #[getter]
     fn chips(&self) -> usize {
         self.pids.len()
+    }
+
+    /// Process ids of the host workers.
+    #[getter]
+    fn host_pids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.host_pids)
     }
 
     /// Stop every chip (idempotent). Waits for the run in flight, which gives up on

@@ -63,12 +63,14 @@ impl PyNodeOrchestrator {
     }
 }
 
-/// One argument of an L3 submit to chip `worker`: a scalar, a tensor handle of run
-/// `run`, or an array in shared memory (a device tensor only on its own chip).
+/// One argument of an L3 submit to chip `worker` (None: to a host worker): a scalar, a
+/// tensor handle of run `run`, or an array in shared memory (a device tensor only on its
+/// own chip). A host worker also takes an array elsewhere (it reads it where `fork()`
+/// left it) but no device tensor.
 fn node_arg(
     i: usize,
     a: &Bound<'_, PyAny>,
-    worker: usize,
+    worker: Option<usize>,
     owners: &Bound<'_, PyAny>,
     run: u64,
 ) -> PyResult<NextLevelArg> {
@@ -110,21 +112,36 @@ fn node_arg(
     let nbytes = arr.len() as u64 * item;
     // Address the view inside its shared region, so overlapping views of one buffer are
     // one buffer to the tensormap, and ownership covers every view of a device tensor.
-    let (_, region_len, off) = taskring::node::shm::locate(data, nbytes).ok_or_else(|| {
-        PyTypeError::new_err(format!(
+    let located = taskring::node::shm::locate(data, nbytes);
+    let Some((_, region_len, off)) = located else {
+        if worker.is_none() {
+            let t = Tensor::from_raw(data, &shape, dtype);
+            t.validate()
+                .map_err(|e| PyValueError::new_err(format!("argument {i}: {e}")))?;
+            return Ok(NextLevelArg::Tensor(t));
+        }
+        return Err(PyTypeError::new_err(format!(
             "argument {i} is not in shared memory: chip tasks take arrays from taskring.shared_array (or alloc_tensor), or node allocations"
-        ))
-    })?;
+        )));
+    };
     let base = data - off;
     if let Some(owner) = owners
         .get_item(base)
         .ok()
         .and_then(|v| v.extract::<usize>().ok())
     {
-        if owner != worker {
-            return Err(PyValueError::new_err(format!(
-                "argument {i} is a device tensor of chip {owner}; it cannot be passed to a task on chip {worker}"
-            )));
+        match worker {
+            None => {
+                return Err(PyValueError::new_err(format!(
+                    "argument {i} is a device tensor of chip {owner}; a SUB task takes host tensors only"
+                )))
+            }
+            Some(w) if w != owner => {
+                return Err(PyValueError::new_err(format!(
+                    "argument {i} is a device tensor of chip {owner}; it cannot be passed to a task on chip {w}"
+                )))
+            }
+            _ => {}
         }
     }
     let mut t = Tensor::from_raw(base, &shape, dtype);
@@ -177,7 +194,7 @@ impl PyNodeOrchestrator {
         let mut keep = vec![];
         for (i, a) in args.try_iter()?.enumerate() {
             let a = a?;
-            list.push(node_arg(i, &a, worker, owners, self.run)?);
+            list.push(node_arg(i, &a, Some(worker), owners, self.run)?);
             if !list[i].is_scalar() {
                 keep.push(a.unbind());
             }
@@ -234,6 +251,46 @@ impl PyNodeOrchestrator {
     #[getter]
     fn chips(&self) -> PyResult<usize> {
         self.with(|o| o.chips())
+    }
+
+    #[getter]
+    fn host_workers(&self) -> PyResult<usize> {
+        self.with(|o| o.host_workers())
+    }
+
+    /// Submit task `callable` (the host workers' own number) with `args` (tensors and
+    /// scalars) used as `dirs` say (ArgDir values, one per argument) to host worker
+    /// `worker`, or with None to the pool's least busy one; it runs there with
+    /// `config`. Returns the L3 task id.
+    #[pyo3(signature = (callable, args, dirs, config=None, worker=None))]
+    fn submit_host(
+        &self,
+        py: Python<'_>,
+        callable: u32,
+        args: &Bound<'_, PyAny>,
+        dirs: Vec<u32>,
+        config: Option<&Bound<'_, PyAny>>,
+        worker: Option<usize>,
+    ) -> PyResult<u64> {
+        let cfg: CallConfig = call_config_of(py, config)?;
+        cfg.validate().map_err(config_err)?;
+        let dirs = crate::conversion::arg_dirs(dirs)?;
+        let owners = self.owners.bind(py);
+        let mut list = vec![];
+        let mut keep = vec![];
+        for (i, a) in args.try_iter()?.enumerate() {
+            let a = a?;
+            list.push(node_arg(i, &a, None, owners, self.run)?);
+            if !list[i].is_scalar() {
+                keep.push(a.unbind());
+            }
+        }
+        self.keep.lock().unwrap().extend(keep);
+        self.with(|o| {
+            o.submit_host(callable, &dirs, &list, &cfg, worker)
+                .map(|id| id.0)
+                .map_err(|f| failure_err(py, &f))
+        })?
     }
 
     /// `with o.scope(manual=False): ...` — a nested scope of the node's engine; its

@@ -79,7 +79,8 @@ def run(platform: str, device_id: int) -> int:
                 print(f"[per_task_runtime_env] submit {spec['label']!r} to chip {spec['worker']}: {task_cfg.runtime_env!r}")
                 orch.submit_next_level(handle, args, task_cfg, worker=spec["worker"])
 
-        report = worker.run(orch_fn, args=None, config=CallConfig())
+        worker.run(orch_fn, args=None, config=CallConfig())
+        report = worker.last_report
         tasks = list(getattr(report, "tasks", None) or [])
         for spec, t in zip(L2_TASKS, tasks):
             s = t.ring_sizing

@@ -376,6 +376,21 @@ class CallConfig:
             s += f", output_prefix={self._prefix!r}"
         return s + ")"
 
+    @classmethod
+    def _from_native(cls, n: _native.CallConfig) -> "CallConfig":
+        """This module's CallConfig for taskring's ``n`` (as a task carries it to a
+        worker below)."""
+        c = cls()
+        c.aicpu_thread_num = int(n.aicpu_thread_num)
+        c._swimlane = int(n.enable_chip_swimlane)
+        c._dep_gen = bool(n.enable_dep_gen)
+        c._scope_stats = bool(n.enable_scope_stats)
+        c._prefix = str(n.output_prefix)
+        env = n.runtime_env
+        for f in _RING_FIELDS:
+            c._env._v[f] = [int(x) for x in getattr(env, f)]
+        return c
+
     def _to_native(self) -> _native.CallConfig:
         """taskring's CallConfig for this one (dump_args and pmu have no taskring
         output; they are kept only on this side)."""

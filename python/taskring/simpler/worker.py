@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import operator
 import threading
 import warnings
@@ -17,6 +18,7 @@ from .. import _native
 from .._config import check_device_memory
 from .._errors import RuntimeFailure
 from .._shared import array_over
+from .buffer import mapped_args
 from .callable_identity import CallableHandle
 from .task_interface import (
     CallConfig,
@@ -24,6 +26,7 @@ from .task_interface import (
     DataType,
     TaskArgs,
     Tensor,
+    TensorArgType,
     as_array,
     get_element_size,
     numpy_to_datatype,
@@ -37,6 +40,11 @@ PLATFORMS = ("a2a3sim", "a2a3")
 # chip tasks take at most 16 scalars), so a submit finds the one its arguments match.
 _MAX_SCALARS = 16
 _ALIGN = 64
+# A host worker's task whose last tensor is its callable, pickled (see Worker._host_task).
+_LATE = 1 << 31
+# ArgDirection of each TensorArgType (OUTPUT_EXISTING writes a buffer in place: after its
+# readers and writers, as INOUT; NO_DEP is read as an INPUT).
+_TAG_DIR = {0: 0, 1: 1, 2: 2, 3: 2, 4: 0}
 
 _warned_a2a3 = False
 _warn_lock = threading.Lock()
@@ -131,11 +139,12 @@ class Orchestrator:
     """What an L3 orchestration function gets as ``orch``: ``submit_next_level``,
     ``submit_next_level_group``, ``scope()``; valid while its run lasts."""
 
-    def __init__(self, o: _native.NodeOrchestrator, worker: "Worker") -> None:
+    def __init__(self, o: Optional[_native.NodeOrchestrator], worker: "Worker") -> None:
         self._o = o
         self._worker = worker
 
-    def _resolve(self, handle: Any, api: str) -> int:
+    def _resolve(self, handle: Any, api: str, python: bool = False) -> int:
+        """The slot of ``handle``: a chip program's, or with ``python`` a Python callable's."""
         if isinstance(handle, ChipCallable):
             raise TypeError(
                 f"orch.{api} now takes a CallableHandle, not a ChipCallable. Register the callable before "
@@ -143,10 +152,46 @@ class Orchestrator:
             )
         if not isinstance(handle, CallableHandle):
             raise TypeError(f"orch.{api} expects a CallableHandle returned by Worker.register")
-        slot = self._worker._slots.get(handle.hashid)
-        if slot is None or handle._owner_id != self._worker._owner_id:
-            raise KeyError(f"orch.{api}: {handle.hashid} is not registered on this Worker")
+        w = self._worker
+        if handle._owner_id != w._owner_id:
+            raise KeyError(f"CallableHandle {handle.hashid} does not belong to this Worker")
+        want = "LOCAL_PYTHON" if python else "LOCAL_CHIP"
+        if handle.target_namespace != want:
+            raise TypeError(f"cannot run {handle.target_namespace}; expected {want} for {handle.hashid}")
+        slot = (w._py_slots if python else w._slots).get(handle.hashid)
+        if slot is None:
+            raise KeyError(f"CallableHandle {handle.hashid} is not registered")
         return slot
+
+    def _native(self, api: str) -> _native.NodeOrchestrator:
+        if self._o is None:
+            raise ValueError(f"orch.{api}: this Worker has no chips, SUB workers or next-level workers to run a task")
+        return self._o
+
+    def submit_sub(self, handle: Any, args: Optional[TaskArgs] = None) -> int:
+        """Run the registered Python callable ``handle`` on a SUB worker (the least busy
+        one) with ``args`` (TaskArgs; None = none): it is called as ``fn(args)`` with
+        ``MappedArgs``. Dependencies with chip and other SUB tasks come from the
+        tensors they share, with the directions of their tags."""
+        slot = self._resolve(handle, "submit_sub", python=True)
+        w = self._worker
+        if w.num_sub_workers == 0:
+            raise ValueError("orch.submit_sub: this Worker has no SUB workers (num_sub_workers=0)")
+        cid, host, dirs = w._host_task(slot, args, "orch.submit_sub", tags=False)
+        return self._native("submit_sub").submit_host(cid, host, dirs, None, None)
+
+    def submit_sub_group(self, handle: Any, args_list: Sequence[Optional[TaskArgs]]) -> List[int]:
+        """``args_list[i]`` each as ``submit_sub``, on different SUB workers while there
+        are idle ones."""
+        slot = self._resolve(handle, "submit_sub_group", python=True)
+        args_list = list(args_list)
+        if not args_list:
+            raise ValueError("Orchestrator: args_list must not be empty")
+        w = self._worker
+        if w.num_sub_workers == 0:
+            raise ValueError("orch.submit_sub_group: this Worker has no SUB workers (num_sub_workers=0)")
+        o = self._native("submit_sub_group")
+        return [o.submit_host(*w._host_task(slot, a, "orch.submit_sub_group", tags=False), None, None) for a in args_list]
 
     def _args(self, slot: int, args: Optional[TaskArgs]) -> Tuple[int, List[Any]]:
         if args is None:
@@ -164,10 +209,25 @@ class Orchestrator:
         the run's config is not inherited). Dependencies between tasks come from the
         tensors they share, with the directions of the callable's signature."""
         w = _check_worker_arg(worker)
+        if self._worker.level >= 4:
+            return self._submit_child(handle, args, config, w, "submit_next_level")
         slot = self._resolve(handle, "submit_next_level")
         cfg = to_native_config(config)
         native, host = self._args(slot, args)
-        return self._o.submit_next_level(native, host, cfg, worker=w)
+        return self._native("submit_next_level").submit_next_level(native, host, cfg, worker=w)
+
+    def _submit_child(self, handle: Any, args: Any, config: Any, w: int, api: str) -> int:
+        """Level 4: the L3 orchestration ``handle`` on next-level worker ``w``, with
+        ``config`` whole."""
+        slot = self._resolve(handle, api, python=True)
+        if args is not None and not isinstance(args, TaskArgs):
+            raise TypeError("NEXT_LEVEL submit expects TaskArgs")
+        wk = self._worker
+        if w >= len(wk._children):
+            raise ValueError(f"Orchestrator: target worker {w} is not a registered worker")
+        cfg = to_native_config(config)
+        cid, host, dirs = wk._host_task(slot, args, f"orch.{api}", tags=True)
+        return self._native(api).submit_host(cid, host, dirs, cfg, wk.num_sub_workers + w)
 
     def submit_next_level_group(self, handle: Any, args_list: Sequence[TaskArgs], config: Any = None, *, workers: Sequence[Any]) -> List[int]:
         """``args_list[i]`` on ``workers[i]``, each as ``submit_next_level``."""
@@ -176,24 +236,29 @@ class Orchestrator:
             raise ValueError("workers length must match args_list length")
         if len(set(ws)) != len(ws):
             raise ValueError("workers must not contain duplicate NEXT_LEVEL worker ids")
+        if self._worker.level >= 4:
+            return [self._submit_child(handle, a, config, w, "submit_next_level_group") for a, w in zip(args_list, ws)]
         slot = self._resolve(handle, "submit_next_level_group")
         cfg = to_native_config(config)
-        return [self._o.submit_next_level(*self._args(slot, a), cfg, worker=w) for a, w in zip(args_list, ws)]
+        o = self._native("submit_next_level_group")
+        return [o.submit_next_level(*self._args(slot, a), cfg, worker=w) for a, w in zip(args_list, ws)]
 
     def scope(self, manual: bool = False) -> Any:
         """``with orch.scope():`` — a nested scope of the run."""
-        return self._o.scope(manual)
+        return self._native("scope").scope(manual)
 
     def scope_begin(self, manual: bool = False) -> None:
-        self._o.begin_scope(manual)
+        self._native("scope_begin").begin_scope(manual)
 
     def scope_end(self) -> None:
-        self._o.end_scope()
+        self._native("scope_end").end_scope()
 
 
 class Worker:
-    """``Worker(level=2, platform=, runtime="tensormap_and_ringbuffer", device_id=0)`` or
-    ``Worker(level=3, ..., device_ids=[...], num_sub_workers=0)``. taskring's own keys:
+    """``Worker(level=2, platform=, runtime="tensormap_and_ringbuffer", device_id=0)``,
+    ``Worker(level=3, ..., device_ids=[...], num_sub_workers=M)`` or
+    ``Worker(level=4, num_sub_workers=M)`` with ``add_worker(Worker(level=3, ...))``.
+    ``platform`` is needed where there are chips. taskring's own keys:
     ``device_memory`` (bytes per chip), ``chip_cores``, ``arena_cache_slots``,
     ``chip_processes`` (L3; False runs the chips as threads of this process). Other
     keys are ignored, as upstream ignores them."""
@@ -201,78 +266,152 @@ class Worker:
     _next_owner = 0
 
     def __init__(self, level: int = 2, **config: Any) -> None:
-        if level not in (2, 3):
+        if level not in (2, 3, 4):
             raise ValueError(f"Worker: level {level} not supported")
-        if "platform" not in config:
-            raise KeyError("platform")
         self.level = level
-        self.platform = _check_platform(config["platform"])
+        self._config = config
+        ids = [int(config.get("device_id", 0))] if level == 2 else [int(d) for d in (config.get("device_ids") or [])]
+        self.device_ids = ids
+        if level == 2 or (level == 3 and ids):
+            if "platform" not in config:
+                raise KeyError("platform")
+            self.platform: Optional[str] = _check_platform(config["platform"])
+        else:
+            self.platform = config.get("platform")
         runtime = config.get("runtime", RUNTIME)
         if runtime != RUNTIME:
             raise ValueError(f"Worker: runtime {runtime!r} is not supported; taskring runs {RUNTIME!r}")
         self.runtime = runtime
-        if level == 2:
-            self.device_ids = [int(config.get("device_id", 0))]
-        else:
-            ids = config.get("device_ids") or []
-            if not ids:
-                raise ValueError("Worker(level=3) needs device_ids=[...] (one chip per entry)")
-            self.device_ids = [int(d) for d in ids]
         self.num_sub_workers = int(config.get("num_sub_workers", 0))
-        if self.num_sub_workers:
-            raise ValueError("Worker: num_sub_workers (Python SUB workers) are not supported here; use 0")
+        if self.num_sub_workers < 0:
+            raise ValueError(f"Worker: num_sub_workers must be >= 0, got {self.num_sub_workers}")
+        if level == 2 and self.num_sub_workers:
+            raise ValueError("Worker: num_sub_workers needs level >= 3 (SUB workers belong to a host)")
         self._device_memory = check_device_memory(config.get("device_memory"))
         self._chip_cores = int(config.get("chip_cores", 0))
         self._slots_n = int(config.get("arena_cache_slots", 4))
         self._chip_processes = bool(config.get("chip_processes", True))
         self._callables: List[ChipCallable] = []
         self._slots: Dict[str, int] = {}
+        # Python callables (SUB tasks, L3 orchestrations run below an L4) and, for those
+        # registered after init(), their pickled form in shared memory (sent with
+        # their tasks to workers forked before them).
+        self._py: List[Any] = []
+        self._py_slots: Dict[str, int] = {}
+        self._py_late: Dict[int, np.ndarray] = {}
+        self._children: List["Worker"] = []
+        self._parent: Optional["Worker"] = None
         Worker._next_owner += 1
         self._owner_id = f"taskring-worker-{id(self):x}-{Worker._next_owner}"
         self._chip: Optional[_native.Chip] = None
         self._node: Optional[_native.Node] = None
+        self._started = False  # init() succeeded (also with nothing to start)
         self._closed = False
+        self.last_report: Any = None
         self._buffers: Dict[int, Buffer] = {}  # base -> live buffer
         self._committed = [0] * len(self.device_ids)  # bytes of live buffers per chip
         self._owners: Dict[int, int] = {}  # address -> chip of device tensors (L3)
         self._rehomed: Dict[int, Any] = {}  # id(torch tensor) -> its shared memory (L3)
+        # Set in a host worker's process: the Python callables it has loaded.
+        self._loaded: Dict[int, Any] = {}
 
     # -- registration ----------------------------------------------------------------------
     def register(self, target: Any, *, workers: Optional[List[int]] = None) -> CallableHandle:
-        """Register a ``ChipCallable``; returns its handle (for ``run`` at level 2 and
-        ``orch.submit_next_level`` at level 3). At level 3 before ``init()``: the chip
-        processes know what exists when they start."""
+        """Register a ``ChipCallable`` (levels 2 and 3: ``run`` at level 2,
+        ``orch.submit_next_level`` at level 3) or, at levels 3 and 4, any Python
+        callable (pickled with cloudpickle): a SUB callable ``fn(args)`` for
+        ``orch.submit_sub``, or at level 4 an L3 orchestration ``fn(orch, args, config)``
+        for ``orch.submit_next_level``. Before or after ``init()`` (a chip program at
+        level 3 only before: the chip processes know what exists when they start)."""
         if workers is not None:
-            raise TypeError("Worker.register: workers= applies to remote callables only")
-        if not isinstance(target, ChipCallable):
-            if self.level == 2:
-                raise TypeError("Worker.register: level 2 only supports ChipCallable targets")
-            raise TypeError("Worker.register: Python callables (SUB workers) are not supported here; register a ChipCallable")
+            raise TypeError("Worker.register: workers= is only supported for RemoteCallable")
         if self._closed:
-            raise RuntimeError("Worker is closed; create a new Worker")
+            raise RuntimeError("Worker.register: worker is closed")
+        if isinstance(target, ChipCallable):
+            return self._register_chip(target)
+        if self.level == 2:
+            raise TypeError("Worker.register: level 2 only supports ChipCallable targets")
+        if not callable(target):
+            raise TypeError("Worker.register: non-ChipCallable target must be callable")
+        return self._register_python(target)
+
+    def _register_chip(self, target: ChipCallable) -> CallableHandle:
+        if self.level >= 4:
+            raise TypeError("Worker.register: a ChipCallable runs on an L3 Worker's chips; register it there")
         hashid = "sha256:" + target._digest
         _ = target._native  # load the libraries now: a bad one fails here, naming itself
         if hashid not in self._slots:
-            if self.level == 3 and self._node is not None:
+            if self.level == 3 and self._started:
                 raise RuntimeError(
                     "Worker.register: at level 3 a ChipCallable must be registered before init() "
                     "(the chip processes know the programs that exist when they start)"
                 )
             self._slots[hashid] = len(self._callables)
             self._callables.append(target)
-        h = CallableHandle(hashid, "CHIP_CALLABLE", "LOCAL_CHIP")
-        h._handle_id = self._slots[hashid]
+        return self._handle(hashid, "CHIP_CALLABLE", "LOCAL_CHIP", self._slots[hashid])
+
+    def _register_python(self, target: Any) -> CallableHandle:
+        import cloudpickle  # a dependency of taskring; imported when first needed
+
+        payload = cloudpickle.dumps(target)
+        hashid = "sha256:" + hashlib.sha256(b"SPYC" + payload).hexdigest()
+        if hashid not in self._py_slots:
+            if self._started and self.num_sub_workers == 0 and not self._children:
+                raise RuntimeError("Worker.register: no Python-capable child workers are configured for dynamic Python callable registration")
+            slot = len(self._py)
+            self._py_slots[hashid] = slot
+            self._py.append(target)
+            if self._started:
+                # Workers already forked learn it from its first tasks (see _host_task).
+                mem = _native.SharedMem(len(payload))
+                arr = array_over(mem, (len(payload),), np.uint8)
+                arr[:] = np.frombuffer(payload, dtype=np.uint8)
+                self._py_late[slot] = arr
+        return self._handle(hashid, "PYTHON_SERIALIZED", "LOCAL_PYTHON", self._py_slots[hashid])
+
+    def _handle(self, hashid: str, kind: str, ns: str, slot: int) -> CallableHandle:
+        h = CallableHandle(hashid, kind, ns)
+        h._handle_id = slot
         h._owner_id = self._owner_id
         return h
 
+    def add_worker(self, worker: "Worker") -> int:
+        """Level 4: add an L3 Worker (NEW, not yet ``init()``-ed) as next-level worker;
+        returns its id for ``orch.submit_next_level(..., worker=id)``. ``init()`` starts
+        it in a process of its own."""
+        if self.level < 4:
+            raise RuntimeError("Worker.add_worker() requires level >= 4")
+        if self.device_ids:
+            raise RuntimeError("Worker.add_worker() cannot be combined with device_ids on the same Worker")
+        if worker is self:
+            raise ValueError("Worker.add_worker() cannot add a Worker to itself")
+        if not isinstance(worker, Worker):
+            raise TypeError(f"Worker.add_worker() takes a Worker, got {type(worker).__name__}")
+        if self._started or self._closed:
+            raise RuntimeError("Worker.add_worker() must be called before init()")
+        if self._parent is not None:
+            raise RuntimeError("Worker.add_worker() cannot mutate a Worker already attached as a child")
+        if worker._started or worker._closed:
+            raise RuntimeError("Child worker must be NEW (not started/failed/closed) before add_worker()")
+        if worker._parent is not None:
+            raise RuntimeError("Child worker is already attached to another parent")
+        if worker.level != 3:
+            raise ValueError(f"Worker.add_worker(): taskring composes level 3 Workers under level 4, got level {worker.level}")
+        worker._parent = self
+        self._children.append(worker)
+        return len(self._children) - 1
+
     # -- life ------------------------------------------------------------------------------
     def init(self, prewarm_config: Optional[CallConfig] = None) -> None:
-        """Start the chip(s); with ``prewarm_config`` each builds the arena of that
-        config's ring sizing first (validated before anything starts)."""
+        """Start the chip(s), SUB workers and next-level workers; with
+        ``prewarm_config`` each chip builds the arena of that config's ring sizing first
+        (validated before anything starts)."""
         if self._closed:
             raise RuntimeError("Worker is closed; create a new Worker")
-        if self._chip is not None or self._node is not None:
+        if self._started:
             raise RuntimeError("Worker already initialized")
+        if self._parent is not None and not getattr(self, "_in_child", False):
+            raise RuntimeError("Worker.init(): a Worker attached as a child is initialized by its parent")
         cfg = to_native_config(prewarm_config)
         cfg.validate()
         if self.level == 2:
@@ -283,26 +422,52 @@ class Worker:
                 device_memory=self._device_memory,
                 prewarm_if_fits=prewarm_config is None,
             )
+            self._started = True
             return
-        callables: List[Tuple[Any, str, Sequence[int]]] = []
-        for cc in self._callables:
-            sig = [int(s) for s in cc._native_signature()]
-            for k in range(_MAX_SCALARS + 1):
-                callables.append((cc._native, cc.func_name, sig + [3] * k))
-        self._node = _native.Node(
-            list(self.device_ids),
-            callables,
-            self._owners,
-            chip_processes=self._chip_processes,
-            arena_cache_slots=self._slots_n,
-            chip_cores=self._chip_cores,
-            prewarm=cfg,
-            device_memory=self._device_memory,
-            prewarm_if_fits=prewarm_config is None,
-        )
+        if self.level >= 4 and self.device_ids:
+            raise RuntimeError("Worker level >= 4 must use add_worker(); device_ids are only supported on L3 Workers")
+        for hashid in self._py_slots:
+            if self.num_sub_workers == 0 and not self._children:
+                raise RuntimeError(
+                    f"Worker.init(): registered LOCAL_PYTHON callable {hashid[7:23]} has no eligible dispatch target "
+                    "(needs a SUB or next-level child)"
+                )
+        for hashid in self._slots:
+            if not self.device_ids:
+                raise RuntimeError(
+                    f"Worker.init(): registered LOCAL_CHIP callable {hashid[7:23]} has no eligible dispatch target "
+                    "(needs a chip device (device_ids))"
+                )
+        self._prewarm = prewarm_config
+        labels = [f"sub_worker {i}" for i in range(self.num_sub_workers)]
+        labels += [f"child_worker {i} (level 3)" for i in range(len(self._children))]
+        if self.device_ids or labels:
+            callables: List[Tuple[Any, str, Sequence[int]]] = []
+            for cc in self._callables:
+                sig = [int(s) for s in cc._native_signature()]
+                for k in range(_MAX_SCALARS + 1):
+                    callables.append((cc._native, cc.func_name, sig + [3] * k))
+            self._node = _native.Node(
+                list(self.device_ids),
+                callables,
+                self._owners,
+                chip_processes=self._chip_processes,
+                arena_cache_slots=self._slots_n,
+                chip_cores=self._chip_cores,
+                prewarm=cfg,
+                device_memory=self._device_memory,
+                prewarm_if_fits=prewarm_config is None,
+                host_labels=labels or None,
+                host_pool=self.num_sub_workers,
+                host_entry=self._host_entry,
+                host_start=self._host_start,
+                host_stop=self._host_stop,
+            )
+        self._started = True
 
     def close(self) -> None:
-        """Stop the chip(s) and release the buffers (idempotent)."""
+        """Stop the chip(s), SUB workers and next-level workers and release the buffers
+        (idempotent; also for a Worker never started)."""
         self._closed = True
         if self._chip is not None:
             self._chip.close()
@@ -310,6 +475,8 @@ class Worker:
         if self._node is not None:
             self._node.close()
             self._node = None
+        for c in self._children:
+            c._closed = True
         for b in self._buffers.values():
             b.closed = True
         self._buffers.clear()
@@ -323,15 +490,16 @@ class Worker:
     def _ready(self) -> None:
         if self._closed:
             raise RuntimeError("Worker is closed; create a new Worker")
-        if self._chip is None and self._node is None:
-            raise RuntimeError("Worker.init() has not been called")
+        if not self._started:
+            raise RuntimeError("Worker.submit: requires an initialized (READY) worker (Worker.init() has not been called)")
 
     # -- running ---------------------------------------------------------------------------
-    def run(self, callable: Any, args: Any = None, config: Any = None) -> Any:
+    def run(self, callable: Any, args: Any = None, config: Any = None) -> None:
         """Level 2: run the registered ``callable`` (a handle) with ``args`` (TaskArgs)
-        and ``config`` on the chip; returns taskring's ``RunReport``. Level 3: call
-        ``callable(orch, args, config)`` and wait for every task it submitted; returns
-        taskring's ``NodeRunReport``. ``config`` None is a default CallConfig."""
+        and ``config`` on the chip. Levels 3 and 4: call ``callable(orch, args,
+        config)`` and wait for every task it submitted. ``config`` None is a default
+        CallConfig. Returns None, as upstream; taskring's report of the run (a
+        ``RunReport`` at level 2, a ``NodeRunReport`` above) is ``last_report``."""
         self._ready()
         if self.level == 2:
             slot = self._resolve(callable)
@@ -341,19 +509,99 @@ class Worker:
             if not isinstance(args, TaskArgs):
                 raise TypeError(f"Worker.run: args must be a TaskArgs, got {type(args).__name__}")
             assert self._chip is not None
-            return self._chip.run(cc._native, cc.func_name, args._host_args(), to_native_config(config))
+            self.last_report = self._chip.run(cc._native, cc.func_name, args._host_args(), to_native_config(config))
+            return None
         if not callable_(callable):
-            raise TypeError("Worker.run at level 3 takes an orchestration function f(orch, args, config)")
+            raise TypeError(f"Worker.run at level {self.level} takes an orchestration function f(orch, args, config)")
         cfg = CallConfig() if config is None else config
         native_cfg = to_native_config(cfg)
-        assert self._node is not None
-        return self._node.run(lambda o: callable(Orchestrator(o, self), args, cfg), native_cfg)
+        if self._node is None:
+            # Nothing to run tasks on: the orchestration still runs (and any submit says why).
+            callable(Orchestrator(None, self), args, cfg)
+            self.last_report = None
+            return None
+        self.last_report = self._node.run(lambda o: callable(Orchestrator(o, self), args, cfg), native_cfg)
+        return None
 
     def submit(self, callable: Any, args: Any = None, config: Any = None) -> Any:
         """``run`` in the background; returns a handle with ``done``, ``wait()``, ``result()``."""
         from .._handle import RunHandle
 
         return RunHandle(lambda: self.run(callable, args, config))
+
+    # -- host workers (SUB workers, next-level workers) ---------------------------------------
+    def _host_task(self, slot: int, args: Optional[TaskArgs], api: str, tags: bool) -> Tuple[int, List[Any], List[int]]:
+        """A host worker's task for Python callable ``slot``: its number (bit 31: the last
+        tensor is the callable, pickled, for workers forked before it was registered),
+        arguments and their directions. With ``tags`` the tensors' tags follow the
+        scalars (an L3 child rebuilds its TaskArgs with them)."""
+        if args is None:
+            args = TaskArgs()
+        if not isinstance(args, TaskArgs):
+            raise TypeError(f"{api}: args must be a TaskArgs, got {type(args).__name__}")
+        host = args._host_args()
+        dirs: List[int] = []
+        for i, t in enumerate(args._tensors):
+            if isinstance(t.buffer, Buffer) or t._array.__array_interface__["data"][0] in self._owners:
+                raise ValueError(
+                    f"{api}: argument {i} is a DEVICE-space tensor (DEVICE_MALLOC); a Python sub-worker runs on the host "
+                    "and can only take HOST-space tensors"
+                )
+            dirs.append(_TAG_DIR[int(args._tags[i])])
+        dirs += [3] * args.scalar_count()
+        if tags:
+            host += [int(t) for t in args._tags]
+            dirs += [3] * len(args._tags)
+        cid = slot
+        late = self._py_late.get(slot)
+        if late is not None:
+            host.insert(len(args._tensors), late)
+            dirs.insert(len(args._tensors), 0)
+            cid |= _LATE
+        return cid, host, dirs
+
+    def _py_callable(self, cid: int, args: List[Any]) -> Tuple[Any, List[Any]]:
+        """In a host worker: the callable of task ``cid`` and its own arguments."""
+        slot = cid & ~_LATE
+        if cid & _LATE:
+            n = sum(1 for a in args if isinstance(a, tuple))
+            payload = args.pop(n - 1)
+            if slot >= len(self._py) and slot not in self._loaded:
+                import cloudpickle
+
+                addr, nbytes = payload[0], payload[1]
+                self._loaded[slot] = cloudpickle.loads(ctypes.string_at(addr, nbytes))
+        fn = self._loaded.get(slot) if slot >= len(self._py) else self._py[slot]
+        if fn is None:
+            raise RuntimeError(f"callable {slot} is not registered in this worker")
+        return fn, args
+
+    def _host_entry(self, i: int, cid: int, args: List[Any], cfg: _native.CallConfig) -> Optional[str]:
+        """A host worker's task, in its process: ``None``, or the failure's text."""
+        m = self.num_sub_workers
+        who = "sub_worker" if i < m else "child_worker level=3"
+        try:
+            fn, args = self._py_callable(cid, args)
+            if i < m:
+                fn(mapped_args(args))
+                return None
+            child = self._children[i - m]
+            child.run(fn, _child_args(args), CallConfig._from_native(cfg))
+            return None
+        except BaseException as e:  # noqa: BLE001 - every failure is the task's
+            return f"{who}: {type(e).__name__}: {e}"
+
+    def _host_start(self, i: int) -> None:
+        """A host worker's start, in its process: a next-level worker starts its own
+        chips and workers here."""
+        if i >= self.num_sub_workers:
+            child = self._children[i - self.num_sub_workers]
+            child._in_child = True
+            child.init(self._prewarm)
+
+    def _host_stop(self, i: int) -> None:
+        if i >= self.num_sub_workers:
+            self._children[i - self.num_sub_workers].close()
 
     def _resolve(self, handle: Any) -> int:
         if isinstance(handle, ChipCallable):
@@ -422,7 +670,7 @@ class Worker:
     def alloc_child_tensor(self, worker_id: int, shapes: Sequence[int], dtype: Any) -> Buffer:
         """Level 3: device memory on chip ``worker_id`` for ``shapes`` x ``dtype``
         (passing it to another chip's task is a ValueError)."""
-        if self.level != 3:
+        if self.level == 2:
             raise TypeError("alloc_child_tensor is for level 3 workers; at level 2 use worker.malloc(nbytes)")
         self._ready()
         w = int(worker_id)
@@ -438,8 +686,15 @@ class Worker:
         self._buffers[buf.base] = buf
         return buf
 
+    def _check_chip_worker_id(self, handle: Any) -> None:
+        """Above level 2, a device buffer names its chip: one this Worker has, or IndexError."""
+        w = getattr(handle, "owner_worker_id", None)
+        if self.level != 2 and isinstance(w, int) and not 0 <= w < len(self.device_ids):
+            raise IndexError(f"worker_id {w} out of range (have {len(self.device_ids)} chips)")
+
     def free(self, handle: Buffer) -> None:
         """Release a buffer of ``malloc`` / ``alloc_child_tensor``."""
+        self._check_chip_worker_id(handle)
         if not isinstance(handle, Buffer) or self._buffers.get(handle.base) is not handle:
             raise ValueError("Worker.free: not a live buffer of this Worker")
         del self._buffers[handle.base]
@@ -449,6 +704,7 @@ class Worker:
             self._release(handle.owner_worker_id, handle.nbytes)
 
     def _device_bytes(self, handle: Any, api: str, nbytes: int) -> np.ndarray:
+        self._check_chip_worker_id(handle)
         if not isinstance(handle, Buffer) or self._buffers.get(handle.base) is not handle:
             raise ValueError(f"Worker.{api}: expected a live device Buffer of this Worker")
         if nbytes > handle.nbytes:
@@ -513,6 +769,26 @@ class Worker:
 
 def callable_(f: Any) -> bool:
     return callable(f)
+
+
+def _child_args(args: List[Any]) -> TaskArgs:
+    """An L3 child's TaskArgs from its task's native arguments: tensors over the
+    memory they name in this process (tags after the scalars, one per tensor)."""
+    tensors = [a for a in args if isinstance(a, tuple)]
+    scalars = [a for a in args if not isinstance(a, tuple)]
+    tags = scalars[len(scalars) - len(tensors) :]
+    scalars = scalars[: len(scalars) - len(tensors)]
+    ta = TaskArgs()
+    for (addr, nbytes, shape, strides, dtype), tag in zip(tensors, tags):
+        from .task_interface import datatype_to_numpy, numpy_to_datatype
+
+        dt = datatype_to_numpy(numpy_to_datatype(dtype))
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
+        arr = np.ndarray(tuple(shape), dtype=dt, buffer=raw, strides=tuple(s * dt.itemsize for s in strides))
+        ta.add_tensor(Tensor(arr), TensorArgType(int(tag)))
+    for v in scalars:
+        ta.add_scalar(int(v) % (1 << 64))
+    return ta
 
 
 __all__ = ["Buffer", "Orchestrator", "Worker"]

@@ -933,7 +933,8 @@ class SceneTestCase:
                     _copy_into(getattr(test_args, name), value)
             config = self._build_config(config_dict, output_prefix=output_prefix, **diag)
             with _temporary_env(self._resolve_env()):
-                report = worker.run(handle, chip_args, config=config)
+                worker.run(handle, chip_args, config=config)
+                report = worker.last_report
             if report is not None:
                 self.on_report(case, report)
             if golden_args is not None:
@@ -963,7 +964,8 @@ class SceneTestCase:
                     orch_fn(orch, _ns, _ta, _config)
 
                 with _temporary_env(self._resolve_env()):
-                    report = worker.run(task_orch)
+                    worker.run(task_orch)
+                    report = worker.last_report
                 if report is not None:
                     self.on_report(case, report)
                 if golden_args is not None:

@@ -38,7 +38,7 @@ impl<'r> ClusterOrchestrator<'_, 'r> {
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, RuntimeFailure> {
-        self.g.submit(callable, args, config, worker)
+        self.g.submit_with(callable, None, args, config, worker)
     }
 }
 

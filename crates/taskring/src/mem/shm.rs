@@ -172,8 +172,24 @@ fn local_base(id: u64) -> Option<(u64, u64)> {
 pub struct RegionMap {
     host_pid: i32,
     in_process: bool,
+    /// Regions mapped here are registered in this process too (their fd kept open), so
+    /// that its own children can map them in turn.
+    export: bool,
     cache: HashMap<u64, (u64, u64)>,
-    owned: Vec<(u64, usize)>,
+    /// Mappings made here: base, length, and the fd kept open for an exported one (-1).
+    owned: Vec<(u64, usize, i32)>,
+}
+
+/// Unmap a mapping a [`RegionMap`] made (and unregister and close an exported one).
+///
+/// # Safety
+/// `(p, l, fd)` is an entry of a map's `owned` that no task refers to any more.
+unsafe fn unmap_owned((p, l, fd): (u64, usize, i32)) {
+    if fd >= 0 {
+        REGISTRY.lock().remove(&p);
+        libc::close(fd);
+    }
+    libc::munmap(p as *mut libc::c_void, l);
 }
 
 impl RegionMap {
@@ -183,9 +199,19 @@ impl RegionMap {
         RegionMap {
             host_pid,
             in_process,
+            export: false,
             cache: HashMap::new(),
             owned: Vec::new(),
         }
+    }
+
+    /// For a child process of `host_pid` whose own children may be handed what it maps
+    /// (a host worker that is itself a node): each region it maps is registered here as
+    /// a region of this process.
+    pub fn exporting(host_pid: i32) -> RegionMap {
+        let mut m = RegionMap::new(host_pid, false);
+        m.export = true;
+        m
     }
 
     /// Base address of region `id` (of `len` bytes) in this chip, mapping it on first use.
@@ -217,14 +243,12 @@ impl RegionMap {
             .filter(|&k| k as u32 as i32 == fd && k != id)
             .collect();
         for k in stale {
-            if let Some((b, l)) = self.cache.remove(&k) {
-                if let Some(i) = self.owned.iter().position(|&(p, _)| p == b) {
-                    self.owned.swap_remove(i);
+            if let Some((b, _)) = self.cache.remove(&k) {
+                if let Some(i) = self.owned.iter().position(|&(p, _, _)| p == b) {
+                    let o = self.owned.swap_remove(i);
                     // safety: a mapping this map created, no longer referenced by any
                     // task (its region was closed by the host before the fd was reused).
-                    unsafe {
-                        libc::munmap(b as *mut libc::c_void, l as usize);
-                    }
+                    unsafe { unmap_owned(o) };
                 }
             }
         }
@@ -255,11 +279,20 @@ impl RegionMap {
                 f,
                 0,
             );
-            libc::close(f);
             if p == libc::MAP_FAILED {
-                return Err(os_err("mmap of a shared region"));
+                let e = os_err("mmap of a shared region");
+                libc::close(f);
+                return Err(e);
             }
-            self.owned.push((p as u64, len as usize));
+            let kept = if self.export {
+                let id = (SERIAL.fetch_add(1, Ordering::Relaxed) << 32) | f as u64;
+                REGISTRY.lock().insert(p as u64, RegionInfo { id, len });
+                f
+            } else {
+                libc::close(f);
+                -1
+            };
+            self.owned.push((p as u64, len as usize, kept));
             self.cache.insert(id, (p as u64, len));
             Ok(p as u64)
         }
@@ -268,11 +301,9 @@ impl RegionMap {
 
 impl Drop for RegionMap {
     fn drop(&mut self) {
-        for &(p, l) in &self.owned {
+        for &o in &self.owned {
             // safety: mappings this map created.
-            unsafe {
-                libc::munmap(p as *mut libc::c_void, l);
-            }
+            unsafe { unmap_owned(o) };
         }
     }
 }

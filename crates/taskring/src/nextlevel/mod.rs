@@ -71,6 +71,10 @@ pub(crate) trait Executor: Send + Sync + Sized + 'static {
     fn cancel_flag(&self) -> &AtomicBool;
     /// The signature of program `callable`, if there is one.
     fn signature(&self, callable: u32) -> Option<Vec<ArgDir>>;
+    /// The lane of `worker`'s tasks, of `lanes`.
+    fn lane(&self, worker: usize, lanes: usize) -> usize {
+        worker % lanes
+    }
     /// The level's rule for tensor argument `i` of a task for `worker`: the view the
     /// engine tracks and the id of a host-resident tensor.
     fn tensor_arg(
@@ -287,10 +291,12 @@ impl<'r, X: Executor> Orch<'_, 'r, X> {
         }
     }
 
-    /// Submit the task `callable(args)` to `worker`, which runs it with `config` whole.
-    pub(crate) fn submit(
+    /// Submit the task `callable(args)` to `worker`, which runs it with `config` whole;
+    /// the directions of its arguments are `dirs`, else `callable`'s signature.
+    pub(crate) fn submit_with(
         &mut self,
         callable: u32,
+        dirs: Option<&[ArgDir]>,
         args: &[NextLevelArg],
         config: &CallConfig,
         worker: usize,
@@ -307,10 +313,13 @@ impl<'r, X: Executor> Orch<'_, 'r, X> {
             )));
         }
         config.validate().map_err(|e| bad(e.message))?;
-        let sig = sh
-            .exec
-            .signature(callable)
-            .ok_or_else(|| bad(format!("unknown {} handle {callable}", X::HANDLE)))?;
+        let sig = match dirs {
+            Some(d) => d.to_vec(),
+            None => sh
+                .exec
+                .signature(callable)
+                .ok_or_else(|| bad(format!("unknown {} handle {callable}", X::HANDLE)))?,
+        };
         let (slots, mut ta) =
             task_args(&sig, args, |i, a| sh.exec.tensor_arg(i, a, worker)).map_err(bad)?;
         let idx = {
@@ -333,7 +342,7 @@ impl<'r, X: Executor> Orch<'_, 'r, X> {
             st.tasks.len() - 1
         };
         ta.scalar(Scalar::I64(idx as i64));
-        let lane = &self.dispatch[worker % self.dispatch.len()];
+        let lane = &self.dispatch[sh.exec.lane(worker, self.dispatch.len())];
         let r = self.o.submit(*lane, &ta).map(|r| r.id);
         let mut st = sh.run.lock();
         if r.is_err() {

@@ -3,14 +3,14 @@
 
 use super::executor::Chips;
 use super::mailbox::futex_wake;
-use super::spawn::{node_engine_options, start_chip, wait_chips_ready};
+use super::spawn::{chip_lanes, host_count, node_engine_options, start_chip, wait_chips_ready};
 use super::transport::{shutdown_chips, Chip, Ctl};
 use super::wire;
 use super::{ChipCallable, ChipFault, ForkHooks, NodeError, NodeOptions, NodeRunReport};
 use crate::chip::ChipWorker;
 use crate::config::CallConfig;
 use crate::engine::{Orchestrator, RuntimeFailure, TaskOutputs, TensorSpec};
-use crate::nextlevel::{Level, LevelError, NextLevelArg, Orch, Shared};
+use crate::nextlevel::{ArgDir, Level, LevelError, NextLevelArg, Orch, Shared};
 use crate::tensor::TaskId;
 use parking_lot::RwLock;
 use std::sync::atomic::AtomicBool;
@@ -30,7 +30,12 @@ impl<'r> NodeOrchestrator<'_, 'r> {
     }
 
     pub fn chips(&self) -> usize {
-        self.g.sh.exec.chips.len()
+        self.g.sh.exec.n_chips
+    }
+
+    /// Host workers of the node (`NodeOptions::host`).
+    pub fn host_workers(&self) -> usize {
+        self.g.sh.exec.chips.len() - self.g.sh.exec.n_chips
     }
 
     /// Submit the L2 task `callable(args)` to chip `worker`, run there with `config`.
@@ -41,7 +46,64 @@ impl<'r> NodeOrchestrator<'_, 'r> {
         config: &CallConfig,
         worker: usize,
     ) -> Result<TaskId, RuntimeFailure> {
-        self.g.submit(callable, args, config, worker)
+        self.submit_next_level_with(callable, None, args, config, worker)
+    }
+
+    /// [`NodeOrchestrator::submit_next_level`] with the directions of the arguments
+    /// given (`dirs`) instead of the program's signature.
+    pub fn submit_next_level_with(
+        &mut self,
+        callable: u32,
+        dirs: Option<&[ArgDir]>,
+        args: &[NextLevelArg],
+        config: &CallConfig,
+        worker: usize,
+    ) -> Result<TaskId, RuntimeFailure> {
+        let chips = self.chips();
+        if worker >= chips {
+            return Err(RuntimeFailure::invalid_args(
+                None,
+                format!("submit_next_level: worker {worker} is not a chip of this node (it has {chips})"),
+            ));
+        }
+        self.g.submit_with(callable, dirs, args, config, worker)
+    }
+
+    /// Submit a task to a host worker: `worker` (an index among the host workers), or
+    /// with None the pool's least busy one. `callable` is the host workers' own number
+    /// for what to run; `dirs` say how the task uses each argument (dependencies with
+    /// chip and host tasks come from the tensors they share). The task runs with
+    /// `config` whole.
+    pub fn submit_host(
+        &mut self,
+        callable: u32,
+        dirs: &[ArgDir],
+        args: &[NextLevelArg],
+        config: &CallConfig,
+        worker: Option<usize>,
+    ) -> Result<TaskId, RuntimeFailure> {
+        let x = &self.g.sh.exec;
+        let hosts = x.chips.len() - x.n_chips;
+        let i = match worker {
+            Some(i) if i < hosts => i,
+            Some(i) => {
+                return Err(RuntimeFailure::invalid_args(
+                    None,
+                    format!("submit: host worker {i} does not exist (the node has {hosts})"),
+                ))
+            }
+            None => x.pick_pooled().ok_or_else(|| {
+                RuntimeFailure::invalid_args(None, "submit: the node has no pooled host workers")
+            })?,
+        };
+        x.load[i].fetch_add(1, Relaxed);
+        let r = self
+            .g
+            .submit_with(callable, Some(dirs), args, config, x.n_chips + i);
+        if r.is_err() {
+            self.g.sh.exec.load[i].fetch_sub(1, Relaxed);
+        }
+        r
     }
 
     /// An allocation in the node's (shared) memory, alive until the current scope ends.
@@ -75,6 +137,7 @@ impl NodeHandle {
             .exec
             .chips
             .get(worker)
+            .filter(|_| worker < self.shared.exec.n_chips)
             .ok_or(NodeError::NoSuchChip(worker))?;
         let r = chip
             .round_trip(&self.shared.exec.ctl, encode)
@@ -174,15 +237,28 @@ impl Node {
         callables: Arc<RwLock<Vec<ChipCallable>>>,
         hooks: &dyn ForkHooks,
     ) -> Result<Node, NodeError> {
-        if opts.device_ids.is_empty() {
+        let hosts = host_count(&opts);
+        if opts.device_ids.is_empty() && hosts == 0 {
             return Err(NodeError::NoDevices);
+        }
+        let lanes = chip_lanes(&opts) + hosts;
+        if lanes > crate::engine::shared::MAX_LANES {
+            return Err(NodeError::start(
+                0,
+                "the node's dispatch lanes",
+                format!(
+                    "{lanes} lanes (chips' and one per host worker) are more than {}",
+                    crate::engine::shared::MAX_LANES
+                ),
+            ));
         }
         if let Some(c) = &opts.prewarm {
             c.validate()?;
         }
         let host_pid = std::process::id() as i32;
-        let mut chips: Vec<Chip> = Vec::with_capacity(opts.device_ids.len());
-        for worker in 0..opts.device_ids.len() {
+        let n_chips = opts.device_ids.len();
+        let mut chips: Vec<Chip> = Vec::with_capacity(n_chips + hosts);
+        for worker in 0..n_chips + hosts {
             match start_chip(worker, &opts, &callables, hooks, host_pid) {
                 Ok(c) => chips.push(c),
                 Err(e) => {
@@ -205,6 +281,13 @@ impl Node {
             ctl,
             device_memory: opts.device_memory,
             callables,
+            n_chips,
+            chip_lanes: chip_lanes(&opts),
+            pool: opts.host.as_ref().map_or(0, |h| h.pool.min(hosts)),
+            load: (0..hosts)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+            cursor: std::sync::atomic::AtomicUsize::new(0),
         };
         let level = Level::new(exec, node_engine_options(&opts)).map_err(|(e, x)| {
             shutdown_chips(&x.chips);
@@ -220,12 +303,19 @@ impl Node {
 
     /// Process ids of the chips (the host's own pid for chip threads).
     pub fn chip_pids(&self) -> Vec<i32> {
-        self.level.sh.exec.chips.iter().map(|c| c.pid).collect()
+        let x = &self.level.sh.exec;
+        x.chips[..x.n_chips].iter().map(|c| c.pid).collect()
     }
 
     /// Number of chips.
     pub fn chips(&self) -> usize {
-        self.level.sh.exec.chips.len()
+        self.level.sh.exec.n_chips
+    }
+
+    /// Process ids of the host workers (`NodeOptions::host`).
+    pub fn host_pids(&self) -> Vec<i32> {
+        let x = &self.level.sh.exec;
+        x.chips[x.n_chips..].iter().map(|c| c.pid).collect()
     }
 
     /// Chip `worker`'s arena-cache statistics (asked of the chip).

@@ -28,6 +28,45 @@ pub(crate) struct Chips {
     /// Every chip's device memory (`NodeOptions::device_memory`).
     pub(super) device_memory: u64,
     pub(super) callables: Arc<RwLock<Vec<ChipCallable>>>,
+    /// How many of `chips` are chips; the rest are host workers.
+    pub(super) n_chips: usize,
+    /// Lanes of the chips; host worker `i` has lane `chip_lanes + i` to itself.
+    pub(super) chip_lanes: usize,
+    /// Host workers (from the first) a task may leave the choice of worker to.
+    pub(super) pool: usize,
+    /// Tasks submitted to each host worker and not yet finished.
+    pub(super) load: Vec<std::sync::atomic::AtomicU32>,
+    /// Where the pool's next choice starts (ties go round).
+    pub(super) cursor: std::sync::atomic::AtomicUsize,
+}
+
+impl Chips {
+    /// The host worker of the pool with the fewest unfinished tasks (ties in turn).
+    pub(super) fn pick_pooled(&self) -> Option<usize> {
+        let n = self.pool;
+        if n == 0 {
+            return None;
+        }
+        let start = self.cursor.fetch_add(1, Relaxed) % n;
+        (0..n)
+            .map(|k| (start + k) % n)
+            .min_by_key(|&i| self.load[i].load(Relaxed))
+    }
+}
+
+/// The wire form of a host worker's tensor argument: in shared memory as for a chip,
+/// else by its address (region 0), which the host worker, a child of this process,
+/// reads where `fork()` left it (memory mapped shared before the fork is shared).
+fn host_wire_tensor(t: &Tensor) -> WireTensor {
+    wire_tensor(t).unwrap_or_else(|_| WireTensor {
+        dtype: t.dtype,
+        ndims: t.ndims,
+        region: 0,
+        region_bytes: t.extent() * t.dtype.size_bytes() as u64,
+        offset_bytes: t.data_ptr() as u64,
+        shape: t.shape,
+        strides: t.strides,
+    })
 }
 
 /// The wire form of a tensor argument: its shared-memory region and offset.
@@ -92,9 +131,20 @@ impl Executor for Chips {
         &self,
         i: usize,
         arg: &NextLevelArg,
-        _worker: usize,
+        worker: usize,
     ) -> Result<(Tensor, Option<u64>), String> {
-        chip_tensor(i, arg)
+        match *arg {
+            NextLevelArg::Tensor(t) if worker >= self.n_chips => Ok((t, None)),
+            _ => chip_tensor(i, arg),
+        }
+    }
+
+    fn lane(&self, worker: usize, lanes: usize) -> usize {
+        if worker < self.n_chips {
+            worker % self.chip_lanes.max(1)
+        } else {
+            (self.chip_lanes + worker - self.n_chips).min(lanes - 1)
+        }
     }
 
     /// A chip may still run a task of an interrupted run: wait for its late reply first,
@@ -123,7 +173,8 @@ impl Executor for Chips {
         traced_from: Option<u64>,
     ) -> Dispatched<Self> {
         let chip = &self.chips[rec.worker];
-        let traced = traced_from.is_some();
+        let host = rec.worker >= self.n_chips;
+        let traced = traced_from.is_some() && !host;
         // Built only for a traced run (two allocations per dispatch otherwise).
         let swimlane = traced
             .then(|| chip_dir(&rec.config.output_prefix, rec.worker).join("merged_swimlane.json"));
@@ -136,6 +187,9 @@ impl Executor for Chips {
             .slots
             .iter()
             .map(|s| match *s {
+                Slot::Tensor { index, .. } if host => {
+                    Ok(WireArg::Tensor(host_wire_tensor(&call.tensors[index])))
+                }
                 Slot::Tensor { index, .. } => wire_tensor(&call.tensors[index])
                     .map(WireArg::Tensor)
                     .map_err(|e| chip.fault(e)),
@@ -179,9 +233,12 @@ impl Executor for Chips {
                 chip,
             }
         });
+        if host {
+            self.load[rec.worker - self.n_chips].fetch_sub(1, Relaxed);
+        }
         let (report, fault) = match reply {
             Ok(r) => {
-                let fault = (r.status != 0).then(|| chip.fault(r.error));
+                let fault = (r.status != 0).then(|| chip.own_fault(r.error));
                 let text = fault.as_ref().map(ChipFault::to_string);
                 (report_of(worker, callable, r.report.as_ref(), text), fault)
             }

@@ -188,6 +188,8 @@ pub struct NodeOptions {
     /// Every chip's device memory (`ChipOptions::device_memory`). Default 64 GiB, or
     /// `TASKRING_DEVICE_MEMORY`.
     pub device_memory: u64,
+    /// Host worker processes beside the chips (none by default).
+    pub host: Option<HostWorkers>,
 }
 
 impl Default for NodeOptions {
@@ -209,6 +211,7 @@ impl Default for NodeOptions {
                 .map(Duration::from_millis)
                 .unwrap_or(Duration::from_secs(2)),
             device_memory: crate::chip::default_device_memory(),
+            host: None,
         }
     }
 }
@@ -273,14 +276,70 @@ pub enum NodeError {
     Forked(u32),
 }
 
-/// A chip's own failure: the chip (its worker index and pid) and what it or the host
-/// said about it (its error text, or why the host stopped waiting for it).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("chip {worker} (pid {pid}): {text}")]
+/// A worker's own failure: the worker (its index in the node and pid) and what it or the
+/// host said about it (its error text, or why the host stopped waiting for it). A chip's
+/// reads `chip {worker} (pid {pid}): {text}`; a host worker's text is whole (its entry's
+/// own words, e.g. `sub_worker: ValueError: ...`, or `sub_worker 1 (pid P): ...` from the
+/// host).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChipFault {
     pub worker: usize,
     pub pid: i32,
     pub text: String,
+    /// `text` is the whole message (a host worker's).
+    pub whole: bool,
+}
+
+impl std::fmt::Display for ChipFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.whole {
+            f.write_str(&self.text)
+        } else {
+            write!(f, "chip {} (pid {}): {}", self.worker, self.pid, self.text)
+        }
+    }
+}
+
+impl std::error::Error for ChipFault {}
+
+/// One argument of a host worker's task, resolved in the worker's process: a tensor
+/// (its data address valid there) or a scalar.
+#[derive(Clone, Copy, Debug)]
+pub enum HostArg {
+    Tensor(crate::tensor::Tensor),
+    Int(i64),
+    Float(f64),
+}
+
+/// One task of a host worker, as its entry sees it.
+pub struct HostCall<'a> {
+    /// The host worker's index (0 for the first one, after the chips).
+    pub worker: usize,
+    /// The caller's own callable number (the node does not interpret it).
+    pub callable: u32,
+    pub args: &'a [HostArg],
+    /// The task's whole config.
+    pub config: &'a CallConfig,
+}
+
+/// What a host worker process runs for each task: `Err` is the whole failure text.
+pub type HostEntry = std::sync::Arc<dyn Fn(&HostCall<'_>) -> Result<(), String> + Send + Sync>;
+/// What a host worker process runs once at start (its index), before it reports ready,
+/// and once at shutdown.
+pub type HostHook = std::sync::Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
+
+/// A node's host workers: processes forked beside the chips that run the caller's own
+/// code for each task (SUB workers, next-level workers). Host worker `i` is node worker
+/// `chips + i`; the first `pool` of them are a pool a task may leave the choice of
+/// worker to ([`NodeOrchestrator::submit_host`]).
+#[derive(Clone)]
+pub struct HostWorkers {
+    /// What each is called in a failure, e.g. `sub_worker 0`.
+    pub labels: Vec<String>,
+    pub pool: usize,
+    pub entry: HostEntry,
+    pub start: Option<HostHook>,
+    pub stop: Option<HostHook>,
 }
 
 impl NodeError {
@@ -351,6 +410,7 @@ mod tests {
             worker: 2,
             pid: 4242,
             text: "not responding: no heartbeat for 2000 ms (process state T, stopped)".into(),
+            whole: false,
         });
         assert_eq!(
             e.to_string(),

@@ -4,7 +4,7 @@
 use super::mailbox::{self, Mailbox, STATE_FAILED, STATE_READY, STATE_STARTING};
 use super::transport::{host_pipes, Beat, Chip, Ctl};
 use super::wire;
-use super::worker::{chip_main, ChipContext};
+use super::worker::{chip_main, host_main, ChipContext};
 use super::{ChipCallable, ForkHooks, NodeError, NodeOptions};
 use crate::nextlevel::LevelOptions;
 use parking_lot::{Mutex, RwLock};
@@ -22,21 +22,48 @@ use std::time::{Duration, Instant};
 /// only wait for the first's turn (its wake-up at every hand-off cost ~5 µs per task,
 /// and two threads per chip without lanes were 25–40 % slower with 2 chips).
 pub(super) fn node_engine_options(opts: &NodeOptions) -> LevelOptions {
-    let chips = opts.device_ids.len().max(1);
+    let chips = opts.device_ids.len();
+    let hosts = host_count(opts);
+    let node_cores = if opts.node_cores == 0 {
+        chips.max(1)
+    } else {
+        opts.node_cores
+    };
+    let chip_lanes = chip_lanes(opts);
+    // Host worker `i` has lane `chip_lanes + i` (one task at a time each): with host
+    // workers every lane gets the same number of threads, at least one.
+    let (threads, lanes) = if hosts == 0 {
+        (node_cores, chip_lanes.max(1))
+    } else {
+        let lanes = chip_lanes + hosts;
+        let per_lane = node_cores.div_ceil(chip_lanes.max(1)).max(1);
+        (lanes * per_lane, lanes)
+    };
+    // One node task is a whole L2 dispatch: the level's engine has no L2-sized timeouts
+    // (a dead chip is caught by waitpid; a chip's own hangs by the chip's timeouts).
+    LevelOptions {
+        threads,
+        lanes,
+        arena_cache_slots: opts.arena_cache_slots,
+        // The host's own memory, not a device's.
+        device_memory: u64::MAX,
+    }
+}
+
+/// Host workers of a node.
+pub(super) fn host_count(opts: &NodeOptions) -> usize {
+    opts.host.as_ref().map_or(0, |h| h.labels.len())
+}
+
+/// Lanes of a node's chips: `min(node_cores, chips)`.
+pub(super) fn chip_lanes(opts: &NodeOptions) -> usize {
+    let chips = opts.device_ids.len();
     let node_cores = if opts.node_cores == 0 {
         chips
     } else {
         opts.node_cores
     };
-    // One node task is a whole L2 dispatch: the level's engine has no L2-sized timeouts
-    // (a dead chip is caught by waitpid; a chip's own hangs by the chip's timeouts).
-    LevelOptions {
-        threads: node_cores,
-        lanes: node_cores.min(chips),
-        arena_cache_slots: opts.arena_cache_slots,
-        // The host's own memory, not a device's.
-        device_memory: u64::MAX,
-    }
+    node_cores.min(chips)
 }
 
 /// Start chip `worker`: its mailbox, its host pipe (chip processes), then the chip
@@ -50,8 +77,12 @@ pub(super) fn start_chip(
     hooks: &dyn ForkHooks,
     host_pid: i32,
 ) -> Result<Chip, NodeError> {
+    // Host workers (after the chips) are always processes.
+    let host = worker.checked_sub(opts.device_ids.len());
+    let process = opts.chip_processes || host.is_some();
+    let label = host.and_then(|i| opts.host.as_ref().map(|h| h.labels[i].clone()));
     let mb = Arc::new(Mailbox::new().map_err(|e| NodeError::start(worker, "mailbox", e))?);
-    let (pipe_r, pipe_w) = if opts.chip_processes {
+    let (pipe_r, pipe_w) = if process {
         host_pipes::create()
             .map_err(|e| NodeError::start(worker, format!("host pipe of chip {worker}"), e))?
     } else {
@@ -60,12 +91,13 @@ pub(super) fn start_chip(
     let ctx = ChipContext {
         worker,
         host_pid,
-        in_process: !opts.chip_processes,
+        in_process: !process,
         opts: opts.clone(),
         callables: callables.clone(),
         pipe: pipe_r,
+        host,
     };
-    let (pid, thread) = if opts.chip_processes {
+    let (pid, thread) = if process {
         let pid = fork_chip(ctx, &mb, hooks, (pipe_r, pipe_w))
             .map_err(|e| NodeError::start(worker, format!("fork of chip {worker}"), e))?;
         (pid, None)
@@ -82,8 +114,9 @@ pub(super) fn start_chip(
     let now = Instant::now();
     Ok(Chip {
         worker,
+        label,
         pid,
-        process: opts.chip_processes,
+        process,
         mailbox: mb,
         seq: Mutex::new(0),
         dead: Mutex::new(None),
@@ -133,7 +166,10 @@ fn fork_chip(
                 libc::_exit(1);
             }
         }
-        let code = chip_main(ctx, mb);
+        let code = match ctx.host {
+            Some(i) => host_main(ctx, mb, i),
+            None => chip_main(ctx, mb),
+        };
         // safety: _exit ends the forked child at once, running no destructors or atexit
         // handlers of the host's state it inherited.
         unsafe { libc::_exit(code) };

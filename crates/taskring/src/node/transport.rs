@@ -31,6 +31,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// One chip endpoint (host side).
 pub(super) struct Chip {
     pub(super) worker: usize,
+    /// A host worker's name in failures (`sub_worker 0`); None for a chip.
+    pub(super) label: Option<String>,
     pub(super) pid: i32,
     /// A child process (heartbeat, host pipe), or a thread of this process.
     pub(super) process: bool,
@@ -69,15 +71,50 @@ pub(super) struct Ctl {
 
 impl Chip {
     pub(super) fn prefix(&self) -> String {
-        format!("chip {} (pid {})", self.worker, self.pid)
+        match &self.label {
+            Some(l) => format!("{l} (pid {})", self.pid),
+            None => format!("chip {} (pid {})", self.worker, self.pid),
+        }
     }
 
-    /// A failure of this chip, saying `text`.
+    /// A failure of this chip, saying `text` (a host worker's names it by its label).
     pub(super) fn fault(&self, text: impl Into<String>) -> ChipFault {
-        ChipFault {
-            worker: self.worker,
-            pid: self.pid,
-            text: text.into(),
+        let text = text.into();
+        match &self.label {
+            Some(_) => ChipFault {
+                worker: self.worker,
+                pid: self.pid,
+                text: format!("{}: {text}", self.prefix()),
+                whole: true,
+            },
+            None => ChipFault {
+                worker: self.worker,
+                pid: self.pid,
+                text,
+                whole: false,
+            },
+        }
+    }
+
+    /// A host worker's own failure text, whole (its entry's words).
+    pub(super) fn own_fault(&self, text: String) -> ChipFault {
+        match &self.label {
+            Some(_) => ChipFault {
+                worker: self.worker,
+                pid: self.pid,
+                text,
+                whole: true,
+            },
+            None => self.fault(text),
+        }
+    }
+
+    /// What the process is called in why it died.
+    fn noun(&self) -> &'static str {
+        if self.label.is_some() {
+            "the process"
+        } else {
+            "the chip process"
         }
     }
 
@@ -121,7 +158,8 @@ impl Chip {
             if r == self.pid {
                 let why = if libc::WIFSIGNALED(status) {
                     format!(
-                        "the chip process was killed by signal {}",
+                        "{} was killed by signal {}",
+                        self.noun(),
                         libc::WTERMSIG(status)
                     )
                 } else if libc::WEXITSTATUS(status) == STUCK_KERNEL_EXIT {
@@ -132,7 +170,8 @@ impl Chip {
                     )
                 } else {
                     format!(
-                        "the chip process exited with status {}",
+                        "{} exited with status {}",
+                        self.noun(),
                         libc::WEXITSTATUS(status)
                     )
                 };

@@ -26,6 +26,8 @@ pub(super) struct ChipContext {
     pub(super) callables: Arc<RwLock<Vec<ChipCallable>>>,
     /// Read end of the host pipe (chip processes; -1 for chip threads).
     pub(super) pipe: i32,
+    /// A host worker's index (`NodeOptions::host`); None for a chip.
+    pub(super) host: Option<usize>,
 }
 
 /// Write a start-up failure into the reply buffer and publish FAILED.
@@ -74,11 +76,9 @@ fn watchdog(mb: Arc<Mailbox>, pipe: i32) {
     }
 }
 
-/// A chip's life: build, prewarm, report, serve until shutdown. Returns an exit code.
-pub(super) fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
-    // Over 80 lines: a chip's whole life in order (watchdog, worker, prewarm, READY,
-    // the serve loop with its heartbeat); each phase is a few lines around a call.
-    let h = mb.header();
+/// Start the watchdog of a worker process (none for a chip thread); false when it could
+/// not start (reported as the start failure).
+fn start_watchdog(ctx: &ChipContext, mb: &Arc<Mailbox>) -> bool {
     if ctx.pipe >= 0 {
         let m = mb.clone();
         let pipe = ctx.pipe;
@@ -87,8 +87,164 @@ pub(super) fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
             .spawn(move || watchdog(m, pipe))
         {
             report_start_failure(mb, &format!("could not start the watchdog thread: {e}"));
+            return false;
+        }
+    }
+    true
+}
+
+/// Wait for the next request (`served` is the last one answered): its frame, or None at
+/// shutdown (or when the host is gone).
+fn next_request<'m>(ctx: &ChipContext, mb: &'m Mailbox, served: &mut u32) -> Option<&'m [u8]> {
+    let h = mb.header();
+    // safety: getppid has no preconditions and cannot fail.
+    let host_gone = || !ctx.in_process && unsafe { libc::getppid() } != ctx.host_pid;
+    let last = *served;
+    let ok = mailbox::wait_until_spun(
+        &h.req_seq,
+        Some(&h.req_sleeping),
+        || h.req_seq.load(Acquire) != last || h.state.load(Acquire) == STATE_SHUTDOWN,
+        || host_gone() || h.state.load(Acquire) == STATE_SHUTDOWN,
+        Duration::from_millis(500),
+        &mailbox::REQUEST_SPIN,
+    );
+    if !ok || h.state.load(Acquire) == STATE_SHUTDOWN {
+        return None;
+    }
+    *served = h.req_seq.load(Acquire);
+    let len = (h.req_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
+    // safety: the host wrote the request before publishing req_seq (acquired above)
+    // and does not touch it until we reply.
+    Some(unsafe { &mb.req_buf()[..len] })
+}
+
+/// Publish `reply` to request `served` (a reply too big for the frame becomes its
+/// encoding error).
+fn publish_reply(mb: &Mailbox, served: u32, reply: &ReplyFrame) {
+    let h = mb.header();
+    // safety: we own the reply buffer until we publish resp_seq.
+    let n = match wire::encode_reply(reply, unsafe { mb.resp_buf() }) {
+        Ok(n) => n,
+        Err(e) => wire::encode_reply(
+            &ReplyFrame {
+                status: StatusCode::RuntimeSetup.code(),
+                error: format!("cannot encode the reply: {e}"),
+                report: None,
+                stats: None,
+            },
+            // safety: as above: the reply buffer is ours until we publish resp_seq.
+            unsafe { mb.resp_buf() },
+        )
+        .unwrap_or(0),
+    };
+    h.resp_len.store(n as u32, Release);
+    mailbox::publish(&h.resp_seq, served, &h.resp_sleeping);
+}
+
+/// A host worker's life (`NodeOptions::host`): its start hook, READY, then each task
+/// through its entry until shutdown, then its stop hook. Returns an exit code.
+pub(super) fn host_main(ctx: ChipContext, mb: &Arc<Mailbox>, index: usize) -> i32 {
+    let Some(hw) = ctx.opts.host.clone() else {
+        report_start_failure(mb, "no host workers are configured");
+        return 1;
+    };
+    if !start_watchdog(&ctx, mb) {
+        return 1;
+    }
+    if let Some(start) = &hw.start {
+        if let Err(e) = start(index) {
+            report_start_failure(mb, &e);
             return 1;
         }
+    }
+    let h = mb.header();
+    h.state.store(STATE_READY, Release);
+    futex_wake(&h.state);
+    // What it maps, its own children (a host worker that is a node) may be handed.
+    let mut regions = shm::RegionMap::exporting(ctx.host_pid);
+    let mut served = 0u32;
+    while let Some(req) = next_request(&ctx, mb, &mut served) {
+        let reply = match wire::request_kind(req) {
+            Ok(wire::KIND_STATS) | Ok(wire::KIND_HOLD) => failed_reply(
+                StatusCode::InvalidArgs,
+                "a host worker has no device memory or arenas".into(),
+            ),
+            _ => match wire::decode_task(req) {
+                Err(e) => failed_reply(StatusCode::InvalidArgs, format!("bad task frame: {e}")),
+                Ok(task) => match host_args(&mut regions, &task.args) {
+                    Err(e) => failed_reply(StatusCode::InvalidArgs, e),
+                    Ok(args) => {
+                        let call = super::HostCall {
+                            worker: index,
+                            callable: task.callable,
+                            args: &args,
+                            config: &task.config,
+                        };
+                        match (hw.entry)(&call) {
+                            Ok(()) => ReplyFrame {
+                                status: 0,
+                                error: String::new(),
+                                report: None,
+                                stats: None,
+                            },
+                            Err(e) => failed_reply(StatusCode::TaskFailed, e),
+                        }
+                    }
+                },
+            },
+        };
+        publish_reply(mb, served, &reply);
+    }
+    if let Some(stop) = &hw.stop {
+        let _ = stop(index);
+    }
+    0
+}
+
+/// A host worker's task arguments in its process: tensors in shared memory mapped as a
+/// chip maps them, the others (region 0) at the address they have in the host.
+fn host_args(
+    regions: &mut shm::RegionMap,
+    wire: &[WireArg],
+) -> Result<Vec<super::HostArg>, String> {
+    let mut args = Vec::with_capacity(wire.len());
+    for (i, a) in wire.iter().enumerate() {
+        args.push(match a {
+            WireArg::Int(v) => super::HostArg::Int(*v),
+            WireArg::Float(v) => super::HostArg::Float(*v),
+            WireArg::Tensor(w) if w.region == 0 => {
+                super::HostArg::Tensor(view_at(w.offset_bytes, 0, w))
+            }
+            WireArg::Tensor(w) => {
+                let base = regions
+                    .resolve(w.region, w.region_bytes)
+                    .map_err(|e| format!("argument {i}: {e}"))?;
+                super::HostArg::Tensor(view_at(base, w.offset_bytes, w))
+            }
+        });
+    }
+    Ok(args)
+}
+
+/// The view `w` describes, over a buffer at `base` in this process whose element
+/// `[0, ...]` is `offset_bytes` in.
+fn view_at(base: u64, offset_bytes: u64, w: &wire::WireTensor) -> Tensor {
+    let mut t = Tensor::from_raw(base, &[1], w.dtype);
+    t.buf_bytes = w.region_bytes;
+    t.offset = offset_bytes / w.dtype.size_bytes() as u64;
+    t.ndims = w.ndims;
+    t.shape = w.shape;
+    t.strides = w.strides;
+    t
+}
+
+/// A chip's life: build, prewarm, report, serve until shutdown. Returns an exit code.
+pub(super) fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
+    // Over 80 lines: a chip's whole life in order (watchdog, worker, prewarm, READY,
+    // the serve loop with its heartbeat); each phase is a few lines around a call.
+    let h = mb.header();
+    if !start_watchdog(&ctx, mb) {
+        return 1;
     }
     let mut sizings = vec![];
     if let Some(c) = &ctx.opts.prewarm {
@@ -126,29 +282,14 @@ pub(super) fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
     h.state.store(STATE_READY, Release);
     futex_wake(&h.state);
     let mut regions = shm::RegionMap::new(ctx.host_pid, ctx.in_process);
-    // safety: getppid has no preconditions and cannot fail.
-    let host_gone = || !ctx.in_process && unsafe { libc::getppid() } != ctx.host_pid;
     let mut served = 0u32;
     // The serving thread's id for the timeline, asked once (a syscall per reply cost
     // ~0.5 % of a busy chip's time).
     let tid = trace::gettid() as u32;
     loop {
-        let ok = mailbox::wait_until_spun(
-            &h.req_seq,
-            Some(&h.req_sleeping),
-            || h.req_seq.load(Acquire) != served || h.state.load(Acquire) == STATE_SHUTDOWN,
-            || host_gone() || h.state.load(Acquire) == STATE_SHUTDOWN,
-            Duration::from_millis(500),
-            &mailbox::REQUEST_SPIN,
-        );
-        if !ok || h.state.load(Acquire) == STATE_SHUTDOWN {
+        let Some(req) = next_request(&ctx, mb, &mut served) else {
             return 0;
-        }
-        served = h.req_seq.load(Acquire);
-        let len = (h.req_len.load(Acquire) as usize).min(mailbox::FRAME_BYTES);
-        // safety: the host wrote the request before publishing req_seq (acquired above)
-        // and does not touch it until we reply.
-        let req = unsafe { &mb.req_buf()[..len] };
+        };
         let served_ns = trace::mono_ns();
         let (mut reply, trace_t0_ns) = serve(&ctx, &mut chip, &mut regions, req);
         // A kernel this chip gave up on can still write the host's shared memory,
@@ -160,27 +301,11 @@ pub(super) fn chip_main(ctx: ChipContext, mb: &Arc<Mailbox>) -> i32 {
                 "; the chip process exits: a kernel it gave up on could still write shared memory",
             );
         }
-        // safety: we own the reply buffer until we publish resp_seq.
-        let n = match wire::encode_reply(&reply, unsafe { mb.resp_buf() }) {
-            Ok(n) => n,
-            Err(e) => wire::encode_reply(
-                &ReplyFrame {
-                    status: StatusCode::RuntimeSetup.code(),
-                    error: format!("cannot encode the reply: {e}"),
-                    report: None,
-                    stats: None,
-                },
-                // safety: as above: the reply buffer is ours until we publish resp_seq.
-                unsafe { mb.resp_buf() },
-            )
-            .unwrap_or(0),
-        };
-        h.resp_len.store(n as u32, Release);
         h.served_tid.store(tid, Relaxed);
         h.served_ns.store(served_ns, Relaxed);
         h.trace_t0_ns.store(trace_t0_ns, Relaxed);
         h.replied_ns.store(trace::mono_ns(), Relaxed);
-        mailbox::publish(&h.resp_seq, served, &h.resp_sleeping);
+        publish_reply(mb, served, &reply);
         if stuck {
             // safety: ends this process at once; the host sees it gone.
             unsafe { libc::_exit(STUCK_KERNEL_EXIT) };
@@ -352,16 +477,10 @@ fn chip_args<'a>(regions: &mut shm::RegionMap, wire: &[WireArg]) -> Result<Vec<A
                 let base = regions
                     .resolve(w.region, w.region_bytes)
                     .map_err(|e| format!("argument {i}: {e}"))?;
-                let esize = w.dtype.size_bytes() as u64;
-                if w.offset_bytes % esize != 0 {
+                if w.offset_bytes % w.dtype.size_bytes() as u64 != 0 {
                     return Err(format!("argument {i}: misaligned offset"));
                 }
-                let mut t = Tensor::from_raw(base, &[1], w.dtype);
-                t.buf_bytes = w.region_bytes;
-                t.offset = w.offset_bytes / esize;
-                t.ndims = w.ndims;
-                t.shape = w.shape;
-                t.strides = w.strides;
+                let t = view_at(base, w.offset_bytes, w);
                 t.validate().map_err(|e| format!("argument {i}: {e}"))?;
                 // safety: the region is mapped for this chip's lifetime and the host
                 // keeps the buffer alive while the task runs.

@@ -46,7 +46,7 @@ pub use completion::{ArenaShared, Claim};
 pub use fanin::{claim_fanin, wire_and_publish, write_fanin_record, FaninEdge};
 pub(crate) use park::queue_takes;
 pub use ready::EngineShared;
-pub(crate) use ready::{lane_queue, queue_index, queue_kind};
+pub(crate) use ready::{lane_queue, queue_index, queue_kind, MAX_LANES};
 pub use retire::{PayloadCell, RingShared};
 pub(crate) use slot::DEP_FLAGS;
 #[cfg_attr(not(all(test, loom)), allow(unused_imports))] // the loom models use these names
