@@ -42,6 +42,60 @@ def mint_owner_instance_id() -> bytes:
     return os.urandom(OWNER_INSTANCE_ID_BYTES)
 
 
+class CanonicalIdentity:
+    """Who a buffer is: its owner's id, its number there and its generation."""
+
+    __slots__ = ("owner_instance_id", "buffer_id", "generation")
+
+    def __init__(self, owner_instance_id: bytes, buffer_id: int, generation: int = 1) -> None:
+        if len(owner_instance_id) != OWNER_INSTANCE_ID_BYTES:
+            raise ValueError(f"CanonicalIdentity: owner_instance_id must be {OWNER_INSTANCE_ID_BYTES} bytes")
+        self.owner_instance_id = bytes(owner_instance_id)
+        self.buffer_id = int(buffer_id)
+        self.generation = int(generation)
+
+    def _key(self) -> Tuple[bytes, int, int]:
+        return (self.owner_instance_id, self.buffer_id, self.generation)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CanonicalIdentity) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"CanonicalIdentity({self.owner_instance_id.hex()}, {self.buffer_id}, {self.generation})"
+
+
+class BufferDescriptor:
+    """How a buffer is reached: identity, address space, the access it grants, its
+    backend and size (checked when made: a copy-on-write backing grants READ only)."""
+
+    __slots__ = ("identity", "address_space", "access", "backend_kind", "nbytes", "body", "owner_worker_path_id")
+
+    def __init__(
+        self,
+        identity: CanonicalIdentity,
+        address_space: "AddressSpace",
+        access: AccessMode,
+        backend_kind: BackendKind,
+        nbytes: int,
+        body: bytes = b"",
+        owner_worker_path_id: int = 0,
+    ) -> None:
+        if BackendKind(int(backend_kind)) == BackendKind.FORK_COW and AccessMode(int(access)) != AccessMode.READ:
+            raise ValueError("invalid BufferDescriptor: FORK_COW grants READ only (a child's write would not reach the owner)")
+        if int(nbytes) <= 0:
+            raise ValueError("invalid BufferDescriptor: nbytes must be positive")
+        self.identity = identity
+        self.address_space = AddressSpace(int(address_space))
+        self.access = AccessMode(int(access))
+        self.backend_kind = BackendKind(int(backend_kind))
+        self.nbytes = int(nbytes)
+        self.body = bytes(body)
+        self.owner_worker_path_id = int(owner_worker_path_id)
+
+
 class Buffer:
     """Host memory named by its address: ``nbytes`` bytes at ``base``.
     ``tensor(shapes, dtype, strides=None, byte_offset=0)`` names a view of it as a task
@@ -63,6 +117,15 @@ class Buffer:
         self.closed = False
         # Over the address, never read here: a view names the bytes for the tensormap.
         self._mem = np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.base))
+
+    @property
+    def identity(self) -> CanonicalIdentity:
+        return CanonicalIdentity(self.owner_instance_id, self.buffer_id)
+
+    def to_descriptor(self) -> BufferDescriptor:
+        if self.closed:
+            raise ValueError("Buffer: cannot derive a descriptor from a released buffer")
+        return BufferDescriptor(self.identity, self.address_space, self.access, self.backend_kind, self.nbytes, self.base.to_bytes(8, "little"))
 
     def tensor(self, shapes: Sequence[int], dtype: Any, strides: Optional[Sequence[int]] = None, byte_offset: int = 0) -> Tensor:
         if self.closed:
@@ -196,6 +259,8 @@ __all__ = [
     "AddressSpace",
     "BackendKind",
     "Buffer",
+    "BufferDescriptor",
+    "CanonicalIdentity",
     "MappedArg",
     "MappedArgs",
     "OWNER_INSTANCE_ID_BYTES",

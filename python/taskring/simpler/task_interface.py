@@ -815,6 +815,42 @@ class ChipStorageTaskArgs:
 
 # ----- TaskArgs -------------------------------------------------------------------------------
 
+# What each TensorArgType asks of its buffer: (read, write). OUTPUT (a fresh result) and
+# NO_DEP ask nothing.
+_TAG_NEEDS = {0: (True, False), 1: (False, False), 2: (True, True), 3: (False, True), 4: (False, False)}
+# What a buffer's AccessMode grants: READ, WRITE, READWRITE.
+_GRANTS = {0: (True, False), 1: (False, True), 2: (True, True)}
+_WRITES = (1, 2, 3)
+
+
+def _granted(t: "Tensor", tag: int) -> bool:
+    """Whether ``t``'s buffer grants what ``tag`` asks (a buffer that names no access
+    grants everything)."""
+    access = getattr(t.buffer, "access", None)
+    if access is None:
+        return True
+    have = _GRANTS[int(access)]
+    need = _TAG_NEEDS[int(tag)]
+    return all(h or not n for h, n in zip(have, need))
+
+
+def _byte_bounds(a: np.ndarray) -> Tuple[int, int]:
+    """``[first, one past last)`` byte address of ``a``'s elements."""
+    lo = hi = int(a.__array_interface__["data"][0])
+    for n, st in zip(a.shape, a.strides):
+        if n > 1:
+            (lo, hi) = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+    return lo, hi + a.itemsize
+
+
+def _identity(t: "Tensor") -> Any:
+    """The buffer a tensor's bytes belong to, for the overlap check: a named buffer's
+    identity, else host memory (one address space)."""
+    b = t.buffer
+    oid = getattr(b, "owner_instance_id", None)
+    return (oid, getattr(b, "buffer_id", None)) if oid is not None else None
+
+
 class TaskArgs:
     """A task's arguments: tensors (each with a ``TensorArgType`` tag, default INPUT),
     then 64-bit scalars."""
@@ -832,8 +868,11 @@ class TaskArgs:
             raise RuntimeError("TaskArgs: cannot add tensor after scalar")
         if not isinstance(t, Tensor):
             t = Tensor(as_array(t))
+        tag = TensorArgType(int(tag))
+        if not _granted(t, tag):
+            raise ValueError("TaskArgs.add_tensor: arg TensorArgType requires access not granted by the buffer")
         self._tensors.append(t)
-        self._tags.append(TensorArgType(int(tag)))
+        self._tags.append(tag)
 
     def add_scalar(self, s: Any) -> None:
         """Add a 64-bit scalar (an int, as its uint64 bits; floats: see ``scalar_to_uint64``)."""
@@ -881,9 +920,28 @@ class TaskArgs:
     def __len__(self) -> int:
         return len(self._tensors) + len(self._scalars)
 
+    def check_submit(self) -> None:
+        """What a submit checks of its arguments (upstream's rules): every tag within
+        its buffer's grant, and no two tensors of which one is written sharing bytes of
+        one buffer."""
+        spans = []
+        for t, tag in zip(self._tensors, self._tags):
+            if not _granted(t, tag):
+                raise ValueError("submit: an argument's TensorArgType requests access the backing does not grant")
+            lo, hi = _byte_bounds(t._array)
+            spans.append((_identity(t), lo, hi, int(tag) in _WRITES))
+        for i, (ida, lo_a, hi_a, wa) in enumerate(spans):
+            for idb, lo_b, hi_b, wb in spans[i + 1 :]:
+                if (wa or wb) and ida == idb and lo_a < hi_b and lo_b < hi_a:
+                    raise ValueError(
+                        "submit: two arguments of one task write overlapping bytes of the same buffer; "
+                        "give them disjoint ranges, or order them as separate tasks"
+                    )
+
     def _host_args(self) -> List[Any]:
-        """The arguments as taskring's chip takes them: numpy arrays, then scalars as
-        int64 (the same 64 bits)."""
+        """The arguments as taskring's chip takes them (checked as a submit checks
+        them): numpy arrays, then scalars as int64 (the same 64 bits)."""
+        self.check_submit()
         out: List[Any] = [t._array for t in self._tensors]
         out.extend(v - _U64 if v >= 2**63 else v for v in self._scalars)
         return out
