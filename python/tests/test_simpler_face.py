@@ -762,6 +762,6 @@ def test_l3_orchestrator_errors_and_child_memory(libs):
         w.free(buf)
         assert w.committed_device_memory(1) == used
         with pytest.raises(TypeError, match="not in shared memory"):
-            w.run(lambda o, a, c: o.submit_next_level(h, pipeline_args(*(np.zeros((4, 6), np.float32),) * 5, 0.0), worker=0))
+            w.run(lambda o, a, c: o.submit_next_level(h, pipeline_args(*[np.zeros((4, 6), np.float32) for _ in range(5)], 0.0), worker=0))
     finally:
         w.close()
