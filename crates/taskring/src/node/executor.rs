@@ -41,7 +41,8 @@ pub(crate) struct Chips {
 }
 
 impl Chips {
-    /// The host worker of the pool with the fewest unfinished tasks (ties in turn).
+    /// The host worker of the pool with the fewest unfinished tasks (ties in turn),
+    /// passing over those known dead while a live one is left.
     pub(super) fn pick_pooled(&self) -> Option<usize> {
         let n = self.pool;
         if n == 0 {
@@ -50,7 +51,10 @@ impl Chips {
         let start = self.cursor.fetch_add(1, Relaxed) % n;
         (0..n)
             .map(|k| (start + k) % n)
-            .min_by_key(|&i| self.load[i].load(Relaxed))
+            .min_by_key(|&i| {
+                let dead = self.chips[self.n_chips + i].dead.lock().is_some();
+                (dead, self.load[i].load(Relaxed))
+            })
     }
 }
 
