@@ -632,6 +632,18 @@ class NodeOrchestrator:
 
     chips: Final[int]
     """Number of chips of the node."""
+    host_workers: Final[int]
+    """Number of host workers of the node."""
+
+    def submit_host(
+        self,
+        callable: int,
+        args: Iterable[Any],
+        dirs: Sequence[int],
+        config: _ConfigLike = None,
+        worker: int | None = None,
+    ) -> int:
+        """Submit task `callable` (the host workers' own number) with `args` used as `dirs` say to host worker `worker` (None: the pool's least busy); returns the L3 task id."""
 
     def scope(self, manual: bool = False) -> NodeScope:
         """`with o.scope(manual=False): ...` — a nested scope of the node's engine."""
@@ -677,8 +689,18 @@ class Node:
         prewarm: _ConfigLike = None,
         device_memory: int | None = None,
         prewarm_if_fits: bool = False,
+        host_labels: Sequence[str] | None = None,
+        host_pool: int = 0,
+        host_entry: Callable[[int, int, list[Any], CallConfig], str | None] | None = None,
+        host_start: Callable[[int], str | None] | None = None,
+        host_stop: Callable[[int], str | None] | None = None,
     ) -> Self:
-        """`callables`: `(orchestration, name, signature)` triples (handles 0, 1, ...); `owners`: a dict address -> worker of device tensors."""
+        """`callables`: `(orchestration, name, signature)` triples (handles 0, 1, ...); `owners`: a dict address -> worker of device tensors.
+
+        Host workers (one process each, after the chips; `host_labels[i]` names worker `i` in failures, the first `host_pool` are a pool):
+        `host_entry(worker, callable, args, config)` runs each task in its process (tensors as `(address, nbytes, shape, strides, dtype)`
+        tuples) and returns None or the failure's text; `host_start(worker)` / `host_stop(worker)` run there once.
+        """
 
     def hold(self, worker: int, nbytes: int) -> ArenaStats:
         """Tell chip `worker` it holds `nbytes` of device-resident tensors (charged to its device memory)."""
@@ -696,6 +718,8 @@ class Node:
     """Process ids of the chips (this process's pid for each chip when `chip_processes=False`)."""
     chips: Final[int]
     """Number of chips."""
+    host_pids: Final[tuple[int, ...]]
+    """Process ids of the host workers."""
 
     def close(self) -> None:
         """Stop every chip (idempotent)."""

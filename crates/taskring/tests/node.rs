@@ -713,3 +713,157 @@ fn a_backlog_on_one_chip_holds_up_no_task_of_another() {
         );
     }
 }
+
+/// Host workers beside a chip: a host task that doubles `c` in place runs after the chip
+/// task that writes `c` and before one that reads it (inferred from the tensors they
+/// share, with the directions each submit gives); each host task runs in a process of
+/// its own with its config whole; a failing host task's text is the whole error, and a
+/// host worker that dies is named with its label. The node stays usable.
+#[test]
+fn host_workers_share_the_chips_dag() {
+    let _serial = SERIAL.lock();
+    let (bh, hseen) = shared_f32(4, |_| 0.0);
+    let hseen_addr = hseen.data_ptr() as u64;
+    let entry: HostEntry = Arc::new(move |c: &HostCall<'_>| {
+        let seen = hseen_addr as *mut f32;
+        match c.callable {
+            // Double the tensor in place; record the worker and the config's window.
+            0 => {
+                let HostArg::Tensor(t) = c.args[0] else {
+                    return Err("expected a tensor".into());
+                };
+                let n = t.shape[0] as usize;
+                // safety: the task's tensor is `n` f32s mapped in this process; the
+                // node orders this task after its writer and before its reader.
+                let x = unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, n) };
+                x.iter_mut().for_each(|v| *v *= 2.0);
+                // safety: `seen` is 4 shared f32s; one host task at a time writes it.
+                unsafe {
+                    *seen.add(c.worker) = c.config.runtime_env.ring_task_window[0] as f32;
+                    *seen.add(2) = std::process::id() as f32;
+                }
+                Ok(())
+            }
+            1 => Err("sub_worker: ValueError: no".into()),
+            _ => {
+                // safety: ends this host worker's process.
+                unsafe { libc::_exit(3) }
+            }
+        }
+    });
+    let opts = NodeOptions {
+        device_ids: vec![0],
+        chip_cores: 1,
+        host: Some(HostWorkers {
+            labels: vec!["sub_worker 0".into(), "sub_worker 1".into()],
+            pool: 2,
+            entry,
+            start: None,
+            stop: None,
+        }),
+        ..Default::default()
+    };
+    let mut n = Node::new(opts, Arc::new(RwLock::new(vec![vadd2()])), &NoForkHooks)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((n.chips(), n.host_pids().len()), (1, 2));
+    let (ba, a) = shared_f32(64, |i| i as f32);
+    let (bb, b) = shared_f32(64, |_| 1.0);
+    let (bc, c) = shared_f32(64, |_| 0.0);
+    let (bd, d) = shared_f32(64, |_| 0.0);
+    let _keep = (&ba, &bb, &bh);
+    let host_pids = n.host_pids();
+    let rep = n
+        .run(
+            move |o| {
+                o.submit_next_level(
+                    0,
+                    &[
+                        NextLevelArg::Tensor(a),
+                        NextLevelArg::Tensor(b),
+                        NextLevelArg::Tensor(c),
+                    ],
+                    &CallConfig::default(),
+                    0,
+                )?;
+                let mut cfg = CallConfig::default();
+                cfg.runtime_env.ring_task_window = [64, 0, 0, 0];
+                o.submit_host(
+                    0,
+                    &[ArgDir::InOut],
+                    &[NextLevelArg::Tensor(c)],
+                    &cfg,
+                    Some(1),
+                )?;
+                o.submit_next_level(
+                    0,
+                    &[
+                        NextLevelArg::Tensor(c),
+                        NextLevelArg::Tensor(c),
+                        NextLevelArg::Tensor(d),
+                    ],
+                    &CallConfig::default(),
+                    0,
+                )
+                .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rep.tasks.len(), 3);
+    assert!(rep.tasks[1].run.is_none() && rep.tasks[1].error.is_none());
+    let want: Vec<f32> = (0..64)
+        .map(|i| 2.0 * 2.0 * 2.0 * 2.0 * (i as f32 + 1.0))
+        .collect();
+    assert_eq!(read(&bd, 64), want);
+    assert_eq!(read(&bc, 64)[1], 2.0 * 2.0 * 2.0);
+    let seen = read(&bh, 4);
+    assert_eq!(seen[1], 64.0, "host worker 1 ran it, with its config");
+    assert_eq!(seen[2] as i32, host_pids[1]);
+    // A host task's own failure is the whole text; the node keeps working.
+    let e = n
+        .run(
+            |o| {
+                o.submit_host(1, &[], &[], &CallConfig::default(), None)
+                    .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(e.to_string(), "sub_worker: ValueError: no");
+    // A host worker that dies is named by its label and pid.
+    let e = n
+        .run(
+            |o| {
+                o.submit_host(2, &[], &[], &CallConfig::default(), Some(0))
+                    .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "sub_worker 0 (pid {}): the process exited with status 3",
+            host_pids[0]
+        )
+    );
+    let e = n
+        .run(
+            |o| {
+                o.submit_host(0, &[], &[], &CallConfig::default(), Some(5))
+                    .map(|_| ())
+            },
+            &CallConfig::default(),
+            None,
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("host worker 5 does not exist (the node has 2)"),
+        "{e}"
+    );
+    n.close();
+}

@@ -301,6 +301,8 @@ class Worker:
         self._py_late: Dict[int, np.ndarray] = {}
         self._children: List["Worker"] = []
         self._parent: Optional["Worker"] = None
+        self._in_child = False  # a next-level worker's copy in its own process
+        self._prewarm: Optional[CallConfig] = None
         Worker._next_owner += 1
         self._owner_id = f"taskring-worker-{id(self):x}-{Worker._next_owner}"
         self._chip: Optional[_native.Chip] = None
@@ -410,7 +412,7 @@ class Worker:
             raise RuntimeError("Worker is closed; create a new Worker")
         if self._started:
             raise RuntimeError("Worker already initialized")
-        if self._parent is not None and not getattr(self, "_in_child", False):
+        if self._parent is not None and not self._in_child:
             raise RuntimeError("Worker.init(): a Worker attached as a child is initialized by its parent")
         cfg = to_native_config(prewarm_config)
         cfg.validate()

@@ -49,12 +49,10 @@ impl Chips {
             return None;
         }
         let start = self.cursor.fetch_add(1, Relaxed) % n;
-        (0..n)
-            .map(|k| (start + k) % n)
-            .min_by_key(|&i| {
-                let dead = self.chips[self.n_chips + i].dead.lock().is_some();
-                (dead, self.load[i].load(Relaxed))
-            })
+        (0..n).map(|k| (start + k) % n).min_by_key(|&i| {
+            let dead = self.chips[self.n_chips + i].dead.lock().is_some();
+            (dead, self.load[i].load(Relaxed))
+        })
     }
 }
 
