@@ -217,7 +217,7 @@ inline void rt_orchestration_done() {
     rt->ops->orchestration_done(rt);
 }
 
-// This run's clusters (one AIC each) and standalone AIV cores.
+// The chip's clusters (one AIC core each) and AIV cores: a2a3's 24 and 48.
 inline int32_t rt_available_cluster_count() {
     PTO2Runtime *rt = current_runtime();
     return rt->ops->available_cluster_count(rt);

@@ -39,7 +39,7 @@ pub const MAX_TASK_TENSORS: usize = 16;
 /// Most scalars one task may take.
 pub const MAX_TASK_SCALARS: usize = 16;
 /// Most explicit dependencies one task may declare.
-pub const MAX_TASK_DEPS: usize = 16;
+pub const MAX_TASK_DEPS: usize = 64;
 /// Fanin edges stored in the payload; the rest spill into the ring's spill pool.
 pub(crate) const FANIN_INLINE: usize = 16;
 /// Deepest scope nesting.

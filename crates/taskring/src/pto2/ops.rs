@@ -20,6 +20,12 @@ use crate::tensor::{TaskId, Tensor, MAX_DIMS};
 use std::ffi::{c_char, CStr};
 use std::panic::AssertUnwindSafe;
 
+/// The chip an orchestration sees: a2a3's 24 clusters (one AIC core each) and 48 AIV
+/// cores, whatever the host's core count, so a program sizes its SPMD launches as it does
+/// on the device. The blocks then run on the chip's core threads (a sync-start launch's
+/// together, on threads of their own).
+pub(crate) const A2A3_GEOMETRY: (usize, usize) = (24, 48);
+
 /// The record behind the library's `PTO2Runtime *` for one run: starts with the fields
 /// the header's partial `PTO2Runtime` declares.
 #[repr(C)]
@@ -310,7 +316,7 @@ impl<'a, 'o> Runtime<'a, 'o> {
             ));
         }
         if s.require_sync_start != 0 && s.block_num > 1 {
-            let (aic, aiv) = self.o.core_counts();
+            let (aic, aiv) = A2A3_GEOMETRY;
             let aiv_only = ids[0] < 0 && (ids[1] < 0 || ids[2] < 0);
             let (have, what) = if aiv_only {
                 (aiv, "AIV cores")
@@ -645,9 +651,9 @@ unsafe extern "C" fn op_set_tensor_data(
 }
 
 unsafe extern "C" fn op_cluster_count(rt: *mut RuntimeHead) -> i32 {
-    guarded(rt, 0, |r| r.o.core_counts().0 as i32)
+    guarded(rt, 0, |_| A2A3_GEOMETRY.0 as i32)
 }
 
 unsafe extern "C" fn op_aiv_count(rt: *mut RuntimeHead) -> i32 {
-    guarded(rt, 0, |r| r.o.core_counts().1 as i32)
+    guarded(rt, 0, |_| A2A3_GEOMETRY.1 as i32)
 }
