@@ -618,8 +618,10 @@ class NodeRunReport:
 class NodeOrchestrator:
     """The orchestrator handed to an L3 orchestration; valid only while its run lasts."""
 
-    def submit_next_level(self, handle: int, args: Iterable[Any], config: _ConfigLike = None, *, worker: int) -> int:
-        """Submit the registered program `handle` with `args` to chip `worker` with `config` (never the run's implicitly); returns the L3 task id."""
+    def submit_next_level(
+        self, handle: int, args: Iterable[Any], config: _ConfigLike = None, *, worker: int, dirs: Sequence[int] | None = None
+    ) -> int:
+        """Submit the registered program `handle` with `args` to chip `worker` with `config` (never the run's implicitly); `dirs` (ArgDirection values, one per argument) say how the task uses them instead of the program's signature; returns the L3 task id."""
 
     def begin_scope(self, manual: bool = False, site: str | None = None) -> None:
         """Open a scope (depth + 1)."""

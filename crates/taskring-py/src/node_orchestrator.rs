@@ -3,7 +3,7 @@
 
 use crate::config::call_config_of;
 use crate::conversion::{
-    check_aligned, data_address, dtype_from_name, scalar_arg, type_name, worker_index,
+    arg_dirs, check_aligned, data_address, dtype_from_name, scalar_arg, type_name, worker_index,
 };
 use crate::errors::{config_err, failure_err};
 use crate::orchestrator::{user_site, RunBound, RunPtr};
@@ -157,7 +157,7 @@ impl PyNodeOrchestrator {
     /// Submit the registered program `handle` with `args` to chip `worker`, to run
     /// there with `config` (a CallConfig, RunConfig or None = defaults; never the
     /// run-level config implicitly). Returns the L3 task id.
-    #[pyo3(signature = (handle, args, config=None, *, worker))]
+    #[pyo3(signature = (handle, args, config=None, *, worker, dirs=None))]
     fn submit_next_level(
         &self,
         py: Python<'_>,
@@ -165,7 +165,9 @@ impl PyNodeOrchestrator {
         args: &Bound<'_, PyAny>,
         config: Option<&Bound<'_, PyAny>>,
         worker: &Bound<'_, PyAny>,
+        dirs: Option<Vec<u32>>,
     ) -> PyResult<u64> {
+        let dirs = dirs.map(arg_dirs).transpose()?;
         let chips = self.with(|o| o.chips())?;
         let worker = worker_index(worker, chips)?;
         let cfg: CallConfig = call_config_of(py, config)?;
@@ -201,7 +203,7 @@ impl PyNodeOrchestrator {
         }
         self.keep.lock().unwrap().extend(keep);
         self.with(|o| {
-            o.submit_next_level(handle, &list, &cfg, worker)
+            o.submit_next_level_with(handle, dirs.as_deref(), &list, &cfg, worker)
                 .map(|id| id.0)
                 .map_err(|f| failure_err(py, &f))
         })?
@@ -274,7 +276,7 @@ impl PyNodeOrchestrator {
     ) -> PyResult<u64> {
         let cfg: CallConfig = call_config_of(py, config)?;
         cfg.validate().map_err(config_err)?;
-        let dirs = crate::conversion::arg_dirs(dirs)?;
+        let dirs = arg_dirs(dirs)?;
         let owners = self.owners.bind(py);
         let mut list = vec![];
         let mut keep = vec![];
@@ -332,7 +334,7 @@ impl PyNodeOrchestrator {
         }
         let mut ids = Vec::with_capacity(ws.len());
         for (a, w) in args.iter().zip(&ws) {
-            ids.push(self.submit_next_level(py, handle, a, config, w)?);
+            ids.push(self.submit_next_level(py, handle, a, config, w, None)?);
         }
         Ok(ids)
     }

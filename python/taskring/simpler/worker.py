@@ -36,8 +36,7 @@ from .task_interface import (
 
 RUNTIME = "tensormap_and_ringbuffer"
 PLATFORMS = ("a2a3sim", "a2a3")
-# An L3 chip program is registered once per scalar count a task may pass (taskring's
-# chip tasks take at most 16 scalars), so a submit finds the one its arguments match.
+# taskring's chip tasks take at most 16 scalars.
 _MAX_SCALARS = 16
 _ALIGN = 64
 # A host worker's task whose last tensor is its callable, pickled (see Worker._host_task).
@@ -193,7 +192,9 @@ class Orchestrator:
         o = self._native("submit_sub_group")
         return [o.submit_host(*w._host_task(slot, a, "orch.submit_sub_group", tags=False), None, None) for a in args_list]
 
-    def _args(self, slot: int, args: Optional[TaskArgs]) -> Tuple[int, List[Any]]:
+    def _args(self, slot: int, args: Optional[TaskArgs]) -> Tuple[int, List[Any], List[int]]:
+        """A chip task's program, arguments and their directions (from the tensors'
+        tags, as upstream's L3 reads them)."""
         if args is None:
             args = TaskArgs()
         if not isinstance(args, TaskArgs):
@@ -201,7 +202,7 @@ class Orchestrator:
         n = args.scalar_count()
         if n > _MAX_SCALARS:
             raise ValueError(f"a chip task takes at most {_MAX_SCALARS} scalars, got {n}")
-        return slot * (_MAX_SCALARS + 1) + n, args._host_args()
+        return slot, args._host_args(), [_TAG_DIR[int(t)] for t in args._tags] + [3] * n
 
     def submit_next_level(self, handle: Any, args: Optional[TaskArgs] = None, config: Any = None, *, worker: Any) -> int:
         """Run the registered chip program ``handle`` with ``args`` on chip ``worker``
@@ -213,8 +214,8 @@ class Orchestrator:
             return self._submit_child(handle, args, config, w, "submit_next_level")
         slot = self._resolve(handle, "submit_next_level")
         cfg = to_native_config(config)
-        native, host = self._args(slot, args)
-        return self._native("submit_next_level").submit_next_level(native, host, cfg, worker=w)
+        native, host, dirs = self._args(slot, args)
+        return self._native("submit_next_level").submit_next_level(native, host, cfg, worker=w, dirs=dirs)
 
     def _submit_child(self, handle: Any, args: Any, config: Any, w: int, api: str) -> int:
         """Level 4: the L3 orchestration ``handle`` on next-level worker ``w``, with
@@ -241,7 +242,11 @@ class Orchestrator:
         slot = self._resolve(handle, "submit_next_level_group")
         cfg = to_native_config(config)
         o = self._native("submit_next_level_group")
-        return [o.submit_next_level(*self._args(slot, a), cfg, worker=w) for a, w in zip(args_list, ws)]
+        ids = []
+        for a, w in zip(args_list, ws):
+            native, host, dirs = self._args(slot, a)
+            ids.append(o.submit_next_level(native, host, cfg, worker=w, dirs=dirs))
+        return ids
 
     def scope(self, manual: bool = False) -> Any:
         """``with orch.scope():`` — a nested scope of the run."""
@@ -444,11 +449,8 @@ class Worker:
         labels = [f"sub_worker {i}" for i in range(self.num_sub_workers)]
         labels += [f"child_worker {i} (level 3)" for i in range(len(self._children))]
         if self.device_ids or labels:
-            callables: List[Tuple[Any, str, Sequence[int]]] = []
-            for cc in self._callables:
-                sig = [int(s) for s in cc._native_signature()]
-                for k in range(_MAX_SCALARS + 1):
-                    callables.append((cc._native, cc.func_name, sig + [3] * k))
+            # Each submit gives its arguments' directions (the tags of its TaskArgs).
+            callables = [(cc._native, cc.func_name, [int(s) for s in cc._native_signature()]) for cc in self._callables]
             self._node = _native.Node(
                 list(self.device_ids),
                 callables,
