@@ -124,12 +124,16 @@ fuzz:
 # Soak (not part of `make test`): random L2/L3 programs, random per-task ring sizes and
 # injected faults for SOAK_MINUTES (at most 10), checked against numpy, with RSS, fds,
 # mappings and child processes back at their baseline at the end. SOAK_ARGS e.g.
-# `--sigstop` (chip SIGSTOP fault) or `--seed 7`.
+# `--sigstop` (chip SIGSTOP fault) or `--seed 7`. Then soak/sub_soak.py for SOAK_SUB_MINUTES:
+# random DAGs of SUB tasks (simpler.worker.Worker, L3 and L4 by composition) with SUB
+# faults (a raising callable, SIGKILL, os._exit), checked the same way.
 SOAK_MINUTES ?= 5
 SOAK_ARGS ?=
 SOAK_L4_MINUTES ?= 1
+SOAK_SUB_MINUTES ?= 1
 soak: py-dev
 	$(VPY) soak/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+	$(VPY) soak/sub_soak.py --minutes $(SOAK_SUB_MINUTES)
 	@if [ -n "$$($(MPI_FEATURES))" ]; then set -x; timeout 900 $(VPY) soak/l4_soak.py --minutes $(SOAK_L4_MINUTES); else echo "make soak: no Open MPI: the L4 part (soak/l4_soak.py) is skipped; see make mpi"; fi
 
 # Benchmarks B2-B7 (docs/benchmarks.md, docs/performance.md): JSON results under
