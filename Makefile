@@ -152,6 +152,7 @@ bench: py-dev $(VENV)/.bench-ready peers-build
 	$(VPY) benches/b7_python.py
 	$(VPY) benches/b10_python.py
 	$(VPY) benches/b12_simpler.py $(if $(B12_UPSTREAM),--upstream $(B12_UPSTREAM))
+	$(VPY) benches/b13_sub.py
 	$(VPY) benches/taskbench/metg.py trivial stencil_1d
 	@if [ -x $(PEERS_BIN) ]; then set -x; $(CARGO) run --locked --release -p taskring-bench -- peers; \
 	else echo "make bench: $(PEERS_BIN) not built (no oneTBB, see make tbb): the peers benchmark is skipped"; fi
