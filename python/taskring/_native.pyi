@@ -693,7 +693,7 @@ class Node:
         prewarm_if_fits: bool = False,
         host_labels: Sequence[str] | None = None,
         host_pool: int = 0,
-        host_entry: Callable[[int, int, list[Any], CallConfig], str | None] | None = None,
+        host_entry: Callable[[int, int, list[Any], CallConfig | None], str | None] | None = None,
         host_start: Callable[[int], str | None] | None = None,
         host_stop: Callable[[int], str | None] | None = None,
     ) -> Self:
@@ -701,7 +701,7 @@ class Node:
 
         Host workers (one process each, after the chips; `host_labels[i]` names worker `i` in failures, the first `host_pool` are a pool):
         `host_entry(worker, callable, args, config)` runs each task in its process (tensors as `(address, nbytes, shape, strides, dtype)`
-        tuples) and returns None or the failure's text; `host_start(worker)` / `host_stop(worker)` run there once.
+        tuples; `config` None for a pooled worker's task) and returns None or the failure's text; `host_start(worker)` / `host_stop(worker)` run there once.
         """
 
     def hold(self, worker: int, nbytes: int) -> ArenaStats:

@@ -119,6 +119,7 @@ fn hook_outcome(py: Python<'_>, r: PyResult<Py<PyAny>>) -> Result<(), String> {
 /// The node's host workers, calling into Python in their processes.
 fn host_workers(h: HostArgs) -> HostWorkers {
     let entry = Arc::new(h.entry);
+    let pool = h.pool;
     let hook = |f: Option<Py<PyAny>>| -> Option<HostHook> {
         f.map(|f| {
             let f = Arc::new(f);
@@ -158,7 +159,12 @@ fn host_workers(h: HostArgs) -> HostWorkers {
                     };
                     r.map_err(|e| py_err_text(py, &e))?;
                 }
-                let cfg = PyCallConfig::from_rust(py, c.config).map_err(|e| py_err_text(py, &e))?;
+                // A pooled (SUB) worker's callable takes no config: none is built for it.
+                let cfg = if c.worker < pool {
+                    None
+                } else {
+                    Some(PyCallConfig::from_rust(py, c.config).map_err(|e| py_err_text(py, &e))?)
+                };
                 hook_outcome(py, entry.call1(py, (c.worker, c.callable, args, cfg)))
             })
         }),

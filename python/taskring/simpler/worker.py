@@ -580,7 +580,7 @@ class Worker:
             raise RuntimeError(f"callable {slot} is not registered in this worker")
         return fn, args
 
-    def _host_entry(self, i: int, cid: int, args: List[Any], cfg: _native.CallConfig) -> Optional[str]:
+    def _host_entry(self, i: int, cid: int, args: List[Any], cfg: Optional[_native.CallConfig]) -> Optional[str]:
         """A host worker's task, in its process: ``None``, or the failure's text."""
         m = self.num_sub_workers
         who = "sub_worker" if i < m else "child_worker level=3"
@@ -590,6 +590,7 @@ class Worker:
                 fn(mapped_args(args))
                 return None
             child = self._children[i - m]
+            assert cfg is not None  # a next-level task carries its config
             child.run(fn, _child_args(args), CallConfig._from_native(cfg))
             return None
         except BaseException as e:  # noqa: BLE001 - every failure is the task's
