@@ -37,6 +37,27 @@ def shm_entries():
     return set(os.listdir("/dev/shm"))
 
 
+def child_pids():
+    """This process's child processes (each thread's)."""
+    pids = set()
+    for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+        try:
+            with open(f"/proc/{os.getpid()}/task/{tid}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except FileNotFoundError:
+            pass
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    """After each test (its Workers closed): no child process and nothing new in /dev/shm."""
+    shm, kids = shm_entries(), child_pids()
+    yield
+    assert child_pids() <= kids
+    assert shm_entries() <= shm
+
+
 def ta(*tensors, scalars=()):
     args = TaskArgs()
     for t, tag in tensors:
