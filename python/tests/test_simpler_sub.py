@@ -432,3 +432,18 @@ def test_l4_task_tensors_reach_the_chips_of_an_l3_child(libs):  # noqa: F811
         np.testing.assert_allclose(t_out, (a + a + b).T)
     finally:
         w4.close()
+
+
+def test_create_buffer_is_shared_host_memory_owned_by_the_worker():
+    from simpler.buffer import AddressSpace, BackendKind
+
+    with Worker(level=3, num_sub_workers=1) as w:
+        h = w.register(fill_rows)
+        w.init()
+        b0, b1 = w.create_buffer(48), w.create_buffer(64)
+        assert (b0.backend_kind, b0.address_space, b0.nbytes) == (BackendKind.POSIX_SHM, AddressSpace.HOST, 48)
+        assert b0.identity.owner_instance_id == b1.identity.owner_instance_id and b0.identity.buffer_id != b1.identity.buffer_id
+        w.run(lambda o, a, c: o.submit_sub(h, ta((b0.tensor(shapes=(3, 4), dtype=DataType.FLOAT32), OUT), scalars=[2])))
+        got = np.frombuffer(b0.shm.buf, dtype=np.float32).reshape(3, 4)
+        np.testing.assert_allclose(got, np.arange(3)[:, None] * 2 + np.arange(4)[None, :])
+    assert b0.closed and b0.shm.buf is None

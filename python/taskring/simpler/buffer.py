@@ -11,9 +11,8 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union, overlo
 
 import numpy as np
 
-from .task_interface import DataType, Tensor, datatype_to_numpy, numpy_to_datatype, view_of
+from .task_interface import OWNER_INSTANCE_ID_BYTES, DataType, Tensor, datatype_to_numpy, numpy_to_datatype, view_of
 
-OWNER_INSTANCE_ID_BYTES = 8
 _U64 = 1 << 64
 
 
@@ -101,7 +100,7 @@ class Buffer:
     ``tensor(shapes, dtype, strides=None, byte_offset=0)`` names a view of it as a task
     argument; taskring reads the bytes only where a task's worker does."""
 
-    __slots__ = ("base", "nbytes", "owner_instance_id", "buffer_id", "access", "backend_kind", "address_space", "owner_worker_id", "closed", "_mem")
+    __slots__ = ("base", "nbytes", "owner_instance_id", "buffer_id", "access", "backend_kind", "address_space", "owner_worker_id", "shm", "closed", "_mem", "__weakref__")
 
     def __init__(self, base: int, nbytes: int, owner_instance_id: bytes, buffer_id: int, access: AccessMode, backend_kind: BackendKind, address_space: AddressSpace) -> None:
         if nbytes <= 0:
@@ -114,6 +113,7 @@ class Buffer:
         self.backend_kind = BackendKind(int(backend_kind))
         self.address_space = AddressSpace(int(address_space))
         self.owner_worker_id = 0
+        self.shm: Optional[SharedBacking] = None
         self.closed = False
         # Over the address, never read here: a view names the bytes for the tensormap.
         self._mem = np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.base))
@@ -137,6 +137,28 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"Buffer(base=0x{self.base:x}, nbytes={self.nbytes}, {self.address_space.name}, {self.backend_kind.name}, {self.access.name})"
+
+
+class SharedBacking:
+    """The memory behind a ``Worker.create_buffer`` buffer: ``buf``, a writable
+    memoryview of its bytes (memory the Worker's children map)."""
+
+    __slots__ = ("buf", "_mem")
+
+    def __init__(self, mem: Any, array: np.ndarray) -> None:
+        self._mem = mem
+        self.buf: Optional[memoryview] = memoryview(array.data).cast("B")
+
+    def close(self) -> None:
+        self.buf = None
+
+
+def shared_buffer(mem: Any, array: np.ndarray, owner_instance_id: bytes, buffer_id: int) -> Buffer:
+    """A HOST, POSIX_SHM, READWRITE buffer over ``array`` (uint8 over the shared memory
+    ``mem``, which it keeps alive)."""
+    b = Buffer(int(array.__array_interface__["data"][0]), array.nbytes, owner_instance_id, buffer_id, AccessMode.READWRITE, BackendKind.POSIX_SHM, AddressSpace.HOST)
+    b.shm = SharedBacking(mem, array)
+    return b
 
 
 def wrap_fork_inherited(
@@ -264,6 +286,7 @@ __all__ = [
     "MappedArg",
     "MappedArgs",
     "OWNER_INSTANCE_ID_BYTES",
+    "SharedBacking",
     "mint_owner_instance_id",
     "wrap_device_malloc",
     "wrap_fork_inherited",

@@ -815,6 +815,9 @@ class ChipStorageTaskArgs:
 
 # ----- TaskArgs -------------------------------------------------------------------------------
 
+# The bytes of a buffer owner's id (``simpler.buffer.mint_owner_instance_id``).
+OWNER_INSTANCE_ID_BYTES = 8
+
 # What each TensorArgType asks of its buffer: (read, write). OUTPUT (a fresh result) and
 # NO_DEP ask nothing.
 _TAG_NEEDS = {0: (True, False), 1: (False, False), 2: (True, True), 3: (False, True), 4: (False, False)}
@@ -970,6 +973,7 @@ __all__ = [
     "CoreCallable",
     "DataType",
     "MAX_TENSOR_DIMS",
+    "OWNER_INSTANCE_ID_BYTES",
     "RUNTIME_ENV_RING_COUNT",
     "RuntimeEnv",
     "TaskArgs",

@@ -321,6 +321,10 @@ class Worker:
         self._rehomed: Dict[int, Any] = {}  # id(torch tensor) -> its shared memory (L3)
         # Set in a host worker's process: the Python callables it has loaded.
         self._loaded: Dict[int, Any] = {}
+        # create_buffer's: this Worker's owner id, the last buffer id, the live buffers.
+        self._oid: Optional[bytes] = None
+        self._next_buffer_id = 0
+        self._host_buffers: List[Any] = []
 
     # -- registration ----------------------------------------------------------------------
     def register(self, target: Any, *, workers: Optional[List[int]] = None) -> CallableHandle:
@@ -450,7 +454,9 @@ class Worker:
         labels += [f"child_worker {i} (level 3)" for i in range(len(self._children))]
         if self.device_ids or labels:
             # Each submit gives its arguments' directions (the tags of its TaskArgs).
-            callables = [(cc._native, cc.func_name, [int(s) for s in cc._native_signature()]) for cc in self._callables]
+            callables: List[Tuple[Any, str, Sequence[int]]] = [
+                (cc._native, cc.func_name, [int(s) for s in cc._native_signature()]) for cc in self._callables
+            ]
             self._node = _native.Node(
                 list(self.device_ids),
                 callables,
@@ -484,6 +490,11 @@ class Worker:
         for b in self._buffers.values():
             b.closed = True
         self._buffers.clear()
+        for hb in self._host_buffers:
+            hb.closed = True
+            if hb.shm is not None:
+                hb.shm.close()
+        self._host_buffers.clear()
 
     def __enter__(self) -> "Worker":
         return self
@@ -737,6 +748,27 @@ class Worker:
         """``(free, total)`` bytes of chip ``worker_id``'s device memory."""
         used, cap = self._capacity(int(worker_id))
         return max(0, cap - used), cap
+
+    def create_buffer(self, nbytes: int) -> Any:
+        """A shared host ``Buffer`` of ``nbytes`` owned by this Worker (``simpler.buffer``:
+        HOST, POSIX_SHM, READWRITE; ``identity`` with this Worker's owner id and the next
+        ``buffer_id``): memory its chips, SUB and child workers map, used in place
+        (``buffer.shm.buf``, ``buffer.tensor(shapes, dtype)``). Released at ``close()``."""
+        from .buffer import mint_owner_instance_id, shared_buffer
+
+        if self.level < 2:
+            raise TypeError("create_buffer requires a level >= 2 Worker")
+        self._ready()
+        n = int(nbytes)
+        if n <= 0:
+            raise ValueError(f"Worker.create_buffer: nbytes must be positive, got {n}")
+        if self._oid is None:
+            self._oid = mint_owner_instance_id()
+        mem = _native.SharedMem(n)
+        self._next_buffer_id += 1
+        b = shared_buffer(mem, array_over(mem, (n,), np.uint8), self._oid, self._next_buffer_id)
+        self._host_buffers.append(b)
+        return b
 
     # -- host tensors ----------------------------------------------------------------------
     def make_tensor_arg(self, tensor: Any, shapes: Optional[Sequence[int]] = None, dtype: Any = None, *, strides: Optional[Sequence[int]] = None) -> Tensor:
