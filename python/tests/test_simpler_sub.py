@@ -447,3 +447,16 @@ def test_create_buffer_is_shared_host_memory_owned_by_the_worker():
         got = np.frombuffer(b0.shm.buf, dtype=np.float32).reshape(3, 4)
         np.testing.assert_allclose(got, np.arange(3)[:, None] * 2 + np.arange(4)[None, :])
     assert b0.closed and b0.shm.buf is None
+
+
+def test_a_worker_holds_at_most_64_callables():
+    from simpler.task_interface import MAX_REGISTERED_CALLABLE_IDS
+
+    w = Worker(level=3, num_sub_workers=1)
+    fns = [eval(f"lambda args: {i}") for i in range(MAX_REGISTERED_CALLABLE_IDS + 1)]
+    handles = [w.register(f) for f in fns[:-1]]
+    assert len({h.hashid for h in handles}) == MAX_REGISTERED_CALLABLE_IDS == 64
+    assert w.register(fns[0]).hashid == handles[0].hashid  # one held already
+    with pytest.raises(RuntimeError, match=r"callable capacity exhausted \(MAX_REGISTERED_CALLABLE_IDS=64\)"):
+        w.register(fns[-1])
+    w.close()

@@ -677,24 +677,6 @@ fn misuse_is_invalid_args_naming_the_call() {
             }),
         ),
         (
-            // 64 explicit dependencies are taken; a 65th is an error.
-            "at most 64 explicit dependencies",
-            Box::new(|o, _| {
-                let first = submit(o, NOOP, |_| {})?.id;
-                submit(o, NOOP, |t| {
-                    for _ in 0..64 {
-                        t.dep(first);
-                    }
-                })?;
-                submit(o, NOOP, |t| {
-                    for _ in 0..65 {
-                        t.dep(first);
-                    }
-                })
-                .map(|_| ())
-            }),
-        ),
-        (
             "at most 16 tensors",
             Box::new(|o, x| {
                 submit(o, NOOP, |t| {

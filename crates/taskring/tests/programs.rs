@@ -278,6 +278,47 @@ fn dummy_and_explicit_deps_in_manual_scope() {
     }
 }
 
+/// A task may wait for any number of tasks: 200 fills of one row each, then a task
+/// that depends on all of them explicitly (in a manual scope, where nothing is
+/// inferred) sees every row written.
+#[test]
+fn a_task_waits_for_two_hundred_explicit_dependencies() {
+    let mut w = chip(2);
+    let prog = Program::new("fan_in", |o, args| {
+        let x = args[0].tensor()?;
+        let sum = args[1].tensor()?;
+        o.manual_scope(|o| {
+            let mut ids = Vec::with_capacity(200);
+            for r in 0..200u32 {
+                let row = x
+                    .view(&[1, 4], r as u64 * 4, None)
+                    .map_err(|e| RuntimeFailure::invalid_args(None, e.to_string()))?;
+                ids.push(
+                    submit(o, FILL, |t| {
+                        t.output_existing(row).scalar(Scalar::F64(r as f64));
+                    })?
+                    .id,
+                );
+            }
+            submit(o, COPY, |t| {
+                t.input(x).output_existing(sum);
+                for &id in &ids {
+                    t.dep(id);
+                }
+            })?;
+            Ok(())
+        })
+    });
+    let mut x = vec![-1f32; 800];
+    let mut out = vec![0f32; 800];
+    let args = [host(&mut x, &[200, 4]), host(&mut out, &[200, 4])];
+    w.run_with_sizing(&prog, &args, &RingSizing::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    drop(args);
+    let want: Vec<f32> = (0..800).map(|i| (i / 4) as f32).collect();
+    assert_eq!(out, want);
+}
+
 #[test]
 fn one_core_chip_runs_every_kind() {
     // A one-core chip's core is of kind Any: it must take AIC and AIV tasks too.

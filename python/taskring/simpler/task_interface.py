@@ -817,6 +817,8 @@ class ChipStorageTaskArgs:
 
 # The bytes of a buffer owner's id (``simpler.buffer.mint_owner_instance_id``).
 OWNER_INSTANCE_ID_BYTES = 8
+# Most distinct callables one Worker holds (chip programs and Python callables).
+MAX_REGISTERED_CALLABLE_IDS = 64
 
 # What each TensorArgType asks of its buffer: (read, write). OUTPUT (a fresh result) and
 # NO_DEP ask nothing.
@@ -972,6 +974,7 @@ __all__ = [
     "ContinuousTensor",
     "CoreCallable",
     "DataType",
+    "MAX_REGISTERED_CALLABLE_IDS",
     "MAX_TENSOR_DIMS",
     "OWNER_INSTANCE_ID_BYTES",
     "RUNTIME_ENV_RING_COUNT",

@@ -21,6 +21,7 @@ from .._shared import array_over
 from .buffer import mapped_args
 from .callable_identity import CallableHandle
 from .task_interface import (
+    MAX_REGISTERED_CALLABLE_IDS,
     CallConfig,
     ChipCallable,
     DataType,
@@ -248,6 +249,20 @@ class Orchestrator:
             ids.append(o.submit_next_level(native, host, cfg, worker=w, dirs=dirs))
         return ids
 
+    def alloc_child_tensor(self, worker_id: int, shapes: Sequence[int], dtype: Any) -> Buffer:
+        """``Worker.alloc_child_tensor`` from inside the orchestration."""
+        return self._worker.alloc_child_tensor(worker_id, shapes, dtype)
+
+    def free(self, handle: Buffer) -> None:
+        """``Worker.free`` from inside the orchestration."""
+        self._worker.free(handle)
+
+    def copy_to(self, dst: Buffer, src: Any) -> None:
+        self._worker.copy_to(dst, src)
+
+    def copy_from(self, dst: Any, src: Buffer) -> None:
+        self._worker.copy_from(dst, src)
+
     def scope(self, manual: bool = False) -> Any:
         """``with orch.scope():`` — a nested scope of the run."""
         return self._native("scope").scope(manual)
@@ -338,6 +353,11 @@ class Worker:
             raise TypeError("Worker.register: workers= is only supported for RemoteCallable")
         if self._closed:
             raise RuntimeError("Worker.register: worker is closed")
+        if len(self._callables) + len(self._py) >= MAX_REGISTERED_CALLABLE_IDS and not self._registered(target):
+            raise RuntimeError(
+                f"Worker.register: callable capacity exhausted (MAX_REGISTERED_CALLABLE_IDS={MAX_REGISTERED_CALLABLE_IDS}); "
+                "unregister unused callables before registering more"
+            )
         if isinstance(target, ChipCallable):
             return self._register_chip(target)
         if self.level == 2:
@@ -345,6 +365,12 @@ class Worker:
         if not callable(target):
             raise TypeError("Worker.register: non-ChipCallable target must be callable")
         return self._register_python(target)
+
+    def _registered(self, target: Any) -> bool:
+        """Whether ``target`` is one this Worker holds already (its identity)."""
+        if isinstance(target, ChipCallable):
+            return "sha256:" + target._digest in self._slots
+        return any(f is target for f in self._py)
 
     def _register_chip(self, target: ChipCallable) -> CallableHandle:
         if self.level >= 4:
@@ -702,15 +728,14 @@ class Worker:
         self._buffers[buf.base] = buf
         return buf
 
-    def _check_chip_worker_id(self, handle: Any) -> None:
-        """Above level 2, a device buffer names its chip: one this Worker has, or IndexError."""
-        w = getattr(handle, "owner_worker_id", None)
+    def _check_chip_worker_id(self, w: Any) -> None:
+        """Above level 2, chip ``w`` (a device buffer's owner) is one this Worker has, or IndexError."""
         if self.level != 2 and isinstance(w, int) and not 0 <= w < len(self.device_ids):
             raise IndexError(f"worker_id {w} out of range (have {len(self.device_ids)} chips)")
 
     def free(self, handle: Buffer) -> None:
         """Release a buffer of ``malloc`` / ``alloc_child_tensor``."""
-        self._check_chip_worker_id(handle)
+        self._check_chip_worker_id(getattr(handle, "owner_worker_id", None))
         if not isinstance(handle, Buffer) or self._buffers.get(handle.base) is not handle:
             raise ValueError("Worker.free: not a live buffer of this Worker")
         del self._buffers[handle.base]
@@ -720,7 +745,7 @@ class Worker:
             self._release(handle.owner_worker_id, handle.nbytes)
 
     def _device_bytes(self, handle: Any, api: str, nbytes: int) -> np.ndarray:
-        self._check_chip_worker_id(handle)
+        self._check_chip_worker_id(getattr(handle, "owner_worker_id", None))
         if not isinstance(handle, Buffer) or self._buffers.get(handle.base) is not handle:
             raise ValueError(f"Worker.{api}: expected a live device Buffer of this Worker")
         if nbytes > handle.nbytes:
@@ -742,10 +767,12 @@ class Worker:
     def committed_device_memory(self, worker_id: int = 0) -> int:
         """Bytes of chip ``worker_id``'s device memory in use: cached arenas, held
         memory and live buffers."""
+        self._check_chip_worker_id(int(worker_id))
         return self._capacity(int(worker_id))[0]
 
     def device_memory_info(self, worker_id: int = 0) -> Tuple[int, int]:
         """``(free, total)`` bytes of chip ``worker_id``'s device memory."""
+        self._check_chip_worker_id(int(worker_id))
         used, cap = self._capacity(int(worker_id))
         return max(0, cap - used), cap
 

@@ -10,7 +10,7 @@ use taskring::{DType, TaskArgs, Tensor};
 
 /// Most input tensors one task may take (taskring's limit of 16, minus the output row).
 const MAX_INPUT_TENSORS: usize = 15;
-/// Most explicit dependencies the generated tasks take (within taskring's `MAX_TASK_DEPS`).
+/// Most explicit dependencies the generated tasks take (taskring keeps 16 inline).
 const MAX_EXPLICIT_DEPS: usize = 16;
 
 /// Rows of one buffer block (graphs up to this width use a single block).

@@ -38,8 +38,8 @@ use std::mem::MaybeUninit;
 pub const MAX_TASK_TENSORS: usize = 16;
 /// Most scalars one task may take.
 pub const MAX_TASK_SCALARS: usize = 16;
-/// Most explicit dependencies one task may declare.
-pub const MAX_TASK_DEPS: usize = 64;
+/// Explicit dependencies a task keeps inline; more (there is no limit) move to the heap.
+pub const MAX_TASK_DEPS: usize = 16;
 /// Fanin edges stored in the payload; the rest spill into the ring's spill pool.
 pub(crate) const FANIN_INLINE: usize = 16;
 /// Deepest scope nesting.
@@ -136,7 +136,6 @@ impl TensorSpec {
 pub(crate) enum ArgError {
     TooManyTensors,
     TooManyScalars,
-    TooManyDeps,
     TensorAfterScalar,
 }
 
@@ -149,10 +148,6 @@ impl fmt::Display for ArgError {
             ArgError::TooManyScalars => {
                 write!(f, "a task takes at most {MAX_TASK_SCALARS} scalars")
             }
-            ArgError::TooManyDeps => write!(
-                f,
-                "a task takes at most {MAX_TASK_DEPS} explicit dependencies"
-            ),
             ArgError::TensorAfterScalar => {
                 f.write_str("all tensors must be added before any scalar")
             }
@@ -237,6 +232,9 @@ pub struct TaskArgs {
     pub(crate) scalar_float_mask: u16,
     deps: [MaybeUninit<(TaskId, u64)>; MAX_TASK_DEPS],
     n_deps: usize,
+    /// Every explicit dependency once there are more than [`MAX_TASK_DEPS`] (empty, and
+    /// unallocated, until then).
+    spill: Vec<(TaskId, u64)>,
     pub(crate) error: Option<ArgError>,
 }
 
@@ -256,6 +254,7 @@ impl Default for TaskArgs {
             std::ptr::addr_of_mut!((*p).n_scalars).write(0);
             std::ptr::addr_of_mut!((*p).scalar_float_mask).write(0);
             std::ptr::addr_of_mut!((*p).n_deps).write(0);
+            std::ptr::addr_of_mut!((*p).spill).write(Vec::new());
             std::ptr::addr_of_mut!((*p).error).write(None);
             a.assume_init()
         }
@@ -303,6 +302,9 @@ impl TaskArgs {
     /// The explicit dependencies added so far (id, flags).
     #[inline]
     pub(crate) fn deps(&self) -> &[(TaskId, u64)] {
+        if !self.spill.is_empty() {
+            return &self.spill;
+        }
         // safety: dep_flags initialises entry n_deps before incrementing it.
         unsafe { init_prefix(&self.deps, self.n_deps) }
     }
@@ -397,12 +399,17 @@ impl TaskArgs {
         self.dep_flags(id, shared::DEP_WAIT)
     }
     pub(crate) fn dep_flags(&mut self, id: TaskId, flags: u64) -> &mut Self {
-        if self.n_deps == MAX_TASK_DEPS {
-            self.record(ArgError::TooManyDeps);
-        } else {
+        if self.n_deps < MAX_TASK_DEPS {
             self.deps[self.n_deps] = MaybeUninit::new((id, flags));
-            self.n_deps += 1;
+        } else {
+            if self.spill.is_empty() {
+                // safety: the first n_deps entries were initialised above.
+                let inline = unsafe { init_prefix(&self.deps, self.n_deps) };
+                self.spill.extend_from_slice(inline);
+            }
+            self.spill.push((id, flags));
         }
+        self.n_deps += 1;
         self
     }
     pub fn tensor_count(&self) -> usize {
