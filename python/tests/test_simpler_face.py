@@ -641,6 +641,11 @@ def test_torch_tensors_at_l2_and_l3(libs):
             o.submit_next_level(h, ta, CallConfig(), worker=0)
 
         w.run(orch)
+        # A tensor that was not share_memory_()-ed is an input only, as upstream's.
+        plain = make_tensor_arg(w, torch.zeros(8))
+        TaskArgs().add_tensor(plain, TensorArgType.INPUT)
+        with pytest.raises(ValueError, match="not granted by the buffer"):
+            TaskArgs().add_tensor(plain, TensorArgType.OUTPUT_EXISTING)
     finally:
         w.close()
     assert torch.equal(x, y) and info.tolist() == [0, 32]

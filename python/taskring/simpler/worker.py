@@ -799,26 +799,32 @@ class Worker:
 
     # -- host tensors ----------------------------------------------------------------------
     def make_tensor_arg(self, tensor: Any, shapes: Optional[Sequence[int]] = None, dtype: Any = None, *, strides: Optional[Sequence[int]] = None) -> Tensor:
-        """A task argument over a host tensor, used in place. At level 3 the chips are
-        other processes: a numpy array must come from ``taskring.shared_array``; a torch
-        tensor is moved, once, into memory the chips share (its data is copied there and
-        the tensor then refers to it, so later writes by chips show in it)."""
-        if self.level == 3 and type(tensor).__module__.startswith("torch") and hasattr(tensor, "set_"):
-            self._rehome_torch(tensor)
+        """A task argument over a host tensor, used in place. Above level 2 the workers
+        are other processes: a numpy array must come from ``taskring.shared_array``; a
+        torch tensor is moved, once, into memory they share (its data is copied there and
+        the tensor then refers to it, so later writes by workers show in it). As
+        upstream's, a torch tensor that was not ``share_memory_()``-ed is an input only
+        (its buffer grants READ: tagging it as written is a ValueError)."""
+        read_only = False
+        if self.level >= 3 and type(tensor).__module__.startswith("torch") and hasattr(tensor, "set_"):
+            read_only = not self._rehome_torch(tensor)
         a = as_array(tensor)
         if dtype is not None and numpy_to_datatype(a.dtype) != DataType(int(dtype)):
             raise ValueError(f"make_tensor_arg: dtype {DataType(int(dtype)).name} does not match the tensor's {a.dtype}")
         if shapes is not None and tuple(int(s) for s in shapes) != tuple(a.shape):
             a = a.reshape(tuple(int(s) for s in shapes))
-        return Tensor(a)
+        return Tensor(a, buffer=_READ_ONLY if read_only else None)
 
-    def _rehome_torch(self, t: Any) -> None:
+    def _rehome_torch(self, t: Any) -> bool:
+        """Move torch tensor ``t`` into shared memory (once); whether it was shared
+        (``share_memory_()``) before."""
         import torch  # the tensor is torch's
 
         key = id(t)
         cur = self._rehomed.get(key)
         if cur is not None and cur[1] == t.data_ptr():
-            return
+            return bool(cur[3])
+        shared = bool(t.is_shared())
         if not t.is_contiguous():
             raise ValueError("make_tensor_arg requires a contiguous tensor; call tensor.contiguous() first.")
         n = max(1, t.numel() * t.element_size())
@@ -828,11 +834,24 @@ class Worker:
         dst[: t.numel() * t.element_size()].copy_(t.detach().reshape(-1).view(torch.uint8))
         with torch.no_grad():
             t.set_(dst.untyped_storage(), 0, t.size(), t.stride())
-        self._rehomed[key] = (raw, t.data_ptr(), t)
+        self._rehomed[key] = (raw, t.data_ptr(), t, shared)
+        return shared
 
 
 def callable_(f: Any) -> bool:
     return callable(f)
+
+
+class _Grant:
+    """The access a host tensor's memory grants, as a ``simpler.buffer`` buffer names it."""
+
+    __slots__ = ("access",)
+
+    def __init__(self, access: int) -> None:
+        self.access = access
+
+
+_READ_ONLY = _Grant(0)  # AccessMode.READ
 
 
 def _child_args(args: List[Any]) -> TaskArgs:
