@@ -314,7 +314,7 @@ fn a_task_waits_for_two_hundred_explicit_dependencies() {
     let args = [host(&mut x, &[200, 4]), host(&mut out, &[200, 4])];
     w.run_with_sizing(&prog, &args, &RingSizing::default())
         .unwrap_or_else(|e| panic!("{e}"));
-    drop(args);
+    let _ = &args;
     let want: Vec<f32> = (0..800).map(|i| (i / 4) as f32).collect();
     assert_eq!(out, want);
 }
