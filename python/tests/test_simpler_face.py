@@ -705,8 +705,23 @@ def test_l3_orchestrator_errors_and_child_memory(libs):
     h = w.register(cc)
     w.init()
     try:
-        with pytest.raises(RuntimeError, match="must be registered before init"):
-            w.register(probe(libs))
+        # A ChipCallable registered after init(): every chip process loads it then.
+        late = w.register(probe(libs))
+        x = taskring.shared_array(8)
+        x[...] = np.arange(8)
+        ys = [taskring.shared_array(8) for _ in range(2)]
+        infos = [taskring.shared_array(2, np.int64) for _ in range(2)]
+
+        def late_orch(o, _args, _cfg):
+            for chip in (0, 1):
+                ta = TaskArgs()
+                ta.add_tensor(w.make_tensor_arg(x), TensorArgType.INPUT)
+                ta.add_tensor(w.make_tensor_arg(ys[chip]), TensorArgType.OUTPUT_EXISTING)
+                ta.add_tensor(w.make_tensor_arg(infos[chip]), TensorArgType.OUTPUT_EXISTING)
+                o.submit_next_level(late, ta, worker=chip)
+
+        w.run(late_orch)
+        assert all((y == x).all() for y in ys) and [i.tolist() for i in infos] == [[0, 32]] * 2
         errors = []
 
         def orch(o, _args, _cfg):

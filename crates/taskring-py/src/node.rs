@@ -1,7 +1,7 @@
 //! `Node`, the native part of `taskring.Worker(level=3)`, and `SharedMem`, the memory
 //! its chips see (backs `taskring.shared_array`).
 
-use crate::callable::program_of;
+use crate::callable::{program_of, PyChipCallable};
 use crate::config::{call_config_of, PyCallConfig};
 use crate::conversion::{arg_dirs, dtype_itemsize, worker_index};
 use crate::errors::{
@@ -307,6 +307,11 @@ impl PyNode {
             prewarm_if_fits: o.prewarm_if_fits,
             blocking_hook: Some(Arc::new(gil_hook)),
             host: o.host.map(host_workers),
+            // A C++ program registered after the chips started: each chip loads its
+            // libraries from the paths it was loaded from here.
+            late_callable: Some(Arc::new(|d: &[u8]| {
+                taskring::ChipCallable::from_description(d).map(|c| c.for_node())
+            })),
             ..NodeOptions::default()
         };
         let opts = NodeOptions {
@@ -403,14 +408,36 @@ impl PyNode {
         };
         PyNode::start(device_ids, callables, owners, o)
     }
-    /// Register one more program (chip threads see it at once; chip processes only
-    /// know the programs registered before they started).
-    fn register(&self, f: Py<PyAny>, name: String, signature: Vec<u32>) -> PyResult<u32> {
+    /// Register one more program (chip threads see it at once; chip processes are sent a
+    /// C++ `ChipCallable`, and know a Python program only if it was registered before
+    /// they started).
+    fn register(
+        &self,
+        py: Python<'_>,
+        f: Py<PyAny>,
+        name: String,
+        signature: Vec<u32>,
+    ) -> PyResult<u32> {
         self.check_process()?;
+        // Held until the program is in the host's registry: one registration at a time,
+        // so the index sent is the next one on every chip.
+        let mut _turn = None;
         if self.processes && self.started.load(Ordering::Relaxed) {
-            return Err(PyRuntimeError::new_err(
-                "register programs before init(): chip processes are forked at init() and only know the programs registered by then (or use chip_processes=False)",
-            ));
+            let desc = f
+                .bind(py)
+                .cast::<PyChipCallable>()
+                .ok()
+                .map(|c| c.get().inner.describe());
+            let Some(desc) = desc else {
+                return Err(PyRuntimeError::new_err(
+                    "register programs before init(): chip processes are forked at init() and only know the Python programs registered by then (a C++ ChipCallable can be registered later; or use chip_processes=False)",
+                ));
+            };
+            _turn = Some(self.lock(py, "register()")?);
+            let index = self.callables.read().len() as u32;
+            let h = self.handle()?;
+            py.detach(|| h.register_late(index, &desc))
+                .map_err(|e| node_err(py, e))?;
         }
         let (program, _pending) = program_of(f, &name);
         let mut r = self.callables.write();

@@ -644,6 +644,28 @@ fn failures_the_orchestration_reports_or_provokes() {
     assert_good_run(&mut w, &cc);
 }
 
+/// A callable's description (what a chip process is sent for a program registered after
+/// it started) loads the same libraries, entry, signature and kernels: the program it
+/// gives computes what the original does. A damaged description is refused, saying so.
+#[test]
+fn a_callable_described_loads_again() {
+    let _turn = l2_turn();
+    let cc = pipeline();
+    let again = ChipCallable::from_description(&cc.describe()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (again.name(), again.signature()),
+        (cc.name(), cc.signature())
+    );
+    let mut w = chip(2);
+    let mut d = PipelineData::new(2);
+    w.run(&again.program(), &d.args(), &CallConfig::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    d.check();
+    let desc = cc.describe();
+    let e = ChipCallable::from_description(&desc[..desc.len() - 3]).unwrap_err();
+    assert_eq!(e, "a truncated callable description");
+}
+
 #[test]
 fn too_few_arguments_fail_the_config_check() {
     let _turn = l2_turn();

@@ -347,8 +347,8 @@ class Worker:
         ``orch.submit_next_level`` at level 3) or, at levels 3 and 4, any Python
         callable (pickled with cloudpickle): a SUB callable ``fn(args)`` for
         ``orch.submit_sub``, or at level 4 an L3 orchestration ``fn(orch, args, config)``
-        for ``orch.submit_next_level``. Before or after ``init()`` (a chip program at
-        level 3 only before: the chip processes know what exists when they start)."""
+        for ``orch.submit_next_level``. Before or after ``init()`` (a chip program
+        registered after it is loaded by every chip process then)."""
         if workers is not None:
             raise TypeError("Worker.register: workers= is only supported for RemoteCallable")
         if self._closed:
@@ -379,10 +379,11 @@ class Worker:
         _ = target._native  # load the libraries now: a bad one fails here, naming itself
         if hashid not in self._slots:
             if self.level == 3 and self._started:
-                raise RuntimeError(
-                    "Worker.register: at level 3 a ChipCallable must be registered before init() "
-                    "(the chip processes know the programs that exist when they start)"
-                )
+                if self._node is None:
+                    raise ValueError("Worker.register(): LOCAL_CHIP callable has no eligible dispatch target (needs a chip device (device_ids))")
+                # Every chip process loads it (from the paths its libraries were loaded from here).
+                slot = self._node.register(target._native, target.func_name, [int(s) for s in target._native_signature()])
+                assert slot == len(self._callables)
             self._slots[hashid] = len(self._callables)
             self._callables.append(target)
         return self._handle(hashid, "CHIP_CALLABLE", "LOCAL_CHIP", self._slots[hashid])

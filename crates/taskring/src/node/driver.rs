@@ -186,6 +186,27 @@ impl NodeHandle {
         Ok(self.arena_stats_of(chip, st))
     }
 
+    /// Register program `index`, described by `desc`, on every chip process (each
+    /// rebuilds it with `NodeOptions::late_callable`): for a program registered after
+    /// the chips started. Chip threads share the host's registry and are not asked. The
+    /// first chip that refuses is the error; a retry of the same index overwrites it on
+    /// the chips that took it.
+    pub fn register_late(&self, index: u32, desc: &[u8]) -> Result<(), NodeError> {
+        if std::process::id() != self.creator {
+            return Err(NodeError::Forked(self.creator));
+        }
+        let x = &self.shared.exec;
+        for chip in x.chips[..x.n_chips].iter().filter(|c| c.process) {
+            let r = chip
+                .round_trip(&x.ctl, |b| wire::encode_register_request(b, index, desc))
+                .map_err(NodeError::Chip)?;
+            if r.status != 0 {
+                return Err(NodeError::Chip(chip.fault(r.error)));
+            }
+        }
+        Ok(())
+    }
+
     /// Cancel the run in flight: every dispatch waiting on a chip gives up at once and
     /// the run fails with [`NodeError::Interrupted`] (see the module doc). The flag is
     /// cleared when the next run starts.

@@ -190,7 +190,13 @@ pub struct NodeOptions {
     pub device_memory: u64,
     /// Host worker processes beside the chips (none by default).
     pub host: Option<HostWorkers>,
+    /// How a chip process rebuilds a program registered after it started, from the
+    /// bytes [`NodeHandle::register_late`] sends it (None: such programs are refused).
+    pub late_callable: Option<LateCallable>,
 }
+
+/// Rebuilds, in a chip process, a program from its description.
+pub type LateCallable = std::sync::Arc<dyn Fn(&[u8]) -> Result<ChipCallable, String> + Send + Sync>;
 
 impl Default for NodeOptions {
     fn default() -> Self {
@@ -212,6 +218,7 @@ impl Default for NodeOptions {
                 .unwrap_or(Duration::from_secs(2)),
             device_memory: crate::chip::default_device_memory(),
             host: None,
+            late_callable: None,
         }
     }
 }

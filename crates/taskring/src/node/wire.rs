@@ -37,6 +37,10 @@ pub const KIND_STATS: u16 = 3;
 /// The bytes of device-resident tensors the chip holds (body: one u64); the reply is
 /// the chip's arena statistics, or a DEVICE_OUT_OF_MEMORY failure.
 pub const KIND_HOLD: u16 = 4;
+/// A program registered after the chip started (body: its index, u32, then the bytes the
+/// node's `late_callable` hook rebuilds it from); the reply is the chip's arena
+/// statistics, or a failure saying why it could not.
+pub const KIND_REGISTER: u16 = 5;
 /// Longest `output_prefix` a frame carries.
 pub const MAX_PREFIX_BYTES: usize = 4096;
 /// Longest error text a reply carries (longer texts are cut).
@@ -554,6 +558,28 @@ pub fn encode_hold_request(buf: &mut [u8], bytes: u64) -> Result<usize, FrameErr
 /// The bytes of a hold request.
 pub fn decode_hold_request(buf: &[u8]) -> Result<u64, FrameError> {
     open(buf, KIND_HOLD)?.u64()
+}
+
+/// A request registering program `index`, described by `desc`, on a chip.
+pub fn encode_register_request(
+    buf: &mut [u8],
+    index: u32,
+    desc: &[u8],
+) -> Result<usize, FrameError> {
+    let mut w = W { buf, at: 0 };
+    header(&mut w, KIND_REGISTER)?;
+    w.u32(index)?;
+    w.u32(desc.len() as u32)?;
+    w.put(desc)?;
+    Ok(finish(w))
+}
+
+/// The index and description of a register request.
+pub fn decode_register_request(buf: &[u8]) -> Result<(u32, &[u8]), FrameError> {
+    let mut r = open(buf, KIND_REGISTER)?;
+    let index = r.u32()?;
+    let n = r.u32()? as usize;
+    Ok((index, r.take(n)?))
 }
 
 /// The kind of a request frame (after checking magic, version and length).

@@ -361,6 +361,7 @@ fn serve_request(
 ) -> ReplyFrame {
     match wire::request_kind(req) {
         Ok(wire::KIND_STATS) => return stats_reply(chip),
+        Ok(wire::KIND_REGISTER) => return register_late(ctx, chip, req),
         Ok(wire::KIND_HOLD) => {
             return match wire::decode_hold_request(req) {
                 Ok(bytes) => match chip.hold_resident_tensors(bytes) {
@@ -407,6 +408,41 @@ fn serve_request(
         Err(RunError::Config(e)) => failed_reply(StatusCode::InvalidArgs, e.message),
         Err(RunError::Failure(f)) => failed_reply(f.code, f.to_string()),
     }
+}
+
+/// Register a program sent after this chip started, at the index the host gave it
+/// (a retry of an index overwrites it); the reply is this chip's statistics.
+fn register_late(ctx: &ChipContext, chip: &ChipWorker, req: &[u8]) -> ReplyFrame {
+    let (index, desc) = match wire::decode_register_request(req) {
+        Ok(r) => r,
+        Err(e) => return failed_reply(StatusCode::InvalidArgs, format!("bad register frame: {e}")),
+    };
+    let Some(rebuild) = &ctx.opts.late_callable else {
+        return failed_reply(
+            StatusCode::InvalidArgs,
+            "this node's chips take no programs registered after they started".into(),
+        );
+    };
+    let callable = match rebuild(desc) {
+        Ok(c) => c,
+        Err(e) => return failed_reply(StatusCode::InvalidArgs, e),
+    };
+    let mut reg = ctx.callables.write();
+    let i = index as usize;
+    if i < reg.len() {
+        reg[i] = callable;
+    } else if i == reg.len() {
+        reg.push(callable);
+    } else {
+        return failed_reply(
+            StatusCode::InvalidArgs,
+            format!(
+                "program {i} registered out of order (this chip has {})",
+                reg.len()
+            ),
+        );
+    }
+    stats_reply(chip)
 }
 
 /// A reply that carries only a status and its text.

@@ -148,6 +148,8 @@ impl CoreCallable {
 pub(crate) struct Inner {
     name: String,
     path: PathBuf,
+    /// The entry's symbol.
+    entry_name: String,
     config: Option<*const std::ffi::c_void>,
     entry: *const std::ffi::c_void,
     config_tramp: ConfigTrampoline,
@@ -289,6 +291,50 @@ impl Inner {
     }
 }
 
+/// Reads a [`ChipCallable::describe`] description.
+struct DescReader<'a> {
+    d: &'a [u8],
+    at: usize,
+}
+
+impl<'a> DescReader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let s = self
+            .d
+            .get(self.at..self.at + n)
+            .ok_or_else(|| "a truncated callable description".to_string())?;
+        self.at += n;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn text(&mut self) -> Result<&'a [u8], String> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn path(&mut self) -> Result<PathBuf, String> {
+        Ok(PathBuf::from(
+            String::from_utf8_lossy(self.text()?).into_owned(),
+        ))
+    }
+    fn sig(&mut self) -> Result<Vec<ArgDir>, String> {
+        let n = self.u32()? as usize;
+        self.take(n)?
+            .iter()
+            .map(|&b| match b {
+                0 => Ok(ArgDir::In),
+                1 => Ok(ArgDir::Out),
+                2 => Ok(ArgDir::InOut),
+                3 => Ok(ArgDir::Scalar),
+                _ => Err(format!("argument direction {b} in a callable description")),
+            })
+            .collect()
+    }
+}
+
 /// An orchestration library with its entry, signature and kernels by func_id.
 #[derive(Clone)]
 pub struct ChipCallable {
@@ -356,6 +402,7 @@ impl ChipCallable {
                 format!("{name}:{entry}")
             },
             path: lib.path.clone(),
+            entry_name: entry.to_string(),
             config: sym("aicpu_orchestration_config"),
             entry: entry_fn,
             // SAFETY: the symbols the API header emits, of the ABI header's types.
@@ -416,6 +463,57 @@ impl ChipCallable {
 
     pub fn signature(&self) -> &[ArgDir] {
         &self.inner.signature
+    }
+
+    /// What another process of this machine needs to load the same callable: its
+    /// libraries' paths (bytes given to `from_bytes` are kept under a content-hash name),
+    /// entry, signatures and func_ids ([`ChipCallable::from_description`]).
+    pub fn describe(&self) -> Vec<u8> {
+        let mut d = Vec::new();
+        let sig = |d: &mut Vec<u8>, s: &[ArgDir]| {
+            d.extend((s.len() as u32).to_le_bytes());
+            d.extend(s.iter().map(|&a| a as u8));
+        };
+        let text = |d: &mut Vec<u8>, t: &[u8]| {
+            d.extend((t.len() as u32).to_le_bytes());
+            d.extend_from_slice(t);
+        };
+        text(&mut d, self.inner.path.as_os_str().as_encoded_bytes());
+        text(&mut d, self.inner.entry_name.as_bytes());
+        sig(&mut d, &self.inner.signature);
+        d.extend((self.inner.children.len() as u32).to_le_bytes());
+        for (id, k) in &self.inner.children {
+            d.extend(id.to_le_bytes());
+            d.push(u8::from(k.core == CoreKind::Aic));
+            text(&mut d, k.path.as_os_str().as_encoded_bytes());
+            sig(&mut d, &k.signature);
+        }
+        d
+    }
+
+    /// The callable [`ChipCallable::describe`] describes, loaded in this process.
+    pub fn from_description(d: &[u8]) -> Result<ChipCallable, String> {
+        let mut r = DescReader { d, at: 0 };
+        let orch = r.path()?;
+        let entry = String::from_utf8_lossy(r.text()?).into_owned();
+        let signature = r.sig()?;
+        let n = r.u32()?;
+        let mut children = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let id = r.u32()? as i32;
+            let core = if r.take(1)?[0] == 1 {
+                CoreKind::Aic
+            } else {
+                CoreKind::Aiv
+            };
+            let p = r.path()?;
+            let s = r.sig()?;
+            children.push((
+                id,
+                CoreCallable::from_path(&p, core, &s).map_err(|e| e.to_string())?,
+            ));
+        }
+        ChipCallable::from_path(&orch, &entry, &signature, children).map_err(|e| e.to_string())
     }
 }
 
