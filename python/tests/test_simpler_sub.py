@@ -460,3 +460,31 @@ def test_a_worker_holds_at_most_64_callables():
     with pytest.raises(RuntimeError, match=r"callable capacity exhausted \(MAX_REGISTERED_CALLABLE_IDS=64\)"):
         w.register(fns[-1])
     w.close()
+
+
+def test_unregister_drops_one_handle_and_the_last_one_drops_the_callable():
+    out = taskring.shared_array((2, 2))
+    with Worker(level=3, num_sub_workers=1) as w:
+        first = w.register(fill_rows)
+        w.init()
+        second = w.register(fill_rows)  # the same callable: another handle of it
+        assert second.hashid == first.hashid and second._handle_id != first._handle_id
+
+        def go(h, k):
+            return lambda o, a, c: o.submit_sub(h, ta((w.make_tensor_arg(out), OUT), scalars=[k]))
+
+        w.unregister(first)
+        with pytest.raises(KeyError, match="is not live on this Worker"):
+            w.run(go(first, 1))
+        with pytest.raises(KeyError, match="is not live on this Worker"):
+            w.unregister(first)
+        w.run(go(second, 2))
+        np.testing.assert_allclose(out, [[0, 1], [2, 3]])
+        w.unregister(second)
+        with pytest.raises(KeyError, match="is not live on this Worker"):
+            w.run(go(second, 3))
+        third = w.register(fill_rows)  # registered anew, after init
+        w.run(go(third, 4))
+        np.testing.assert_allclose(out, [[0, 1], [4, 5]])
+        with pytest.raises(TypeError, match="Worker.unregister expects a CallableHandle returned by Worker.register"):
+            w.unregister("h")

@@ -158,10 +158,7 @@ class Orchestrator:
         want = "LOCAL_PYTHON" if python else "LOCAL_CHIP"
         if handle.target_namespace != want:
             raise TypeError(f"cannot run {handle.target_namespace}; expected {want} for {handle.hashid}")
-        slot = (w._py_slots if python else w._slots).get(handle.hashid)
-        if slot is None:
-            raise KeyError(f"CallableHandle {handle.hashid} is not registered")
-        return slot
+        return w._live_slot(handle, w._py_slots if python else w._slots)
 
     def _native(self, api: str) -> _native.NodeOrchestrator:
         if self._o is None:
@@ -319,6 +316,10 @@ class Worker:
         self._py: List[Any] = []
         self._py_slots: Dict[str, int] = {}
         self._py_late: Dict[int, np.ndarray] = {}
+        # Live handles (handle id -> hashid) and each callable's count of them.
+        self._live: Dict[int, str] = {}
+        self._refs: Dict[str, int] = {}
+        self._next_handle = 0
         self._children: List["Worker"] = []
         self._parent: Optional["Worker"] = None
         self._in_child = False  # a next-level worker's copy in its own process
@@ -353,29 +354,56 @@ class Worker:
             raise TypeError("Worker.register: workers= is only supported for RemoteCallable")
         if self._closed:
             raise RuntimeError("Worker.register: worker is closed")
-        if len(self._callables) + len(self._py) >= MAX_REGISTERED_CALLABLE_IDS and not self._registered(target):
+        if isinstance(target, ChipCallable):
+            hashid, payload = "sha256:" + target._digest, b""
+        elif self.level == 2:
+            raise TypeError("Worker.register: level 2 only supports ChipCallable targets")
+        elif not callable(target):
+            raise TypeError("Worker.register: non-ChipCallable target must be callable")
+        else:
+            import cloudpickle  # a dependency of taskring; imported when first needed
+
+            payload = cloudpickle.dumps(target)
+            hashid = "sha256:" + hashlib.sha256(b"SPYC" + payload).hexdigest()
+        held = hashid in self._slots or hashid in self._py_slots
+        if not held and len(self._slots) + len(self._py_slots) >= MAX_REGISTERED_CALLABLE_IDS:
             raise RuntimeError(
                 f"Worker.register: callable capacity exhausted (MAX_REGISTERED_CALLABLE_IDS={MAX_REGISTERED_CALLABLE_IDS}); "
                 "unregister unused callables before registering more"
             )
         if isinstance(target, ChipCallable):
-            return self._register_chip(target)
-        if self.level == 2:
-            raise TypeError("Worker.register: level 2 only supports ChipCallable targets")
-        if not callable(target):
-            raise TypeError("Worker.register: non-ChipCallable target must be callable")
-        return self._register_python(target)
+            return self._register_chip(target, hashid)
+        return self._register_python(target, hashid, payload)
 
-    def _registered(self, target: Any) -> bool:
-        """Whether ``target`` is one this Worker holds already (its identity)."""
-        if isinstance(target, ChipCallable):
-            return "sha256:" + target._digest in self._slots
-        return any(f is target for f in self._py)
+    def unregister(self, handle: Any) -> None:
+        """Drop ``handle``: it runs nothing after this. A callable stays registered while
+        another handle of it lives; registering it again after its last handle is gone
+        gives a new handle."""
+        if not isinstance(handle, CallableHandle):
+            raise TypeError("Worker.unregister expects a CallableHandle returned by Worker.register")
+        if handle._owner_id != self._owner_id:
+            raise KeyError(f"CallableHandle {handle.hashid} does not belong to this Worker")
+        if self._live.pop(handle._handle_id, None) is None:
+            raise KeyError(f"CallableHandle {handle.hashid} is not live on this Worker")
+        self._refs[handle.hashid] -= 1
+        if self._refs[handle.hashid] == 0:
+            del self._refs[handle.hashid]
+            # Its slot is not reused: chips and SUB workers keep what they loaded.
+            self._slots.pop(handle.hashid, None)
+            self._py_slots.pop(handle.hashid, None)
 
-    def _register_chip(self, target: ChipCallable) -> CallableHandle:
+    def _live_slot(self, handle: CallableHandle, slots: Dict[str, int]) -> int:
+        """The slot of a live handle of this Worker, or KeyError."""
+        if handle._owner_id != self._owner_id:
+            raise KeyError(f"CallableHandle {handle.hashid} does not belong to this Worker")
+        slot = slots.get(handle.hashid)
+        if slot is None or handle._handle_id not in self._live:
+            raise KeyError(f"CallableHandle {handle.hashid} is not live on this Worker")
+        return slot
+
+    def _register_chip(self, target: ChipCallable, hashid: str) -> CallableHandle:
         if self.level >= 4:
             raise TypeError("Worker.register: a ChipCallable runs on an L3 Worker's chips; register it there")
-        hashid = "sha256:" + target._digest
         _ = target._native  # load the libraries now: a bad one fails here, naming itself
         if hashid not in self._slots:
             if self.level == 3 and self._started:
@@ -388,11 +416,7 @@ class Worker:
             self._callables.append(target)
         return self._handle(hashid, "CHIP_CALLABLE", "LOCAL_CHIP", self._slots[hashid])
 
-    def _register_python(self, target: Any) -> CallableHandle:
-        import cloudpickle  # a dependency of taskring; imported when first needed
-
-        payload = cloudpickle.dumps(target)
-        hashid = "sha256:" + hashlib.sha256(b"SPYC" + payload).hexdigest()
+    def _register_python(self, target: Any, hashid: str, payload: bytes) -> CallableHandle:
         if hashid not in self._py_slots:
             if self._started and self.num_sub_workers == 0 and not self._children:
                 raise RuntimeError("Worker.register: no Python-capable child workers are configured for dynamic Python callable registration")
@@ -408,9 +432,13 @@ class Worker:
         return self._handle(hashid, "PYTHON_SERIALIZED", "LOCAL_PYTHON", self._py_slots[hashid])
 
     def _handle(self, hashid: str, kind: str, ns: str, slot: int) -> CallableHandle:
+        """A new live handle of the callable ``hashid`` (one per registration)."""
         h = CallableHandle(hashid, kind, ns)
-        h._handle_id = slot
+        self._next_handle += 1
+        h._handle_id = self._next_handle
         h._owner_id = self._owner_id
+        self._live[h._handle_id] = hashid
+        self._refs[hashid] = self._refs.get(hashid, 0) + 1
         return h
 
     def add_worker(self, worker: "Worker") -> int:
@@ -651,10 +679,7 @@ class Worker:
             raise TypeError("Worker.run takes a CallableHandle; register the ChipCallable first (handle = worker.register(cc))")
         if not isinstance(handle, CallableHandle):
             raise TypeError("Worker.run expects a CallableHandle returned by Worker.register")
-        slot = self._slots.get(handle.hashid)
-        if slot is None or handle._owner_id != self._owner_id:
-            raise KeyError(f"{handle.hashid} is not registered on this Worker")
-        return slot
+        return self._live_slot(handle, self._slots)
 
     # -- device memory ---------------------------------------------------------------------
     def _capacity(self, worker: int) -> Tuple[int, int]:
