@@ -437,10 +437,18 @@ def test_l4_task_tensors_reach_the_chips_of_an_l3_child(libs):  # noqa: F811
 def test_create_buffer_is_shared_host_memory_owned_by_the_worker():
     from simpler.buffer import AddressSpace, BackendKind
 
-    with Worker(level=3, num_sub_workers=1) as w:
+    with Worker(level=3, platform="a2a3sim", device_ids=[0], num_sub_workers=1) as w:
         h = w.register(fill_rows)
         w.init()
         b0, b1 = w.create_buffer(48), w.create_buffer(64)
+        # A host buffer is the host side of a device copy too.
+        b1.shm.buf[:] = bytes(range(64))
+        dev = w.alloc_child_tensor(0, (16,), DataType.FLOAT32)
+        w.copy_to(dev, b1)
+        back = bytearray(64)
+        w.copy_from(back, dev)
+        assert bytes(back) == bytes(range(64))
+        w.free(dev)
         assert (b0.backend_kind, b0.address_space, b0.nbytes) == (BackendKind.POSIX_SHM, AddressSpace.HOST, 48)
         assert b0.identity.owner_instance_id == b1.identity.owner_instance_id and b0.identity.buffer_id != b1.identity.buffer_id
         w.run(lambda o, a, c: o.submit_sub(h, ta((b0.tensor(shapes=(3, 4), dtype=DataType.FLOAT32), OUT), scalars=[2])))

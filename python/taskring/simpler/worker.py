@@ -106,7 +106,9 @@ class Buffer:
 
 def _host_bytes(obj: Any, api: str, writing: bool) -> np.ndarray:
     """The host side of a copy as uint8 bytes over its memory (no copy)."""
-    if isinstance(obj, Buffer):
+    from .buffer import Buffer as HostBuffer
+
+    if isinstance(obj, (Buffer, HostBuffer)):
         return obj._mem
     if isinstance(obj, (np.ndarray, Tensor)) or hasattr(obj, "data_ptr") or hasattr(obj, "__array_interface__") or hasattr(obj, "__dlpack__"):
         a = as_array(obj)
