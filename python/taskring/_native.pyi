@@ -580,6 +580,10 @@ class SharedMem:
     def itemsize(dtype: str) -> int:
         """The bytes of one element of `dtype` (a name); TypeError for a dtype the runtime does not support."""
 
+    @staticmethod
+    def holds(address: int, nbytes: int) -> bool:
+        """Whether `[address, address + nbytes)` lies in one shared memory region of this process."""
+
 @final
 class ChipTaskReport:
     """What a chip reported for one L2 task."""

@@ -646,6 +646,11 @@ def test_torch_tensors_at_l2_and_l3(libs):
         TaskArgs().add_tensor(plain, TensorArgType.INPUT)
         with pytest.raises(ValueError, match="not granted by the buffer"):
             TaskArgs().add_tensor(plain, TensorArgType.OUTPUT_EXISTING)
+        # A tensor over memory the chips map already is used as it is, and may be written.
+        over = torch.from_numpy(taskring.shared_array(8))
+        before = over.data_ptr()
+        TaskArgs().add_tensor(make_tensor_arg(w, over), TensorArgType.OUTPUT_EXISTING)
+        assert over.data_ptr() == before
     finally:
         w.close()
     assert torch.equal(x, y) and info.tolist() == [0, 32]

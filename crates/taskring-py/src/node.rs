@@ -54,6 +54,13 @@ impl PySharedMem {
     fn itemsize(dtype: &str) -> PyResult<usize> {
         dtype_itemsize(dtype)
     }
+
+    /// Whether `[address, address + nbytes)` lies in one shared memory region of this
+    /// process (one chips and host workers map).
+    #[staticmethod]
+    fn holds(address: u64, nbytes: u64) -> bool {
+        taskring::node::shm::locate(address, nbytes).is_some()
+    }
 }
 
 /// Interpreter fork hooks (what `os.fork()` does around `fork()`).

@@ -852,6 +852,8 @@ class Worker:
         cur = self._rehomed.get(key)
         if cur is not None and cur[1] == t.data_ptr():
             return bool(cur[3])
+        if _native.SharedMem.holds(t.data_ptr(), max(1, t.numel() * t.element_size())):
+            return True  # in memory the workers map already (e.g. over taskring.shared_array)
         shared = bool(t.is_shared())
         if not t.is_contiguous():
             raise ValueError("make_tensor_arg requires a contiguous tensor; call tensor.contiguous() first.")
