@@ -36,10 +36,7 @@ Usage: .venv/bin/python soak/sub_soak.py [--minutes 1] [--seed S] [--run-timeout
 
 from __future__ import annotations
 
-import _thread
 import argparse
-import contextlib
-import faulthandler
 import gc
 import os
 import random
@@ -111,103 +108,21 @@ def sub_exit(args):
     os._exit(3)
 
 
-# ----- resources, watchdog (as soak/soak.py) ------------------------------------------------
+# ----- resources, watchdog (soak/soak.py's, with /dev/shm counted too) -----------------------
 
-
-def children():
-    me, kids = os.getpid(), []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    s = f.read()
-                fields = s[s.rindex(")") + 2 :].split()
-                if int(fields[1]) == me:
-                    kids.append((int(d), fields[0]))
-            except (OSError, ValueError):
-                pass
-    return kids
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import soak  # noqa: E402
+from soak import Lost, Watchdog, children, close_with_timeout, wait_reaped  # noqa: E402
 
 
 def resources():
-    with open("/proc/self/status") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
-    with open("/proc/self/maps") as f:
-        maps = sum(1 for _ in f)
-    return {
-        "rss": rss,
-        "fds": len(os.listdir("/proc/self/fd")),
-        "maps": maps,
-        "shm": len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0,
-        "threads": len(os.listdir("/proc/self/task")),
-        "children": len(children()),
-    }
+    r = soak.resources()
+    r["shm"] = len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0
+    return r
 
 
 def fmt_res(r):
-    return f"rss={r['rss'] / 2**20:.1f}MiB fds={r['fds']} maps={r['maps']} shm={r['shm']} threads={r['threads']} children={r['children']}"
-
-
-class Watchdog:
-    """Interrupts the main thread when a guarded section overruns; if it still has not
-    returned `grace` seconds later, reports and exits."""
-
-    def __init__(self, on_fatal, grace=15.0):
-        self.lock = threading.Lock()
-        self.deadline = self.label = None
-        self.fired = False
-        self.on_fatal, self.grace = on_fatal, grace
-        threading.Thread(target=self._loop, name="sub-soak-watchdog", daemon=True).start()
-
-    def _loop(self):
-        while True:
-            time.sleep(0.1)
-            with self.lock:
-                if self.deadline is None:
-                    continue
-                now = time.monotonic()
-                if not self.fired and now > self.deadline:
-                    self.fired = True
-                    print(f"\nsub soak: watchdog: {self.label} overran its timeout; interrupting. Stacks:", file=sys.stderr, flush=True)
-                    faulthandler.dump_traceback(all_threads=True)
-                    _thread.interrupt_main()
-                elif self.fired and now > self.deadline + self.grace:
-                    label = self.label
-                    self.deadline = None
-                    self.on_fatal(label)
-                    os._exit(3)
-
-    @contextlib.contextmanager
-    def guard(self, label, timeout):
-        with self.lock:
-            self.label, self.deadline, self.fired = label, time.monotonic() + timeout, False
-        try:
-            yield self
-        finally:
-            with self.lock:
-                self.deadline = None
-
-
-class Lost(Exception):
-    """A run went wrong (wrong result, unexpected error, missing expected error...)."""
-
-
-def close_with_timeout(w, timeout=5.0):
-    """close() in a thread; the seconds it took, or None if it did not return."""
-    t0 = time.monotonic()
-    th = threading.Thread(target=w.close, daemon=True)
-    th.start()
-    th.join(timeout)
-    return None if th.is_alive() else time.monotonic() - t0
-
-
-def wait_reaped(pid, timeout=3.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pid not in [p for p, _ in children()]:
-            return True
-        time.sleep(0.02)
-    return False
+    return f"{soak.fmt_res(r)} shm={r['shm']}"
 
 
 # ----- random DAGs --------------------------------------------------------------------------
